@@ -1,0 +1,1 @@
+//! The envrt `driver-docker` driver (filled by its own issue).

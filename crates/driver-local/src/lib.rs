@@ -1,0 +1,1 @@
+//! The envrt `driver-local` driver (filled by its own issue).

@@ -1,0 +1,1 @@
+//! The envrt `driver-plugin-sandbox` driver (filled by its own issue).

@@ -1,0 +1,252 @@
+//! Errors. [`RuntimeError`] is what the facade returns; its `Display` is the exact text of
+//! the contract. [`DriverError`] is what drivers return; the facade wraps it unchanged.
+
+use std::error::Error as StdError;
+
+/// A boxed error source.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// An error of the [`EnvironmentRuntime`](crate::EnvironmentRuntime) facade. Match on the
+/// variant, never on the text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// No driver is registered under the resolved key.
+    #[error("Environment driver \"{key}\" is not registered in the environment runtime yet.")]
+    DriverNotRegistered {
+        /// The resolved driver key.
+        key: String,
+    },
+    /// `acquire_lease` on an environment whose status is not `active`.
+    #[error("Environment \"{name}\" is not active.")]
+    EnvironmentNotActive {
+        /// The environment's name.
+        name: String,
+    },
+    /// The driver has no resume operation (or the lease's snapshot denies `reusableLeases`).
+    #[error("Environment driver \"{key}\" does not support lease resume.")]
+    ResumeUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// The driver has no destroy operation.
+    #[error("Environment driver \"{key}\" does not support lease destroy.")]
+    DestroyUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// The driver has no workspace realization.
+    #[error("Environment driver \"{key}\" does not support workspace realization.")]
+    RealizeUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// The driver has no execute operation.
+    #[error("Environment driver \"{key}\" does not support command execution.")]
+    ExecuteUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// The driver has no native file sync (or the lease's snapshot denies that direction).
+    #[error("Environment driver \"{key}\" does not support native file sync.")]
+    SyncUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// The driver has no duplex channels.
+    #[error("Environment driver \"{key}\" does not support duplex channels.")]
+    DuplexUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// The lease's effective snapshot lacks `duplexCommandStream`, or resolving it failed.
+    #[error("Sandbox lease does not grant the duplex command stream capability.")]
+    DuplexNotGranted {
+        /// The capability-resolution failure, when that is why (fail closed).
+        #[source]
+        cause: Option<DriverError>,
+    },
+    /// No lease with this id is in the lease store.
+    #[error("Lease \"{id}\" was not found.")]
+    LeaseNotFound {
+        /// The lease id.
+        id: String,
+    },
+    /// No environment with this id is known to the runtime.
+    #[error("Environment \"{id}\" was not found.")]
+    EnvironmentNotFound {
+        /// The environment id.
+        id: String,
+    },
+    /// The operation needs an active lease.
+    #[error("Lease \"{id}\" is not active (status: {status}).")]
+    LeaseNotActive {
+        /// The lease id.
+        id: String,
+        /// Its status.
+        status: crate::LeaseStatus,
+    },
+    /// The provider no longer has the lease's resource (resume found it gone).
+    #[error("Lease \"{id}\" can no longer be resumed: its provider resource is gone.")]
+    LeaseGone {
+        /// The lease id.
+        id: String,
+    },
+    /// A release was asked with a status that does not end a lease.
+    #[error("A lease cannot be released with status \"{status}\"; use released, failed or expired.")]
+    InvalidReleaseStatus {
+        /// The requested status.
+        status: crate::LeaseStatus,
+    },
+    /// The driver failed.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// The lease store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// An error raised by a driver. Common failures have their own variant so that every
+/// driver reports them with the same text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DriverError {
+    /// An environment-side path lies outside the lease workspace (`..`, an absolute path
+    /// elsewhere, or a symlink that leads out).
+    #[error("Path \"{path}\" is outside the lease workspace.")]
+    PathOutsideWorkspace {
+        /// The offending path as given.
+        path: String,
+    },
+    /// An archive entry or a copied link would land outside the sync target.
+    #[error("Entry \"{entry}\" would be written outside the target \"{target}\".")]
+    EntryEscapesTarget {
+        /// The entry name or link.
+        entry: String,
+        /// The sync target.
+        target: String,
+    },
+    /// A post-upload command's cwd is not absolute, contains `..`, or is not under one of
+    /// the operation's targets.
+    #[error("Post-upload command cwd \"{cwd}\" must be an absolute path under one of the operation's targets.")]
+    PostUploadCwd {
+        /// The refused cwd.
+        cwd: String,
+    },
+    /// A post-upload command failed; later commands were not run.
+    #[error("Post-upload command \"{command}\" failed with {outcome}.")]
+    PostUploadFailed {
+        /// The command line.
+        command: String,
+        /// `exit code N`, `signal S` or `a timeout`.
+        outcome: String,
+    },
+    /// A sync source does not exist.
+    #[error("Sync source \"{path}\" does not exist.")]
+    SourceMissing {
+        /// The source path.
+        path: String,
+    },
+    /// A sync entry's kind does not match what is on disk.
+    #[error("Sync source \"{path}\" is not a {expected}.")]
+    SourceKind {
+        /// The source path.
+        path: String,
+        /// `file` or `directory`.
+        expected: &'static str,
+    },
+    /// An exclude glob does not parse.
+    #[error("Exclude pattern \"{pattern}\" is not a valid glob.")]
+    InvalidGlob {
+        /// The pattern.
+        pattern: String,
+    },
+    /// Input the driver cannot accept.
+    #[error("Invalid input: {message}")]
+    InvalidInput {
+        /// What is wrong.
+        message: String,
+    },
+    /// The lease's provider resource does not exist (any more).
+    #[error("Lease resource \"{id}\" does not exist.")]
+    ResourceGone {
+        /// The provider lease id.
+        id: String,
+    },
+    /// The duplex channel is closed.
+    #[error("Duplex channel is closed.")]
+    ChannelClosed,
+    /// The backend (engine, worker) cannot be reached or is not usable.
+    #[error("{message}")]
+    Unavailable {
+        /// What is unavailable, naming its address.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// An I/O failure.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Any other failure.
+    #[error("{message}")]
+    Other {
+        /// What failed.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl DriverError {
+    /// An [`DriverError::Other`] without a source.
+    pub fn other(message: impl Into<String>) -> Self {
+        DriverError::Other {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An [`DriverError::Io`] with context.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        DriverError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// An [`DriverError::InvalidInput`].
+    pub fn invalid(message: impl Into<String>) -> Self {
+        DriverError::InvalidInput {
+            message: message.into(),
+        }
+    }
+}
+
+/// A failure of a [`LeaseStore`](crate::LeaseStore).
+#[derive(Debug, thiserror::Error)]
+#[error("Lease store error: {message}")]
+pub struct StoreError {
+    /// What failed.
+    pub message: String,
+    /// The underlying error.
+    #[source]
+    pub source: Option<BoxError>,
+}
+
+impl StoreError {
+    /// A store error without a source.
+    pub fn new(message: impl Into<String>) -> Self {
+        StoreError {
+            message: message.into(),
+            source: None,
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Execute input and result (contract section 5), and the capped output buffer every
+//! driver uses.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::JsonMap;
+use crate::secret::EnvValue;
+
+/// Default cap on each captured stream: 16 MiB.
+pub const DEFAULT_OUTPUT_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Which output stream a chunk came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// Receives output chunks while a command runs. Called from the driver's task: keep it
+/// quick. The sink sees every byte, including bytes past the capture cap.
+pub trait OutputSink: Send + Sync {
+    /// One chunk of output, in order per stream.
+    fn on_chunk(&self, stream: OutputStream, chunk: &[u8]);
+}
+
+impl<F> OutputSink for F
+where
+    F: Fn(OutputStream, &[u8]) + Send + Sync,
+{
+    fn on_chunk(&self, stream: OutputStream, chunk: &[u8]) {
+        self(stream, chunk)
+    }
+}
+
+/// A command to run on a lease.
+#[derive(Clone, Default)]
+pub struct ExecuteRequest {
+    /// The program (no shell unless the caller runs one).
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Working directory, environment-side; the lease's workspace when `None`.
+    pub cwd: Option<String>,
+    /// Environment variables; the host's are not inherited beyond a driver's allow-list.
+    pub env: BTreeMap<String, EnvValue>,
+    /// Bytes written to stdin, followed by EOF. `None` gives an empty stdin.
+    pub stdin: Option<Vec<u8>>,
+    /// Kill the whole process tree after this long.
+    pub timeout: Option<Duration>,
+    /// Cap per captured stream; [`DEFAULT_OUTPUT_LIMIT`] when `None`.
+    pub max_output_bytes: Option<usize>,
+    /// Receives chunks as they arrive.
+    pub sink: Option<Arc<dyn OutputSink>>,
+}
+
+impl ExecuteRequest {
+    /// A request for `command` with `args`.
+    pub fn new<I, S>(command: impl Into<String>, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ExecuteRequest {
+            command: command.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The effective per-stream cap.
+    pub fn output_limit(&self) -> usize {
+        self.max_output_bytes.unwrap_or(DEFAULT_OUTPUT_LIMIT)
+    }
+}
+
+impl fmt::Debug for ExecuteRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecuteRequest")
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("cwd", &self.cwd)
+            .field("env", &self.env)
+            .field("stdin_len", &self.stdin.as_ref().map(Vec::len))
+            .field("timeout", &self.timeout)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .field("sink", &self.sink.is_some())
+            .finish()
+    }
+}
+
+/// What a command did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecuteResult {
+    /// The exit code; `None` when a signal ended the command.
+    pub exit_code: Option<i32>,
+    /// The signal name (`SIGKILL`, ...) when a signal ended the command.
+    pub signal: Option<String>,
+    /// Whether the timeout fired.
+    pub timed_out: bool,
+    /// Captured stdout, at most the cap.
+    pub stdout: Vec<u8>,
+    /// Captured stderr, at most the cap.
+    pub stderr: Vec<u8>,
+    /// Whether stdout passed the cap.
+    pub stdout_truncated: bool,
+    /// Whether stderr passed the cap.
+    pub stderr_truncated: bool,
+    /// Wall time.
+    pub duration: Duration,
+    /// Driver-specific facts.
+    pub metadata: JsonMap,
+}
+
+impl ExecuteResult {
+    /// `exit_code == Some(0)` and no timeout.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out
+    }
+}
+
+/// A byte buffer that keeps at most `cap` bytes and remembers whether more came.
+#[derive(Clone, Debug, Default)]
+pub struct CappedBuffer {
+    data: Vec<u8>,
+    cap: usize,
+    truncated: bool,
+}
+
+impl CappedBuffer {
+    /// An empty buffer holding at most `cap` bytes.
+    pub fn new(cap: usize) -> Self {
+        CappedBuffer {
+            data: Vec::new(),
+            cap,
+            truncated: false,
+        }
+    }
+
+    /// Appends what fits; sets the truncation flag when anything is dropped.
+    pub fn push(&mut self, chunk: &[u8]) {
+        let room = self.cap.saturating_sub(self.data.len());
+        if chunk.len() > room {
+            self.truncated = true;
+        }
+        self.data.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+
+    /// Whether anything was dropped.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// The kept bytes and the truncation flag.
+    pub fn into_parts(self) -> (Vec<u8>, bool) {
+        (self.data, self.truncated)
+    }
+}
+
+/// The name of a signal number (`SIGKILL` for 9), or `SIG{n}` for an unnamed one.
+pub fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        17 => "SIGCHLD",
+        18 => "SIGCONT",
+        19 => "SIGSTOP",
+        20 => "SIGTSTP",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => return format!("SIG{signal}"),
+    };
+    name.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capped_buffer_keeps_the_prefix_and_flags_truncation() {
+        let mut b = CappedBuffer::new(5);
+        b.push(b"abc");
+        assert!(!b.truncated());
+        b.push(b"def");
+        b.push(b"");
+        assert_eq!(b.clone().into_parts(), (b"abcde".to_vec(), true));
+        let mut exact = CappedBuffer::new(3);
+        exact.push(b"abc");
+        assert_eq!(exact.into_parts(), (b"abc".to_vec(), false));
+        let mut zero = CappedBuffer::new(0);
+        zero.push(b"x");
+        assert_eq!(zero.into_parts(), (Vec::new(), true));
+    }
+
+    #[test]
+    fn signal_names() {
+        assert_eq!(signal_name(9), "SIGKILL");
+        assert_eq!(signal_name(15), "SIGTERM");
+        assert_eq!(signal_name(40), "SIG40");
+    }
+}

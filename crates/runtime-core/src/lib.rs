@@ -1,0 +1,53 @@
+//! # envrt-runtime-core
+//!
+//! The heart of envrt: the [`EnvironmentDriver`] trait with its optional groups, the
+//! [`EnvironmentRuntime`] facade that checks every operation in the contract's order and
+//! refuses with exact, typed [`RuntimeError`]s, the nine-key capability model with its
+//! [`classify`](capability::classify) function, and the data model of leases and
+//! environments.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use envrt_runtime_core::{AcquireRequest, Environment, EnvironmentRuntime, ExecuteRequest};
+//! use envrt_runtime_core::testkit::{ProbeDriver, ProbeShape};
+//!
+//! # tokio_test_block_on(async {
+//! let runtime = EnvironmentRuntime::new();
+//! runtime.register_driver(Arc::new(ProbeDriver::new("probe", ProbeShape::default(), None)));
+//! runtime.put_environment(Environment::new("env-1", "Probe", "probe")).await?;
+//! let lease = runtime.acquire_lease(AcquireRequest::new("env-1", "acme")).await?;
+//! let err = runtime.execute(&lease.id, ExecuteRequest::new("true", [""; 0])).await.unwrap_err();
+//! assert_eq!(err.to_string(), "Environment driver \"probe\" does not support command execution.");
+//! # Ok::<(), envrt_runtime_core::RuntimeError>(())
+//! # }).unwrap();
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod capability;
+pub mod driver;
+pub mod error;
+pub mod execute;
+pub mod model;
+mod runtime;
+pub mod secret;
+pub mod store;
+pub mod sync;
+pub mod testkit;
+
+pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
+pub use driver::{
+    AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
+    FileSync, LeaseContext, LeaseGrant, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
+    WorkspaceRequest,
+};
+pub use error::{DriverError, RuntimeError, StoreError};
+pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
+pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
+pub use runtime::{AcquireRequest, EnvironmentRuntime, LeaseFailure, ReleaseReport};
+pub use secret::{EnvValue, Secret};
+pub use store::{LeaseFilter, LeaseStore, MemoryStore};
+pub use sync::{SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult};
