@@ -82,7 +82,7 @@ pub(crate) fn stage(spec: &CopySpec<'_>, counts: &mut Counts) -> Result<Staged, 
     let temp = sibling(spec.target, "new");
     let result = match spec.kind {
         SyncKind::File if meta.is_file() => {
-            let mode = spec.mode.unwrap_or(meta.mode() & 0o777);
+            let mode = spec.mode.unwrap_or(meta.mode() & 0o7777);
             copy_file(spec.source, &temp, mode, counts)
         }
         SyncKind::File => Err(DriverError::SourceKind {
@@ -169,7 +169,7 @@ fn stage_tree(spec: &CopySpec<'_>, meta: &fs::Metadata, temp: &Path, counts: &mu
             });
         }
     }
-    set_mode(temp, spec.mode.unwrap_or(meta.mode() & 0o777))
+    set_mode(temp, spec.mode.unwrap_or(meta.mode() & 0o7777))
 }
 
 impl TreeWalk<'_, '_> {
@@ -236,9 +236,9 @@ impl TreeWalk<'_, '_> {
             let result = self.copy_dir(source, dest, relative);
             self.ancestors.pop();
             result?;
-            set_mode(dest, meta.mode() & 0o777)
+            set_mode(dest, meta.mode() & 0o7777)
         } else if meta.is_file() {
-            copy_file(source, dest, meta.mode() & 0o777, self.counts)
+            copy_file(source, dest, meta.mode() & 0o7777, self.counts)
         } else {
             // FIFOs, sockets and devices are not copied.
             Ok(())

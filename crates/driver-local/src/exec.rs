@@ -334,7 +334,10 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
                 } else {
                     timed_out = true;
                     guard.signal(Signal::SIGTERM);
-                    timer.as_mut().reset(tokio::time::Instant::now() + site.kill_grace);
+                    match tokio::time::Instant::now().checked_add(site.kill_grace) {
+                        Some(at) => timer.as_mut().reset(at),
+                        None => timer_armed = false,
+                    }
                 }
             }
             read = read_some(out.reader.as_mut(), &mut out.buf) => { out.take(read, sink); }

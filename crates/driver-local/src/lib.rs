@@ -54,7 +54,9 @@
 //!   with [`DriverError::EntryEscapesTarget`]. With `followSymlinks: true`, a followed link
 //!   of the workspace must stay inside it, and a link loop is refused.
 //! - `mode` is the final mode of the file or top directory; everything else keeps the
-//!   source's permission bits.
+//!   source's permission bits (special bits included: commands already run as the
+//!   driver's user, so this grants nothing new). `access` and `writablePath` concern
+//!   providers that mount; a copy ignores them.
 //! - `exclude` globs follow [`ExcludeSet`](envrt_runtime_core::sync::ExcludeSet).
 //! - Post-upload commands (`sync_in` only) run with `sh -c` after the files land, in order,
 //!   stopping at the first failure; the default cwd is the first target (its parent for a
