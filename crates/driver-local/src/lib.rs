@@ -67,7 +67,10 @@
 //!
 //! ## Limits
 //! Commands run as the driver's own user with no isolation beyond the working directory:
-//! a command can read anything that user can. Path confinement is checked on the real file
+//! a command can read anything that user can. A descendant that leaves the command's
+//! process group on purpose (`setsid`) is out of reach of the group kill; it cannot hold
+//! the call (after the command exits, its pipes are abandoned once they stay quiet for
+//! 200 ms, 2 s at most), but it survives. Path confinement is checked on the real file
 //! system before each operation; a command racing the driver to swap a directory for a
 //! symlink during a sync is not defended against.
 
