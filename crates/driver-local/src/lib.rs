@@ -243,10 +243,21 @@ impl LocalDriver {
     }
 
     /// Kills the lease's commands and removes its workspace.
-    fn remove_workspace(&self, lease_id: &str) -> Result<(), DriverError> {
+    async fn remove_workspace(&self, lease_id: &str) -> Result<(), DriverError> {
         let dir = self.workspace_of(lease_id)?;
-        self.processes.close(lease_id);
-        remove_tree(&dir).map_err(|e| DriverError::io(format!("cannot remove workspace {}", dir.display()), e))?;
+        self.processes.close(lease_id).await;
+        let mut attempt = 0;
+        loop {
+            match remove_tree(&dir) {
+                Ok(()) => break,
+                // Something dying may still have added an entry; try again shortly.
+                Err(_) if attempt < 3 => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(DriverError::io(format!("cannot remove workspace {}", dir.display()), e)),
+            }
+        }
         self.processes.reopen(lease_id);
         Ok(())
     }
@@ -279,13 +290,17 @@ impl EnvironmentDriver for LocalDriver {
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
         let lease = &input.context.lease;
         lease_dir_name(&lease.id)?;
-        self.processes.close(&lease.id);
+        self.processes.close(&lease.id).await;
         let keep = match lease.lease_policy {
             LeasePolicy::ReuseByEnvironment => true,
             LeasePolicy::RetainOnFailure => input.status == LeaseStatus::Retained,
             LeasePolicy::Ephemeral | LeasePolicy::ReuseByExecutionWorkspace => false,
         };
-        if keep { Ok(()) } else { self.remove_workspace(&lease.id) }
+        if keep {
+            Ok(())
+        } else {
+            self.remove_workspace(&lease.id).await
+        }
     }
 
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
@@ -337,7 +352,7 @@ impl ResumeLease for LocalDriver {
 #[async_trait]
 impl DestroyLease for LocalDriver {
     async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
-        self.remove_workspace(&context.lease.id)
+        self.remove_workspace(&context.lease.id).await
     }
 }
 
