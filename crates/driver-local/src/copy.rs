@@ -150,15 +150,19 @@ struct TreeWalk<'a, 'b> {
     links: Vec<CopiedLink>,
     /// (device, inode) of the directories on the current path, against link cycles.
     ancestors: Vec<(u64, u64)>,
+    /// (device, inode) of the staging directory, skipped when the source contains it.
+    staging: (u64, u64),
 }
 
 fn stage_tree(spec: &CopySpec<'_>, meta: &fs::Metadata, temp: &Path, counts: &mut Counts) -> Result<(), DriverError> {
     make_dir(temp)?;
+    let staged = fs::symlink_metadata(temp).map_err(|e| io_err("inspect", temp, e))?;
     let mut walk = TreeWalk {
         spec,
         counts,
         links: Vec::new(),
         ancestors: vec![(meta.dev(), meta.ino())],
+        staging: (staged.dev(), staged.ino()),
     };
     walk.copy_dir(spec.source, temp, &mut Vec::new())?;
     for link in &walk.links {
@@ -225,6 +229,10 @@ impl TreeWalk<'_, '_> {
         }
         if meta.is_dir() {
             let id = (meta.dev(), meta.ino());
+            if id == self.staging {
+                // The target lies inside the source: do not copy the copy into itself.
+                return Ok(());
+            }
             if self.ancestors.contains(&id) {
                 return Err(DriverError::invalid(format!(
                     "following links at {} loops back to a parent directory",
