@@ -124,3 +124,137 @@ fn generated_inputs_come_back_unchanged() {
         .unwrap();
     fx.finish();
 }
+
+#[derive(Clone, Debug)]
+enum Node {
+    File(Vec<u8>, u32),
+    Dir(u32),
+    Link(usize),
+}
+
+fn name() -> impl Strategy<Value = String> {
+    proptest::sample::select(vec!["a", "b c", "ünï", "日本", "x.log", "-dash", "deep", "e m p t y"])
+        .prop_map(String::from)
+}
+
+fn node() -> impl Strategy<Value = Node> {
+    prop_oneof![
+        (
+            proptest::collection::vec(any::<u8>(), 0..2000),
+            proptest::sample::select(vec![0o644u32, 0o600, 0o755, 0o400, 0o4755])
+        )
+            .prop_map(|(c, m)| Node::File(c, m)),
+        proptest::sample::select(vec![0o755u32, 0o700, 0o750, 0o1777]).prop_map(Node::Dir),
+        any::<usize>().prop_map(Node::Link),
+    ]
+}
+
+/// Builds a tree from generated entries; links point (relatively) at another entry.
+fn build(root: &std::path::Path, entries: &[(Vec<String>, Node)]) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut made: Vec<Vec<String>> = Vec::new();
+    let mut dirs: Vec<(std::path::PathBuf, u32)> = Vec::new();
+    for (path, node) in entries {
+        let parent = root.join(path[..path.len() - 1].join("/"));
+        if std::fs::create_dir_all(&parent).is_err() {
+            continue; // a file is in the way
+        }
+        let full = root.join(path.join("/"));
+        if std::fs::symlink_metadata(&full).is_ok() {
+            continue;
+        }
+        match node {
+            Node::File(content, mode) => {
+                std::fs::write(&full, content).unwrap();
+                std::fs::set_permissions(&full, std::fs::Permissions::from_mode(*mode)).unwrap();
+            }
+            Node::Dir(mode) => {
+                std::fs::create_dir(&full).unwrap();
+                dirs.push((full.clone(), *mode));
+            }
+            Node::Link(pick) => {
+                let to = if made.is_empty() {
+                    vec!["dangling".to_string()]
+                } else {
+                    made[pick % made.len()].clone()
+                };
+                let ups = "../".repeat(path.len() - 1);
+                std::os::unix::fs::symlink(format!("{ups}{}", to.join("/")), &full).unwrap();
+            }
+        }
+        made.push(path.clone());
+    }
+    for (dir, mode) in dirs.into_iter().rev() {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+fn snapshot(root: &std::path::Path) -> Vec<(String, String, u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt;
+    common::tree(root)
+        .into_iter()
+        .map(|rel| {
+            let p = root.join(&rel);
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.file_type().is_symlink() {
+                (
+                    rel,
+                    "link".into(),
+                    0,
+                    std::fs::read_link(&p).unwrap().into_os_string().into_encoded_bytes(),
+                )
+            } else if meta.is_dir() {
+                (rel, "dir".into(), meta.permissions().mode() & 0o7777, Vec::new())
+            } else {
+                (
+                    rel,
+                    "file".into(),
+                    meta.permissions().mode() & 0o7777,
+                    std::fs::read(&p).unwrap(),
+                )
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn generated_trees_survive_sync_in_then_out() {
+    use envrt_runtime_core::{SyncFile, SyncOperation};
+    let fx = Fixture::new();
+    let config = ProptestConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let entries = proptest::collection::vec((proptest::collection::vec(name(), 1..4), node()), 0..24);
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    runner
+        .run(&entries, |entries| {
+            let host = common::Scratch::new("prop-tree");
+            let source = host.join("src");
+            std::fs::create_dir(&source).unwrap();
+            build(&source, &entries);
+            let op = |id: &str, file: SyncFile| SyncOperation {
+                operation_id: id.into(),
+                files: vec![file],
+                post_upload_commands: Vec::new(),
+            };
+            let target = format!("t-{}", uuid::Uuid::new_v4().simple());
+            let into = op("in", SyncFile::directory(source.to_string_lossy(), &target));
+            let sent = fx.rt.block_on(fx.h.runtime.sync_in(&fx.lease.id, &[into])).unwrap();
+            let back = op("out", SyncFile::directory(&target, host.s("back")));
+            let got = fx.rt.block_on(fx.h.runtime.sync_out(&fx.lease.id, &[back])).unwrap();
+            prop_assert_eq!(
+                &sent.operations[0].files_transferred,
+                &got.operations[0].files_transferred
+            );
+            prop_assert_eq!(
+                &sent.operations[0].bytes_transferred,
+                &got.operations[0].bytes_transferred
+            );
+            prop_assert_eq!(snapshot(&source), snapshot(&host.join("back")));
+            Ok(())
+        })
+        .unwrap();
+    fx.finish();
+}
