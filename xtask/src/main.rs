@@ -16,13 +16,16 @@ tasks:
       --worker COMMAND --manifest FILE    run the kit against an external plugin worker
       --cases N                           property-test cases per check
       --report PATH                       JSON report (default target/conformance/report.json)
+  setup                  install and start what the tests need (apt packages, dockerd,
+                         the test image, the SDK fixture); idempotent
   docker-image           build the local test image envrt-test:latest
 ";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("ci") => ci::run_all(),
+        Some("ci") => util::run_script("scripts/setup.sh", &[]).and_then(|()| ci::run_all()),
+        Some("setup") => util::run_script("scripts/setup.sh", &[]),
         Some("conformance") => conformance::run(&args[1..]),
         Some("docker-image") => util::run_script("scripts/docker-test-image.sh", &[]),
         Some(other) => Err(format!("unknown task {other:?}\n\n{TASKS}")),
