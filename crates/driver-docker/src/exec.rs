@@ -15,8 +15,9 @@ use crate::process::{self, Demux, OutputFrames};
 
 /// How long output may still be drained after the command is over or killed.
 const DRAIN: Duration = Duration::from_secs(2);
-/// Longest pause between two looks at whether the command has exited.
-const MAX_POLL: Duration = Duration::from_secs(1);
+/// Longest pause between two looks at whether the command has exited; well under the
+/// 2 s for which the engine keeps an exec's streams open after it exits.
+const MAX_POLL: Duration = Duration::from_millis(250);
 
 /// Checks a request's program, arguments and environment; messages name variables, never
 /// their values.

@@ -204,7 +204,7 @@ pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, D
 
 /// The killer script: `$1` is `term`, `kill` or `list`, `$2` the command's pid. Prints the
 /// number of live (non-zombie) processes of the tree it saw last. POSIX `sh` builtins only.
-const KILLER: &str = r#"mode=$1; root=$2; self=$$; ws=$IFS; set -f
+const KILLER: &str = r#"mode=$1; root=$2; self=$$; ws=$IFS
 snap() { S=""; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$self" ] && continue; { read -r l < "$d/stat"; } 2>/dev/null || continue; r=${l##*) }; IFS=' '; set -- $r; IFS=$ws; S="$S $p:$1:$2:$3:$4"; done; }
 tree() { snap; T=" "; c=1; while [ $c = 1 ]; do c=0; for e in $S; do IFS=:; set -- $e; IFS=$ws
   case "$T" in *" $1 "*) continue;; esac
