@@ -13,10 +13,10 @@ use envrt_runtime_core::capability::{CapabilityKey, SupportSet};
 use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::sync::confine_to_workspace;
 use envrt_runtime_core::{
-    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError,
-    EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, LeaseContext, LeaseGrant,
-    LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease, SyncOperation,
-    SyncResult, WorkspaceRequest,
+    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannel,
+    DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, LeaseContext,
+    LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
+    SyncOperation, SyncResult, WorkspaceRequest,
 };
 
 use crate::config::{DockerConfig, EnvConfig, META_WORKSPACE_DIR, lease_workspace};
@@ -392,6 +392,9 @@ impl EnvironmentDriver for DockerDriver {
     fn as_sync(&self) -> Option<&dyn FileSync> {
         Some(self)
     }
+    fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
+        Some(self)
+    }
 }
 
 #[async_trait]
@@ -489,6 +492,19 @@ impl FileSync for DockerDriver {
 
     async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
         crate::sync_out::sync_out(self, context, operations).await
+    }
+}
+
+#[async_trait]
+impl DuplexChannels for DockerDriver {
+    async fn open_duplex_channel(
+        &self,
+        context: &LeaseContext,
+        command: &[String],
+    ) -> Result<Box<dyn DuplexChannel>, DriverError> {
+        let container = Self::container_of(context)?;
+        let workspace = Self::workspace_of(context);
+        crate::duplex::open(&self.engine, self.config.kill_grace, container, &workspace, command).await
     }
 }
 

@@ -30,6 +30,7 @@
 mod archive;
 mod config;
 mod driver;
+mod duplex;
 mod engine;
 mod exec;
 mod process;
