@@ -17,8 +17,12 @@
 //!   (that process is killed). The image needs a POSIX `sh` with `/proc` mounted.
 //!   Docker reports a command killed by a signal as exit code 128 + n; outside a timeout
 //!   that code is returned as is.
-//! - **Sync**: tar streams through the archive API, built and read on the fly; see
-//!   [`FileSync`](envrt_runtime_core::FileSync).
+//! - **Sync**: tar streams through the archive API, built and read on the fly, never held
+//!   whole. A target is *replaced*: the entry lands in a hidden temporary sibling first and
+//!   is renamed over the target only when complete (the workspace root, which cannot be
+//!   renamed, gets its content replaced), so a failure leaves the old target as it was.
+//!   Uploaded files belong to the container's user. Host-side extraction refuses entries
+//!   with `..` or absolute names and links that lead out of the target.
 //! - **Duplex**: exec attach; output is stdout and stderr in arrival order.
 //!
 //! Environment config (JSON, camelCase): `image` (required), `user`, `workingDir`
@@ -33,6 +37,7 @@ mod driver;
 mod duplex;
 mod engine;
 mod exec;
+mod extract;
 mod process;
 mod sync_in;
 mod sync_out;

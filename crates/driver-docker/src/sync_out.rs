@@ -13,9 +13,10 @@ use envrt_runtime_core::sync::{ExcludeSet, confine_to_workspace};
 use envrt_runtime_core::{DriverError, LeaseContext, SyncKind, SyncOperation, SyncOperationResult, SyncResult};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::archive::{ArchiveError, Extraction, extract};
+use crate::archive::ArchiveError;
 use crate::driver::DockerDriver;
 use crate::engine::is_not_found;
+use crate::extract::{Extraction, extract};
 use crate::process::run_script;
 
 /// Go `os.FileMode` bits in the engine's path stat.
