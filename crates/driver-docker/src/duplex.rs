@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit};
 
 use crate::engine::Engine;
-use crate::process::{self, Demux, InputSide};
+use crate::process::{self, Demux, InputSide, Target};
 
 /// Chunks held before the command is slowed down.
 const QUEUE: usize = 64;
@@ -45,7 +45,7 @@ pub(crate) struct DockerChannel {
     shared: std::sync::Arc<Shared>,
     input: Mutex<Option<InputSide>>,
     output: Mutex<mpsc::Receiver<Vec<u8>>>,
-    pid: watch::Receiver<Option<u32>>,
+    target: watch::Receiver<Option<Target>>,
     transport_broken: watch::Receiver<bool>,
     pump: JoinHandle<()>,
     state: SyncMutex<State>,
@@ -68,7 +68,7 @@ pub(crate) async fn open(
     }
     let spawned = process::spawn(engine, container, command, Vec::new(), workspace).await?;
     let (tx, rx) = mpsc::channel(QUEUE);
-    let (pid_tx, pid_rx) = watch::channel(None);
+    let (target_tx, target_rx) = watch::channel(None);
     let (broken_tx, broken_rx) = watch::channel(false);
     let mut output = spawned.output;
     let pump = tokio::spawn(async move {
@@ -82,8 +82,8 @@ pub(crate) async fn open(
                 }
             };
             let item = demux.feed(frame);
-            if demux.pid().is_some() && pid_tx.borrow().is_none() {
-                let _ = pid_tx.send(demux.pid());
+            if demux.target().is_some() && target_tx.borrow().is_none() {
+                let _ = target_tx.send(demux.target().cloned());
             }
             if let Some((_, bytes)) = item {
                 if tx.send(bytes).await.is_err() {
@@ -104,7 +104,7 @@ pub(crate) async fn open(
         }),
         input: Mutex::new(Some(spawned.input)),
         output: Mutex::new(rx),
-        pid: pid_rx,
+        target: target_rx,
         transport_broken: broken_rx,
         pump,
         state: SyncMutex::new(State::default()),
@@ -117,12 +117,12 @@ impl DockerChannel {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).closed
     }
 
-    async fn known_pid(&self) -> Option<u32> {
-        let mut pid = self.pid.clone();
-        let found = tokio::time::timeout(PID_WAIT, pid.wait_for(|p| p.is_some())).await;
+    async fn known_target(&self) -> Option<Target> {
+        let mut target = self.target.clone();
+        let found = tokio::time::timeout(PID_WAIT, target.wait_for(|t| t.is_some())).await;
         match found {
-            Ok(Ok(p)) => *p,
-            _ => *self.pid.borrow(),
+            Ok(Ok(t)) => t.clone(),
+            _ => self.target.borrow().clone(),
         }
     }
 
@@ -132,8 +132,8 @@ impl DockerChannel {
         if !process::is_running(&s.engine, &s.exec_id).await? {
             return Ok(());
         }
-        if let Some(pid) = self.known_pid().await {
-            process::kill_tree(&s.engine, &s.container, pid, s.grace, graceful).await?;
+        if let Some(target) = self.known_target().await {
+            process::kill_tree(&s.engine, &s.container, &target, s.grace, graceful).await?;
         }
         Ok(())
     }
@@ -251,14 +251,14 @@ impl Drop for DockerChannel {
         }
         // Dropped without close: still kill the command, in the background.
         let shared = self.shared.clone();
-        let pid = *self.pid.borrow();
-        if let (Ok(handle), Some(pid)) = (tokio::runtime::Handle::try_current(), pid) {
+        let target = self.target.borrow().clone();
+        if let (Ok(handle), Some(target)) = (tokio::runtime::Handle::try_current(), target) {
             handle.spawn(async move {
                 if process::is_running(&shared.engine, &shared.exec_id)
                     .await
                     .unwrap_or(false)
                 {
-                    let _ = process::kill_tree(&shared.engine, &shared.container, pid, shared.grace, false).await;
+                    let _ = process::kill_tree(&shared.engine, &shared.container, &target, shared.grace, false).await;
                 }
             });
         }

@@ -175,10 +175,10 @@ pub(crate) async fn execute(
     metadata.insert("containerId".into(), container.into());
     metadata.insert("execId".into(), exec_id.clone().into());
     if timed_out || exited_with_holders {
-        let pid = collector.await_pid(&mut output, DRAIN).await;
-        match pid {
-            Some(pid) => {
-                let survivors = process::kill_tree(engine, container, pid, kill_grace, timed_out).await?;
+        collector.await_pid(&mut output, DRAIN).await;
+        match collector.demux.target().cloned() {
+            Some(target) => {
+                let survivors = process::kill_tree(engine, container, &target, kill_grace, timed_out).await?;
                 metadata.insert("killedTree".into(), true.into());
                 metadata.insert("survivors".into(), survivors.into());
             }
