@@ -7,9 +7,11 @@
 //! - **Leases**: a container from the environment's `image` (never pulled), running
 //!   `sleep infinity` under Docker's init (so every orphan is reaped), labelled with
 //!   [`LABEL_LEASE_ID`], [`LABEL_ENVIRONMENT_ID`], [`LABEL_COMPANY_ID`] and
-//!   [`LABEL_MANAGED`]. `ephemeral` leases remove it on release, `reuse_by_environment`
-//!   stops it and resume starts it again, `retain_on_failure` keeps it running after a
-//!   failure. [`DockerDriver::reap_orphans`] removes containers no lease owns.
+//!   [`LABEL_MANAGED`] (plus [`DockerConfig::extra_labels`]). `reuse_by_environment`
+//!   stops it on release and resume starts it again (after checking the lease label);
+//!   `retain_on_failure` keeps it running after a release as failed; every other release
+//!   removes it. Release, destroy and resume treat a vanished container as done (resume
+//!   reports it gone). [`DockerDriver::reap_orphans`] removes containers no lease owns.
 //! - **Execute**: through the exec API. The command runs under a tiny `sh` wrapper that
 //!   reports its pid; a timeout stops the whole process tree from a second exec (`SIGTERM`,
 //!   then `SIGKILL` after [`DockerConfig::kill_grace`]) and checks nothing is left. The call

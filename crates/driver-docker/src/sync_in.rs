@@ -128,12 +128,14 @@ fn validate<'a>(
     Ok(plans)
 }
 
-/// Moves every staged copy into place: `m` entries replace the content of the workspace
-/// root, `r` entries replace the target. Arguments come in triples (kind, staged, target).
+/// Moves every staged copy into place: `r` entries replace the target; `m` entries
+/// (`m:<octal>` with a mode) replace the content of the workspace root. Arguments come in
+/// triples (kind, staged, target).
 const FINALIZE: &str = r#"set -e
 while [ $# -ge 3 ]; do
   k=$1; t=$2; d=$3; shift 3
-  if [ "$k" = m ]; then
+  case $k in
+  m*)
     for f in "$d"/* "$d"/.[!.]* "$d"/..?*; do
       { [ -e "$f" ] || [ -L "$f" ]; } || continue
       case "$f" in "$d"/.envrt-sync-*) continue;; esac
@@ -143,12 +145,13 @@ while [ $# -ge 3 ]; do
       { [ -e "$f" ] || [ -L "$f" ]; } || continue
       mv -- "$f" "$d"/
     done
-    chmod "$(stat -c %a "$t")" "$d"
-    rmdir -- "$t"
-  else
+    m=${k#m}; m=${m#:}
+    if [ -n "$m" ]; then chmod "$m" "$d"; fi
+    rmdir -- "$t";;
+  *)
     if [ -d "$d" ] && [ ! -L "$d" ]; then rm -rf -- "$d"; elif [ -e "$d" ] || [ -L "$d" ]; then rm -f -- "$d"; fi
-    mv -- "$t" "$d"
-  fi
+    mv -- "$t" "$d";;
+  esac
 done
 "#;
 
@@ -254,7 +257,11 @@ pub(crate) async fn sync_in(
         if failure.is_none() {
             let mut args: Vec<String> = Vec::new();
             for entry in &plan.entries {
-                args.push(if entry.is_root { "m" } else { "r" }.to_owned());
+                args.push(match (entry.is_root, entry.plan.mode) {
+                    (true, Some(mode)) => format!("m:{mode:o}"),
+                    (true, None) => "m".to_owned(),
+                    (false, _) => "r".to_owned(),
+                });
                 args.push(entry.staged());
                 args.push(entry.target.clone());
             }

@@ -478,18 +478,17 @@ async fn big_files_stream_and_sync_in_and_out_run_concurrently() {
             fs::read(host.path().join("back/blob")).unwrap() == big,
             "content changed"
         );
-        // The workspace root itself: its content is replaced.
-        h.runtime
-            .sync_in(
-                &lease.id,
-                &[op(
-                    "d",
-                    vec![SyncFile::directory(host.path().join("small").to_str().unwrap(), ".")],
-                )],
-            )
-            .await
-            .unwrap();
+        // The workspace root itself: its content is replaced, and it takes the mode.
+        let mut root = SyncFile::directory(host.path().join("small").to_str().unwrap(), ".");
+        root.mode = Some(0o750);
+        h.runtime.sync_in(&lease.id, &[op("d", vec![root])]).await.unwrap();
         assert_eq!(ls(&h, &lease, "/workspace").await, "s\n");
+        assert_eq!(h.sh(&lease, "stat -c %a /workspace").await.stdout, b"750\n");
+        // A directory target takes the mode too.
+        let mut dir = SyncFile::directory(host.path().join("small").to_str().unwrap(), "d");
+        dir.mode = Some(0o701);
+        h.runtime.sync_in(&lease.id, &[op("e", vec![dir])]).await.unwrap();
+        assert_eq!(h.sh(&lease, "stat -c %a /workspace/d").await.stdout, b"701\n");
     })
     .await;
     h.finish().await;
