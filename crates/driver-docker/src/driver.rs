@@ -56,6 +56,15 @@ impl DockerDriver {
         &self.engine.address
     }
 
+    /// Whether `image` is present on the engine (the driver never pulls).
+    pub async fn image_exists(&self, image: &str) -> Result<bool, DriverError> {
+        match self.engine.call(self.engine.docker.inspect_image(image)).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(self.engine.error("inspecting an image", e)),
+        }
+    }
+
     fn scope_filters(&self) -> HashMap<String, Vec<String>> {
         let mut labels = vec![format!("{LABEL_MANAGED}=true")];
         labels.extend(self.config.extra_labels.iter().map(|(k, v)| format!("{k}={v}")));
