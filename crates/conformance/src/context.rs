@@ -58,6 +58,7 @@ pub struct Ctx {
     pub cases: u32,
     pub(crate) leftovers: Option<LeftoversProbe>,
     pub(crate) only: Option<Vec<&'static str>>,
+    pub(crate) deviations: Vec<(&'static str, String)>,
     handle: tokio::runtime::Handle,
     counter: AtomicU64,
 }
@@ -94,6 +95,7 @@ impl Ctx {
             cases: target.cases.max(1),
             leftovers: target.leftovers,
             only: target.only,
+            deviations: target.deviations,
             handle,
             counter: AtomicU64::new(0),
         };

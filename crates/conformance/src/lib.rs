@@ -64,6 +64,9 @@ pub struct Target {
     pub leftovers: Option<LeftoversProbe>,
     /// When set, only checks whose name starts with one of these prefixes run.
     pub only: Option<Vec<&'static str>>,
+    /// Documented deviations: checks that are registered but reported as ignored, each
+    /// with the reason printed before the run and written to the report.
+    pub deviations: Vec<(&'static str, String)>,
 }
 
 impl Target {
@@ -76,7 +79,14 @@ impl Target {
             binary_safe: true,
             leftovers: None,
             only: None,
+            deviations: Vec::new(),
         }
+    }
+
+    /// Declares a known deviation: `check` is reported as ignored, with `reason`.
+    pub fn with_deviation(mut self, check: &'static str, reason: impl Into<String>) -> Self {
+        self.deviations.push((check, reason.into()));
+        self
     }
 
     /// Runs only the checks whose name starts with one of `prefixes`.
@@ -117,6 +127,9 @@ pub fn run_suites(suites: Vec<Suite>) -> bool {
     let args = libtest_mimic::Arguments::from_args();
     for suite in &suites {
         println!("{}", report::matrix_line(&suite.ctx));
+        for (check, reason) in &suite.ctx.deviations {
+            println!("envrt-deviation driver_{}::{check}: {reason}", suite.ctx.key);
+        }
     }
     let main = libtest_mimic::run(&args, suites.iter().flat_map(Suite::trials).collect());
     let cleanup = libtest_mimic::run(&args, suites.iter().flat_map(Suite::cleanup_trials).collect());
@@ -242,6 +255,7 @@ impl Suite {
                 let report = self.report.clone();
                 let name = format!("driver_{}::{}", ctx.key, check.name);
                 let trial_name = name.clone();
+                let deviates = ctx.deviations.iter().any(|(c, _)| *c == check.name);
                 libtest_mimic::Trial::test(name, move || {
                     let outcome = (check.run)(&ctx);
                     report.lock().unwrap().push(TrialOutcome {
@@ -251,6 +265,7 @@ impl Suite {
                     });
                     outcome.map_err(Into::into)
                 })
+                .with_ignored_flag(deviates)
             })
             .collect()
     }
@@ -268,6 +283,12 @@ impl Suite {
             driver: self.ctx.key.clone(),
             capabilities: self.ctx.profile.environment,
             lease_capabilities: self.ctx.profile.ephemeral,
+            deviations: self
+                .ctx
+                .deviations
+                .iter()
+                .map(|(c, r)| (format!("driver_{}::{c}", self.ctx.key), r.clone()))
+                .collect(),
             passed: trials.iter().all(|t| t.passed),
             trials,
         }

@@ -29,8 +29,10 @@ pub struct Report {
     pub capabilities: CapabilitySnapshot,
     /// The snapshot of an ephemeral lease.
     pub lease_capabilities: CapabilitySnapshot,
-    /// Every trial that ran (filtered trials are absent).
+    /// Every trial that ran (filtered and ignored trials are absent).
     pub trials: Vec<TrialOutcome>,
+    /// Declared deviations: (trial name, reason); those trials did not run.
+    pub deviations: Vec<(String, String)>,
     /// Whether everything passed.
     pub passed: bool,
 }

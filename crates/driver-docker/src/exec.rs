@@ -106,6 +106,9 @@ pub(crate) async fn execute(
 ) -> Result<ExecuteResult, DriverError> {
     let env = check_request(&request)?;
     let cwd = confine_to_workspace(workspace, request.cwd.as_deref().unwrap_or(workspace))?;
+    if let Some(given) = request.cwd.as_deref().filter(|_| cwd != workspace) {
+        process::ensure_resolves_inside(engine, container, workspace, &[(given, cwd.as_str())]).await?;
+    }
     let started = std::time::Instant::now();
     let mut argv = Vec::with_capacity(request.args.len() + 1);
     argv.push(request.command.clone());

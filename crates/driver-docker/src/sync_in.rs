@@ -215,6 +215,13 @@ pub(crate) async fn sync_in(
     let workspace = DockerDriver::workspace_of(context);
     let owner = driver.owner_of(context).await?;
     let plans = validate(&workspace, owner, operations)?;
+    // A symlink already in the workspace must not lead a target outside it.
+    let parents: Vec<(&str, &str)> = plans
+        .iter()
+        .flat_map(|p| &p.entries)
+        .map(|e| (e.plan.target.as_str(), e.parent.as_str()))
+        .collect();
+    crate::process::ensure_resolves_inside(&driver.engine, container, &workspace, &parents).await?;
     let mut results = Vec::with_capacity(plans.len());
     for plan in plans {
         let mut result = SyncOperationResult {

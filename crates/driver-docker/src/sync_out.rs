@@ -62,6 +62,12 @@ pub(crate) async fn sync_out(
         }
         plans.push((operation, entries));
     }
+    let sources: Vec<(&str, &str)> = plans
+        .iter()
+        .flat_map(|(_, entries)| entries)
+        .map(|e| (e.source_text, e.source.as_str()))
+        .collect();
+    crate::process::ensure_resolves_inside(&driver.engine, container, &workspace, &sources).await?;
     let mut results = Vec::with_capacity(plans.len());
     for (operation, entries) in plans {
         let mut result = SyncOperationResult {

@@ -373,7 +373,9 @@ fn concurrent(ctx: &Ctx) -> Result<(), String> {
 
 fn cwd_confined(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
-        for cwd in ["../outside", "/etc"] {
+        let link = ctx.marker("cwd-link");
+        ctx.sh(&lease, &format!("ln -s /tmp '{link}'")).await?;
+        for cwd in ["../outside", "/etc", link.as_str()] {
             let mut request = ExecuteRequest::new("pwd", Vec::<String>::new());
             request.cwd = Some(cwd.into());
             let error = ctx

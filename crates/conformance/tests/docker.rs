@@ -1,0 +1,71 @@
+//! The conformance suite against the Docker driver (`cargo xtask conformance --driver
+//! docker`), on the local test image `envrt-test:latest` (`cargo xtask docker-image`).
+//! Containers carry a label unique to this run; none may remain afterwards. Without an
+//! engine the suite is skipped loudly, unless `ENVRT_REQUIRE_DOCKER=1` (as in CI), which
+//! makes it fail.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use envrt_conformance::{LeftoversFuture, Suite, Target};
+use envrt_driver_docker::{DockerConfig, DockerDriver};
+use serde_json::json;
+
+const IMAGE: &str = "envrt-test:latest";
+
+fn main() {
+    let required = std::env::var("ENVRT_REQUIRE_DOCKER").as_deref() == Ok("1");
+    let run = format!("{}-{}", std::process::id(), uuid_like());
+    let built = Suite::build(|| async move {
+        let config = DockerConfig {
+            extra_labels: BTreeMap::from([("envrt.conformance-run".to_string(), run)]),
+            ..DockerConfig::default()
+        };
+        let driver = Arc::new(DockerDriver::connect(config).await.map_err(|e| e.to_string())?);
+        if !driver.image_exists(IMAGE).await.map_err(|e| e.to_string())? {
+            return Err(format!(
+                "the image {IMAGE} is missing; build it with `cargo xtask docker-image`"
+            ));
+        }
+        let probe = driver.clone();
+        let leftovers = Arc::new(move || -> LeftoversFuture {
+            let probe = probe.clone();
+            Box::pin(async move {
+                let containers = probe.managed_containers().await.map_err(|e| e.to_string())?;
+                Ok(containers
+                    .into_iter()
+                    .map(|(id, lease)| format!("container {id} of lease {lease}"))
+                    .collect())
+            })
+        });
+        let config = json!({"image": IMAGE}).as_object().cloned().unwrap_or_default();
+        Ok(Target::new(driver)
+            .with_config(config)
+            .with_cases(8)
+            .with_leftovers(leftovers)
+            .with_deviation(
+                "execute_signal_reported",
+                "the Engine API reports a command killed by signal n as exit code 128+n, \
+                 indistinguishable from `exit 128+n`; only timeouts report the signal",
+            ))
+    });
+    match built {
+        Ok(suite) => suite.run_and_exit(),
+        Err(error) if !required => {
+            eprintln!(
+                "\n*** SKIPPED: the Docker conformance suite: {error} (set ENVRT_REQUIRE_DOCKER=1 to fail instead) ***\n"
+            );
+        }
+        Err(error) => {
+            eprintln!("ENVRT_REQUIRE_DOCKER=1 but the Docker driver cannot run: {error}");
+            std::process::exit(101);
+        }
+    }
+}
+
+fn uuid_like() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
