@@ -102,6 +102,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 .filter_map(|l| l.strip_prefix("envrt-capabilities "))
                 .map(String::from),
         );
+        deviations.extend(
+            stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix("envrt-deviation "))
+                .map(String::from),
+        );
         let (passed, failed) = count(&stdout);
         rows.push((driver.clone(), passed, failed, output.status.success()));
     }
