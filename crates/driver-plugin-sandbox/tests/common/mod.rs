@@ -78,7 +78,7 @@ pub fn script_manifest(mode: &str, extra_env: &[(&str, &str)]) -> PluginManifest
     }
     let value = serde_json::json!({
         "id": "fault.plugin",
-        "worker": {"command": ["python3", script.to_str().unwrap()], "env": env},
+        "worker": {"command": [python(), script.to_str().unwrap()], "env": env},
         "environmentDrivers": [{
             "driverKey": "sandbox",
             "kind": "sandbox_provider",
@@ -87,6 +87,15 @@ pub fn script_manifest(mode: &str, extra_env: &[(&str, &str)]) -> PluginManifest
         }],
     });
     PluginManifest::from_json(&value.to_string()).unwrap()
+}
+
+/// The system python (not a shim that would add its own environment).
+pub fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
 }
 
 /// A runtime with `driver` registered and one active environment `env-1` using it.
