@@ -19,6 +19,6 @@ pub mod host;
 pub mod protocol;
 
 pub use host::{
-    DEFAULT_DRIVER_KEY, DuplexLimits, PluginManifest, RestartPolicy, RouteSlots, SandboxDriver, SandboxError,
-    SandboxOptions,
+    DEFAULT_DRIVER_KEY, DuplexLimits, ParentDeathSignal, PluginManifest, RestartPolicy, RouteSlots, SandboxDriver,
+    SandboxError, SandboxOptions,
 };
