@@ -185,3 +185,62 @@ async fn the_worker_environment_is_minimal() {
     }
     assert_eq!(names, expected);
 }
+
+#[tokio::test]
+async fn a_worker_that_keeps_crashing_stays_down_after_the_limit() {
+    let options = SandboxOptions {
+        restart: envrt_driver_plugin_sandbox::RestartPolicy {
+            base: Duration::from_millis(10),
+            max_crashes: 3,
+            ..Default::default()
+        },
+        ..SandboxOptions::default()
+    };
+    let driver = start(script_manifest("die-on-health", &[]), options).await;
+    for attempt in 1..=3 {
+        let err = bounded("health", driver.health()).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Worker process exited (code=1, signal=null)",
+            "attempt {attempt}"
+        );
+    }
+    let err = bounded("health", driver.health()).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker for plugin \"fault.plugin\" is unavailable: it crashed 3 times in a row; not restarting"
+    );
+    assert_eq!(driver.worker_pid(), None);
+}
+
+#[tokio::test]
+async fn binary_execute_is_used_when_advertised() {
+    let manifest = script_manifest(
+        "",
+        &[(
+            "SUPPORTED",
+            "health,environmentAcquireLease,environmentReleaseLease,environmentExecuteBinary",
+        )],
+    );
+    let driver = start(manifest, SandboxOptions::default()).await;
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let sink_seen = seen.clone();
+    let bytes: Vec<u8> = (0..=255u8).rev().collect();
+    let request = ExecuteRequest {
+        stdin: Some(bytes.clone()),
+        sink: Some(std::sync::Arc::new(
+            move |_: envrt_runtime_core::OutputStream, chunk: &[u8]| sink_seen.lock().unwrap().extend_from_slice(chunk),
+        )),
+        ..ExecuteRequest::new("cat", [""; 0])
+    };
+    let result = bounded("execute", runtime.execute(&lease.id, request)).await.unwrap();
+    assert_eq!(result.stdout, bytes);
+    assert_eq!(result.stderr, [0xff]);
+    assert_eq!(*seen.lock().unwrap(), bytes);
+    // the classifier counts the binary verb as the execute verb
+    let caps = runtime.resolve_capabilities(&lease.id).await.unwrap().unwrap();
+    assert!(caps.independent_control_commands);
+    assert!(!caps.duplex_command_stream && !caps.native_sync_in);
+}

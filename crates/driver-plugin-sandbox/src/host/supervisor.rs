@@ -324,10 +324,10 @@ async fn restart_loop(me: Weak<Supervisor>) {
                 *crashes += 1;
                 *crashes
             };
-            if n > supervisor.options.restart.max_crashes {
+            if n >= supervisor.options.restart.max_crashes {
                 let error = SandboxError::WorkerUnavailable {
                     plugin_id: supervisor.manifest.id.clone(),
-                    reason: format!("it crashed {} times in a row; not restarting", n - 1),
+                    reason: format!("it crashed {n} times in a row; not restarting"),
                 };
                 tracing::error!("{error}");
                 supervisor.slot.send_replace(Slot::Down(error));
