@@ -244,3 +244,47 @@ async fn binary_execute_is_used_when_advertised() {
     assert!(caps.independent_control_commands);
     assert!(!caps.duplex_command_stream && !caps.native_sync_in);
 }
+
+#[tokio::test]
+async fn shutdown_escalates_to_sigkill_for_a_worker_that_will_not_leave() {
+    let options = SandboxOptions {
+        kill_grace: Duration::from_millis(200),
+        ..SandboxOptions::default()
+    };
+    let driver = start(script_manifest("stubborn", &[]), options).await;
+    let pid = driver.worker_pid().unwrap();
+    bounded("shutdown", driver.shutdown()).await;
+    assert!(
+        wait_gone(pid, Duration::from_secs(5)).await,
+        "shutdown left the worker running"
+    );
+    let err = driver.health().await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker for plugin \"fault.plugin\" is unavailable: the worker was shut down"
+    );
+}
+
+#[tokio::test]
+async fn a_worker_that_closes_stdout_is_killed_and_its_calls_fail() {
+    let driver = start(script_manifest("close-stdout", &[]), SandboxOptions::default()).await;
+    let pid = driver.worker_pid().unwrap();
+    let err = bounded("health", driver.health()).await.unwrap_err();
+    assert_eq!(err.to_string(), "Worker process exited (code=null, signal=SIGKILL)");
+    assert!(!alive(pid));
+}
+
+#[tokio::test]
+async fn an_unknown_driver_key_is_refused() {
+    let options = SandboxOptions {
+        driver_key: Some("nope".into()),
+        ..SandboxOptions::default()
+    };
+    let err = SandboxDriver::start(script_manifest("", &[]), options)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Invalid plugin manifest: no environmentDrivers entry has driverKey \"nope\""
+    );
+}
