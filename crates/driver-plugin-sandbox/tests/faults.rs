@@ -288,3 +288,49 @@ async fn an_unknown_driver_key_is_refused() {
         "Invalid plugin manifest: no environmentDrivers entry has driverKey \"nope\""
     );
 }
+
+#[tokio::test]
+async fn supported_methods_are_replaced_on_restart_and_gate_lifecycle_verbs() {
+    use envrt_runtime_core::{EnvironmentDriver as _, LeaseStatus};
+    let dir = TempDir::new("supported");
+    let file = dir.join("supported");
+    std::fs::write(
+        &file,
+        "health,environmentAcquireLease,environmentReleaseLease,duplexChannelOpen",
+    )
+    .unwrap();
+    let manifest = script_manifest("", &[("SUPPORTED_FILE", file.to_str().unwrap())]);
+    let driver = start(manifest, SandboxOptions::default()).await;
+    assert!(driver.as_duplex().is_some());
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+
+    // the restarted worker advertises less: the driver follows it live
+    std::fs::write(&file, "health,environmentAcquireLease").unwrap();
+    let old_pid = driver.worker_pid().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    bounded("restart", async {
+        while driver.worker_pid().is_none_or(|pid| pid == old_pid) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(!driver.supported_methods().contains("duplexChannelOpen"));
+    assert!(driver.as_duplex().is_none());
+    let Err(err) = runtime.open_duplex_channel(&lease.id, &["cat".to_owned()]).await else {
+        panic!("duplex must be refused once the worker stops advertising it")
+    };
+    assert_eq!(
+        err.to_string(),
+        "Environment driver \"sandbox\" does not support duplex channels."
+    );
+    // release is no longer advertised: it succeeds without being sent
+    runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    let stats = driver.call("test.stats", json!({})).await.unwrap();
+    assert_eq!(stats["calls"].get("environmentReleaseLease"), None, "{stats}");
+    assert_eq!(stats["calls"]["initialize"], 1);
+}
