@@ -334,3 +334,61 @@ async fn supported_methods_are_replaced_on_restart_and_gate_lifecycle_verbs() {
     assert_eq!(stats["calls"].get("environmentReleaseLease"), None, "{stats}");
     assert_eq!(stats["calls"]["initialize"], 1);
 }
+
+#[tokio::test]
+async fn malformed_results_and_unadvertised_verbs_have_exact_errors() {
+    use envrt_runtime_core::{
+        AcquireRequest, EnvironmentDriver as _, LeaseContext, SyncFile, SyncOperation, Timestamp,
+    };
+    let driver = start(script_manifest("bad-acquire", &[]), SandboxOptions::default()).await;
+    let runtime = runtime_with(driver.clone()).await;
+    let err = runtime
+        .acquire_lease(AcquireRequest::new("env-1", "co-1"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker returned an invalid result for \"environmentAcquireLease\": providerLeaseId is missing"
+    );
+
+    // sync in advertised, sync out not: the verb is never sent
+    let manifest = script_manifest(
+        "",
+        &[(
+            "SUPPORTED",
+            "health,environmentAcquireLease,environmentReleaseLease,environmentSyncIn",
+        )],
+    );
+    let driver = start(manifest, SandboxOptions::default()).await;
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+    // the provider's attested expiry is kept
+    assert_eq!(lease.expires_at, Some(Timestamp(1_893_553_445_678)));
+    let context = LeaseContext {
+        lease: lease.clone(),
+        environment: runtime.environment("env-1").await.unwrap(),
+    };
+    let operations = [SyncOperation {
+        operation_id: "o".into(),
+        files: vec![SyncFile::file("/a", "/b")],
+        post_upload_commands: vec![],
+    }];
+    let err = driver
+        .as_sync()
+        .unwrap()
+        .sync_out(&context, &operations)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker for plugin \"fault.plugin\" does not advertise \"environmentSyncOut\"."
+    );
+    let stats = driver.call("test.stats", json!({})).await.unwrap();
+    assert_eq!(stats["calls"].get("environmentSyncOut"), None);
+    // the facade refuses first, from the capability snapshot
+    let err = runtime.sync_out(&lease.id, &operations).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Environment driver \"sandbox\" does not support native file sync."
+    );
+}
