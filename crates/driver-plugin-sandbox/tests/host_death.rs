@@ -64,6 +64,10 @@ fn host_child() {
 }
 
 fn kill_host_and_check(kind: &str) {
+    if kind.starts_with("sdk") {
+        // install once here, not concurrently in two child hosts
+        ensure_sdk_fixture();
+    }
     let root = TempDir::new("host-death");
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["host_child", "--exact", "--nocapture", "--test-threads=1"])
