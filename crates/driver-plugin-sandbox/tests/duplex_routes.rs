@@ -389,3 +389,29 @@ async fn a_route_past_its_lifetime_ends_and_the_worker_is_told() {
     }
     channel.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_late_frame_whose_tombstone_was_evicted_is_still_dropped_quietly() {
+    let options = SandboxOptions {
+        duplex_limits: DuplexLimits {
+            max_tombstones: 1,
+            ..DuplexLimits::default()
+        },
+        ..own_slots(4)
+    };
+    let (driver, runtime, lease) = setup("", options).await;
+    let first = open(&runtime, &lease).await;
+    let (old_route, old_session) = only_route(&driver).await;
+    first.close().await.unwrap();
+    // the second close evicts the first route's tombstone
+    open(&runtime, &lease).await.close().await.unwrap();
+    let pid = driver.worker_pid();
+    emit(
+        &driver,
+        "duplexChannel.data",
+        json!({"hostRouteId": old_route, "workerSessionId": old_session, "chunk": "aGk="}),
+    )
+    .await;
+    assert_eq!(bounded("health", driver.health()).await.unwrap()["status"], "ok");
+    assert_eq!(driver.worker_pid(), pid);
+}
