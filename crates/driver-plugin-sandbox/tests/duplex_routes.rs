@@ -1,12 +1,12 @@
 //! Duplex routes on the host, against the scriptable worker: the ceiling, open failures,
 //! the pre-bind hold, half-close, forged and late frames, protocol errors and bounds.
 
-mod common;
+mod host_common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use host_common::*;
 use envrt_driver_plugin_sandbox::{DuplexLimits, RouteSlots, SandboxDriver, SandboxOptions};
 use envrt_runtime_core::{DuplexChannel, DuplexExit, EnvironmentRuntime, Lease};
 use serde_json::{Value, json};

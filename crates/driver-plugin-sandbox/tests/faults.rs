@@ -1,11 +1,11 @@
 //! Faults, with small misbehaving workers (tests/fixtures/script-worker.py): stray and
 //! oversized stdout lines, a worker killed during a call, initialize failures, timeouts.
 
-mod common;
+mod host_common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use host_common::*;
 use envrt_driver_plugin_sandbox::{SandboxDriver, SandboxError, SandboxOptions};
 use envrt_runtime_core::{DriverError, ExecuteRequest, RuntimeError};
 use serde_json::json;

@@ -2,14 +2,14 @@
 //! is this test binary re-run as a child (`host_child`), which starts a worker, reports
 //! its pid and waits to be killed.
 
-mod common;
+mod host_common;
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use host_common::*;
 use envrt_driver_plugin_sandbox::{ParentDeathSignal, SandboxOptions};
 use envrt_runtime_core::{ExecuteRequest, OutputStream};
 

@@ -1,12 +1,12 @@
 //! Interop: the host against a real worker written with `@paperclipai/plugin-sdk`
 //! (tests/fixtures/sdk-worker, installed by scripts/install-sdk-fixture.sh).
 
-mod common;
+mod host_common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use host_common::*;
 use envrt_driver_plugin_sandbox::SandboxOptions;
 use envrt_runtime_core::{
     DuplexExit, EnvironmentDriver as _, ExecuteRequest, LeaseStatus, OutputStream, SyncFile, SyncOperation,
