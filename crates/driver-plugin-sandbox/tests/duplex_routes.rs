@@ -6,9 +6,9 @@ mod host_common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use host_common::*;
 use envrt_driver_plugin_sandbox::{DuplexLimits, RouteSlots, SandboxDriver, SandboxOptions};
 use envrt_runtime_core::{DuplexChannel, DuplexExit, EnvironmentRuntime, Lease};
+use host_common::*;
 use serde_json::{Value, json};
 
 async fn setup(mode: &str, options: SandboxOptions) -> (Arc<SandboxDriver>, EnvironmentRuntime, Lease) {

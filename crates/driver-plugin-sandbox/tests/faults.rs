@@ -5,9 +5,9 @@ mod host_common;
 
 use std::time::{Duration, Instant};
 
-use host_common::*;
 use envrt_driver_plugin_sandbox::{SandboxDriver, SandboxError, SandboxOptions};
 use envrt_runtime_core::{DriverError, ExecuteRequest, RuntimeError};
+use host_common::*;
 use serde_json::json;
 
 fn sandbox_error(err: &RuntimeError) -> &SandboxError {

@@ -6,12 +6,12 @@ mod host_common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use host_common::*;
 use envrt_driver_plugin_sandbox::SandboxOptions;
 use envrt_runtime_core::{
     DuplexExit, EnvironmentDriver as _, ExecuteRequest, LeaseStatus, OutputStream, SyncFile, SyncOperation,
     WorkspaceRequest,
 };
+use host_common::*;
 
 type Chunks = Vec<(OutputStream, Vec<u8>)>;
 

@@ -89,6 +89,44 @@ pub fn script_manifest(mode: &str, extra_env: &[(&str, &str)]) -> PluginManifest
     PluginManifest::from_json(&value.to_string()).unwrap()
 }
 
+/// The crate's reference worker binary, when it is part of this build.
+pub const REFERENCE_WORKER: Option<&str> = option_env!("CARGO_BIN_EXE_envrt-sandbox-worker");
+
+/// A manifest running the reference worker with leases under `root`; `None` (and a note
+/// on stderr) when the binary is not part of this build.
+pub fn reference_manifest(root: &Path) -> Option<PluginManifest> {
+    let Some(worker) = REFERENCE_WORKER else {
+        eprintln!("SKIPPED: the envrt-sandbox-worker binary is not part of this build");
+        return None;
+    };
+    let value = serde_json::json!({
+        "id": "envrt.reference",
+        "worker": {"command": [worker, "--root", root]},
+        "environmentDrivers": [{
+            "driverKey": "sandbox",
+            "kind": "sandbox_provider",
+            "displayName": "Reference sandbox",
+            "sandboxCapabilities": {"duplexCommandStream": true, "incrementalSessionOutput": true},
+        }],
+    });
+    Some(PluginManifest::from_json(&value.to_string()).unwrap())
+}
+
+/// Host pids of processes whose argv is exactly `argv`.
+pub fn pids_with_argv(argv: &[&str]) -> Vec<u32> {
+    let wanted: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if std::fs::read(entry.path().join("cmdline")).is_ok_and(|c| c == wanted) && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 /// The system python (not a shim that would add its own environment).
 pub fn python() -> &'static str {
     if Path::new("/usr/bin/python3").exists() {
