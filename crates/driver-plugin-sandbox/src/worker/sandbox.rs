@@ -141,6 +141,8 @@ impl Sandbox {
         );
         a.push(lease_dir.to_string_lossy().into_owned());
         a.push(WORKSPACE.into());
+        // The sandbox's root (where /etc and the mount points live) is read-only too.
+        a.extend(["--remount-ro".into(), "/".into()]);
         a.extend(["--chdir".into(), cwd.to_owned(), "--clearenv".into()]);
         if !env.iter().any(|(k, _)| k == "PATH") {
             a.extend(["--setenv".into(), "PATH".into(), SANDBOX_PATH.into()]);
