@@ -356,10 +356,12 @@ impl Copier<'_> {
                     (resolved.host, Some(resolved.sandbox), meta)
                 }
                 _ => {
-                    let meta = fs::metadata(source).map_err(|_| DriverError::SourceMissing {
+                    let missing = || DriverError::SourceMissing {
                         path: source.display().to_string(),
-                    })?;
-                    (source.to_path_buf(), None, meta)
+                    };
+                    let real = fs::canonicalize(source).map_err(|_| missing())?;
+                    let meta = fs::metadata(&real).map_err(|_| missing())?;
+                    (real, None, meta)
                 }
             }
         } else {
