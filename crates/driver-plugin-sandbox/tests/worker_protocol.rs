@@ -40,7 +40,10 @@ fn protocol_errors_have_the_sdk_texts_and_do_not_break_the_worker() {
     );
     assert_eq!(
         w.err("environmentRunnerIngressEndpoint", json!({})),
-        (-32601, "Unknown method: environmentRunnerIngressEndpoint".into())
+        (
+            -32004,
+            "environmentRunnerIngressEndpoint is not implemented by this plugin".into()
+        )
     );
     w.send_raw("this is not json");
     assert_eq!(
@@ -145,6 +148,25 @@ fn stdin_eof_ends_the_worker_and_every_sandboxed_process() {
     assert!(before.len() >= 8, "sleepers and their sandboxes: {before:?}");
     w.close_stdin();
     assert_eq!(w.wait_exit(), Some(0));
+    assert_eq!(survivors_after_wait(&mark), Vec::<u32>::new());
+}
+
+#[test]
+fn a_killed_worker_takes_its_sandboxes_with_it() {
+    // SIGKILL leaves the worker no chance to clean up: bwrap's --die-with-parent does it.
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let mark = marker("sigkill");
+    w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "sleep 60 & sleep 60"], "env": {"MARK": mark}}),
+        ),
+    );
+    wait_for_processes(&mark, 5);
+    w.child.kill().unwrap();
+    w.child.wait().unwrap();
     assert_eq!(survivors_after_wait(&mark), Vec::<u32>::new());
 }
 

@@ -89,6 +89,22 @@ const SUPPORTED_METHODS: &[&str] = &[
     "duplexChannelCloseInput",
 ];
 
+/// Methods an SDK worker knows but this worker does not implement: answered `-32004`
+/// `"{method} is not implemented by this plugin"`, as an SDK worker without the hook does.
+const KNOWN_NOT_IMPLEMENTED: &[&str] = &[
+    "validateConfig",
+    "environmentRunnerIngressEndpoint",
+    "environmentStartInteractiveSetup",
+    "environmentGetInteractiveSetup",
+    "environmentCaptureTemplate",
+    "environmentCancelInteractiveSetup",
+    "environmentDeleteTemplate",
+    "loginPtyOpen",
+    "loginPtyInput",
+    "loginPtyStop",
+    "loginPtyClose",
+];
+
 const USAGE: &str =
     "usage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N]";
 
@@ -429,6 +445,10 @@ async fn handle(worker: &Worker, method: &str, params: Value, invocation: Option
         }
         "duplexChannelStop" => worker.channels.stop(parse(method, params)?),
         "duplexChannelClose" => Ok(worker.channels.close(parse(method, params)?)),
+        other if KNOWN_NOT_IMPLEMENTED.contains(&other) => Err(RpcError {
+            code: code::METHOD_NOT_IMPLEMENTED,
+            message: format!("{other} is not implemented by this plugin"),
+        }),
         other => Err(RpcError {
             code: code::METHOD_NOT_FOUND,
             message: format!("Unknown method: {other}"),

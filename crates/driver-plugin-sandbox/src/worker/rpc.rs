@@ -13,6 +13,7 @@ pub(crate) mod code {
     pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
     pub(crate) const INVALID_PARAMS: i64 = -32602;
     pub(crate) const WORKER_ERROR: i64 = -32002;
+    pub(crate) const METHOD_NOT_IMPLEMENTED: i64 = -32004;
 }
 
 /// An error answered to one request.
