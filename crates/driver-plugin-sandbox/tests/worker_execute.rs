@@ -97,9 +97,49 @@ fn missing_program_is_127_naming_it() {
     for program in ["definitely-not-a-program-xyz", "/workspace/nope/prog"] {
         let r = w.ok("environmentExecute", on_lease(&lease, json!({"command": program})));
         assert_eq!(r["exitCode"], 127, "{r}");
-        assert!(r["stderr"].as_str().unwrap().contains(program), "{r}");
+        assert_eq!(r["stderr"], format!("{program}: command not found\n"));
         assert_eq!(r["timedOut"], false);
     }
+}
+
+#[test]
+fn signal_deaths_are_told_apart_from_exit_codes() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "echo before; kill -9 $$"]}),
+        ),
+    );
+    assert_eq!(
+        (
+            r["exitCode"].clone(),
+            r["signal"].clone(),
+            r["timedOut"].clone(),
+            r["stdout"].clone()
+        ),
+        (Value::Null, json!("SIGKILL"), json!(false), json!("before\n"))
+    );
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "sh", "args": ["-c", "kill -TERM $$"]})),
+    );
+    assert_eq!(
+        (r["exitCode"].clone(), r["signal"].clone()),
+        (Value::Null, json!("SIGTERM"))
+    );
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "sh", "args": ["-c", "exit 137"]})),
+    );
+    assert_eq!((r["exitCode"].clone(), r["signal"].clone()), (json!(137), Value::Null));
+    let r = w.ok("environmentExecute", on_lease(&lease, json!({"command": "/workspace"})));
+    assert_eq!(
+        (r["exitCode"].clone(), r["stderr"].clone()),
+        (json!(126), json!("/workspace: permission denied\n"))
+    );
 }
 
 #[test]
@@ -192,6 +232,7 @@ fn environment_is_isolated() {
         "environmentExecute",
         on_lease(&lease, json!({"command": "env", "env": {"FOO": "bar"}})),
     );
+    // PWD is set by bwrap when it enters the cwd.
     let mut vars: Vec<&str> = r["stdout"].as_str().unwrap().lines().collect();
     vars.sort();
     assert_eq!(

@@ -133,14 +133,23 @@ fn host_processes_are_invisible() {
         .lines()
         .map(|l| l.parse().unwrap())
         .collect();
-    // bwrap's init, the shell, and the pipeline's own processes: a handful, not the host's.
+    // bwrap's init, the status reporter, the shell and the pipeline: a handful, not the host's.
     assert!(counts[0] <= 6, "{r}");
     assert_eq!(counts[1], 0, "the host's marked process is not visible: {r}");
-    let r = run(&mut w, &lease, "echo $$; cat /proc/1/cmdline | tr '\\0' ' '");
-    let out = r["stdout"].as_str().unwrap();
+    let r = run(
+        &mut w,
+        &lease,
+        "echo $$; tr '\\0' ' ' < /proc/1/cmdline; echo; tr '\\0' ' ' < /proc/2/cmdline",
+    );
+    let lines: Vec<&str> = r["stdout"].as_str().unwrap().lines().collect();
+    assert_eq!(
+        lines[0], "3",
+        "the command is the third process of its own namespace: {r}"
+    );
+    assert!(lines[1].starts_with("/usr/bin/bwrap "), "pid 1 is bwrap's init: {r}");
     assert!(
-        out.starts_with("2\n") && out.contains("bwrap"),
-        "pid 1 is the sandbox's own init: {out}"
+        lines[2].starts_with("/.envrt-init --sandbox-init "),
+        "pid 2 reports the status: {r}"
     );
 }
 

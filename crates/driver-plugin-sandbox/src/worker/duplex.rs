@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::exec::decode_strict;
+use super::init::Reported;
 use super::rpc::{Outbound, RpcError};
 use super::sandbox::{Sandbox, WORKSPACE};
 
@@ -173,7 +174,11 @@ impl Channels {
             };
             // Every data frame goes out before the exit frame (bounded: the namespace is gone).
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), reader).await;
-            let exit_code = if killed { None } else { status.and_then(|s| s.code()) };
+            let exit_code = match (killed, _tracked.reported()) {
+                (true, _) | (false, Some(Reported::Signaled(_))) => None,
+                (false, Some(Reported::Exited(code))) => Some(code),
+                (false, None) => status.and_then(|s| s.code()),
+            };
             frames.exit(exit_code).await;
         });
         self.lock().insert(

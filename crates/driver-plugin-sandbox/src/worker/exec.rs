@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+use super::init::Reported;
 use super::lease::resolve;
 use super::rpc::{Outbound, RpcError};
 use super::sandbox::{Sandbox, WORKSPACE};
@@ -123,7 +124,7 @@ pub(crate) async fn run(
 ) -> Result<Outcome, DriverError> {
     let started = Instant::now();
     let stdin_mode = if stdin.is_some() { Stdio::piped() } else { Stdio::null() };
-    let (mut child, _tracked) = sandbox
+    let (mut child, tracked) = sandbox
         .spawn(lease_dir, cwd, env, argv, [stdin_mode, Stdio::piped(), Stdio::piped()])
         .map_err(|e| DriverError::io("Starting bwrap", e))?;
     if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
@@ -189,9 +190,12 @@ pub(crate) async fn run(
     let status = status
         .unwrap_or_else(|| Err(std::io::Error::other("no status")))
         .map_err(|e| DriverError::io("Waiting for bwrap", e))?;
-    let (exit_code, signal) = match killed_by {
-        Some(sig) => (None, Some(sig.to_owned())),
-        None => {
+    let (exit_code, signal) = match (killed_by, tracked.reported()) {
+        (Some(sig), _) => (None, Some(sig.to_owned())),
+        (None, Some(Reported::Exited(code))) => (Some(code), None),
+        (None, Some(Reported::Signaled(sig))) => (None, Some(signal_name(sig))),
+        (None, None) => {
+            // Nothing reported: bwrap itself failed, or the sandbox was killed from outside.
             use std::os::unix::process::ExitStatusExt;
             match (status.code(), status.signal()) {
                 (Some(code), _) => (Some(code), None),

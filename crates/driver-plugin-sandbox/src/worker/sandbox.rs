@@ -14,8 +14,19 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rustix::fd::{AsRawFd, OwnedFd};
+use rustix::io::FdFlags;
+use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal, kill_process};
 use tokio::process::{Child, Command};
+
+use super::init::{INIT_FLAG, Reported, parse_report};
+
+/// Where the worker binary appears in each sandbox, to run as the command's parent.
+const INIT_PATH: &str = "/.envrt-init";
+
+/// Serializes spawns: the status pipe's write end is inheritable only while one spawn runs.
+static SPAWN_LOCK: Mutex<()> = Mutex::new(());
 
 /// Where the lease directory appears inside the sandbox.
 pub(crate) const WORKSPACE: &str = "/workspace";
@@ -46,6 +57,7 @@ pub(crate) struct Sandbox {
     /// Time between the graceful SIGTERM and the SIGKILL of a sandbox.
     pub(crate) grace: Duration,
     live: Arc<Mutex<HashMap<u32, PathBuf>>>,
+    init: PathBuf,
     root_links: Vec<(String, Option<String>)>,
 }
 
@@ -82,7 +94,10 @@ impl Sandbox {
                 _ => None,
             })
             .collect();
+        let init =
+            std::env::current_exe().map_err(|e| format!("envrt-sandbox-worker: cannot find its own binary: {e}"))?;
         let sandbox = Sandbox {
+            init,
             bwrap,
             version,
             grace,
@@ -131,6 +146,11 @@ impl Sandbox {
                 None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
             }
         }
+        a.extend([
+            "--ro-bind".into(),
+            self.init.to_string_lossy().into_owned(),
+            INIT_PATH.into(),
+        ]);
         for etc in ETC_ALLOW {
             a.extend(["--ro-bind-try".into(), etc.to_string(), etc.to_string()]);
         }
@@ -154,9 +174,9 @@ impl Sandbox {
         a
     }
 
-    /// Spawns `argv` in a sandbox over `lease_dir`. The program is started through
-    /// `/bin/sh -c 'exec "$0" "$@"'` so that a missing program is exit code 127 with a
-    /// message naming it, as in a shell. The child is tracked until [`Tracked`] drops.
+    /// Spawns `argv` in a sandbox over `lease_dir`, under the worker binary in its init role
+    /// (see [`super::init`]), which reports how the command ended on a status pipe. The
+    /// child is tracked until [`Tracked`] drops.
     pub(crate) fn spawn(
         &self,
         lease_dir: &Path,
@@ -165,17 +185,27 @@ impl Sandbox {
         argv: &[String],
         [stdin, stdout, stderr]: [Stdio; 3],
     ) -> std::io::Result<(Child, Tracked)> {
+        let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
         let mut command = Command::new(&self.bwrap);
         command
             .args(self.args(lease_dir, cwd, env))
-            .args(["/bin/sh", "-c", "exec \"$0\" \"$@\""])
+            .arg(INIT_PATH)
+            .arg(INIT_FLAG)
+            .arg(status_write.as_raw_fd().to_string())
+            .arg("--")
             .args(argv)
             .env_clear()
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
             .kill_on_drop(true);
-        let child = command.spawn()?;
+        let child = {
+            let _one_at_a_time = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+            rustix::io::fcntl_setfd(&status_write, FdFlags::empty())?;
+            let child = command.spawn();
+            drop(status_write);
+            child?
+        };
         let pid = child.id().unwrap_or(0);
         self.live
             .lock()
@@ -186,6 +216,7 @@ impl Sandbox {
             Tracked {
                 pid,
                 live: self.live.clone(),
+                status: status_read,
             },
         ))
     }
@@ -239,7 +270,7 @@ impl Sandbox {
         let namespace = ns_init(pid).and_then(|init| pid_namespace(init).map(|ns| (init, ns)));
         if let Some((init, ns)) = &namespace {
             for member in namespace_members(ns) {
-                if member != *init {
+                if member != *init && !is_sandbox_init(member) {
                     signal(member, Signal::TERM);
                 }
             }
@@ -260,6 +291,23 @@ impl Sandbox {
 pub(crate) struct Tracked {
     pid: u32,
     live: Arc<Mutex<HashMap<u32, PathBuf>>>,
+    status: OwnedFd,
+}
+
+impl Tracked {
+    /// How the command ended, as its sandbox init reported; call after `bwrap` exited.
+    /// `None` when nothing was reported (bwrap failed, or the sandbox was killed).
+    pub(crate) fn reported(&self) -> Option<Reported> {
+        let mut text = Vec::new();
+        let mut buf = [0u8; 512];
+        while text.len() < 64 * 1024 {
+            match rustix::io::read(&self.status, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => text.extend_from_slice(&buf[..n]),
+            }
+        }
+        parse_report(&String::from_utf8_lossy(&text))
+    }
 }
 
 impl Drop for Tracked {
@@ -295,6 +343,12 @@ fn hard_kill(bwrap_pid: u32) {
 fn ns_init(bwrap_pid: u32) -> Option<u32> {
     let children = std::fs::read_to_string(format!("/proc/{bwrap_pid}/task/{bwrap_pid}/children")).ok()?;
     children.split_whitespace().next()?.parse().ok()
+}
+
+/// Whether `pid` is the worker binary in its init role (it must outlive the command to
+/// report its status, so the graceful SIGTERM skips it).
+fn is_sandbox_init(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(format!("{INIT_PATH}\0").as_bytes()))
 }
 
 fn pid_namespace(pid: u32) -> Option<String> {
