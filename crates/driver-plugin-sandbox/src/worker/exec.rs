@@ -151,23 +151,27 @@ pub(crate) async fn run(
         carries: [Utf8Carry::default(), Utf8Carry::default()],
         sink,
     };
-    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-    let mut timed_out = false;
-    let mut status = None;
+    // Wait for the exit while streaming output. The deadline covers the whole wait, even a
+    // wait stuck on a host that stopped reading our stdout, so the timeout always fires.
     let mut streams_open = true;
-    while status.is_none() {
-        tokio::select! {
-            chunk = rx.recv(), if streams_open => match chunk {
-                Some((stream, bytes)) => capture.take(stream, &bytes).await,
-                None => streams_open = false,
-            },
-            st = child.wait() => status = Some(st),
-            _ = sleep_until(deadline) => {
-                timed_out = true;
-                break;
+    let wait_exit = async {
+        loop {
+            tokio::select! {
+                chunk = rx.recv(), if streams_open => match chunk {
+                    Some((stream, bytes)) => capture.take(stream, &bytes).await,
+                    None => streams_open = false,
+                },
+                status = child.wait() => return status,
             }
         }
-    }
+    };
+    let (mut status, timed_out) = match timeout {
+        Some(limit) => match tokio::time::timeout(limit, wait_exit).await {
+            Ok(status) => (Some(status), false),
+            Err(_) => (None, true),
+        },
+        None => (Some(wait_exit.await), false),
+    };
     let mut killed_by = None;
     if timed_out {
         let (st, sig) = sandbox.terminate(&mut child).await;
@@ -234,13 +238,6 @@ impl Capture<'_> {
             emit(sink, Stream::Out, &mut self.carries[0], &[], true).await;
             emit(sink, Stream::Err, &mut self.carries[1], &[], true).await;
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -254,7 +254,12 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
 
 /// Waits (bounded) until no process carries `marker`; the survivors if some remain.
 pub fn survivors_after_wait(marker: &str) -> Vec<u32> {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    survivors_within(marker, Duration::from_secs(5))
+}
+
+/// Waits up to `bound` until no process carries `marker`; the survivors if some remain.
+pub fn survivors_within(marker: &str, bound: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + bound;
     loop {
         let found = processes_with(marker);
         if found.is_empty() || Instant::now() > deadline {
