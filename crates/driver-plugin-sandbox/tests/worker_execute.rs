@@ -261,6 +261,50 @@ fn environment_is_isolated() {
 }
 
 #[test]
+fn env_values_stay_off_command_lines() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let secret = marker("secret-value");
+    let id = w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "tr '\\0' ' ' < /proc/1/cmdline; echo; echo \"$TOKEN\""],
+            "env": {"TOKEN": secret}, "stdin": ""}),
+        ),
+    );
+    let r = w.wait_response(id);
+    let lines: Vec<&str> = r["result"]["stdout"].as_str().unwrap().lines().collect();
+    assert!(lines[0].contains("bwrap") && !lines[0].contains(&secret), "{r}");
+    assert_eq!(lines[1], secret);
+    // On the host too: no command line carries the value while a command holds it.
+    let mark = marker("secret-holder");
+    let id = w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sleep", "args": ["30"], "env": {"TOKEN": secret, "MARK": mark}, "timeoutMs": 20000}),
+        ),
+    );
+    wait_for_processes(&mark, 4);
+    let holders = processes_with(&secret);
+    assert!(
+        holders.len() >= 4,
+        "bwrap, its init, the reporter and sleep hold it: {holders:?}"
+    );
+    for pid in holders {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&cmdline).contains(&secret),
+            "pid {pid} shows the value in its command line"
+        );
+    }
+    w.close_stdin();
+    assert_eq!(w.wait_exit(), Some(0));
+    let _ = id;
+}
+
+#[test]
 fn cwd_is_confined_to_the_workspace() {
     let mut w = Worker::ready();
     let lease = w.acquire();

@@ -106,7 +106,7 @@ impl Sandbox {
         };
         let probe_dir = std::env::temp_dir();
         let out = std::process::Command::new(&sandbox.bwrap)
-            .args(sandbox.args(&probe_dir, WORKSPACE, &[]))
+            .args(sandbox.args(&probe_dir, WORKSPACE))
             .arg("true")
             .env_clear()
             .stdin(Stdio::null())
@@ -124,7 +124,7 @@ impl Sandbox {
     }
 
     /// The `bwrap` options (everything before the command).
-    fn args(&self, lease_dir: &Path, cwd: &str, env: &[(String, String)]) -> Vec<String> {
+    fn args(&self, lease_dir: &Path, cwd: &str) -> Vec<String> {
         let mut a: Vec<String> = [
             "--unshare-all",
             "--die-with-parent",
@@ -163,14 +163,7 @@ impl Sandbox {
         a.push(WORKSPACE.into());
         // The sandbox's root (where /etc and the mount points live) is read-only too.
         a.extend(["--remount-ro".into(), "/".into()]);
-        a.extend(["--chdir".into(), cwd.to_owned(), "--clearenv".into()]);
-        if !env.iter().any(|(k, _)| k == "PATH") {
-            a.extend(["--setenv".into(), "PATH".into(), SANDBOX_PATH.into()]);
-        }
-        for (k, v) in env {
-            a.extend(["--setenv".into(), k.clone(), v.clone()]);
-        }
-        a.push("--".into());
+        a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
         a
     }
 
@@ -188,13 +181,17 @@ impl Sandbox {
         let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
         let mut command = Command::new(&self.bwrap);
         command
-            .args(self.args(lease_dir, cwd, env))
+            .args(self.args(lease_dir, cwd))
             .arg(INIT_PATH)
             .arg(INIT_FLAG)
             .arg(status_write.as_raw_fd().to_string())
             .arg("--")
             .args(argv)
+            // The command's environment is bwrap's own (bwrap passes it on), never its
+            // command line: values must not show in process listings.
             .env_clear()
+            .env("PATH", SANDBOX_PATH)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
