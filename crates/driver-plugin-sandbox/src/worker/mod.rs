@@ -422,8 +422,10 @@ async fn handle(worker: &Worker, method: &str, params: Value, invocation: Option
             let wanted = p.workspace.remote_path.as_deref().unwrap_or(WORKSPACE);
             confine_to_workspace(WORKSPACE, wanted)?;
             let resolved = lease::resolve(&dir, wanted, true)?;
-            std::fs::create_dir_all(&resolved.host)
-                .map_err(|e| DriverError::io(format!("Creating workspace {wanted}"), e))?;
+            // Created one component at a time without following links, so a link swapped in
+            // by a running command cannot make the worker create directories elsewhere.
+            lease::Beneath::open(&dir, &lease::components_below_workspace(&resolved.sandbox), true)
+                .map_err(|e| lease::beneath_error(wanted, e))?;
             Ok(json!({"cwd": resolved.sandbox, "metadata": {"remoteCwd": resolved.sandbox}}))
         }
         "environmentExecute" | "environmentExecuteBinary" => {
