@@ -351,3 +351,27 @@ fn cwd_is_confined_to_the_workspace() {
         )
     );
 }
+
+#[test]
+fn many_concurrent_executes_keep_their_own_output() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let ids: Vec<(u64, usize)> = (0..24)
+        .map(|i| {
+            let id = w.send(
+                "environmentExecute",
+                on_lease(&lease, json!({"command": "sh", "args": ["-c", format!("sleep 0.{}; echo out-{i}; echo err-{i} >&2; exit {i}", (24 - i) % 4)]})),
+            );
+            (id, i)
+        })
+        .collect();
+    for (id, i) in ids {
+        let r = w.wait_response(id);
+        assert_eq!(r["result"]["stdout"], format!("out-{i}\n"), "{r}");
+        assert_eq!(r["result"]["stderr"], format!("err-{i}\n"));
+        assert_eq!(r["result"]["exitCode"], i);
+        let inv = format!("inv-{id}");
+        assert_eq!(logs(&w, &inv, "stdout"), format!("out-{i}\n"));
+    }
+    assert_eq!(w.ok("health", json!({}))["details"]["runningSandboxes"], 0);
+}
