@@ -173,7 +173,7 @@ impl Channels {
             };
             // Every data frame goes out before the exit frame (bounded: the namespace is gone).
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), reader).await;
-            let exit_code = match (killed, tracked.reported()) {
+            let exit_code = match (killed || tracked.killed(), tracked.reported()) {
                 (true, _) | (false, Some(Reported::Signaled(_))) => None,
                 (false, Some(Reported::Exited(code))) => Some(code),
                 (false, None) => status.and_then(|s| s.code()),

@@ -194,6 +194,9 @@ pub(crate) async fn run(
     let status = status
         .unwrap_or_else(|| Err(std::io::Error::other("no status")))
         .map_err(|e| DriverError::io("Waiting for bwrap", e))?;
+    if killed_by.is_none() && tracked.killed() {
+        killed_by = Some("SIGKILL");
+    }
     let (exit_code, signal) = match (killed_by, tracked.reported()) {
         (Some(sig), _) => (None, Some(sig.to_owned())),
         (None, Some(Reported::Exited(code))) => (Some(code), None),

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,7 +57,7 @@ pub(crate) struct Sandbox {
     pub(crate) version: String,
     /// Time between the graceful SIGTERM and the SIGKILL of a sandbox.
     pub(crate) grace: Duration,
-    live: Arc<Mutex<HashMap<u32, PathBuf>>>,
+    live: Arc<Mutex<HashMap<u32, Live>>>,
     init: PathBuf,
     root_links: Vec<(String, Option<String>)>,
 }
@@ -204,53 +205,75 @@ impl Sandbox {
             child?
         };
         let pid = child.id().unwrap_or(0);
-        self.live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(pid, lease_dir.to_path_buf());
+        let killed = Arc::new(AtomicBool::new(false));
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            pid,
+            Live {
+                lease_dir: lease_dir.to_path_buf(),
+                killed: killed.clone(),
+            },
+        );
         Ok((
             child,
             Tracked {
                 pid,
                 live: self.live.clone(),
                 status: status_read,
+                killed,
             },
         ))
     }
 
-    /// SIGKILLs every live sandbox (the worker is exiting). Killing the pid namespace's
-    /// init takes every process of the sandbox with it.
+    /// SIGKILLs every live sandbox and reaps them (the worker is exiting). Killing the pid
+    /// namespace's init takes every process of the sandbox with it.
     pub(crate) fn kill_all(&self) {
-        self.kill_where(|_| true);
+        for pid in self.kill_where(|_| true) {
+            if let Some(raw) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+                // Exiting: reap here so no zombie is left to a PID 1 that may not reap; a
+                // reaped pid may be reused, so it leaves the live set at once.
+                if let Ok(Some(_)) = rustix::process::waitpid(Some(raw), rustix::process::WaitOptions::NOHANG) {
+                    self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
+                }
+            }
+        }
     }
 
-    /// SIGKILLs every sandbox running over `lease_dir` (release and destroy of a lease).
+    /// SIGKILLs every sandbox running over `lease_dir` (release and destroy of a lease);
+    /// their calls report `SIGKILL`.
     pub(crate) fn kill_lease(&self, lease_dir: &Path) {
         self.kill_where(|dir| dir == lease_dir);
     }
 
-    fn kill_where(&self, select: impl Fn(&Path) -> bool) {
+    /// Kills the selected sandboxes and waits (bounded) until each `bwrap` has exited.
+    fn kill_where(&self, select: impl Fn(&Path) -> bool) -> Vec<u32> {
         let pids: Vec<u32> = self
             .live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|(_, dir)| select(dir))
-            .map(|(pid, _)| *pid)
+            .filter(|(_, live)| select(&live.lease_dir))
+            .map(|(pid, live)| {
+                live.killed.store(true, Ordering::SeqCst);
+                *pid
+            })
             .collect();
         for pid in &pids {
-            hard_kill(*pid);
+            kill_namespace(*pid);
         }
-        // Wait (bounded) until the namespaces are gone, so nothing outlives the worker.
-        for _ in 0..200 {
-            if pids
-                .iter()
-                .all(|p| !Path::new(&format!("/proc/{p}/task")).exists() || is_zombie(*p))
-            {
+        let exited = |p: &u32| !Path::new(&format!("/proc/{p}/task")).exists() || is_zombie(*p);
+        for round in 0..200 {
+            if pids.iter().all(exited) {
                 break;
+            }
+            if round == 100 {
+                // bwrap did not exit after its namespace died: kill it too.
+                for pid in pids.iter().filter(|p| !exited(p)) {
+                    signal(*pid, Signal::KILL);
+                }
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        pids
     }
 
     /// How many sandboxes are running.
@@ -276,22 +299,41 @@ impl Sandbox {
                 return (status, "SIGTERM");
             }
         }
-        hard_kill(pid);
-        let status = child.wait().await;
+        kill_namespace(pid);
+        let status = match tokio::time::timeout(Duration::from_secs(1), child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                signal(pid, Signal::KILL);
+                child.wait().await
+            }
+        };
         wait_namespace_gone(namespace.as_ref().map(|(_, ns)| ns.as_str())).await;
         (status, "SIGKILL")
     }
+}
+
+/// A running sandbox in the live set.
+#[derive(Debug)]
+struct Live {
+    lease_dir: PathBuf,
+    killed: Arc<AtomicBool>,
 }
 
 /// Removes a sandbox from the live set when dropped.
 #[derive(Debug)]
 pub(crate) struct Tracked {
     pid: u32,
-    live: Arc<Mutex<HashMap<u32, PathBuf>>>,
+    live: Arc<Mutex<HashMap<u32, Live>>>,
     status: OwnedFd,
+    killed: Arc<AtomicBool>,
 }
 
 impl Tracked {
+    /// Whether the sandbox was killed from outside its call (lease release or destroy).
+    pub(crate) fn killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
+
     /// How the command ended, as its sandbox init reported; call after `bwrap` exited.
     /// `None` when nothing was reported (bwrap failed, or the sandbox was killed).
     pub(crate) fn reported(&self) -> Option<Reported> {
@@ -325,15 +367,17 @@ fn signal(pid: u32, sig: Signal) {
     }
 }
 
-/// SIGKILLs the namespace init (the kernel then kills the whole namespace) and `bwrap`.
-fn hard_kill(bwrap_pid: u32) {
+/// SIGKILLs the namespace init: the kernel kills the whole namespace, and `bwrap` reaps
+/// its child and exits (killing `bwrap` too would leave the init to a PID 1 that may never
+/// reap it). Without an init yet, `bwrap` itself is killed.
+fn kill_namespace(bwrap_pid: u32) {
     if bwrap_pid == 0 {
         return;
     }
-    if let Some(init) = ns_init(bwrap_pid) {
-        signal(init, Signal::KILL);
+    match ns_init(bwrap_pid) {
+        Some(init) => signal(init, Signal::KILL),
+        None => signal(bwrap_pid, Signal::KILL),
     }
-    signal(bwrap_pid, Signal::KILL);
 }
 
 /// The pid (host view) of the sandbox's namespace init: `bwrap`'s child.
