@@ -59,7 +59,8 @@ fn round_trip_streams_chunks_tagged_with_the_invocation() {
 fn binary_execute_is_byte_exact() {
     let mut w = Worker::ready();
     let lease = w.acquire();
-    let all: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    // Far more than a pipe holds each way: stdin is fed while output is drained, no deadlock.
+    let all: Vec<u8> = (0..=255u8).cycle().take(1_000_000).collect();
     let r = w.ok(
         "environmentExecuteBinary",
         on_lease(
