@@ -1,1 +1,44 @@
-fn main() {}
+//! Project automation. `cargo xtask` with no arguments lists the tasks.
+
+mod ci;
+mod conformance;
+mod util;
+
+use std::process::ExitCode;
+
+const TASKS: &str = "\
+cargo xtask <task>
+
+tasks:
+  ci                     fmt check, clippy -D warnings, doc -Dwarnings, every test
+  conformance [options]  the conformance kit against built-in drivers or a plugin worker
+      --driver local|docker|sandbox|all   (default all)
+      --worker COMMAND --manifest FILE    run the kit against an external plugin worker
+      --cases N                           property-test cases per check
+      --report PATH                       JSON report (default target/conformance/report.json)
+  setup                  install and start what the tests need (apt packages, dockerd,
+                         the test image, the SDK fixture); idempotent
+  docker-image           build the local test image envrt-test:latest
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => util::run_script("scripts/setup.sh", &[]).and_then(|()| ci::run_all()),
+        Some("setup") => util::run_script("scripts/setup.sh", &[]),
+        Some("conformance") => conformance::run(&args[1..]),
+        Some("docker-image") => util::run_script("scripts/docker-test-image.sh", &[]),
+        Some(other) => Err(format!("unknown task {other:?}\n\n{TASKS}")),
+        None => {
+            print!("{TASKS}");
+            return ExitCode::SUCCESS;
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,453 @@
-//! The envrt `driver-local` driver (filled by its own issue).
+//! # envrt-driver-local
+//!
+//! The embedded default driver: commands run as real processes on this host, each lease
+//! owns a private workspace directory, and files move in and out natively.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use envrt_driver_local::{LocalConfig, LocalDriver};
+//! use envrt_runtime_core::{AcquireRequest, Environment, EnvironmentRuntime, ExecuteRequest, LeaseStatus};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! # let root = std::env::temp_dir().join(format!("envrt-local-doc-{}", std::process::id()));
+//! let driver = LocalDriver::new(LocalConfig { root: Some(root.clone()), ..Default::default() })?;
+//! let runtime = EnvironmentRuntime::new();
+//! runtime.register_driver(Arc::new(driver));
+//! runtime.put_environment(Environment::new("env-1", "This host", "local")).await?;
+//! let lease = runtime.acquire_lease(AcquireRequest::new("env-1", "acme")).await?;
+//! let out = runtime.execute(&lease.id, ExecuteRequest::new("echo", ["hello"])).await?;
+//! assert_eq!(out.stdout, b"hello\n");
+//! runtime.release_lease(&lease.id, LeaseStatus::Released).await?; // workspace removed
+//! # std::fs::remove_dir(&root).unwrap();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+//!
+//! ## Capabilities
+//! Static support set: `reusableLeases` (only under `reuse_by_environment`, by the
+//! classifier's narrowing), `nativeSyncIn`, `nativeSyncOut`, `independentControlCommands`,
+//! and the opt-in keys it declares, `incrementalSessionOutput` (the sink streams) and
+//! `concurrentSyncOperations` (sync in and out touch independent paths). Commands are
+//! one-shot, so no `persistentProcessSessions`; no duplex channels (the facade refuses
+//! with `Environment driver "local" does not support duplex channels.`); no runner ingress.
+//!
+//! ## Leases
+//! [`acquire_lease`](EnvironmentDriver::acquire_lease) creates `{root}/lease-{lease id}`
+//! with mode `0700` (`root` from [`LocalConfig::root`], default
+//! `{temp dir}/envrt-local-{uid}`). The provider lease id is the directory name; lease metadata
+//! carries `workspace` (the host path). On release:
+//!
+//! | policy | workspace |
+//! |---|---|
+//! | `ephemeral`, `reuse_by_execution_workspace` | removed |
+//! | `reuse_by_environment` | kept; resume returns it (`None` once it has vanished) |
+//! | `retain_on_failure` | kept when the lease ends `retained`, removed otherwise |
+//!
+//! Destroy removes it whatever the policy. Release and destroy first kill every command
+//! the lease still runs; both are idempotent.
+//!
+//! ## Execute
+//! Every command runs in its own process group with no shell (unless you run one). Its
+//! working directory is the workspace, or `cwd` resolved inside it (relative to it, or
+//! absolute under it; `..` and symlinks leading out are refused with
+//! [`DriverError::PathOutsideWorkspace`]). A timeout sends `SIGTERM` to the whole group,
+//! then `SIGKILL` after [`LocalConfig::kill_grace`]; the partial output is kept and
+//! `timed_out` is set. When the command itself exits, whatever it left in its group (a
+//! background grandchild still holding stdout, say) is killed and the call returns. Each
+//! stream is capped (`max_output_bytes`); the sink still sees every chunk. A program that
+//! does not exist exits `127` with `envrt: command not found: NAME` on stderr (one that
+//! cannot be executed, `126` with `envrt: permission denied: NAME`). Dropping the execute
+//! future kills the group; so do release and destroy for every command of the lease.
+//!
+//! **Environment.** The host's variables are not inherited. A command sees only:
+//! - the host's values of the allow-list [`LocalConfig::env_allowlist`] (default `PATH`,
+//!   `LANG`, `LC_ALL`, `LC_CTYPE`, `TZ`) when they are set;
+//! - `PATH` = `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin` when the host
+//!   has none;
+//! - `HOME` = the lease workspace;
+//! - then the request's own variables, which override all of the above.
+//!
+//! ## Sync
+//! `sync_in` and `sync_out` follow the contract's section 6. Host-side paths must be
+//! absolute; environment-side paths are confined to the workspace like `cwd` above (a
+//! target may not be the workspace itself, and targets of one operation may not overlap).
+//! Every check runs before anything is written (post-upload cwds included). Each entry is
+//! staged beside its target (files `0600`, directories `0700` until complete, then their
+//! final mode) and the operation's entries are renamed into place together only once all
+//! are staged, so a failed operation leaves neither target nor temporary files; an
+//! existing target, file or directory, is replaced whole by an atomic exchange.
+//!
+//! - The top-level source is always resolved; inside a directory, `followSymlinks: false`
+//!   (the default) copies links as links, and a copied link that would resolve outside the
+//!   target (`..`, an absolute path elsewhere, or through other copied links) is refused
+//!   with [`DriverError::EntryEscapesTarget`]. With `followSymlinks: true`, a followed link
+//!   of the workspace must stay inside it, and a link loop is refused.
+//! - `mode` is the final mode of the file or top directory; everything else keeps the
+//!   source's permission bits (special bits included: commands already run as the
+//!   driver's user, so this grants nothing new). `access` and `writablePath` concern
+//!   providers that mount; a copy ignores them.
+//! - `exclude` globs follow [`ExcludeSet`](envrt_runtime_core::sync::ExcludeSet).
+//! - Post-upload commands (`sync_in` only) run with `sh -c` after the files land, in order,
+//!   stopping at the first failure; the default cwd is the first target (its parent for a
+//!   file).
+//! - Counts are regular files and their bytes. FIFOs, sockets and devices are skipped.
+//! - `realize_workspace` ignores `local_path`; `remote_path` is created inside the
+//!   workspace.
+//!
+//! ## Limits
+//! Commands run as the driver's own user with no isolation beyond the working directory:
+//! a command can read anything that user can. A descendant that leaves the command's
+//! process group on purpose (`setsid`) is out of reach of the group kill; it cannot hold
+//! the call (after the command exits, its pipes are abandoned once they stay quiet for
+//! 200 ms, 2 s at most), but it survives. Path confinement is checked on the real file
+//! system before each operation; a command racing the driver to swap a directory for a
+//! symlink during a sync is not defended against.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use envrt_runtime_core::capability::{CapabilityDeclaration, CapabilityKey, SupportSet};
+use envrt_runtime_core::driver::classify_driver;
+use envrt_runtime_core::{
+    AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, EnvironmentDriver, Execute,
+    ExecuteRequest, ExecuteResult, FileSync, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace,
+    RealizedWorkspace, ReleaseInput, ResumeLease, SyncOperation, SyncResult, WorkspaceRequest,
+};
+
+mod copy;
+mod exec;
+mod sync;
+mod workspace;
+
+use exec::{ExecSite, ProcessTable};
+use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree, resolve_in_workspace};
+
+/// `{temp dir}/envrt-local-{effective uid}`: one root per user, so that no user can
+/// prepare another's.
+fn default_root() -> PathBuf {
+    std::env::temp_dir().join(format!("envrt-local-{}", nix::unistd::geteuid().as_raw()))
+}
+
+/// The registry key of this driver.
+pub const DRIVER_KEY: &str = "local";
+
+/// Configuration of a [`LocalDriver`].
+#[derive(Clone, Debug)]
+pub struct LocalConfig {
+    /// Where lease workspaces live; `{temp dir}/envrt-local-{uid}` when `None`. Created
+    /// (mode `0700`) if missing; must be owned by the driver's effective user.
+    pub root: Option<PathBuf>,
+    /// Time between `SIGTERM` and `SIGKILL` when a command times out; default 2 s.
+    pub kill_grace: Duration,
+    /// Host environment variables passed through to commands when set; default `PATH`,
+    /// `LANG`, `LC_ALL`, `LC_CTYPE`, `TZ`.
+    pub env_allowlist: Vec<String>,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        LocalConfig {
+            root: None,
+            kill_grace: Duration::from_secs(2),
+            env_allowlist: ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        }
+    }
+}
+
+/// The local driver (key `local`): real processes and a private workspace per lease.
+#[derive(Debug)]
+pub struct LocalDriver {
+    root: PathBuf,
+    config: LocalConfig,
+    processes: Arc<ProcessTable>,
+}
+
+impl LocalDriver {
+    /// A driver over `config`; creates the root directory (mode `0700`) when missing. The
+    /// root must be a directory owned by the driver's effective user.
+    pub fn new(config: LocalConfig) -> Result<LocalDriver, DriverError> {
+        let root = config.root.clone().unwrap_or_else(default_root);
+        let cannot = |what: &str, e| DriverError::io(format!("cannot {what} workspace root {}", root.display()), e);
+        match create_private_dir(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&root).map_err(|e| cannot("create", e))?;
+            }
+            Err(e) => return Err(cannot("create", e)),
+        }
+        let root = std::fs::canonicalize(&root).map_err(|e| cannot("resolve", e))?;
+        let meta = std::fs::metadata(&root).map_err(|e| cannot("inspect", e))?;
+        if !meta.is_dir() {
+            return Err(DriverError::invalid(format!(
+                "workspace root {} is not a directory",
+                root.display()
+            )));
+        }
+        if meta.uid() != nix::unistd::geteuid().as_raw() {
+            return Err(DriverError::invalid(format!(
+                "workspace root {} is owned by another user",
+                root.display()
+            )));
+        }
+        path_str(&root)?;
+        Ok(LocalDriver {
+            root,
+            config,
+            processes: Arc::new(ProcessTable::default()),
+        })
+    }
+
+    /// The (canonical) directory under which lease workspaces live.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The workspace directory of a lease (whether or not it exists).
+    pub fn workspace_of(&self, lease_id: &str) -> Result<PathBuf, DriverError> {
+        Ok(self.root.join(lease_dir_name(lease_id)?))
+    }
+
+    /// How many commands a lease is running right now.
+    pub fn running_commands(&self, lease_id: &str) -> usize {
+        self.processes.running(lease_id)
+    }
+
+    /// The static support set: everything but persistent sessions, duplex and ingress.
+    fn support_set() -> SupportSet {
+        [
+            CapabilityKey::ReusableLeases,
+            CapabilityKey::NativeSyncIn,
+            CapabilityKey::NativeSyncOut,
+            CapabilityKey::IndependentControlCommands,
+            CapabilityKey::IncrementalSessionOutput,
+            CapabilityKey::ConcurrentSyncOperations,
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    /// The opt-in keys this driver declares: output streams to the sink as it arrives,
+    /// and sync in and out touch independent paths.
+    fn declaration() -> CapabilityDeclaration {
+        CapabilityDeclaration {
+            incremental_session_output: Some(true),
+            concurrent_sync_operations: Some(true),
+            ..Default::default()
+        }
+    }
+
+    /// The existing workspace of a lease, or [`DriverError::ResourceGone`].
+    fn live_workspace(&self, context: &LeaseContext) -> Result<PathBuf, DriverError> {
+        let dir = self.workspace_of(&context.lease.id)?;
+        if dir.is_dir() {
+            Ok(dir)
+        } else {
+            Err(DriverError::ResourceGone {
+                id: context
+                    .lease
+                    .provider_lease_id
+                    .clone()
+                    .unwrap_or_else(|| lease_dir_name(&context.lease.id).unwrap_or_default()),
+            })
+        }
+    }
+
+    fn grant(&self, lease_id: &str, dir: &Path) -> Result<LeaseGrant, DriverError> {
+        let mut metadata = envrt_runtime_core::JsonMap::new();
+        metadata.insert("driver".into(), DRIVER_KEY.into());
+        metadata.insert("workspace".into(), path_str(dir)?.into());
+        Ok(LeaseGrant {
+            provider: Some(DRIVER_KEY.into()),
+            provider_lease_id: Some(lease_dir_name(lease_id)?),
+            metadata,
+            expires_at: None,
+        })
+    }
+
+    /// Kills the lease's commands and removes its workspace.
+    async fn remove_workspace(&self, lease_id: &str) -> Result<(), DriverError> {
+        let dir = self.workspace_of(lease_id)?;
+        self.processes.close(lease_id).await;
+        let mut attempt = 0;
+        loop {
+            match remove_tree(&dir) {
+                Ok(()) => break,
+                // Something dying may still have added an entry; try again shortly.
+                Err(_) if attempt < 3 => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(DriverError::io(format!("cannot remove workspace {}", dir.display()), e)),
+            }
+        }
+        self.processes.reopen(lease_id);
+        Ok(())
+    }
+
+    pub(crate) fn processes(&self) -> &Arc<ProcessTable> {
+        &self.processes
+    }
+
+    pub(crate) fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl EnvironmentDriver for LocalDriver {
+    fn key(&self) -> &str {
+        DRIVER_KEY
+    }
+
+    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+        let dir = self.workspace_of(&input.lease_id)?;
+        self.processes.reopen(&input.lease_id);
+        create_private_dir(&dir)
+            .map_err(|e| DriverError::io(format!("cannot create workspace {}", dir.display()), e))?;
+        self.grant(&input.lease_id, &dir).inspect_err(|_| {
+            let _ = remove_tree(&dir);
+        })
+    }
+
+    async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
+        let lease = &input.context.lease;
+        lease_dir_name(&lease.id)?;
+        self.processes.close(&lease.id).await;
+        let keep = match lease.lease_policy {
+            LeasePolicy::ReuseByEnvironment => true,
+            LeasePolicy::RetainOnFailure => input.status == LeaseStatus::Retained,
+            LeasePolicy::Ephemeral | LeasePolicy::ReuseByExecutionWorkspace => false,
+        };
+        if keep {
+            Ok(())
+        } else {
+            self.remove_workspace(&lease.id).await
+        }
+    }
+
+    async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
+        Ok(classify_driver(
+            self,
+            Self::support_set(),
+            Some(&Self::declaration()),
+            input,
+            true,
+        ))
+    }
+
+    fn as_resume(&self) -> Option<&dyn ResumeLease> {
+        Some(self)
+    }
+    fn as_destroy(&self) -> Option<&dyn DestroyLease> {
+        Some(self)
+    }
+    fn as_realize(&self) -> Option<&dyn RealizeWorkspace> {
+        Some(self)
+    }
+    fn as_execute(&self) -> Option<&dyn Execute> {
+        Some(self)
+    }
+    fn as_sync(&self) -> Option<&dyn FileSync> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ResumeLease for LocalDriver {
+    async fn resume_lease(&self, context: &LeaseContext) -> Result<Option<LeaseGrant>, DriverError> {
+        let dir = self.workspace_of(&context.lease.id)?;
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => {
+                self.processes.reopen(&context.lease.id);
+                Ok(Some(self.grant(&context.lease.id, &dir)?))
+            }
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(DriverError::io(
+                format!("cannot inspect workspace {}", dir.display()),
+                e,
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl DestroyLease for LocalDriver {
+    async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
+        self.remove_workspace(&context.lease.id).await
+    }
+}
+
+#[async_trait]
+impl RealizeWorkspace for LocalDriver {
+    async fn realize_workspace(
+        &self,
+        context: &LeaseContext,
+        request: &WorkspaceRequest,
+    ) -> Result<RealizedWorkspace, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        let cwd = match &request.remote_path {
+            None => workspace.clone(),
+            Some(remote) => {
+                let dir = resolve_in_workspace(&workspace, remote)?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?;
+                // Re-check: creation followed whatever existed on the way.
+                workspace::check_no_escape(&workspace, &dir, remote)?;
+                dir
+            }
+        };
+        let mut metadata = envrt_runtime_core::JsonMap::new();
+        metadata.insert("workspace".into(), path_str(&workspace)?.into());
+        Ok(RealizedWorkspace {
+            cwd: path_str(&cwd)?.to_owned(),
+            metadata: Some(metadata),
+        })
+    }
+}
+
+#[async_trait]
+impl Execute for LocalDriver {
+    async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        let cwd = match &request.cwd {
+            None => workspace.clone(),
+            Some(cwd) => resolve_in_workspace(&workspace, cwd)?,
+        };
+        if !cwd.is_dir() {
+            return Err(DriverError::invalid(format!(
+                "working directory {:?} does not exist in the lease workspace",
+                request.cwd.as_deref().unwrap_or_default()
+            )));
+        }
+        let site = ExecSite {
+            workspace: &workspace,
+            cwd: &cwd,
+            lease_key: &context.lease.id,
+            table: &self.processes,
+            kill_grace: self.config.kill_grace,
+            env_allowlist: &self.config.env_allowlist,
+        };
+        exec::run(&site, request).await
+    }
+}
+
+#[async_trait]
+impl FileSync for LocalDriver {
+    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        sync::sync_in(self, context, &workspace, operations).await
+    }
+
+    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        sync::sync_out(&workspace, operations).await
+    }
+}

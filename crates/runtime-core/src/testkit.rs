@@ -53,6 +53,7 @@ pub struct ProbeDriver {
     fail_capabilities: AtomicBool,
     fail_release: AtomicBool,
     calls: Mutex<BTreeMap<&'static str, usize>>,
+    destroyed: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl ProbeDriver {
@@ -65,6 +66,7 @@ impl ProbeDriver {
             fail_capabilities: AtomicBool::new(false),
             fail_release: AtomicBool::new(false),
             calls: Mutex::new(BTreeMap::new()),
+            destroyed: Mutex::new(Default::default()),
         }
     }
 
@@ -155,6 +157,9 @@ impl EnvironmentDriver for ProbeDriver {
 impl ResumeLease for ProbeDriver {
     async fn resume_lease(&self, context: &LeaseContext) -> Result<Option<LeaseGrant>, DriverError> {
         self.record("resume_lease");
+        if self.destroyed.lock().unwrap().contains(&context.lease.id) {
+            return Ok(None);
+        }
         Ok(Some(LeaseGrant {
             provider_lease_id: context.lease.provider_lease_id.clone(),
             ..Default::default()
@@ -164,8 +169,9 @@ impl ResumeLease for ProbeDriver {
 
 #[async_trait]
 impl DestroyLease for ProbeDriver {
-    async fn destroy_lease(&self, _context: &LeaseContext) -> Result<(), DriverError> {
+    async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
         self.record("destroy_lease");
+        self.destroyed.lock().unwrap().insert(context.lease.id.clone());
         Ok(())
     }
 }

@@ -1,0 +1,149 @@
+//! Duplex channels (contract section 7): either the round trip works or the exact refusal
+//! comes (the refusal side is in the honesty checks).
+
+use std::time::Duration;
+
+use envrt_runtime_core::{DuplexChannel, LeasePolicy};
+use proptest::prelude::*;
+
+use super::{Check, has_duplex_granted, property};
+use crate::context::{Ctx, ensure, ensure_eq};
+
+pub(super) const CHECKS: &[Check] = &[
+    Check::new("duplex_chunks_roundtrip", has_duplex_granted, chunks_roundtrip),
+    Check::new("duplex_close_input_ends_cat", has_duplex_granted, close_input_ends_cat),
+    Check::new("duplex_exit_code", has_duplex_granted, exit_code),
+    Check::new("duplex_late_reader_loses_nothing", has_duplex_granted, late_reader),
+    Check::new("duplex_close_is_idempotent", has_duplex_granted, close_idempotent),
+];
+
+fn argv(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+async fn read_all(channel: &dyn DuplexChannel) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let next = tokio::time::timeout_at(deadline, channel.read())
+            .await
+            .map_err(|_| format!("no end of output within 60 s after {} bytes", out.len()))?;
+        match next.map_err(|e| format!("read: {e}"))? {
+            Some(chunk) => out.extend(chunk),
+            None => return Ok(out),
+        }
+    }
+}
+
+async fn wait_exit(channel: &dyn DuplexChannel) -> Result<Option<i32>, String> {
+    let exit = tokio::time::timeout(Duration::from_secs(60), channel.wait())
+        .await
+        .map_err(|_| "no exit within 60 s".to_string())?
+        .map_err(|e| format!("wait: {e}"))?;
+    Ok(exit.exit_code)
+}
+
+fn chunks_roundtrip(ctx: &Ctx) -> Result<(), String> {
+    let chunks = proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..4096), 0..12);
+    ctx.with_lease_blocking(LeasePolicy::Ephemeral, |lease| {
+        property(ctx, chunks, |chunks| {
+            ctx.block_on(async {
+                let channel = ctx
+                    .runtime
+                    .open_duplex_channel(&lease.id, &argv(&["cat"]))
+                    .await
+                    .map_err(|e| format!("open: {e}"))?;
+                let outcome = async {
+                    let reader = read_all(channel.as_ref());
+                    let writer = async {
+                        for chunk in &chunks {
+                            channel.write(chunk).await.map_err(|e| format!("write: {e}"))?;
+                        }
+                        channel.close_input().await.map_err(|e| format!("close_input: {e}"))
+                    };
+                    let (got, wrote) = tokio::join!(reader, writer);
+                    wrote?;
+                    let expected: Vec<u8> = chunks.concat();
+                    let got = got?;
+                    ensure(got == expected, || {
+                        format!("got {} bytes back for {}", got.len(), expected.len())
+                    })?;
+                    ensure_eq(wait_exit(channel.as_ref()).await?, Some(0), "exit code of cat")
+                }
+                .await;
+                let _ = channel.close().await;
+                outcome
+            })
+        })
+    })
+}
+
+fn close_input_ends_cat(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let channel = ctx
+            .runtime
+            .open_duplex_channel(&lease.id, &argv(&["cat"]))
+            .await
+            .map_err(|e| format!("open: {e}"))?;
+        let outcome = async {
+            channel.close_input().await.map_err(|e| format!("close_input: {e}"))?;
+            ensure_eq(
+                read_all(channel.as_ref()).await?,
+                Vec::new(),
+                "output of cat with no input",
+            )?;
+            ensure_eq(wait_exit(channel.as_ref()).await?, Some(0), "exit code")
+        }
+        .await;
+        let _ = channel.close().await;
+        outcome
+    })
+}
+
+fn exit_code(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let channel = ctx
+            .runtime
+            .open_duplex_channel(&lease.id, &argv(&["sh", "-c", "exit 7"]))
+            .await
+            .map_err(|e| format!("open: {e}"))?;
+        let outcome = wait_exit(channel.as_ref()).await;
+        let _ = channel.close().await;
+        ensure_eq(outcome?, Some(7), "exit code")
+    })
+}
+
+fn late_reader(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let channel = ctx
+            .runtime
+            .open_duplex_channel(&lease.id, &argv(&["sh", "-c", "printf hello; printf ' world'"]))
+            .await
+            .map_err(|e| format!("open: {e}"))?;
+        // Let the command finish before anyone reads.
+        let exit = wait_exit(channel.as_ref()).await;
+        let got = read_all(channel.as_ref()).await;
+        let _ = channel.close().await;
+        ensure_eq(exit?, Some(0), "exit code")?;
+        ensure_eq(
+            String::from_utf8_lossy(&got?).as_ref(),
+            "hello world",
+            "output read late",
+        )
+    })
+}
+
+fn close_idempotent(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let channel = ctx
+            .runtime
+            .open_duplex_channel(&lease.id, &argv(&["cat"]))
+            .await
+            .map_err(|e| format!("open: {e}"))?;
+        channel.close().await.map_err(|e| format!("close #1: {e}"))?;
+        channel.close().await.map_err(|e| format!("close #2: {e}"))?;
+        ensure(channel.write(b"late").await.is_err(), || {
+            "write after close succeeded".into()
+        })
+    })
+}

@@ -1,0 +1,393 @@
+//! Execute (contract section 5) on real commands: argv, stdin bytes, exit codes, env,
+//! timeouts with no survivor, grandchildren holding stdout, caps, missing programs, env
+//! isolation, secrets, concurrency.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use envrt_runtime_core::{EnvValue, ExecuteRequest, LeasePolicy, OutputStream, Secret};
+use proptest::prelude::*;
+
+use super::{Check, has_execute, property};
+use crate::context::{Ctx, ensure, ensure_eq};
+use crate::procs::processes_with_marker;
+
+pub(super) const CHECKS: &[Check] = &[
+    Check::new("execute_argv_roundtrip", has_execute, argv_roundtrip),
+    Check::new("execute_stdin_roundtrip", has_execute, stdin_roundtrip),
+    Check::new("execute_large_stdin_and_stdout", has_execute, large_stdin),
+    Check::new("execute_exit_codes", has_execute, exit_codes),
+    Check::new("execute_env_roundtrip", has_execute, env_roundtrip),
+    Check::new("execute_stdout_stderr_apart", has_execute, streams_apart),
+    Check::new("execute_timeout_kills_tree", has_execute, timeout_kills_tree),
+    Check::new("execute_grandchild_holding_stdout", has_execute, grandchild_stdout),
+    Check::new("execute_output_cap", has_execute, output_cap),
+    Check::new("execute_missing_program", has_execute, missing_program),
+    Check::new("execute_signal_reported", has_execute, signal_reported),
+    Check::new("execute_env_isolation", has_execute, env_isolation),
+    Check::new("execute_secrets_absent", has_execute, secrets_absent),
+    Check::new("execute_sink_streams", has_execute, sink_streams),
+    Check::new("execute_concurrent", has_execute, concurrent),
+    Check::new("execute_cwd_confined", has_execute, cwd_confined),
+];
+
+/// Strings without NUL (any other character, including non-ASCII and newlines).
+fn arg_strategy() -> impl Strategy<Value = String> {
+    proptest::string::string_regex("[^\u{0}]{0,24}").expect("valid regex")
+}
+
+fn argv_roundtrip(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease_blocking(LeasePolicy::Ephemeral, |lease| {
+        property(ctx, proptest::collection::vec(arg_strategy(), 0..6), |args| {
+            ctx.block_on(async {
+                let mut argv = vec!["%s\\0".to_string()];
+                argv.extend(args.iter().cloned());
+                // printf with only a format and no args still prints once.
+                let result = ctx.exec(&lease, ExecuteRequest::new("printf", argv)).await?;
+                ensure_eq(result.exit_code, Some(0), "exit code")?;
+                let mut expected = Vec::new();
+                if args.is_empty() {
+                    expected.push(0u8);
+                }
+                for a in &args {
+                    expected.extend_from_slice(a.as_bytes());
+                    expected.push(0);
+                }
+                ensure_eq(result.stdout, expected, "argv echoed by printf")
+            })
+        })
+    })
+}
+
+fn stdin_strategy(binary: bool) -> BoxedStrategy<Vec<u8>> {
+    if binary {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..4096),
+            (0usize..3 * 1024 * 1024, any::<u8>()).prop_map(|(n, seed)| pattern(n, seed)),
+        ]
+        .boxed()
+    } else {
+        proptest::string::string_regex("[^\u{0}]{0,512}")
+            .expect("valid regex")
+            .prop_map(String::into_bytes)
+            .boxed()
+    }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn stdin_roundtrip(ctx: &Ctx) -> Result<(), String> {
+    let binary = ctx.profile.binary_safe;
+    ctx.with_lease_blocking(LeasePolicy::Ephemeral, |lease| {
+        property(ctx, stdin_strategy(binary), |bytes| {
+            ctx.block_on(async {
+                let mut request = ExecuteRequest::new("cat", Vec::<String>::new());
+                request.stdin = Some(bytes.clone());
+                request.timeout = Some(Duration::from_secs(120));
+                let result = ctx.exec(&lease, request).await?;
+                ensure_eq(result.exit_code, Some(0), "exit code of cat")?;
+                ensure(result.stdout == bytes, || {
+                    format!("cat returned {} bytes for {} sent", result.stdout.len(), bytes.len())
+                })
+            })
+        })
+    })
+}
+
+fn large_stdin(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        // Both directions far larger than a pipe buffer: a driver that writes stdin
+        // before reading stdout deadlocks here.
+        let bytes: Vec<u8> = if ctx.profile.binary_safe {
+            pattern(4 * 1024 * 1024, 7)
+        } else {
+            "envrt large stdin\n".repeat(200_000).into_bytes()
+        };
+        let mut request = ExecuteRequest::new("cat", Vec::<String>::new());
+        request.stdin = Some(bytes.clone());
+        request.timeout = Some(Duration::from_secs(120));
+        let result = ctx.exec(&lease, request).await?;
+        ensure_eq(result.timed_out, false, "timed out")?;
+        ensure(result.stdout == bytes, || {
+            format!("cat returned {} bytes for {}", result.stdout.len(), bytes.len())
+        })
+    })
+}
+
+fn exit_codes(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease_blocking(LeasePolicy::Ephemeral, |lease| {
+        property(ctx, 0i32..=255, |code| {
+            ctx.block_on(async {
+                let result = ctx
+                    .exec(
+                        &lease,
+                        ExecuteRequest::new("sh", ["-c".to_string(), format!("exit {code}")]),
+                    )
+                    .await?;
+                ensure_eq(result.exit_code, Some(code), "exit code")?;
+                ensure_eq(result.signal, None, "signal")
+            })
+        })
+    })
+}
+
+fn env_roundtrip(ctx: &Ctx) -> Result<(), String> {
+    let strategy = proptest::collection::btree_map("ENVRT_P_[A-Z0-9_]{1,10}", "[^\u{0}=]{0,20}", 0..6);
+    ctx.with_lease_blocking(LeasePolicy::Ephemeral, |lease| {
+        property(ctx, strategy, |vars: BTreeMap<String, String>| {
+            ctx.block_on(async {
+                let script: String = vars.keys().map(|k| format!(" \"${k}\"")).collect();
+                let mut request = ExecuteRequest::new("sh", ["-c".to_string(), format!("printf '%s\\0' x{script}")]);
+                request.env = vars
+                    .iter()
+                    .map(|(k, v)| (k.clone(), EnvValue::from(v.as_str())))
+                    .collect();
+                let result = ctx.exec(&lease, request).await?;
+                let mut expected = b"x\0".to_vec();
+                for v in vars.values() {
+                    expected.extend_from_slice(v.as_bytes());
+                    expected.push(0);
+                }
+                ensure_eq(result.stdout, expected, "env values seen by the command")
+            })
+        })
+    })
+}
+
+fn streams_apart(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let result = ctx
+            .exec(
+                &lease,
+                ExecuteRequest::new("sh", ["-c", "printf out; printf err >&2; exit 3"]),
+            )
+            .await?;
+        ensure_eq(result.stdout.as_slice(), b"out".as_slice(), "stdout")?;
+        ensure_eq(result.stderr.as_slice(), b"err".as_slice(), "stderr")?;
+        ensure_eq(result.exit_code, Some(3), "exit code")
+    })
+}
+
+/// A shell loop whose command line carries `marker`, so it can be found in `/proc`.
+fn marked_loop(marker: &str) -> String {
+    format!("sh -c 'while :; do sleep 1; done' {marker}")
+}
+
+async fn no_survivor(marker: &str) -> Result<(), String> {
+    // Killing is asynchronous in the kernel; give reaping a bounded moment.
+    for _ in 0..50 {
+        if processes_with_marker(marker).is_empty() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("processes survived: {:?}", processes_with_marker(marker)))
+}
+
+fn timeout_kills_tree(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let marker = ctx.marker("timeout");
+        let script = format!(
+            "echo partial; {l} & {l} & sh -c '{inner} & wait' {marker} & wait",
+            l = marked_loop(&marker),
+            inner = "sleep 1000".replace('\'', ""),
+        );
+        let mut request = ExecuteRequest::new("sh", ["-c".to_string(), script, marker.clone()]);
+        request.timeout = Some(Duration::from_millis(1500));
+        let result = ctx.exec(&lease, request).await?;
+        ensure(result.timed_out, || "timed_out is false".into())?;
+        ensure_eq(result.exit_code, None, "exit code of a killed command")?;
+        ensure(result.stdout.starts_with(b"partial"), || {
+            format!("partial output lost: {:?}", String::from_utf8_lossy(&result.stdout))
+        })?;
+        no_survivor(&marker).await
+    })
+}
+
+fn grandchild_stdout(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let marker = ctx.marker("grandchild");
+        let script = format!("{} & echo started", marked_loop(&marker));
+        let mut request = ExecuteRequest::new("sh", ["-c".to_string(), script]);
+        // Generous: a driver that waits for the grandchild's stdout hits it.
+        request.timeout = Some(Duration::from_secs(60));
+        let result = ctx.exec(&lease, request).await?;
+        ensure_eq(
+            result.timed_out,
+            false,
+            "timed out (the call waited for the grandchild)",
+        )?;
+        ensure_eq(result.exit_code, Some(0), "exit code")?;
+        ensure_eq(String::from_utf8_lossy(&result.stdout).as_ref(), "started\n", "stdout")?;
+        no_survivor(&marker).await
+    })
+}
+
+fn output_cap(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let mut request = ExecuteRequest::new("sh", ["-c", "head -c 300000 /dev/zero | tr '\\0' a; printf bb >&2"]);
+        request.max_output_bytes = Some(1000);
+        let result = ctx.exec(&lease, request).await?;
+        ensure_eq(result.exit_code, Some(0), "exit code")?;
+        ensure_eq(result.stdout, vec![b'a'; 1000], "capped stdout")?;
+        ensure(result.stdout_truncated, || "stdout_truncated is false".into())?;
+        ensure_eq(result.stderr.as_slice(), b"bb".as_slice(), "stderr")?;
+        ensure(!result.stderr_truncated, || "stderr_truncated is true".into())
+    })
+}
+
+fn missing_program(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let name = ctx.marker("no-such-program");
+        let result = ctx.exec(&lease, ExecuteRequest::new(name.clone(), ["x"])).await?;
+        ensure_eq(result.exit_code, Some(127), "exit code")?;
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        ensure(stderr.contains(&name), || {
+            format!("stderr does not name the program: {stderr:?}")
+        })
+    })
+}
+
+fn signal_reported(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let result = ctx
+            .exec(&lease, ExecuteRequest::new("sh", ["-c", "kill -9 $$"]))
+            .await?;
+        ensure_eq(result.exit_code, None, "exit code")?;
+        ensure_eq(result.signal.as_deref(), Some("SIGKILL"), "signal")?;
+        ensure_eq(result.timed_out, false, "timed out")
+    })
+}
+
+/// Variables the contract lets a driver pass through.
+const ALLOWED: &[&str] = &[
+    "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TERM", "USER", "PWD", "SHLVL", "HOSTNAME", "_",
+];
+
+fn env_isolation(ctx: &Ctx) -> Result<(), String> {
+    let host: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, _)| !ALLOWED.contains(&k.as_str()))
+        .collect();
+    ensure(!host.is_empty(), || {
+        "no host variable to look for (run under cargo)".into()
+    })?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let result = ctx
+            .exec(&lease, ExecuteRequest::new("env", Vec::<String>::new()))
+            .await?;
+        let seen = String::from_utf8_lossy(&result.stdout);
+        let leaked: Vec<&str> = seen
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .filter(|(k, v)| host.get(*k).is_some_and(|hv| hv == v))
+            .map(|(k, _)| k)
+            .collect();
+        ensure(leaked.is_empty(), || format!("host variables leaked: {leaked:?}"))
+    })
+}
+
+fn secrets_absent(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let secret = ctx.marker("secret-value");
+        let mut request = ExecuteRequest::new("sh", ["-c", "printf %s \"$TOKEN\""]);
+        request.env.insert("TOKEN".into(), Secret::new(secret.clone()).into());
+        ensure(!format!("{request:?}").contains(&secret), || {
+            "the secret shows in Debug".into()
+        })?;
+        let result = ctx.exec(&lease, request.clone()).await?;
+        ensure_eq(
+            String::from_utf8_lossy(&result.stdout).as_ref(),
+            secret.as_str(),
+            "secret seen by the command",
+        )?;
+        // An error path must not show it either.
+        request.cwd = Some("../outside".into());
+        let error = ctx
+            .runtime
+            .execute(&lease.id, request)
+            .await
+            .err()
+            .ok_or("cwd ../outside was accepted")?;
+        let shown = format!("{error} {error:?}");
+        ensure(!shown.contains(&secret), || {
+            format!("the secret shows in an error: {shown}")
+        })
+    })
+}
+
+/// Chunks a sink received, in arrival order.
+type Chunks = Vec<(OutputStream, Vec<u8>)>;
+
+fn sink_streams(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let seen: Arc<Mutex<Chunks>> = Arc::default();
+        let sink = seen.clone();
+        let mut request = ExecuteRequest::new("sh", ["-c", "printf one; printf two >&2; printf three"]);
+        request.sink = Some(Arc::new(move |stream: OutputStream, chunk: &[u8]| {
+            sink.lock().unwrap().push((stream, chunk.to_vec()));
+        }));
+        let result = ctx.exec(&lease, request).await?;
+        let chunks = seen.lock().unwrap().clone();
+        let join = |which: OutputStream| -> Vec<u8> {
+            chunks
+                .iter()
+                .filter(|(s, _)| *s == which)
+                .flat_map(|(_, c)| c.clone())
+                .collect()
+        };
+        ensure_eq(
+            join(OutputStream::Stdout),
+            result.stdout.clone(),
+            "sink stdout vs result",
+        )?;
+        ensure_eq(
+            join(OutputStream::Stderr),
+            result.stderr.clone(),
+            "sink stderr vs result",
+        )?;
+        ensure_eq(result.stdout.as_slice(), b"onethree".as_slice(), "stdout")
+    })
+}
+
+fn concurrent(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let runs = (0..16).map(|i| {
+            let lease = lease.clone();
+            async move {
+                let result = ctx
+                    .exec(&lease, ExecuteRequest::new("printf", [format!("run-{i}")]))
+                    .await?;
+                ensure_eq(
+                    String::from_utf8_lossy(&result.stdout).into_owned(),
+                    format!("run-{i}"),
+                    "stdout",
+                )
+            }
+        });
+        futures::future::try_join_all(runs).await.map(|_| ())
+    })
+}
+
+fn cwd_confined(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        for cwd in ["../outside", "/etc"] {
+            let mut request = ExecuteRequest::new("pwd", Vec::<String>::new());
+            request.cwd = Some(cwd.into());
+            let error = ctx
+                .runtime
+                .execute(&lease.id, request)
+                .await
+                .err()
+                .ok_or(format!("cwd {cwd} accepted"))?;
+            ensure_eq(
+                error.to_string(),
+                format!("Path \"{cwd}\" is outside the lease workspace."),
+                "refusal",
+            )?;
+        }
+        Ok(())
+    })
+}

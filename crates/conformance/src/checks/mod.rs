@@ -1,0 +1,109 @@
+//! The checks, grouped by area. Each is a plain function over a [`Ctx`]; its `needs`
+//! decides whether it is registered for the driver.
+
+use crate::context::{Ctx, Profile};
+
+mod cleanup;
+mod duplex;
+mod execute;
+mod honesty;
+mod lifecycle;
+mod sync;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Main,
+    AfterSuite,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Check {
+    pub(crate) name: &'static str,
+    pub(crate) phase: Phase,
+    pub(crate) needs: fn(&Profile) -> bool,
+    pub(crate) run: fn(&Ctx) -> Result<(), String>,
+}
+
+impl Check {
+    pub(crate) const fn new(
+        name: &'static str,
+        needs: fn(&Profile) -> bool,
+        run: fn(&Ctx) -> Result<(), String>,
+    ) -> Self {
+        Check {
+            name,
+            phase: Phase::Main,
+            needs,
+            run,
+        }
+    }
+
+    pub(crate) const fn after_suite(self) -> Self {
+        Check {
+            phase: Phase::AfterSuite,
+            ..self
+        }
+    }
+}
+
+pub(crate) fn always(_: &Profile) -> bool {
+    true
+}
+
+pub(crate) fn all() -> Vec<Check> {
+    [
+        honesty::CHECKS,
+        lifecycle::CHECKS,
+        execute::CHECKS,
+        sync::CHECKS,
+        duplex::CHECKS,
+        cleanup::CHECKS,
+    ]
+    .concat()
+}
+
+pub(crate) fn has_execute(p: &Profile) -> bool {
+    p.has_execute
+}
+
+pub(crate) fn has_sync_both(p: &Profile) -> bool {
+    p.has_sync && p.ephemeral.native_sync_in && p.ephemeral.native_sync_out
+}
+
+pub(crate) fn has_sync_and_execute(p: &Profile) -> bool {
+    has_sync_both(p) && p.has_execute
+}
+
+pub(crate) fn has_duplex_granted(p: &Profile) -> bool {
+    p.has_duplex && p.ephemeral.duplex_command_stream
+}
+
+pub(crate) fn has_reuse(p: &Profile) -> bool {
+    p.has_resume && p.reusable.reusable_leases
+}
+
+pub(crate) fn has_destroy(p: &Profile) -> bool {
+    p.has_destroy
+}
+
+/// Runs a proptest strategy over `ctx.cases` cases; the body returns a failure text.
+pub(crate) fn property<S: proptest::strategy::Strategy>(
+    ctx: &Ctx,
+    strategy: S,
+    body: impl Fn(S::Value) -> Result<(), String>,
+) -> Result<(), String>
+where
+    S::Value: std::fmt::Debug,
+{
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+    let config = Config {
+        cases: ctx.cases,
+        failure_persistence: None,
+        max_shrink_iters: 32,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    runner
+        .run(&strategy, |value| body(value).map_err(TestCaseError::fail))
+        .map_err(|e| e.to_string())
+}

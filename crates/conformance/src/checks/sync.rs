@@ -1,0 +1,544 @@
+//! File sync (contract section 6): generated trees round-trip byte for byte with their
+//! modes, every escape is refused with its exact error and writes nothing, failed
+//! operations leave no half-written target, excludes, modes, post-upload commands.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::Path;
+
+use envrt_runtime_core::{LeasePolicy, SyncFile, SyncOperation, WorkspaceRequest, sync::PostUploadCommand};
+use proptest::prelude::*;
+
+use super::{Check, has_sync_and_execute, has_sync_both, property};
+use crate::context::{Ctx, ensure, ensure_eq};
+
+pub(super) const CHECKS: &[Check] = &[
+    Check::new("sync_tree_roundtrip", has_sync_both, tree_roundtrip),
+    Check::new("sync_in_refuses_parent_target", has_sync_both, refuses_parent),
+    Check::new("sync_in_refuses_absolute_target", has_sync_both, refuses_absolute),
+    Check::new("sync_out_refuses_parent_source", has_sync_both, refuses_parent_source),
+    Check::new("sync_in_refuses_symlink_out", has_sync_and_execute, refuses_symlink_out),
+    Check::new(
+        "sync_in_refuses_escaping_link_in_source",
+        has_sync_both,
+        refuses_escaping_source_link,
+    ),
+    Check::new(
+        "sync_out_refuses_escaping_link",
+        has_sync_and_execute,
+        refuses_escaping_env_link,
+    ),
+    Check::new(
+        "sync_post_upload_cwd_refused",
+        has_sync_and_execute,
+        post_upload_cwd_refused,
+    ),
+    Check::new("sync_post_upload_commands", has_post_upload, post_upload_commands),
+    Check::new("sync_no_half_written_target", has_sync_both, no_half_written),
+    Check::new("sync_exclude_and_mode", has_sync_and_execute, exclude_and_mode),
+];
+
+fn has_post_upload(p: &crate::Profile) -> bool {
+    has_sync_and_execute(p) && p.has_realize
+}
+
+/// One generated entry: a relative path and what is there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Node {
+    Dir,
+    File { content: Vec<u8>, mode: u32 },
+    Link(String),
+}
+
+fn name() -> impl Strategy<Value = String> {
+    proptest::string::string_regex("[a-zA-Z0-9_ éüß-]{1,8}")
+        .expect("valid regex")
+        .prop_filter("not . or ..", |s| {
+            s != "." && s != ".." && !s.starts_with(' ') && !s.ends_with(' ')
+        })
+}
+
+fn tree() -> impl Strategy<Value = BTreeMap<String, Node>> {
+    let file = (
+        proptest::collection::vec(any::<u8>(), 0..2048),
+        prop_oneof![Just(0o644u32), Just(0o600), Just(0o755), Just(0o700), Just(0o444)],
+    )
+        .prop_map(|(content, mode)| Node::File { content, mode });
+    let entry = (proptest::collection::vec(name(), 1..4), file, any::<bool>());
+    proptest::collection::vec(entry, 1..12).prop_map(|entries| {
+        let mut tree = BTreeMap::new();
+        for (segments, node, as_dir) in entries {
+            // Every parent is a directory; skip paths that collide with a file.
+            let mut prefix = String::new();
+            let mut ok = true;
+            for segment in &segments[..segments.len() - 1] {
+                prefix = if prefix.is_empty() {
+                    segment.clone()
+                } else {
+                    format!("{prefix}/{segment}")
+                };
+                match tree.get(&prefix) {
+                    None => {
+                        tree.insert(prefix.clone(), Node::Dir);
+                    }
+                    Some(Node::Dir) => {}
+                    Some(_) => ok = false,
+                }
+            }
+            let path = segments.join("/");
+            if ok && !tree.contains_key(&path) {
+                tree.insert(path, if as_dir { Node::Dir } else { node });
+            }
+        }
+        // A relative link to the first file, beside it, when there is one.
+        let first_file = tree
+            .iter()
+            .find(|(_, n)| matches!(n, Node::File { .. }))
+            .map(|(p, _)| p.clone());
+        if let Some(file) = first_file {
+            let (dir, base) = match file.rsplit_once('/') {
+                Some((d, b)) => (format!("{d}/"), b.to_owned()),
+                None => (String::new(), file.clone()),
+            };
+            tree.entry(format!("{dir}link-to-{base}")).or_insert(Node::Link(base));
+        }
+        tree
+    })
+}
+
+fn write_tree(root: &Path, tree: &BTreeMap<String, Node>) -> std::io::Result<()> {
+    std::fs::create_dir_all(root)?;
+    for (path, node) in tree {
+        let full = root.join(path);
+        match node {
+            Node::Dir => std::fs::create_dir_all(&full)?,
+            Node::File { content, mode } => {
+                std::fs::write(&full, content)?;
+                std::fs::set_permissions(&full, std::fs::Permissions::from_mode(*mode))?;
+            }
+            Node::Link(target) => symlink(target, &full)?,
+        }
+    }
+    Ok(())
+}
+
+fn read_tree(root: &Path) -> std::io::Result<BTreeMap<String, Node>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            let rel = path
+                .strip_prefix(root)
+                .expect("under root")
+                .to_string_lossy()
+                .into_owned();
+            let meta = std::fs::symlink_metadata(&path)?;
+            let node = if meta.file_type().is_symlink() {
+                Node::Link(std::fs::read_link(&path)?.to_string_lossy().into_owned())
+            } else if meta.is_dir() {
+                stack.push(path.clone());
+                Node::Dir
+            } else {
+                Node::File {
+                    content: std::fs::read(&path)?,
+                    mode: meta.permissions().mode() & 0o7777,
+                }
+            };
+            out.insert(rel, node);
+        }
+    }
+    Ok(out)
+}
+
+fn op(id: &str, files: Vec<SyncFile>) -> Vec<SyncOperation> {
+    vec![SyncOperation {
+        operation_id: id.into(),
+        files,
+        post_upload_commands: Vec::new(),
+    }]
+}
+
+fn host_dir() -> Result<tempfile::TempDir, String> {
+    tempfile::Builder::new()
+        .prefix("envrt-conformance-")
+        .tempdir()
+        .map_err(|e| format!("temp dir: {e}"))
+}
+
+fn path_str(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+fn tree_roundtrip(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease_blocking(LeasePolicy::Ephemeral, |lease| {
+        property(ctx, tree(), |tree| {
+            let host = host_dir()?;
+            let source = host.path().join("source");
+            write_tree(&source, &tree).map_err(|e| format!("writing the tree: {e}"))?;
+            let target = ctx.marker("tree");
+            ctx.block_on(async {
+                let result = ctx
+                    .runtime
+                    .sync_in(
+                        &lease.id,
+                        &op("in", vec![SyncFile::directory(path_str(&source), &target)]),
+                    )
+                    .await
+                    .map_err(|e| format!("sync_in: {e}"))?;
+                let files: Vec<&Node> = tree.values().filter(|n| matches!(n, Node::File { .. })).collect();
+                let bytes: usize = files
+                    .iter()
+                    .map(|n| match n {
+                        Node::File { content, .. } => content.len(),
+                        _ => 0,
+                    })
+                    .sum();
+                ensure_eq(
+                    result.operations[0].files_transferred,
+                    files.len() as u64,
+                    "files transferred in",
+                )?;
+                ensure_eq(
+                    result.operations[0].bytes_transferred,
+                    bytes as u64,
+                    "bytes transferred in",
+                )?;
+                let back = host.path().join("back");
+                ctx.runtime
+                    .sync_out(
+                        &lease.id,
+                        &op("out", vec![SyncFile::directory(&target, path_str(&back))]),
+                    )
+                    .await
+                    .map_err(|e| format!("sync_out: {e}"))?;
+                let got = read_tree(&back).map_err(|e| format!("reading the result: {e}"))?;
+                ensure(got == tree, || diff(&tree, &got))
+            })
+        })
+    })
+}
+
+fn diff(want: &BTreeMap<String, Node>, got: &BTreeMap<String, Node>) -> String {
+    let mut lines = Vec::new();
+    for (k, v) in want {
+        match got.get(k) {
+            None => lines.push(format!("missing {k:?}")),
+            Some(g) if g != v => lines.push(format!("differs {k:?}: want {v:?} got {g:?}")),
+            _ => {}
+        }
+    }
+    for k in got.keys().filter(|k| !want.contains_key(*k)) {
+        lines.push(format!("extra {k:?}"));
+    }
+    format!("tree differs after the round trip: {}", lines.join("; "))
+}
+
+async fn expect_refusal(
+    result: Result<envrt_runtime_core::SyncResult, envrt_runtime_core::RuntimeError>,
+    text: &str,
+) -> Result<(), String> {
+    match result {
+        Ok(_) => Err(format!("accepted; expected the refusal {text:?}")),
+        Err(e) => ensure_eq(e.to_string().as_str(), text, "refusal"),
+    }
+}
+
+fn one_file_source() -> Result<(tempfile::TempDir, String), String> {
+    let host = host_dir()?;
+    let file = host.path().join("payload.txt");
+    std::fs::write(&file, b"payload").map_err(|e| e.to_string())?;
+    let path = path_str(&file);
+    Ok((host, path))
+}
+
+fn refuses_parent(ctx: &Ctx) -> Result<(), String> {
+    let (_host, file) = one_file_source()?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let target = format!("../{}", ctx.marker("escape"));
+        let result = ctx
+            .runtime
+            .sync_in(&lease.id, &op("esc", vec![SyncFile::file(&file, &target)]))
+            .await;
+        expect_refusal(result, &format!("Path \"{target}\" is outside the lease workspace.")).await
+    })
+}
+
+fn refuses_absolute(ctx: &Ctx) -> Result<(), String> {
+    let (_host, file) = one_file_source()?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let target = format!("/tmp/{}", ctx.marker("escape-abs"));
+        let result = ctx
+            .runtime
+            .sync_in(&lease.id, &op("esc", vec![SyncFile::file(&file, &target)]))
+            .await;
+        expect_refusal(result, &format!("Path \"{target}\" is outside the lease workspace.")).await?;
+        ensure(!Path::new(&target).exists(), || {
+            format!("{target} was written on the host")
+        })?;
+        if ctx.profile.has_execute {
+            let seen = ctx
+                .sh(&lease, &format!("test -e '{target}' && echo yes || echo no"))
+                .await?;
+            ensure_eq(
+                String::from_utf8_lossy(&seen).trim(),
+                "no",
+                "target written in the environment",
+            )?;
+        }
+        Ok(())
+    })
+}
+
+fn refuses_parent_source(ctx: &Ctx) -> Result<(), String> {
+    let host = host_dir()?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let out = path_str(&host.path().join("out"));
+        for source in ["../etc", "/etc"] {
+            let result = ctx
+                .runtime
+                .sync_out(&lease.id, &op("esc", vec![SyncFile::directory(source, &out)]))
+                .await;
+            expect_refusal(result, &format!("Path \"{source}\" is outside the lease workspace.")).await?;
+        }
+        ensure(!host.path().join("out").exists(), || {
+            "the host target was created".into()
+        })
+    })
+}
+
+fn refuses_symlink_out(ctx: &Ctx) -> Result<(), String> {
+    let (_host, file) = one_file_source()?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let link = ctx.marker("link-out");
+        let name = ctx.marker("through-link");
+        ctx.sh(&lease, &format!("ln -s /tmp '{link}'")).await?;
+        let target = format!("{link}/{name}");
+        let result = ctx
+            .runtime
+            .sync_in(&lease.id, &op("esc", vec![SyncFile::file(&file, &target)]))
+            .await;
+        expect_refusal(result, &format!("Path \"{target}\" is outside the lease workspace.")).await?;
+        let seen = ctx
+            .sh(&lease, &format!("test -e '/tmp/{name}' && echo yes || echo no"))
+            .await?;
+        ensure_eq(
+            String::from_utf8_lossy(&seen).trim(),
+            "no",
+            "file written through the link",
+        )?;
+        ensure(!Path::new(&format!("/tmp/{name}")).exists(), || {
+            "written on the host".into()
+        })
+    })
+}
+
+fn is_entry_escape(error: &str) -> bool {
+    error.starts_with("Entry \"") && error.contains("\" would be written outside the target \"")
+}
+
+fn refuses_escaping_source_link(ctx: &Ctx) -> Result<(), String> {
+    let host = host_dir()?;
+    let source = host.path().join("src");
+    std::fs::create_dir_all(&source).map_err(|e| e.to_string())?;
+    std::fs::write(source.join("ok.txt"), b"ok").map_err(|e| e.to_string())?;
+    symlink("/etc/passwd", source.join("evil")).map_err(|e| e.to_string())?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let target = ctx.marker("evil-in");
+        let result = ctx
+            .runtime
+            .sync_in(
+                &lease.id,
+                &op("esc", vec![SyncFile::directory(path_str(&source), &target)]),
+            )
+            .await;
+        let error = result.err().ok_or("an escaping link was copied in")?.to_string();
+        ensure(is_entry_escape(&error), || format!("unexpected error: {error}"))?;
+        if ctx.profile.has_execute {
+            let seen = ctx
+                .sh(&lease, &format!("test -e '{target}' && echo yes || echo no"))
+                .await?;
+            ensure_eq(
+                String::from_utf8_lossy(&seen).trim(),
+                "no",
+                "target after a refused operation",
+            )?;
+        }
+        Ok(())
+    })
+}
+
+fn refuses_escaping_env_link(ctx: &Ctx) -> Result<(), String> {
+    let host = host_dir()?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let dir = ctx.marker("evil-out");
+        ctx.sh(
+            &lease,
+            &format!("mkdir '{dir}' && printf ok > '{dir}/ok' && ln -s /etc/passwd '{dir}/evil'"),
+        )
+        .await?;
+        let out = host.path().join("out");
+        let result = ctx
+            .runtime
+            .sync_out(&lease.id, &op("esc", vec![SyncFile::directory(&dir, path_str(&out))]))
+            .await;
+        let error = result.err().ok_or("an escaping link was copied out")?.to_string();
+        ensure(is_entry_escape(&error), || format!("unexpected error: {error}"))?;
+        ensure(!out.exists(), || "a half-written host target remains".into())
+    })
+}
+
+fn post_upload_cwd_refused(ctx: &Ctx) -> Result<(), String> {
+    let (_host, file) = one_file_source()?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let target = ctx.marker("post-cwd");
+        for cwd in ["/", "relative/dir", "/tmp/../etc"] {
+            let operations = vec![SyncOperation {
+                operation_id: "post".into(),
+                files: vec![SyncFile::file(&file, &target)],
+                post_upload_commands: vec![PostUploadCommand {
+                    command: "touch ran".into(),
+                    cwd: Some(cwd.into()),
+                    timeout_ms: None,
+                }],
+            }];
+            let result = ctx.runtime.sync_in(&lease.id, &operations).await;
+            expect_refusal(
+                result,
+                &format!(
+                    "Post-upload command cwd \"{cwd}\" must be an absolute path under one of the operation's targets."
+                ),
+            )
+            .await?;
+        }
+        let seen = ctx
+            .sh(&lease, &format!("test -e '{target}' && echo yes || echo no"))
+            .await?;
+        ensure_eq(
+            String::from_utf8_lossy(&seen).trim(),
+            "no",
+            "target written before the refusal",
+        )
+    })
+}
+
+fn post_upload_commands(ctx: &Ctx) -> Result<(), String> {
+    let (host, _file) = one_file_source()?;
+    let source = path_str(host.path());
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let workspace = ctx
+            .runtime
+            .realize_workspace(&lease.id, &WorkspaceRequest::default())
+            .await
+            .map_err(|e| format!("realize: {e}"))?
+            .cwd;
+        let dir = ctx.marker("post");
+        let abs = format!("{}/{dir}", workspace.trim_end_matches('/'));
+        let command = |c: &str| PostUploadCommand {
+            command: c.into(),
+            cwd: Some(abs.clone()),
+            timeout_ms: Some(30_000),
+        };
+        let operations = vec![SyncOperation {
+            operation_id: "post".into(),
+            files: vec![SyncFile::directory(&source, &dir)],
+            post_upload_commands: vec![
+                command("cat payload.txt > copy.txt"),
+                command("exit 3"),
+                command("touch never"),
+            ],
+        }];
+        let result = ctx.runtime.sync_in(&lease.id, &operations).await;
+        expect_refusal(result, "Post-upload command \"exit 3\" failed with exit code 3.").await?;
+        let seen = ctx
+            .sh(
+                &lease,
+                &format!("cat '{dir}/copy.txt'; test -e '{dir}/never' && echo never-ran-wrongly || true"),
+            )
+            .await?;
+        ensure_eq(
+            String::from_utf8_lossy(&seen).as_ref(),
+            "payload",
+            "post-upload effects",
+        )
+    })
+}
+
+fn no_half_written(ctx: &Ctx) -> Result<(), String> {
+    let (host, file) = one_file_source()?;
+    let missing = path_str(&host.path().join("missing.bin"));
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let dir = ctx.marker("half");
+        let files = vec![
+            SyncFile::file(&file, format!("{dir}/first.txt")),
+            SyncFile::file(&missing, format!("{dir}/second.txt")),
+        ];
+        let result = ctx.runtime.sync_in(&lease.id, &op("half", files)).await;
+        expect_refusal(result, &format!("Sync source \"{missing}\" does not exist.")).await?;
+        let back = host.path().join("back");
+        let out = ctx
+            .runtime
+            .sync_out(&lease.id, &op("look", vec![SyncFile::directory(".", path_str(&back))]))
+            .await
+            .map_err(|e| format!("sync_out of the workspace: {e}"))?;
+        let _ = out;
+        let leftovers: Vec<String> = read_tree(&back)
+            .map_err(|e| e.to_string())?
+            .into_keys()
+            .filter(|k| k.starts_with(&dir) && k != &dir && k != &format!("{dir}/first.txt"))
+            .collect();
+        ensure(leftovers.is_empty(), || {
+            format!("half-written entries remain: {leftovers:?}")
+        })
+    })
+}
+
+fn exclude_and_mode(ctx: &Ctx) -> Result<(), String> {
+    let host = host_dir()?;
+    let source = host.path().join("src");
+    let tree: BTreeMap<String, Node> = [
+        ("a.log", b"log".to_vec()),
+        ("b.txt", b"keep".to_vec()),
+        ("sub/c.log", b"log".to_vec()),
+        ("sub/d.txt", b"keep2".to_vec()),
+        ("node_modules/x.js", b"x".to_vec()),
+    ]
+    .into_iter()
+    .map(|(p, c)| {
+        (
+            p.to_string(),
+            Node::File {
+                content: c,
+                mode: 0o644,
+            },
+        )
+    })
+    .chain([("sub".to_string(), Node::Dir), ("node_modules".to_string(), Node::Dir)])
+    .collect();
+    write_tree(&source, &tree).map_err(|e| e.to_string())?;
+    let single = host.path().join("single.txt");
+    std::fs::write(&single, b"mode").map_err(|e| e.to_string())?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let dir = ctx.marker("exclude");
+        let mut entry = SyncFile::directory(path_str(&source), &dir);
+        entry.exclude = vec!["*.log".into(), "node_modules".into()];
+        let mut file = SyncFile::file(path_str(&single), format!("{dir}-single.txt"));
+        file.mode = Some(0o640);
+        let result = ctx
+            .runtime
+            .sync_in(&lease.id, &op("ex", vec![entry, file]))
+            .await
+            .map_err(|e| format!("sync_in: {e}"))?;
+        ensure_eq(result.operations[0].files_transferred, 3, "files transferred")?;
+        ensure_eq(result.operations[0].bytes_transferred, 4 + 5 + 4, "bytes transferred")?;
+        let listing = ctx.sh(&lease, &format!("cd '{dir}' && find . | sort")).await?;
+        ensure_eq(
+            String::from_utf8_lossy(&listing).as_ref(),
+            ".\n./b.txt\n./sub\n./sub/d.txt\n",
+            "files after excludes",
+        )?;
+        let mode = ctx.sh(&lease, &format!("stat -c %a '{dir}-single.txt'")).await?;
+        ensure_eq(String::from_utf8_lossy(&mode).trim(), "640", "mode of the target")
+    })
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Idempotent set-up of everything the tests need on a fresh Debian machine:
+# Debian packages (docker.io with its tini init, bubblewrap, busybox-static), a running
+# Docker engine, the local test image, and the npm fixture of the plugin SDK interop test.
+# Run as root; later runs only check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+[ -e /usr/bin/docker-init ] || need+=(tini)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+if ! [ -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then need+=(busybox-static); fi
+command -v node >/dev/null 2>&1 || need+=(nodejs npm)
+if ((${#need[@]})); then
+    if [ "$(id -u)" != 0 ]; then
+        echo "setup: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2
+        exit 1
+    fi
+    echo "setup: apt-get install ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+bash scripts/start-dockerd.sh 120
+bash scripts/docker-test-image.sh
+if [ -f scripts/install-sdk-fixture.sh ]; then
+    bash scripts/install-sdk-fixture.sh
+fi
+echo "setup: ready"
