@@ -24,7 +24,9 @@ fn host_files_outside_the_binds_cannot_be_read() {
     let mut w = Worker::ready();
     let lease = w.acquire();
     // A secret in the host's /root and one next to the worker's own lease root.
-    let secret_dir = tempfile::tempdir_in("/root").unwrap();
+    let secret_dir = tempfile::tempdir_in("/root")
+        .or_else(|_| tempfile::tempdir_in(std::env::var("HOME").unwrap_or_else(|_| "/home".into())))
+        .unwrap();
     let secret = secret_dir.path().join("secret.txt");
     std::fs::write(&secret, "top secret").unwrap();
     let beside = w.root.path().join("beside.txt");
