@@ -101,12 +101,21 @@ fn there_is_no_network() {
     assert_ne!(r["exitCode"], 0, "{r}");
     assert!(listener.accept().is_err(), "nothing connected to the host");
     // And the outside world is unreachable.
-    let r = run(
-        &mut w,
-        &lease,
-        "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), timeout=5)' 2>&1 | tail -n 1",
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "bash", "args": ["-c", "echo > /dev/tcp/1.1.1.1/53"], "timeoutMs": 20000}),
+        ),
     );
-    assert_eq!(r["stdout"], "OSError: [Errno 101] Network is unreachable\n");
+    assert_eq!(r["exitCode"], 1, "{r}");
+    assert!(
+        r["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("connect: Network is unreachable"),
+        "{r}"
+    );
 }
 
 #[test]
