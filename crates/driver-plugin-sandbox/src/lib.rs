@@ -1,5 +1,9 @@
 //! # envrt-driver-plugin-sandbox
 //!
+//! Two halves: the host ([`host`], the `sandbox` driver) and a reference worker
+//! ([`worker`], the `envrt-sandbox-worker` binary) that runs every command inside
+//! bubblewrap.
+//!
 //! The `sandbox` driver: a sandbox provider runs as a plugin worker process and the host
 //! talks to it with the Paperclip plugin worker protocol (newline-delimited JSON-RPC 2.0
 //! on the worker's stdin and stdout; see `shared/spec/plugin-protocol.md`). A worker
@@ -44,6 +48,7 @@
 
 pub mod host;
 pub mod protocol;
+pub mod worker;
 
 pub use host::{
     DEFAULT_DRIVER_KEY, DuplexLimits, ParentDeathSignal, PluginManifest, RestartPolicy, RouteSlots, SandboxDriver,

@@ -1,0 +1,434 @@
+//! The `bwrap` sandbox: finding and checking `bwrap`, building the command line, tracking
+//! every live sandbox, and killing a sandbox's whole pid namespace.
+//!
+//! Layout inside the sandbox: `/usr` read-only, `/bin`, `/sbin`, `/lib*` as on the host
+//! (links into `/usr`, or read-only binds), a minimal read-only `/etc` (loader cache, users,
+//! groups, alternatives, name service, time zone), fresh `/proc`, minimal `/dev`, a tmpfs
+//! `/tmp`, and the lease directory bound read-write at `/workspace` (the cwd by default).
+//! Every namespace is unshared (user, pid, network, ipc, uts, cgroup), all capabilities are
+//! dropped, the command gets a new session and dies with the worker.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustix::fd::{AsRawFd, OwnedFd};
+use rustix::io::FdFlags;
+use rustix::pipe::PipeFlags;
+use rustix::process::{Pid, Signal, kill_process};
+use tokio::process::{Child, Command};
+
+use super::init::{INIT_FLAG, Reported, parse_report};
+
+/// Where the worker binary appears in each sandbox, to run as the command's parent.
+const INIT_PATH: &str = "/.envrt-init";
+
+/// Serializes spawns: the status pipe's write end is inheritable only while one spawn runs.
+static SPAWN_LOCK: Mutex<()> = Mutex::new(());
+
+/// Where the lease directory appears inside the sandbox.
+pub(crate) const WORKSPACE: &str = "/workspace";
+
+/// The only `PATH` a sandboxed command gets unless the request sets its own.
+pub(crate) const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Files and directories of `/etc` bound read-only when they exist on the host.
+const ETC_ALLOW: &[&str] = &[
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/hosts",
+    "/etc/localtime",
+    "/etc/mime.types",
+];
+
+/// The `bwrap` binary and the worker-wide sandbox settings.
+#[derive(Debug)]
+pub(crate) struct Sandbox {
+    bwrap: PathBuf,
+    /// `bwrap --version` output, e.g. `bubblewrap 0.8.0`.
+    pub(crate) version: String,
+    /// Time between the graceful SIGTERM and the SIGKILL of a sandbox.
+    pub(crate) grace: Duration,
+    live: Arc<Mutex<HashMap<u32, Live>>>,
+    init: PathBuf,
+    root_links: Vec<(String, Option<String>)>,
+}
+
+/// The message printed when `bwrap` cannot be found.
+pub(crate) fn missing_bwrap_message(what: &str) -> String {
+    format!(
+        "envrt-sandbox-worker: {what}: bwrap (bubblewrap) is required to sandbox commands; install it with `apt-get install bubblewrap`"
+    )
+}
+
+impl Sandbox {
+    /// Finds `bwrap` (the explicit path, else `PATH`), and proves it can build a sandbox by
+    /// running `true` in one. Errors are the text to print before exiting.
+    pub(crate) fn detect(explicit: Option<PathBuf>, grace: Duration) -> Result<Sandbox, String> {
+        let bwrap = match explicit {
+            Some(path) if path.is_file() => path,
+            Some(path) => return Err(missing_bwrap_message(&format!("{} does not exist", path.display()))),
+            None => find_in_path("bwrap").ok_or_else(|| missing_bwrap_message("bwrap was not found on PATH"))?,
+        };
+        let version = std::process::Command::new(&bwrap)
+            .arg("--version")
+            .env_clear()
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| missing_bwrap_message(&format!("cannot run {}: {e}", bwrap.display())))?;
+        let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+        let root_links = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
+            .iter()
+            .filter_map(|dir| match std::fs::symlink_metadata(dir) {
+                Ok(m) if m.file_type().is_symlink() => std::fs::read_link(dir)
+                    .ok()
+                    .map(|t| (dir.to_string(), Some(t.to_string_lossy().into_owned()))),
+                Ok(m) if m.is_dir() => Some((dir.to_string(), None)),
+                _ => None,
+            })
+            .collect();
+        let init =
+            std::env::current_exe().map_err(|e| format!("envrt-sandbox-worker: cannot find its own binary: {e}"))?;
+        let sandbox = Sandbox {
+            init,
+            bwrap,
+            version,
+            grace,
+            live: Arc::default(),
+            root_links,
+        };
+        let probe_dir = std::env::temp_dir();
+        let out = std::process::Command::new(&sandbox.bwrap)
+            .args(sandbox.args(&probe_dir, WORKSPACE))
+            .arg("true")
+            .env_clear()
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("envrt-sandbox-worker: cannot run {}: {e}", sandbox.bwrap.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "envrt-sandbox-worker: {} cannot create a sandbox here ({}): {}",
+                sandbox.bwrap.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(sandbox)
+    }
+
+    /// The `bwrap` options (everything before the command).
+    fn args(&self, lease_dir: &Path, cwd: &str) -> Vec<String> {
+        let mut a: Vec<String> = [
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "envrt-sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for (dir, link) in &self.root_links {
+            match link {
+                Some(target) => a.extend(["--symlink".into(), target.clone(), dir.clone()]),
+                None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
+            }
+        }
+        a.extend([
+            "--ro-bind".into(),
+            self.init.to_string_lossy().into_owned(),
+            INIT_PATH.into(),
+        ]);
+        for etc in ETC_ALLOW {
+            a.extend(["--ro-bind-try".into(), etc.to_string(), etc.to_string()]);
+        }
+        a.extend(
+            ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind"]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        a.push(lease_dir.to_string_lossy().into_owned());
+        a.push(WORKSPACE.into());
+        // The sandbox's root (where /etc and the mount points live) is read-only too.
+        a.extend(["--remount-ro".into(), "/".into()]);
+        a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
+        a
+    }
+
+    /// Spawns `argv` in a sandbox over `lease_dir`, under the worker binary in its init role
+    /// (see [`super::init`]), which reports how the command ended on a status pipe. The
+    /// child is tracked until [`Tracked`] drops.
+    pub(crate) fn spawn(
+        &self,
+        lease_dir: &Path,
+        cwd: &str,
+        env: &[(String, String)],
+        argv: &[String],
+        [stdin, stdout, stderr]: [Stdio; 3],
+    ) -> std::io::Result<(Child, Tracked)> {
+        let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        let mut command = Command::new(&self.bwrap);
+        command
+            .args(self.args(lease_dir, cwd))
+            .arg(INIT_PATH)
+            .arg(INIT_FLAG)
+            .arg(status_write.as_raw_fd().to_string())
+            .arg("--")
+            .args(argv)
+            // The command's environment is bwrap's own (bwrap passes it on), never its
+            // command line: values must not show in process listings.
+            .env_clear()
+            .env("PATH", SANDBOX_PATH)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(stdin)
+            .stdout(stdout)
+            .stderr(stderr)
+            .kill_on_drop(true);
+        let child = {
+            let _one_at_a_time = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+            rustix::io::fcntl_setfd(&status_write, FdFlags::empty())?;
+            let child = command.spawn();
+            drop(status_write);
+            child?
+        };
+        let pid = child.id().unwrap_or(0);
+        let killed = Arc::new(AtomicBool::new(false));
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            pid,
+            Live {
+                lease_dir: lease_dir.to_path_buf(),
+                killed: killed.clone(),
+            },
+        );
+        Ok((
+            child,
+            Tracked {
+                pid,
+                live: self.live.clone(),
+                status: status_read,
+                killed,
+            },
+        ))
+    }
+
+    /// SIGKILLs every live sandbox and reaps them (the worker is exiting). Killing the pid
+    /// namespace's init takes every process of the sandbox with it.
+    pub(crate) fn kill_all(&self) {
+        for pid in self.kill_where(|_| true) {
+            if let Some(raw) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+                // Exiting: reap here so no zombie is left to a PID 1 that may not reap; a
+                // reaped pid may be reused, so it leaves the live set at once.
+                if let Ok(Some(_)) = rustix::process::waitpid(Some(raw), rustix::process::WaitOptions::NOHANG) {
+                    self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
+                }
+            }
+        }
+    }
+
+    /// SIGKILLs every sandbox running over `lease_dir` (release and destroy of a lease);
+    /// their calls report `SIGKILL`.
+    pub(crate) fn kill_lease(&self, lease_dir: &Path) {
+        self.kill_where(|dir| dir == lease_dir);
+    }
+
+    /// Kills the selected sandboxes and waits (bounded) until each `bwrap` has exited.
+    fn kill_where(&self, select: impl Fn(&Path) -> bool) -> Vec<u32> {
+        let pids: Vec<u32> = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, live)| select(&live.lease_dir))
+            .map(|(pid, live)| {
+                live.killed.store(true, Ordering::SeqCst);
+                *pid
+            })
+            .collect();
+        for pid in &pids {
+            kill_namespace(*pid);
+        }
+        let exited = |p: &u32| !Path::new(&format!("/proc/{p}/task")).exists() || is_zombie(*p);
+        for round in 0..200 {
+            if pids.iter().all(exited) {
+                break;
+            }
+            if round == 100 {
+                // bwrap did not exit after its namespace died: kill it too.
+                for pid in pids.iter().filter(|p| !exited(p)) {
+                    signal(*pid, Signal::KILL);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        pids
+    }
+
+    /// How many sandboxes are running.
+    pub(crate) fn live_count(&self) -> usize {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Ends a sandbox: SIGTERM to every process of its pid namespace, then after the grace
+    /// SIGKILL of the namespace. Returns the status and the signal that ended it.
+    pub(crate) async fn terminate(&self, child: &mut Child) -> (std::io::Result<ExitStatus>, &'static str) {
+        let Some(pid) = child.id() else {
+            return (child.wait().await, "SIGKILL");
+        };
+        let namespace = ns_init(pid).and_then(|init| pid_namespace(init).map(|ns| (init, ns)));
+        if let Some((init, ns)) = &namespace {
+            for member in namespace_members(ns) {
+                if member != *init && !is_sandbox_init(member) {
+                    signal(member, Signal::TERM);
+                }
+            }
+            if let Ok(status) = tokio::time::timeout(self.grace, child.wait()).await {
+                wait_namespace_gone(namespace.as_ref().map(|(_, ns)| ns.as_str())).await;
+                return (status, "SIGTERM");
+            }
+        }
+        kill_namespace(pid);
+        let status = match tokio::time::timeout(Duration::from_secs(1), child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                signal(pid, Signal::KILL);
+                child.wait().await
+            }
+        };
+        wait_namespace_gone(namespace.as_ref().map(|(_, ns)| ns.as_str())).await;
+        (status, "SIGKILL")
+    }
+}
+
+/// A running sandbox in the live set.
+#[derive(Debug)]
+struct Live {
+    lease_dir: PathBuf,
+    killed: Arc<AtomicBool>,
+}
+
+/// Removes a sandbox from the live set when dropped.
+#[derive(Debug)]
+pub(crate) struct Tracked {
+    pid: u32,
+    live: Arc<Mutex<HashMap<u32, Live>>>,
+    status: OwnedFd,
+    killed: Arc<AtomicBool>,
+}
+
+impl Tracked {
+    /// Whether the sandbox was killed from outside its call (lease release or destroy).
+    pub(crate) fn killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
+
+    /// How the command ended, as its sandbox init reported; call after `bwrap` exited.
+    /// `None` when nothing was reported (bwrap failed, or the sandbox was killed).
+    pub(crate) fn reported(&self) -> Option<Reported> {
+        let mut text = Vec::new();
+        let mut buf = [0u8; 512];
+        while text.len() < 64 * 1024 {
+            match rustix::io::read(&self.status, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => text.extend_from_slice(&buf[..n]),
+            }
+        }
+        parse_report(&String::from_utf8_lossy(&text))
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.pid);
+    }
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+fn signal(pid: u32, sig: Signal) {
+    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        // The process may be gone already; nothing to do then.
+        let _ = kill_process(pid, sig);
+    }
+}
+
+/// SIGKILLs the namespace init: the kernel kills the whole namespace, and `bwrap` reaps
+/// its child and exits (killing `bwrap` too would leave the init to a PID 1 that may never
+/// reap it). Without an init yet, `bwrap` itself is killed.
+fn kill_namespace(bwrap_pid: u32) {
+    if bwrap_pid == 0 {
+        return;
+    }
+    match ns_init(bwrap_pid) {
+        Some(init) => signal(init, Signal::KILL),
+        None => signal(bwrap_pid, Signal::KILL),
+    }
+}
+
+/// The pid (host view) of the sandbox's namespace init: `bwrap`'s child.
+fn ns_init(bwrap_pid: u32) -> Option<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{bwrap_pid}/task/{bwrap_pid}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
+}
+
+/// Whether `pid` is the worker binary in its init role (it must outlive the command to
+/// report its status, so the graceful SIGTERM skips it).
+fn is_sandbox_init(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(format!("{INIT_PATH}\0").as_bytes()))
+}
+
+fn pid_namespace(pid: u32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+/// Every live process (host pids) whose pid namespace is `ns`.
+fn namespace_members(ns: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| pid_namespace(*pid).as_deref() == Some(ns) && !is_zombie(*pid))
+        .collect()
+}
+
+/// Waits (bounded, 2 s) until no live process is left in `ns`, SIGKILLing stragglers.
+async fn wait_namespace_gone(ns: Option<&str>) {
+    let Some(ns) = ns else { return };
+    for _ in 0..200 {
+        let members = namespace_members(ns);
+        if members.is_empty() {
+            return;
+        }
+        for pid in members {
+            signal(pid, Signal::KILL);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
