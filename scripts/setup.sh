@@ -24,7 +24,7 @@ fi
 
 bash scripts/start-dockerd.sh 120
 bash scripts/docker-test-image.sh
-if [ -f scripts/install-sdk-fixture.sh ]; then
-    bash scripts/install-sdk-fixture.sh
+if [ ! -d crates/driver-plugin-sandbox/tests/fixtures/sdk-worker/node_modules/@paperclipai ]; then
+    bash crates/driver-plugin-sandbox/scripts/install-sdk-fixture.sh
 fi
 echo "setup: ready"

@@ -36,6 +36,8 @@ pub struct Profile {
     pub reusable: CapabilitySnapshot,
     /// Whether execute carries arbitrary bytes.
     pub binary_safe: bool,
+    /// Whether duplex channels can half-close.
+    pub half_close: bool,
 }
 
 /// The shared state of a suite run.
@@ -90,6 +92,7 @@ impl Ctx {
                 has_sync: inner.as_sync().is_some(),
                 has_duplex: inner.as_duplex().is_some(),
                 binary_safe: target.binary_safe,
+                half_close: target.half_close,
                 ..Default::default()
             },
             cases: target.cases.max(1),

@@ -62,6 +62,9 @@ pub struct Target {
     pub binary_safe: bool,
     /// Driver-specific leftovers after the suite.
     pub leftovers: Option<LeftoversProbe>,
+    /// Whether duplex channels can close the command's input (half-close). Without it
+    /// the round trip reads back exactly what was written and closes the channel.
+    pub half_close: bool,
     /// When set, only checks whose name starts with one of these prefixes run.
     pub only: Option<Vec<&'static str>>,
     /// Documented deviations: checks that are registered but reported as ignored, each
@@ -78,6 +81,7 @@ impl Target {
             cases: 16,
             binary_safe: true,
             leftovers: None,
+            half_close: true,
             only: None,
             deviations: Vec::new(),
         }
@@ -110,6 +114,12 @@ impl Target {
     /// Declares execute as text-only.
     pub fn text_only(mut self) -> Self {
         self.binary_safe = false;
+        self
+    }
+
+    /// Declares that duplex channels cannot half-close.
+    pub fn without_half_close(mut self) -> Self {
+        self.half_close = false;
         self
     }
 

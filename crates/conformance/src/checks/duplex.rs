@@ -11,11 +11,15 @@ use crate::context::{Ctx, ensure, ensure_eq};
 
 pub(super) const CHECKS: &[Check] = &[
     Check::new("duplex_chunks_roundtrip", has_duplex_granted, chunks_roundtrip),
-    Check::new("duplex_close_input_ends_cat", has_duplex_granted, close_input_ends_cat),
+    Check::new("duplex_close_input_ends_cat", has_half_close, close_input_ends_cat),
     Check::new("duplex_exit_code", has_duplex_granted, exit_code),
     Check::new("duplex_late_reader_loses_nothing", has_duplex_granted, late_reader),
     Check::new("duplex_close_is_idempotent", has_duplex_granted, close_idempotent),
 ];
+
+fn has_half_close(p: &crate::Profile) -> bool {
+    has_duplex_granted(p) && p.half_close
+}
 
 fn argv(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| s.to_string()).collect()
@@ -33,6 +37,22 @@ async fn read_all(channel: &dyn DuplexChannel) -> Result<Vec<u8>, String> {
             None => return Ok(out),
         }
     }
+}
+
+/// Reads until `len` bytes came (or the output ends).
+async fn read_exactly(channel: &dyn DuplexChannel, len: usize) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while out.len() < len {
+        let next = tokio::time::timeout_at(deadline, channel.read())
+            .await
+            .map_err(|_| format!("only {} of {len} bytes within 60 s", out.len()))?;
+        match next.map_err(|e| format!("read: {e}"))? {
+            Some(chunk) => out.extend(chunk),
+            None => break,
+        }
+    }
+    Ok(out)
 }
 
 async fn wait_exit(channel: &dyn DuplexChannel) -> Result<Option<i32>, String> {
@@ -53,22 +73,35 @@ fn chunks_roundtrip(ctx: &Ctx) -> Result<(), String> {
                     .open_duplex_channel(&lease.id, &argv(&["cat"]))
                     .await
                     .map_err(|e| format!("open: {e}"))?;
+                let expected: Vec<u8> = chunks.concat();
+                let half_close = ctx.profile.half_close;
                 let outcome = async {
-                    let reader = read_all(channel.as_ref());
+                    let reader = async {
+                        if half_close {
+                            read_all(channel.as_ref()).await
+                        } else {
+                            read_exactly(channel.as_ref(), expected.len()).await
+                        }
+                    };
                     let writer = async {
                         for chunk in &chunks {
                             channel.write(chunk).await.map_err(|e| format!("write: {e}"))?;
                         }
-                        channel.close_input().await.map_err(|e| format!("close_input: {e}"))
+                        if half_close {
+                            channel.close_input().await.map_err(|e| format!("close_input: {e}"))?;
+                        }
+                        Ok::<(), String>(())
                     };
                     let (got, wrote) = tokio::join!(reader, writer);
                     wrote?;
-                    let expected: Vec<u8> = chunks.concat();
                     let got = got?;
                     ensure(got == expected, || {
                         format!("got {} bytes back for {}", got.len(), expected.len())
                     })?;
-                    ensure_eq(wait_exit(channel.as_ref()).await?, Some(0), "exit code of cat")
+                    if half_close {
+                        ensure_eq(wait_exit(channel.as_ref()).await?, Some(0), "exit code of cat")?;
+                    }
+                    Ok(())
                 }
                 .await;
                 let _ = channel.close().await;

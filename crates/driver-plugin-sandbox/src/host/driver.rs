@@ -12,7 +12,7 @@ use envrt_runtime_core::sync::{check_post_upload_cwd, normalize_absolute};
 use envrt_runtime_core::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, CappedBuffer, DestroyLease, DriverError,
     DuplexChannel, DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap,
-    LeaseContext, LeaseGrant, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
+    LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
     SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
 };
 use serde_json::{Value, json};
@@ -225,15 +225,29 @@ impl SandboxDriver {
         operations: &[SyncOperation],
     ) -> Result<SyncResult, DriverError> {
         self.require(method)?;
+        // Relative targets are relative to the lease's remote working directory, when the
+        // worker told it at acquire (`remoteCwd`); without it only the worker can judge
+        // them, and it does so before copying anything.
+        let remote_cwd = context.lease.metadata.get("remoteCwd").and_then(|v| v.as_str());
         for operation in operations {
-            let targets: Vec<String> = operation
-                .files
-                .iter()
-                .filter_map(|f| normalize_absolute(&f.target_path))
-                .collect();
-            for command in &operation.post_upload_commands {
-                if let Some(cwd) = &command.cwd {
+            let mut targets = Vec::new();
+            let mut all_known = true;
+            for file in &operation.files {
+                let absolute = match (file.target_path.starts_with('/'), remote_cwd) {
+                    (true, _) => normalize_absolute(&file.target_path),
+                    (false, Some(base)) => normalize_absolute(&format!("{base}/{}", file.target_path)),
+                    (false, None) => None,
+                };
+                match absolute {
+                    Some(target) => targets.push(target),
+                    None => all_known = false,
+                }
+            }
+            for cwd in operation.post_upload_commands.iter().filter_map(|c| c.cwd.as_deref()) {
+                if all_known {
                     check_post_upload_cwd(cwd, &targets)?;
+                } else if normalize_absolute(cwd).is_none() {
+                    return Err(DriverError::PostUploadCwd { cwd: cwd.to_owned() });
                 }
             }
         }
@@ -286,10 +300,19 @@ impl EnvironmentDriver for SandboxDriver {
 
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
         // keep the resource of a retained lease; send nothing the worker stopped offering
-        if input.status == LeaseStatus::Retained || !self.advertises(methods::RELEASE_LEASE) {
+        if input.status == LeaseStatus::Retained {
             return Ok(());
         }
-        Ok(self.end_lease(methods::RELEASE_LEASE, &input.context).await?)
+        if self.advertises(methods::RELEASE_LEASE) {
+            self.end_lease(methods::RELEASE_LEASE, &input.context).await?;
+        }
+        // Only a reusable lease keeps its sandbox for a later resume: any other release
+        // also destroys it where the worker can, so ephemeral leases leave nothing behind.
+        let reusable = input.context.lease.lease_policy == LeasePolicy::ReuseByEnvironment;
+        if !reusable && self.advertises(methods::DESTROY_LEASE) {
+            self.end_lease(methods::DESTROY_LEASE, &input.context).await?;
+        }
+        Ok(())
     }
 
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {

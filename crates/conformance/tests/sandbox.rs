@@ -1,0 +1,136 @@
+//! The conformance suite against the plugin `sandbox` driver (`cargo xtask conformance
+//! --driver sandbox`): the bubblewrap reference worker, and the worker written with
+//! `@paperclipai/plugin-sdk` (text-only execute, no half-close). With
+//! `ENVRT_WORKER_COMMAND` and `ENVRT_WORKER_MANIFEST` set (`cargo xtask conformance
+//! --worker … --manifest …`), the suite runs against that external worker instead.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use envrt_conformance::{LeftoversFuture, LeftoversProbe, Suite, Target, run_suites};
+use envrt_driver_plugin_sandbox::{PluginManifest, SandboxDriver, SandboxOptions};
+
+const CRATE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../driver-plugin-sandbox");
+
+/// Lists what is left in a worker's lease root.
+fn leftovers_in(root: PathBuf) -> LeftoversProbe {
+    Arc::new(move || -> LeftoversFuture {
+        let root = root.clone();
+        Box::pin(async move {
+            let entries = match std::fs::read_dir(&root) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(format!("{}: {e}", root.display())),
+            };
+            Ok(entries
+                .filter_map(|e| e.ok())
+                .map(|e| format!("lease dir {}", e.path().display()))
+                .collect())
+        })
+    })
+}
+
+async fn target_for(manifest: PluginManifest, root: Option<PathBuf>) -> Result<Target, String> {
+    let driver = SandboxDriver::start(manifest, SandboxOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let methods = driver.supported_methods();
+    let mut target = Target::new(Arc::new(driver)).with_cases(8);
+    if !methods.contains("environmentExecuteBinary") {
+        target = target.text_only();
+    }
+    if !methods.contains("duplexChannelCloseInput") {
+        target = target.without_half_close();
+    }
+    if let Some(root) = root {
+        target = target.with_leftovers(leftovers_in(root));
+    }
+    Ok(target)
+}
+
+fn worker_binary() -> Result<PathBuf, String> {
+    if let Ok(path) = std::env::var("ENVRT_SANDBOX_WORKER") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let candidate = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("envrt-sandbox-worker"))
+        .ok_or("no target directory")?;
+    if candidate.exists() {
+        Ok(candidate)
+    } else {
+        Err(format!(
+            "{} is not built; run `cargo build -p envrt-driver-plugin-sandbox --bin envrt-sandbox-worker`",
+            candidate.display()
+        ))
+    }
+}
+
+fn reference_suite(root: &Path) -> Result<Suite, String> {
+    let binary = worker_binary()?;
+    let mut manifest =
+        PluginManifest::load(format!("{CRATE}/reference-worker.manifest.json")).map_err(|e| e.to_string())?;
+    manifest.worker.command = vec![
+        binary.to_string_lossy().into_owned(),
+        "--root".into(),
+        root.to_string_lossy().into_owned(),
+    ];
+    let root = root.to_path_buf();
+    Suite::build(|| target_for(manifest, Some(root)))
+}
+
+fn sdk_suite(root: &Path) -> Result<Suite, String> {
+    let fixture = format!("{CRATE}/tests/fixtures/sdk-worker");
+    if !Path::new(&format!("{fixture}/node_modules/@paperclipai/plugin-sdk")).exists() {
+        return Err(format!(
+            "the SDK fixture is not installed; run {CRATE}/scripts/install-sdk-fixture.sh"
+        ));
+    }
+    // The fixture's manifest is Paperclip's (entrypoints, no `worker`): say how to start it.
+    let text = std::fs::read_to_string(format!("{fixture}/manifest.json")).map_err(|e| e.to_string())?;
+    let mut json: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    json["worker"] = serde_json::json!({"command": ["node", format!("{fixture}/worker.mjs")]});
+    let mut manifest = PluginManifest::from_json(&json.to_string()).map_err(|e| e.to_string())?;
+    manifest
+        .worker
+        .env
+        .insert("ENVRT_FIXTURE_ROOT".into(), root.to_string_lossy().into_owned());
+    let root = root.to_path_buf();
+    Suite::build(|| target_for(manifest, Some(root)))
+}
+
+fn external_suite(command: &str, manifest_path: &str) -> Result<Suite, String> {
+    let mut manifest = PluginManifest::load(manifest_path).map_err(|e| e.to_string())?;
+    manifest.worker.command = command.split_whitespace().map(String::from).collect();
+    Suite::build(|| target_for(manifest, None))
+}
+
+fn main() {
+    let required = ["ENVRT_REQUIRE_DOCKER", "ENVRT_REQUIRE_SANDBOX"]
+        .iter()
+        .any(|v| std::env::var(v).as_deref() == Ok("1"));
+    let roots = [tempfile::tempdir().expect("root"), tempfile::tempdir().expect("root")];
+    let suites: Vec<Result<Suite, String>> = match (
+        std::env::var("ENVRT_WORKER_COMMAND"),
+        std::env::var("ENVRT_WORKER_MANIFEST"),
+    ) {
+        (Ok(command), Ok(manifest)) => vec![external_suite(&command, &manifest)],
+        _ => vec![reference_suite(roots[0].path()), sdk_suite(roots[1].path())],
+    };
+    let mut ready = Vec::new();
+    for suite in suites {
+        match suite {
+            Ok(suite) => ready.push(suite),
+            Err(error) if required => {
+                eprintln!("the sandbox conformance suite cannot run: {error}");
+                std::process::exit(101);
+            }
+            Err(error) => eprintln!("\n*** SKIPPED: a sandbox conformance suite: {error} ***\n"),
+        }
+    }
+    let passed = run_suites(ready);
+    drop(roots);
+    std::process::exit(if passed { 0 } else { 101 });
+}
