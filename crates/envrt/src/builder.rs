@@ -27,8 +27,10 @@ pub struct BuildError {
 }
 
 /// Builds an [`EnvironmentRuntime`] that registers every driver enabled by cargo features
-/// (`local`, `docker`, `plugin-sandbox`), then the drivers added with
-/// [`driver`](Self::driver), which replace a built-in one with the same key.
+/// (`local`, `docker`), then one sandbox driver per plugin added with `sandbox_plugin`
+/// (feature `plugin-sandbox`: a plugin needs a manifest naming its worker), then the
+/// drivers added with [`driver`](Self::driver). A later registration replaces an earlier
+/// one with the same key.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -52,6 +54,13 @@ pub struct RuntimeBuilder {
     without: BTreeSet<String>,
     #[cfg(feature = "local")]
     local: envrt_driver_local::LocalConfig,
+    #[cfg(feature = "docker")]
+    docker: envrt_driver_docker::DockerConfig,
+    #[cfg(feature = "plugin-sandbox")]
+    plugins: Vec<(
+        envrt_driver_plugin_sandbox::PluginManifest,
+        envrt_driver_plugin_sandbox::SandboxOptions,
+    )>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -83,18 +92,21 @@ impl RuntimeBuilder {
             without: BTreeSet::new(),
             #[cfg(feature = "local")]
             local: envrt_driver_local::LocalConfig::default(),
+            #[cfg(feature = "docker")]
+            docker: envrt_driver_docker::DockerConfig::default(),
+            #[cfg(feature = "plugin-sandbox")]
+            plugins: Vec::new(),
         }
     }
 
-    /// The keys of the drivers this build enables, in registration order.
+    /// The keys of the drivers this build registers by itself, in registration order
+    /// (sandbox drivers come from [`sandbox_plugin`](Self::sandbox_plugin) instead).
     pub fn enabled_drivers() -> &'static [&'static str] {
         &[
             #[cfg(feature = "local")]
             "local",
             #[cfg(feature = "docker")]
             "docker",
-            #[cfg(feature = "plugin-sandbox")]
-            "sandbox",
         ]
     }
 
@@ -122,6 +134,27 @@ impl RuntimeBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "local")))]
     pub fn local_config(mut self, config: envrt_driver_local::LocalConfig) -> Self {
         self.local = config;
+        self
+    }
+
+    /// Configures the Docker driver.
+    #[cfg(feature = "docker")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
+    pub fn docker_config(mut self, config: envrt_driver_docker::DockerConfig) -> Self {
+        self.docker = config;
+        self
+    }
+
+    /// Adds a sandbox driver run by the plugin worker `manifest` names; its key is the
+    /// manifest entry's `driverKey` (`sandbox` by default).
+    #[cfg(feature = "plugin-sandbox")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "plugin-sandbox")))]
+    pub fn sandbox_plugin(
+        mut self,
+        manifest: envrt_driver_plugin_sandbox::PluginManifest,
+        options: envrt_driver_plugin_sandbox::SandboxOptions,
+    ) -> Self {
+        self.plugins.push((manifest, options));
         self
     }
 
@@ -155,11 +188,40 @@ impl RuntimeBuilder {
             let made = envrt_driver_local::LocalDriver::new(self.local.clone());
             add("local", made.map(|d| Arc::new(d) as Arc<dyn EnvironmentDriver>));
         }
+        #[cfg(feature = "docker")]
+        if wanted("docker") {
+            let made = envrt_driver_docker::DockerDriver::connect(self.docker.clone()).await;
+            add("docker", made.map(|d| Arc::new(d) as Arc<dyn EnvironmentDriver>));
+        }
+        #[cfg(feature = "plugin-sandbox")]
+        for (manifest, options) in self.plugins {
+            let key = plugin_key(&manifest, &options);
+            if wanted(&key) {
+                let made = envrt_driver_plugin_sandbox::SandboxDriver::start(manifest, options).await;
+                add(&key, made.map(|d| Arc::new(d) as Arc<dyn EnvironmentDriver>));
+            }
+        }
         let _ = (&wanted, &mut add);
         for driver in self.extra {
             runtime.register_driver(driver);
         }
         (runtime, skipped)
+    }
+}
+
+/// The key a plugin's driver registers under (as `SandboxDriver::start` picks it).
+#[cfg(feature = "plugin-sandbox")]
+fn plugin_key(
+    manifest: &envrt_driver_plugin_sandbox::PluginManifest,
+    options: &envrt_driver_plugin_sandbox::SandboxOptions,
+) -> String {
+    let default = envrt_driver_plugin_sandbox::DEFAULT_DRIVER_KEY;
+    match &options.driver_key {
+        Some(key) => key.clone(),
+        None => manifest
+            .driver_entry(Some(default))
+            .or_else(|| manifest.driver_entry(None))
+            .map_or(default.to_owned(), |e| e.driver_key.clone()),
     }
 }
 
@@ -239,12 +301,56 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path().join("workspaces")).unwrap().count(), 0);
     }
 
+    #[cfg(feature = "docker")]
+    #[tokio::test]
+    async fn an_unreachable_docker_engine_is_skipped_leniently_and_fails_a_strict_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("no-engine.sock");
+        let config = || envrt_driver_docker::DockerConfig {
+            host: Some(format!("unix://{}", socket.display())),
+            connect_timeout: std::time::Duration::from_secs(5),
+            ..Default::default()
+        };
+        let (runtime, skipped) = builder(&dir).docker_config(config()).build_lenient().await;
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(skipped[0].key, "docker");
+        assert!(runtime.driver("docker").is_none());
+        assert_eq!(runtime.driver("local").is_some(), cfg!(feature = "local"));
+        let e = builder(&dir).docker_config(config()).build().await.unwrap_err();
+        assert_eq!(e.key, "docker");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "Environment driver \"docker\" could not be set up: {}",
+                skipped[0].error
+            )
+        );
+    }
+
+    #[cfg(feature = "plugin-sandbox")]
+    #[tokio::test]
+    async fn a_plugin_whose_worker_cannot_start_is_skipped_under_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = envrt_driver_plugin_sandbox::PluginManifest::from_json(
+            r#"{"id":"ghost","worker":{"command":["/nonexistent/envrt-worker"]},
+                "environmentDrivers":[{"driverKey":"ghostbox","kind":"sandbox_provider","displayName":"G"}]}"#,
+        )
+        .unwrap();
+        let (runtime, skipped) = builder(&dir)
+            .sandbox_plugin(manifest, Default::default())
+            .build_lenient()
+            .await;
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert_eq!(skipped[0].key, "ghostbox");
+        assert!(runtime.driver("ghostbox").is_none());
+    }
+
     #[test]
     fn enabled_drivers_follow_the_features() {
         let keys = RuntimeBuilder::enabled_drivers();
         assert_eq!(keys.contains(&"local"), cfg!(feature = "local"));
         assert_eq!(keys.contains(&"docker"), cfg!(feature = "docker"));
-        assert_eq!(keys.contains(&"sandbox"), cfg!(feature = "plugin-sandbox"));
+        assert!(!keys.contains(&"sandbox"));
     }
 
     #[test]

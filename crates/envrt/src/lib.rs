@@ -18,7 +18,7 @@
 //! | `plugin-sandbox` | no | `plugin_sandbox`: sandboxes run by a plugin worker (key `sandbox`) |
 //! | `all-drivers` | no | all three drivers |
 //! | `sqlite` | yes | [`sqlite`]: leases that survive the process ([`SqliteStore`]) |
-//! | `cli` | yes | the `envrt` binary (pulls in clap, toml, nix) |
+//! | `cli` | yes | the `envrt` binary with every driver (pulls in clap, toml, nix) |
 //!
 //! A library that wants only the local driver and no command-line dependencies uses
 //! `envrt = { version = "…", default-features = false, features = ["local"] }`. Each driver

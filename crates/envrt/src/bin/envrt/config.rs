@@ -8,6 +8,14 @@
 //! [local]
 //! root = "/var/tmp/envrt"   # local lease workspaces; default <state dir>/workspaces
 //!
+//! [docker]
+//! host = "unix:///var/run/docker.sock"   # default: DOCKER_HOST, else the local socket
+//!
+//! [[plugin]]                # a sandbox driver run by a plugin worker
+//! manifest = "plugin.json"  # relative to this file
+//! driver_key = "sandbox"    # which environmentDrivers entry; default "sandbox" or the first
+//! [plugin.config]           # plugin configuration sent in `initialize`
+//!
 //! [[environment]]
 //! id = "dev"
 //! name = "Dev container"    # default: the id
@@ -18,7 +26,9 @@
 //! ```
 //!
 //! An environment `local` with driver `local` exists even with no file, unless the file
-//! defines an environment with that id.
+//! defines an environment with that id. When an environment uses driver `sandbox` and no
+//! plugin provides that key, the reference worker `envrt-sandbox-worker` (next to `envrt`,
+//! else on `PATH`) is started with its lease root in `<state dir>/sandbox`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -87,6 +97,10 @@ struct File {
     default: Option<String>,
     #[serde(default)]
     local: LocalSection,
+    #[serde(default)]
+    docker: DockerSection,
+    #[serde(default, rename = "plugin")]
+    plugins: Vec<PluginEntry>,
     #[serde(default, rename = "environment")]
     environments: Vec<EnvironmentEntry>,
 }
@@ -95,6 +109,32 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct LocalSection {
     root: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DockerSection {
+    host: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PluginEntry {
+    manifest: PathBuf,
+    driver_key: Option<String>,
+    #[serde(default)]
+    config: toml::Table,
+}
+
+/// A configured plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plugin {
+    /// The manifest file (resolved against the config file's directory).
+    pub(crate) manifest: PathBuf,
+    /// Which manifest entry.
+    pub(crate) driver_key: Option<String>,
+    /// Plugin configuration.
+    pub(crate) config: JsonMap,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +160,10 @@ pub(crate) struct Config {
     pub(crate) default_environment: String,
     /// Root of local lease workspaces.
     pub(crate) local_root: PathBuf,
+    /// The Docker engine address, when set.
+    pub(crate) docker_host: Option<String>,
+    /// Configured plugins.
+    pub(crate) plugins: Vec<Plugin>,
     /// Every environment, the implicit `local` included, in file order.
     pub(crate) environments: Vec<Environment>,
 }
@@ -182,6 +226,19 @@ impl Config {
             company: file.company.unwrap_or_else(|| "local".into()),
             default_environment: file.default.unwrap_or_else(|| IMPLICIT_LOCAL.into()),
             local_root: file.local.root.unwrap_or_else(|| paths.state_dir.join("workspaces")),
+            docker_host: file.docker.host,
+            plugins: file
+                .plugins
+                .into_iter()
+                .map(|p| Plugin {
+                    manifest: match paths.config.as_deref().and_then(Path::parent) {
+                        Some(dir) if p.manifest.is_relative() => dir.join(&p.manifest),
+                        _ => p.manifest,
+                    },
+                    driver_key: p.driver_key,
+                    config: to_json(p.config),
+                })
+                .collect(),
             environments,
         }
     }
@@ -221,6 +278,13 @@ company = "acme"
 default = "dev"
 [local]
 root = "/tmp/ws"
+[docker]
+host = "tcp://127.0.0.1:2375"
+[[plugin]]
+manifest = "p/plugin.json"
+driver_key = "bwrap"
+[plugin.config]
+level = 2
 [[environment]]
 id = "dev"
 driver = "docker"
@@ -235,7 +299,18 @@ status = "archived"
 "#,
         )
         .unwrap();
-        let c = Config::from_file(file, &paths());
+        let mut paths = paths();
+        paths.config = Some(PathBuf::from("/etc/envrt/envrt.toml"));
+        let c = Config::from_file(file, &paths);
+        assert_eq!(c.docker_host.as_deref(), Some("tcp://127.0.0.1:2375"));
+        assert_eq!(
+            c.plugins,
+            vec![Plugin {
+                manifest: PathBuf::from("/etc/envrt/p/plugin.json"),
+                driver_key: Some("bwrap".into()),
+                config: serde_json::json!({"level": 2}).as_object().cloned().unwrap(),
+            }]
+        );
         assert_eq!(c.company, "acme");
         assert_eq!(c.default_environment, "dev");
         assert_eq!(c.local_root, PathBuf::from("/tmp/ws"));
@@ -265,7 +340,7 @@ status = "archived"
         );
         assert_eq!(
             Config::parse("colour = 1\n").unwrap_err(),
-            "unknown field `colour`, expected one of `company`, `default`, `local`, `environment`"
+            "unknown field `colour`, expected one of `company`, `default`, `local`, `docker`, `plugin`, `environment`"
         );
         assert_eq!(
             Config::parse("[[environment]]\nid = \"a\"\n").unwrap_err(),

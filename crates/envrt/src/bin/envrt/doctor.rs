@@ -127,7 +127,7 @@ pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
     let config = Config::load(paths)?;
     let mut checks = vec![store_check(paths).await];
     if checks[0].ok {
-        let app = App::open(paths).await?;
+        let app = App::open_for(paths, Some("docker")).await?;
         checks.push(driver_check(
             &app,
             "local",
@@ -147,6 +147,35 @@ pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
             sandbox,
             "install bubblewrap (apt-get install bubblewrap)",
         ));
+        let configured_plugin = !config.plugins.is_empty();
+        checks.push(match crate::app::reference_worker() {
+            Some(path) => Check {
+                name: "sandbox worker",
+                required: sandbox && !configured_plugin,
+                ok: true,
+                detail: path.display().to_string(),
+                fix: None,
+            },
+            None => Check {
+                name: "sandbox worker",
+                required: sandbox && !configured_plugin,
+                ok: false,
+                detail: "`envrt-sandbox-worker` is neither next to envrt nor on PATH".into(),
+                fix: Some(
+                    "cargo build -p envrt-driver-plugin-sandbox --bin envrt-sandbox-worker, then put it next to envrt or on PATH"
+                        .into(),
+                ),
+            },
+        });
+        for skip in app.skipped.iter().filter(|s| s.key != "docker" && s.key != "local") {
+            checks.push(Check {
+                name: "plugin worker",
+                required: true,
+                ok: false,
+                detail: format!("driver \"{}\": {}", skip.key, skip.error),
+                fix: Some("check the manifest's worker.command and run it by hand to see why it exits".into()),
+            });
+        }
     }
     let mut missing_required = false;
     for check in &checks {

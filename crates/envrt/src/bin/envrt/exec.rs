@@ -188,7 +188,7 @@ pub(crate) async fn interrupted() -> i32 {
 pub(crate) async fn run(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
     let env = parse_env(&args.env)?;
     let timeout = parse_timeout(args.timeout)?;
-    let app = App::open(paths).await?;
+    let app = App::open_for(paths, args.target.driver.as_deref()).await?;
     let (lease, own) = match &args.lease {
         Some(id) => (app.existing_lease(id).await?, false),
         None => {

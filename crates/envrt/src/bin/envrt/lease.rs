@@ -93,7 +93,11 @@ fn to_json<T: serde::Serialize>(value: &T) -> String {
 }
 
 pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliError> {
-    let app = App::open(paths).await?;
+    let extra = match &command {
+        LeaseCommand::Acquire(args) => args.target.driver.clone(),
+        _ => None,
+    };
+    let app = App::open_for(paths, extra.as_deref()).await?;
     match command {
         LeaseCommand::Acquire(args) => {
             let holder = if args.detached {
@@ -261,10 +265,62 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
             }
         }
     }
+    if app.runtime.driver("docker").is_some() {
+        match reap_docker_orphans(&app, paths, args.dry_run).await {
+            Ok(n) => done += n,
+            Err(e) => {
+                failures += 1;
+                eprintln!("envrt: gc could not reap orphan containers: {e}");
+            }
+        }
+    }
     if !args.dry_run {
         println!("gc: {done} released, {failures} failed");
     }
     Ok(if failures == 0 { 0 } else { 1 })
+}
+
+/// Removes the containers of this state directory that no lease keeps (left by a crash
+/// between creating a container and recording its lease, or by a lost record). Kept:
+/// every active, retained or pending lease, and released reusable ones.
+async fn reap_docker_orphans(app: &App, paths: &Paths, dry_run: bool) -> Result<usize, CliError> {
+    let driver = envrt::docker::DockerDriver::connect(crate::app::docker_config(paths, &app.config))
+        .await
+        .map_err(|e| CliError::Runtime(e.into()))?;
+    let keep: Vec<String> = app
+        .runtime
+        .leases(&LeaseFilter::default())
+        .await?
+        .into_iter()
+        .filter(|l| {
+            matches!(
+                l.status,
+                LeaseStatus::Active | LeaseStatus::Retained | LeaseStatus::PendingCleanup
+            ) || (l.status == LeaseStatus::Released && l.lease_policy == LeasePolicy::ReuseByEnvironment)
+        })
+        .map(|l| l.id)
+        .collect();
+    if dry_run {
+        let orphans: Vec<_> = driver
+            .managed_containers()
+            .await
+            .map_err(|e| CliError::Runtime(e.into()))?
+            .into_iter()
+            .filter(|(_, lease)| !keep.contains(lease))
+            .collect();
+        for (container, lease) in &orphans {
+            println!("would remove orphan container {container} (lease {lease})");
+        }
+        return Ok(0);
+    }
+    let removed = driver
+        .reap_orphans(&keep)
+        .await
+        .map_err(|e| CliError::Runtime(e.into()))?;
+    for container in &removed {
+        println!("removed orphan container {container}");
+    }
+    Ok(removed.len())
 }
 
 /// A dead holder's local commands outlive it (the driver's process table died with the

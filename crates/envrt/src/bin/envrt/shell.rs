@@ -1,6 +1,12 @@
 //! `envrt shell`: an interactive session over a duplex channel. When stdin is a terminal it
 //! is switched to raw mode (restored on every way out), so keys such as Ctrl-C reach the
-//! command as bytes.
+//! command as bytes instead of stopping envrt.
+//!
+//! The drivers' duplex channels are pipes, not terminals: nothing on the far side echoes
+//! or turns Enter into a newline. So the raw mode keeps three cooked habits: typed keys
+//! are echoed, Enter sends `\n`, and output `\n` starts a new line; and Ctrl-D closes the
+//! command's input (EOF), as it would on a terminal. `--no-raw` keeps the terminal cooked
+//! (local line editing; Ctrl-C then stops the session).
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -15,6 +21,9 @@ use crate::Target;
 use crate::app::App;
 use crate::config::Paths;
 use crate::error::CliError;
+
+/// Ctrl-D.
+const CTRL_D: u8 = 0x04;
 
 /// The command a shell runs when none is given.
 const DEFAULT_SHELL: [&str; 2] = ["/bin/sh", "-i"];
@@ -45,6 +54,10 @@ impl RawMode {
         let saved = termios::tcgetattr(&stdin).ok()?;
         let mut raw = saved.clone();
         termios::cfmakeraw(&mut raw);
+        // The far side is a pipe: echo locally, send Enter as \n, print \n as a new line.
+        raw.input_flags |= termios::InputFlags::ICRNL;
+        raw.output_flags |= termios::OutputFlags::OPOST | termios::OutputFlags::ONLCR;
+        raw.local_flags |= termios::LocalFlags::ECHO;
         termios::tcsetattr(&stdin, SetArg::TCSANOW, &raw).ok()?;
         Some(RawMode { saved })
     }
@@ -57,7 +70,7 @@ impl Drop for RawMode {
 }
 
 pub(crate) async fn run(paths: &Paths, args: ShellArgs) -> Result<u8, CliError> {
-    let app = App::open(paths).await?;
+    let app = App::open_for(paths, args.target.driver.as_deref()).await?;
     let (lease, own) = match &args.lease {
         Some(id) => (app.existing_lease(id).await?, false),
         None => {
@@ -106,6 +119,7 @@ async fn session(channel: Arc<dyn DuplexChannel>, raw: bool) -> Result<u8, CliEr
             }
         })
     };
+    let eof_key = raw_mode.is_some();
     let input = {
         let channel = Arc::clone(&channel);
         tokio::spawn(async move {
@@ -115,8 +129,16 @@ async fn session(channel: Arc<dyn DuplexChannel>, raw: bool) -> Result<u8, CliEr
                 match stdin.read(&mut buf).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
-                        if channel.write(&buf[..n]).await.is_err() {
+                        // In raw mode Ctrl-D arrives as a byte: treat it as end of input.
+                        let (data, eof) = match buf[..n].iter().position(|b| eof_key && *b == CTRL_D) {
+                            Some(at) => (&buf[..at], true),
+                            None => (&buf[..n], false),
+                        };
+                        if !data.is_empty() && channel.write(data).await.is_err() {
                             return;
+                        }
+                        if eof {
+                            break;
                         }
                     }
                 }
