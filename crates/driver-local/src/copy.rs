@@ -82,7 +82,7 @@ pub(crate) fn stage(spec: &CopySpec<'_>, counts: &mut Counts) -> Result<Staged, 
     let temp = sibling(spec.target, "new");
     let result = match spec.kind {
         SyncKind::File if meta.is_file() => {
-            let mode = spec.mode.unwrap_or(meta.mode() & 0o777);
+            let mode = spec.mode.unwrap_or(meta.mode() & 0o7777);
             copy_file(spec.source, &temp, mode, counts)
         }
         SyncKind::File => Err(DriverError::SourceKind {
@@ -169,7 +169,7 @@ fn stage_tree(spec: &CopySpec<'_>, meta: &fs::Metadata, temp: &Path, counts: &mu
             });
         }
     }
-    set_mode(temp, spec.mode.unwrap_or(meta.mode() & 0o777))
+    set_mode(temp, spec.mode.unwrap_or(meta.mode() & 0o7777))
 }
 
 impl TreeWalk<'_, '_> {
@@ -236,9 +236,9 @@ impl TreeWalk<'_, '_> {
             let result = self.copy_dir(source, dest, relative);
             self.ancestors.pop();
             result?;
-            set_mode(dest, meta.mode() & 0o777)
+            set_mode(dest, meta.mode() & 0o7777)
         } else if meta.is_file() {
-            copy_file(source, dest, meta.mode() & 0o777, self.counts)
+            copy_file(source, dest, meta.mode() & 0o7777, self.counts)
         } else {
             // FIFOs, sockets and devices are not copied.
             Ok(())
@@ -399,13 +399,23 @@ pub(crate) fn rollback(staged: &mut [Staged]) {
 }
 
 /// Creates the missing parents of `target` (mode `0755` less the umask, like `mkdir -p`),
-/// returning those it created, deepest last, so a failed operation can remove them.
-pub(crate) fn create_parents(target: &Path) -> Result<Vec<PathBuf>, DriverError> {
+/// returning those it created, deepest last, so a failed operation can remove them. With
+/// a `floor` (a lease workspace), only directories strictly below it are created: a
+/// workspace removed by a concurrent release is never brought back.
+pub(crate) fn create_parents(target: &Path, floor: Option<&Path>) -> Result<Vec<PathBuf>, DriverError> {
     let mut missing = Vec::new();
     let mut probe = target.parent();
     while let Some(dir) = probe {
         if fs::symlink_metadata(dir).is_ok() {
             break;
+        }
+        if let Some(floor) = floor.filter(|f| !dir.starts_with(f) || dir == *f) {
+            return Err(DriverError::ResourceGone {
+                id: floor
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            });
         }
         missing.push(dir.to_path_buf());
         probe = dir.parent();
@@ -461,5 +471,20 @@ mod tests {
         std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
         assert!(link_escapes(&root, final_root, &at("e"), Path::new("loop")));
         remove_tree(&root).unwrap();
+    }
+
+    #[test]
+    fn parents_are_created_below_the_floor_only() {
+        let base = scratch("floor");
+        let floor = base.join("lease-x");
+        let err = create_parents(&floor.join("a/b/file"), Some(&floor)).unwrap_err();
+        assert_eq!(err.to_string(), "Lease resource \"lease-x\" does not exist.");
+        assert!(!floor.exists());
+        fs::create_dir(&floor).unwrap();
+        let created = create_parents(&floor.join("a/b/file"), Some(&floor)).unwrap();
+        assert_eq!(created, vec![floor.join("a"), floor.join("a/b")]);
+        remove_created(&created);
+        assert!(!floor.join("a").exists());
+        remove_tree(&base).unwrap();
     }
 }

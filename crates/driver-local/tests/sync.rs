@@ -48,6 +48,9 @@ fn sample_tree(dir: &Path) {
     set_mode(&dir.join("run.sh"), 0o755);
     set_mode(&dir.join("README"), 0o640);
     set_mode(&dir.join("src/deep er"), 0o750);
+    // Special bits survive too (the local driver's commands run as the same user anyway).
+    set_mode(&dir.join("src/deep er/ünï"), 0o1777);
+    set_mode(&dir.join("empty"), 0o4755);
     symlink("src/main.rs", dir.join("link-to-main")).unwrap();
     symlink("../README", dir.join("src/up")).unwrap();
     symlink("missing-but-inside", dir.join("dangling")).unwrap();
