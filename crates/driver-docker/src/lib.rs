@@ -27,11 +27,15 @@
 
 #![forbid(unsafe_code)]
 
+mod archive;
 mod config;
 mod driver;
+mod duplex;
 mod engine;
 mod exec;
 mod process;
+mod sync_in;
+mod sync_out;
 
 pub use config::{DEFAULT_DOCKER_HOST, DEFAULT_WORKING_DIR, DockerConfig, EnvConfig};
 pub use driver::{DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_LEASE_ID, LABEL_MANAGED};

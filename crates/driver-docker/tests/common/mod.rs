@@ -64,7 +64,12 @@ pub async fn harness() -> Option<Harness> {
             if std::env::var("ENVRT_REQUIRE_DOCKER").as_deref() == Ok("1") {
                 panic!("ENVRT_REQUIRE_DOCKER=1 but no Docker engine answers: {error}");
             }
-            eprintln!("\n*** SKIPPED: no Docker engine ({error}) ***\n");
+            // Straight to the process's stderr, past the test harness's capture.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** SKIPPED: no Docker engine ({error}); set ENVRT_REQUIRE_DOCKER=1 to make this a failure ***\n"
+            );
             None
         }
     }
