@@ -334,3 +334,58 @@ async fn an_exit_settles_the_wait_but_holds_the_slot_until_close() {
     drop(channel);
     assert_eq!(slots.in_use(), 0, "dropping a channel frees its slot");
 }
+
+#[tokio::test]
+async fn output_held_before_binding_past_the_bound_ends_the_route_at_bind() {
+    let options = SandboxOptions {
+        duplex_limits: DuplexLimits {
+            max_buffered_bytes: 10,
+            ..DuplexLimits::default()
+        },
+        ..own_slots(4)
+    };
+    // the worker sends 14 bytes before its open reply
+    let (_driver, runtime, lease) = setup("early-data", options).await;
+    let channel = open(&runtime, &lease).await;
+    assert_eq!(bounded("wait", channel.wait()).await.unwrap().exit_code, None);
+    assert_eq!(bounded("read", channel.read()).await.unwrap(), None);
+    let err = channel.write(b"x").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("output held before the open reply passed the buffered bound"),
+        "{err}"
+    );
+    channel.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_route_past_its_lifetime_ends_and_the_worker_is_told() {
+    let options = SandboxOptions {
+        duplex_limits: DuplexLimits {
+            max_lifetime: Duration::from_millis(300),
+            ..DuplexLimits::default()
+        },
+        ..own_slots(4)
+    };
+    let (driver, runtime, lease) = setup("", options).await;
+    let channel = open(&runtime, &lease).await;
+    let (route, _) = only_route(&driver).await;
+    assert_eq!(
+        bounded("wait", channel.wait()).await.unwrap(),
+        DuplexExit {
+            exit_code: None,
+            transport_closed: false
+        }
+    );
+    let err = channel.write(b"x").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("Duplex route {route} was ended by the host: the route passed its lifetime")
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while stats(&driver).await["routes"].as_object().unwrap().contains_key(&route) {
+        assert!(tokio::time::Instant::now() < deadline, "the worker never got the close");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    channel.close().await.unwrap();
+}

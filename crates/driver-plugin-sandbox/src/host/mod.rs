@@ -15,5 +15,5 @@ mod timefmt;
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;
 pub use manifest::{DriverKind, EnvironmentDriverEntry, PluginManifest, WorkerCommand};
-pub use options::{RestartPolicy, SandboxOptions};
+pub use options::{ParentDeathSignal, RestartPolicy, SandboxOptions};
 pub use routes::{DEFAULT_ROUTE_CEILING, DuplexLimits, RouteSlots};

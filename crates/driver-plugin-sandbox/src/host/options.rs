@@ -31,6 +31,20 @@ impl Default for RestartPolicy {
     }
 }
 
+/// The signal a worker gets when its host dies (`PR_SET_PDEATHSIG`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ParentDeathSignal {
+    /// SIGKILL (the default): the worker cannot survive its host, but it cannot clean up
+    /// either, so processes it started in other process groups are its own sandbox's
+    /// business (the reference worker's `bwrap --die-with-parent` sandboxes die with it).
+    #[default]
+    Kill,
+    /// SIGTERM: a worker that handles it (as the SDK fixture does) can kill what it
+    /// started before exiting; a worker that ignores it still exits on stdin EOF if it
+    /// follows the SDK, and otherwise survives.
+    Term,
+}
+
 /// Options of [`SandboxDriver::start`](super::SandboxDriver::start). Start from
 /// `SandboxOptions::default()` and change fields.
 #[derive(Clone, Debug)]
@@ -61,6 +75,8 @@ pub struct SandboxOptions {
     pub max_line_bytes: usize,
     /// Crash restarts.
     pub restart: RestartPolicy,
+    /// What the worker gets when the host dies (SIGKILL).
+    pub parent_death_signal: ParentDeathSignal,
     /// Bounds of each duplex route.
     pub duplex_limits: DuplexLimits,
     /// The ceiling on open duplex routes ([`RouteSlots::global`], 128, by default).
@@ -82,6 +98,7 @@ impl Default for SandboxOptions {
             kill_grace: Duration::from_secs(5),
             max_line_bytes: 64 * 1024 * 1024,
             restart: RestartPolicy::default(),
+            parent_death_signal: ParentDeathSignal::Kill,
             duplex_limits: DuplexLimits::default(),
             route_slots: RouteSlots::global(),
         }

@@ -92,17 +92,17 @@ fn spawner() -> &'static Mutex<std_mpsc::Sender<SpawnJob>> {
     })
 }
 
-/// Makes the child die with its parent: `PR_SET_PDEATHSIG(SIGKILL)`, then a check that the
+/// Makes the child die with its parent: `PR_SET_PDEATHSIG(signal)`, then a check that the
 /// parent did not already die before the flag was set.
 #[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command) {
+fn die_with_parent(command: &mut Command, signal: Signal) {
     let parent = std::process::id();
     // SAFETY: the closure runs in the forked child before exec. It only makes two
     // async-signal-safe system calls (prctl, getppid) and allocates nothing; an error is
     // returned as a raw OS error without allocating a message.
     unsafe {
         command.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+            nix::sys::prctl::set_pdeathsig(signal).map_err(|e| io::Error::from_raw_os_error(e as i32))?;
             if nix::unistd::getppid().as_raw() as u32 != parent {
                 return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
             }
@@ -113,7 +113,7 @@ fn die_with_parent(command: &mut Command) {
 
 /// Starts a worker with a minimal environment: `PATH`, `TZ` (when the host has them) and
 /// the manifest's variables. Nothing else of the host's environment is passed.
-pub(crate) async fn spawn_worker(spec: &WorkerCommand) -> io::Result<Spawned> {
+pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal) -> io::Result<Spawned> {
     let program = spec
         .command
         .first()
@@ -133,7 +133,7 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand) -> io::Result<Spawned> {
         command.env("TZ", tz);
     }
     command.envs(&spec.env);
-    die_with_parent(&mut command);
+    die_with_parent(&mut command, death_signal);
 
     let (reply_tx, reply_rx) = std_mpsc::channel();
     spawner()
@@ -272,7 +272,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// Reads the next line.
     pub(crate) async fn next_line(&mut self) -> io::Result<LineRead> {
         if self.discarding.is_none() && self.buf.last() == Some(&b'\n') {
-            self.buf.clear();
+            if self.buf.capacity() > 1024 * 1024 {
+                // do not keep a huge line's allocation around
+                self.buf = Vec::new();
+            } else {
+                self.buf.clear();
+            }
         }
         loop {
             let available = self.reader.fill_buf().await?;

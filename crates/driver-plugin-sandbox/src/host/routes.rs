@@ -217,6 +217,8 @@ impl RouteState {
 struct PendingRoute {
     generation: u64,
     held: Vec<(String, Frame)>,
+    held_bytes: usize,
+    overflowed: bool,
 }
 
 enum Entry {
@@ -274,6 +276,8 @@ impl RouteTable {
             Entry::Pending(PendingRoute {
                 generation,
                 held: Vec::new(),
+                held_bytes: 0,
+                overflowed: false,
             }),
         );
     }
@@ -320,7 +324,9 @@ impl RouteTable {
             }),
             notify: Notify::new(),
         });
-        let mut ended = None;
+        let mut ended = pending
+            .overflowed
+            .then(|| "output held before the open reply passed the buffered bound".to_owned());
         {
             let mut state = route.lock();
             for (session, frame) in pending.held {
@@ -466,19 +472,18 @@ impl RouteTable {
         let table = &mut *table;
         match table.live.get_mut(route_id) {
             Some(Entry::Pending(pending)) => {
-                if pending.generation == generation {
+                if pending.generation == generation && !pending.overflowed {
+                    if let Frame::Data(bytes) = &frame {
+                        pending.held_bytes += bytes.len();
+                    }
                     pending.held.push((session.to_owned(), frame));
-                    let (frames, bytes) = pending.held.iter().fold((0usize, 0usize), |(n, b), (_, f)| match f {
-                        Frame::Data(d) => (n + 1, b + d.len()),
-                        _ => (n + 1, b),
-                    });
-                    if frames > self.limits.max_buffered_frames || bytes > self.limits.max_buffered_bytes {
-                        // keep the order but stop growing: the route will end at bind
-                        pending.held.truncate(self.limits.max_buffered_frames);
-                        pending.held.push((
-                            session.to_owned(),
-                            Frame::Data(vec![0; self.limits.max_chunk_bytes + 1]),
-                        ));
+                    if pending.held.len() > self.limits.max_buffered_frames
+                        || pending.held_bytes > self.limits.max_buffered_bytes
+                    {
+                        // stop holding and free the hold: the route ends when it binds
+                        pending.overflowed = true;
+                        pending.held = Vec::new();
+                        pending.held_bytes = 0;
                     }
                 }
                 true

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::connection::{Connection, ConnectionEvents, ExecSink};
 use super::error::SandboxError;
 use super::manifest::PluginManifest;
-use super::options::SandboxOptions;
+use super::options::{ParentDeathSignal, SandboxOptions};
 use super::process::spawn_worker;
 use super::routes::{RouteShared, RouteTable};
 use crate::protocol::{InitializeResult, methods};
@@ -97,7 +97,11 @@ impl Supervisor {
             plugin_id: self.manifest.id.clone(),
             message,
         };
-        let spawned = spawn_worker(&self.manifest.worker).await.map_err(|e| {
+        let death_signal = match self.options.parent_death_signal {
+            ParentDeathSignal::Kill => Signal::SIGKILL,
+            ParentDeathSignal::Term => Signal::SIGTERM,
+        };
+        let spawned = spawn_worker(&self.manifest.worker, death_signal).await.map_err(|e| {
             failed(format!(
                 "cannot start worker command {:?}: {e}",
                 self.manifest
@@ -320,10 +324,10 @@ async fn restart_loop(me: Weak<Supervisor>) {
                 *crashes += 1;
                 *crashes
             };
-            if n > supervisor.options.restart.max_crashes {
+            if n >= supervisor.options.restart.max_crashes {
                 let error = SandboxError::WorkerUnavailable {
                     plugin_id: supervisor.manifest.id.clone(),
-                    reason: format!("it crashed {} times in a row; not restarting", n - 1),
+                    reason: format!("it crashed {n} times in a row; not restarting"),
                 };
                 tracing::error!("{error}");
                 supervisor.slot.send_replace(Slot::Down(error));
