@@ -149,6 +149,18 @@ fn pids_with(needle: &str) -> Vec<u32> {
     found
 }
 
+/// Pids of `sleep` processes started with `mark` (not envrt, whose own command line may
+/// carry the mark too).
+fn sleepers(mark: &str) -> Vec<u32> {
+    pids_with(mark)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(format!("sleep\0{mark}").as_bytes()))
+        })
+        .collect()
+}
+
 /// Waits (bounded) until no process carries `needle`; returns the survivors.
 fn survivors(needle: &str) -> Vec<u32> {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -392,7 +404,7 @@ fn gc_cleans_up_after_a_killed_holder() {
             .into_iter()
             .filter(|l| l["status"] == "active")
             .collect();
-        if active.len() == 1 && !pids_with(&mark).is_empty() {
+        if active.len() == 1 && !sleepers(&mark).is_empty() {
             break active[0].clone();
         }
         assert!(Instant::now() < deadline, "the holder never started its command");
@@ -468,4 +480,91 @@ fn doctor_reports_the_store_and_fails_when_it_is_unusable() {
         "{text}"
     );
     assert!(text.contains("fix: make "), "{text}");
+}
+
+#[test]
+fn stdin_is_bounded_and_can_be_skipped() {
+    let s = Sandbox::new();
+    let over = s.run_with(&["exec", "--stdin-limit", "10", "--", "cat"], Some(b"01234567890"));
+    assert_eq!(over.code, Some(2));
+    assert_eq!(
+        over.stderr,
+        "envrt: stdin is longer than 10 bytes; raise --stdin-limit or pass --no-stdin\n"
+    );
+    // Refused before any lease was taken.
+    assert!(s.leases_json().is_empty());
+    let exact = s.run_with(&["exec", "--stdin-limit", "10", "--", "cat"], Some(b"0123456789"));
+    assert_eq!(exact.stdout_text(), "0123456789");
+    let skipped = s.run_with(&["exec", "--no-stdin", "--", "wc", "-c"], Some(b"ignored"));
+    assert_eq!(skipped.stdout_text().trim(), "0");
+}
+
+#[test]
+fn an_interrupt_stops_the_command_and_releases_the_lease() {
+    let s = Sandbox::new();
+    let mark = marker();
+    let _reaper = Reaper(mark.clone());
+    let mut child = s
+        .command(&["exec", "--", "sh", "-c", &format!("sleep {mark}; sleep {mark}")])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + LIMIT;
+    while sleepers(&mark).is_empty() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGINT).unwrap();
+    let status = wait_bounded(&mut child, LIMIT);
+    assert_eq!(status.code(), Some(130));
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(stderr, "envrt: interrupted by SIGINT\n");
+    assert_eq!(
+        survivors(&mark),
+        Vec::<u32>::new(),
+        "the command survived the interrupt"
+    );
+    let leases = s.leases_json();
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases[0]["status"], "released");
+}
+
+#[test]
+fn destroy_removes_what_release_keeps() {
+    let s = Sandbox::new();
+    let acquired = s.run(&["lease", "acquire", "--policy", "reuse_by_environment", "--json"]);
+    assert_eq!(acquired.code, Some(0), "{}", acquired.stderr);
+    let lease: serde_json::Value = serde_json::from_slice(&acquired.stdout).unwrap();
+    let id = lease["id"].as_str().unwrap();
+    assert_eq!(lease["leasePolicy"], "reuse_by_environment");
+    assert_eq!(lease["metadata"]["holderPid"], std::process::id());
+    let workspace = PathBuf::from(lease["metadata"]["workspace"].as_str().unwrap());
+    assert_eq!(s.run(&["lease", "release", id]).code, Some(0));
+    assert!(workspace.is_dir(), "a reusable lease's workspace is kept on release");
+    let destroyed = s.run(&["lease", "destroy", id]);
+    assert_eq!(destroyed.code, Some(0), "{}", destroyed.stderr);
+    assert_eq!(destroyed.stdout_text(), format!("{id} released (destroyed)\n"));
+    assert!(!workspace.exists());
+    let unknown = s.run(&["lease", "destroy", "nope"]);
+    assert_eq!(
+        (unknown.code, unknown.stderr.as_str()),
+        (Some(2), "Lease \"nope\" was not found.\n")
+    );
+    let bad_policy = s.run(&["lease", "acquire", "--policy", "forever"]);
+    assert_eq!(bad_policy.code, Some(2));
+    assert!(
+        bad_policy.stderr.contains("expected ephemeral, reuse_by_environment"),
+        "{}",
+        bad_policy.stderr
+    );
+    let detached = s.run(&["lease", "acquire", "--detached", "--json"]);
+    let detached: serde_json::Value = serde_json::from_slice(&detached.stdout).unwrap();
+    assert!(detached["metadata"].get("holderPid").is_none());
+    let gone = s.run(&["lease", "acquire", "--holder-pid", "999999999"]);
+    assert_eq!(
+        (gone.code, gone.stderr.as_str()),
+        (Some(2), "envrt: holder process 999999999 is not running\n")
+    );
 }

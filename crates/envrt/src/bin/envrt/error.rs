@@ -65,3 +65,27 @@ pub(crate) fn runtime_exit_code(error: &RuntimeError) -> u8 {
         _ => 2,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_and_usage_are_2_failures_are_1() {
+        let refusal = CliError::Runtime(RuntimeError::DuplexUnsupported { key: "local".into() });
+        assert_eq!(refusal.exit_code(), 2);
+        assert_eq!(
+            refusal.to_string(),
+            "Environment driver \"local\" does not support duplex channels."
+        );
+        let bad_input = CliError::Runtime(RuntimeError::Driver(DriverError::invalid("x")));
+        assert_eq!(bad_input.exit_code(), 2);
+        let driver = CliError::Runtime(RuntimeError::Driver(DriverError::other("engine on fire")));
+        assert_eq!(driver.exit_code(), 1);
+        let store = CliError::Runtime(RuntimeError::Store(envrt::StoreError::new("disk full")));
+        assert_eq!(store.exit_code(), 1);
+        assert_eq!(store.to_string(), "Lease store error: disk full");
+        assert_eq!(CliError::Usage("u".into()).exit_code(), 2);
+        assert_eq!(CliError::Failure("f".into()).exit_code(), 1);
+    }
+}

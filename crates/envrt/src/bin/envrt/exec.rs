@@ -15,6 +15,9 @@ use crate::app::App;
 use crate::config::Paths;
 use crate::error::CliError;
 
+/// Default `--stdin-limit`: 256 MiB.
+pub(crate) const DEFAULT_STDIN_LIMIT: u64 = 256 * 1024 * 1024;
+
 /// Exit code when `--timeout` fired (as `timeout(1)`).
 pub(crate) const EXIT_TIMEOUT: u8 = 124;
 
@@ -37,6 +40,12 @@ pub(crate) struct ExecArgs {
     /// Print at most this many bytes of each stream (the rest is dropped, with a note).
     #[arg(long, value_name = "BYTES")]
     max_output: Option<usize>,
+    /// Do not read stdin; the command gets an empty one.
+    #[arg(short = 'n', long)]
+    no_stdin: bool,
+    /// Refuse a stdin longer than this (the command receives stdin as one buffer).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_STDIN_LIMIT)]
+    stdin_limit: u64,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     command: Vec<String>,
@@ -155,39 +164,68 @@ pub(crate) fn exit_code_of(result: &ExecuteResult) -> u8 {
     }
 }
 
-/// Reads all of stdin when it is not a terminal.
-pub(crate) async fn read_stdin() -> Result<Option<Vec<u8>>, CliError> {
+/// Reads all of stdin when it is not a terminal, refusing more than `limit` bytes.
+pub(crate) async fn read_stdin(limit: u64) -> Result<Option<Vec<u8>>, CliError> {
     if std::io::stdin().is_terminal() {
         return Ok(None);
     }
     let mut data = Vec::new();
     tokio::io::stdin()
+        .take(limit.saturating_add(1))
         .read_to_end(&mut data)
         .await
         .map_err(|e| CliError::Failure(format!("envrt: cannot read stdin: {e}")))?;
+    if data.len() as u64 > limit {
+        return Err(CliError::Usage(format!(
+            "envrt: stdin is longer than {limit} bytes; raise --stdin-limit or pass --no-stdin"
+        )));
+    }
     Ok(Some(data))
 }
 
-/// Resolves on SIGINT, SIGTERM or SIGHUP with the signal's number.
-pub(crate) async fn interrupted() -> i32 {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => 2,
-        _ = term.recv() => 15,
-        _ = hup.recv() => 1,
+/// SIGINT, SIGTERM and SIGHUP, caught from the moment this is made (so a signal that
+/// comes while a lease is being set up is not lost, and does not kill envrt half-way).
+pub(crate) struct Interrupts {
+    streams: Option<[tokio::signal::unix::Signal; 3]>,
+}
+
+impl Interrupts {
+    /// Installs the handlers.
+    pub(crate) fn install() -> Interrupts {
+        use tokio::signal::unix::{SignalKind, signal};
+        let streams = (|| {
+            Some([
+                signal(SignalKind::interrupt()).ok()?,
+                signal(SignalKind::terminate()).ok()?,
+                signal(SignalKind::hangup()).ok()?,
+            ])
+        })();
+        Interrupts { streams }
+    }
+
+    /// The next signal's number.
+    pub(crate) async fn next(&mut self) -> i32 {
+        let Some([int, term, hup]) = self.streams.as_mut() else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => 2,
+            _ = term.recv() => 15,
+            _ = hup.recv() => 1,
+        }
     }
 }
 
 pub(crate) async fn run(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
     let env = parse_env(&args.env)?;
     let timeout = parse_timeout(args.timeout)?;
+    // Before any lease exists: a refused stdin leaves nothing to clean up.
+    let stdin = if args.no_stdin {
+        None
+    } else {
+        read_stdin(args.stdin_limit).await?
+    };
+    let mut interrupts = Interrupts::install();
     let app = App::open_for(paths, args.target.driver.as_deref()).await?;
     let (lease, own) = match &args.lease {
         Some(id) => (app.existing_lease(id).await?, false),
@@ -200,7 +238,7 @@ pub(crate) async fn run(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
             (lease, true)
         }
     };
-    let outcome = run_on(&app, &lease.id, args, env, timeout).await;
+    let outcome = run_on(&app, &lease.id, args, env, timeout, stdin, &mut interrupts).await;
     if own {
         app.release_own(&lease, LeaseStatus::Released).await;
     }
@@ -213,8 +251,9 @@ async fn run_on(
     args: ExecArgs,
     env: BTreeMap<String, EnvValue>,
     timeout: Option<Duration>,
+    stdin: Option<Vec<u8>>,
+    interrupts: &mut Interrupts,
 ) -> Result<u8, CliError> {
-    let stdin = read_stdin().await?;
     let printer = Arc::new(Printer::new(args.max_output.unwrap_or(usize::MAX)));
     let mut command = args.command.into_iter();
     let program = command.next().unwrap_or_default();
@@ -232,7 +271,7 @@ async fn run_on(
     };
     let result = tokio::select! {
         result = app.runtime.execute(lease_id, request) => result?,
-        signal = interrupted() => {
+        signal = interrupts.next() => {
             // Dropping the execute future stops the command; the caller releases the lease.
             eprintln!("envrt: interrupted by {}", envrt::core::execute::signal_name(signal));
             return Ok((128 + signal) as u8);

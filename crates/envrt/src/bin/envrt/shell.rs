@@ -70,6 +70,7 @@ impl Drop for RawMode {
 }
 
 pub(crate) async fn run(paths: &Paths, args: ShellArgs) -> Result<u8, CliError> {
+    let mut interrupts = crate::exec::Interrupts::install();
     let app = App::open_for(paths, args.target.driver.as_deref()).await?;
     let (lease, own) = match &args.lease {
         Some(id) => (app.existing_lease(id).await?, false),
@@ -93,7 +94,7 @@ pub(crate) async fn run(paths: &Paths, args: ShellArgs) -> Result<u8, CliError> 
         args.argv
     };
     let outcome = match app.runtime.open_duplex_channel(&lease.id, &argv).await {
-        Ok(channel) => session(Arc::from(channel), !args.no_raw).await,
+        Ok(channel) => session(Arc::from(channel), !args.no_raw, &mut interrupts).await,
         Err(e) => Err(e.into()),
     };
     if own {
@@ -102,7 +103,11 @@ pub(crate) async fn run(paths: &Paths, args: ShellArgs) -> Result<u8, CliError> 
     outcome
 }
 
-async fn session(channel: Arc<dyn DuplexChannel>, raw: bool) -> Result<u8, CliError> {
+async fn session(
+    channel: Arc<dyn DuplexChannel>,
+    raw: bool,
+    interrupts: &mut crate::exec::Interrupts,
+) -> Result<u8, CliError> {
     let raw_mode = if raw && std::io::stdin().is_terminal() {
         RawMode::enter()
     } else {
@@ -148,7 +153,7 @@ async fn session(channel: Arc<dyn DuplexChannel>, raw: bool) -> Result<u8, CliEr
     };
     let ended = tokio::select! {
         exit = channel.wait() => Ok(exit),
-        signal = crate::exec::interrupted() => Err(signal),
+        signal = interrupts.next() => Err(signal),
     };
     // Drain what the command wrote before it exited, then free the channel.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), output).await;
