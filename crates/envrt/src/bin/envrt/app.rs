@@ -87,11 +87,12 @@ fn reference_manifest(worker: &std::path::Path, paths: &Paths) -> envrt::plugin_
 }
 
 /// The plugins to start: the configured ones, plus the reference worker when an
-/// environment uses `sandbox` and no plugin provides it. Nothing is started when no
-/// environment needs a plugin driver.
+/// `needed` driver (environments configured or stored, `--driver`) is `sandbox` and no
+/// plugin provides it. A plugin no needed driver uses is not started.
 fn plugins(
     paths: &Paths,
     config: &Config,
+    needed: &std::collections::BTreeSet<String>,
 ) -> Result<
     Vec<(
         envrt::plugin_sandbox::PluginManifest,
@@ -116,7 +117,7 @@ fn plugins(
             o.driver_key.as_deref() == Some(key) || m.environment_drivers.iter().any(|d| d.driver_key == key)
         })
     };
-    let needs_sandbox = config.environments.iter().any(|e| e.driver == "sandbox");
+    let needs_sandbox = needed.contains("sandbox");
     if needs_sandbox
         && !provided("sandbox")
         && let Some(worker) = reference_worker()
@@ -134,7 +135,7 @@ fn plugins(
                     .map(|d| d.driver_key.clone())
             })
             .unwrap_or_else(|| "sandbox".into());
-        config.environments.iter().any(|e| e.driver == key)
+        needed.contains(&key)
     });
     Ok(out)
 }
@@ -166,7 +167,7 @@ impl App {
         });
         let builder = builder.docker_config(docker_config(paths, &config));
         let mut builder = builder;
-        for (manifest, options) in plugins(paths, &config)? {
+        for (manifest, options) in plugins(paths, &config, &needed)? {
             builder = builder.sandbox_plugin(manifest, options);
         }
         let (runtime, skipped) = builder.build_lenient().await;
