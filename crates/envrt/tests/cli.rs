@@ -568,3 +568,32 @@ fn destroy_removes_what_release_keeps() {
         (Some(2), "envrt: holder process 999999999 is not running\n")
     );
 }
+
+#[test]
+fn concurrent_invocations_share_the_store_without_losing_a_lease() {
+    let s = Sandbox::new();
+    const N: usize = 8;
+    let children: Vec<Child> = (0..N)
+        .map(|i| {
+            s.command(&["exec", "--", "sh", "-c", &format!("echo run-{i}")])
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, mut child) in children.into_iter().enumerate() {
+        assert!(wait_bounded(&mut child, LIMIT).success());
+        let mut out = String::new();
+        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        assert_eq!(out, format!("run-{i}\n"));
+    }
+    let leases = s.leases_json();
+    assert_eq!(leases.len(), N);
+    assert!(leases.iter().all(|l| l["status"] == "released"));
+    let listed = s.run(&["lease", "list", "--all"]).stdout_text();
+    assert_eq!(listed.lines().count(), N + 1);
+    assert!(
+        listed.lines().skip(1).all(|l| l.ends_with("released  ephemeral  -")),
+        "{listed}"
+    );
+}

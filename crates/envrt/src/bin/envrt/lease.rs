@@ -161,6 +161,9 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
 }
 
 fn holder_text(lease: &Lease) -> String {
+    if !matches!(lease.status, LeaseStatus::Active | LeaseStatus::PendingCleanup) {
+        return "-".into();
+    }
     match Holder::from_metadata(&lease.metadata) {
         None => "-".into(),
         Some(h) if h.is_alive() => format!("{} (alive)", h.pid),
