@@ -1,192 +1,18 @@
 //! End-to-end tests of the `envrt` binary on the local driver: real processes, a real
 //! SQLite store in a temporary state directory, every wait bounded.
 
-use std::io::{Read, Write};
+mod common;
+
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_envrt");
-const LIMIT: Duration = Duration::from_secs(120);
-
-/// A temporary home for one test: state directory and working directory.
-struct Sandbox {
-    dir: tempfile::TempDir,
-}
-
-/// What a finished invocation did.
-#[derive(Debug)]
-struct Outcome {
-    code: Option<i32>,
-    stdout: Vec<u8>,
-    stderr: String,
-}
-
-impl Outcome {
-    fn stdout_text(&self) -> String {
-        String::from_utf8_lossy(&self.stdout).into_owned()
-    }
-}
-
-impl Sandbox {
-    fn new() -> Sandbox {
-        Sandbox {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn state(&self) -> PathBuf {
-        self.path().join("state")
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
-        c.args(args)
-            .current_dir(self.path())
-            .env("ENVRT_STATE_DIR", self.state())
-            .env_remove("ENVRT_CONFIG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    }
-
-    /// Runs envrt with `stdin` piped in (or /dev/null), bounded by [`LIMIT`].
-    fn run_with(&self, args: &[&str], stdin: Option<&[u8]>) -> Outcome {
-        let mut c = self.command(args);
-        c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-        let mut child = c.spawn().unwrap();
-        let writer = stdin.map(|data| {
-            let mut pipe = child.stdin.take().unwrap();
-            let data = data.to_vec();
-            std::thread::spawn(move || {
-                let _ = pipe.write_all(&data);
-            })
-        });
-        let mut out = child.stdout.take().unwrap();
-        let mut err = child.stderr.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = out.read_to_end(&mut v);
-            v
-        });
-        let err_reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
-        let status = wait_bounded(&mut child, LIMIT);
-        if let Some(w) = writer {
-            w.join().unwrap();
-        }
-        Outcome {
-            code: status.code(),
-            stdout: reader.join().unwrap(),
-            stderr: err_reader.join().unwrap(),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> Outcome {
-        self.run_with(args, None)
-    }
-
-    fn leases_json(&self) -> Vec<serde_json::Value> {
-        let out = self.run(&["lease", "list", "--all", "--json"]);
-        assert_eq!(out.code, Some(0), "{}", out.stderr);
-        serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .clone()
-    }
-}
-
-fn wait_bounded(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("envrt did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A `sleep` duration no other process on the machine uses: it marks a process tree.
-fn marker() -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{}.{}{}",
-        4000 + COUNTER.fetch_add(1, Ordering::SeqCst),
-        std::process::id(),
-        7
-    )
-}
-
-/// Pids whose command line contains `needle`.
-fn pids_with(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            // Zombies have an empty command line; they are already dead.
-            if text.contains(needle) {
-                found.push(pid);
-            }
-        }
-    }
-    found
-}
-
-/// Pids of `sleep` processes started with `mark` (not envrt, whose own command line may
-/// carry the mark too).
-fn sleepers(mark: &str) -> Vec<u32> {
-    pids_with(mark)
-        .into_iter()
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.starts_with(format!("sleep\0{mark}").as_bytes()))
-        })
-        .collect()
-}
-
-/// Waits (bounded) until no process carries `needle`; returns the survivors.
-fn survivors(needle: &str) -> Vec<u32> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = pids_with(needle);
-        if left.is_empty() || Instant::now() > deadline {
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Kills what a failed test may have left with our marker (our own processes only).
-struct Reaper(String);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for pid in pids_with(&self.0) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::SIGKILL);
-        }
-    }
-}
+use common::*;
 
 #[test]
 fn exit_codes_propagate() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let ok = s.run(&["exec", "--", "true"]);
     assert_eq!(ok.code, Some(0), "{}", ok.stderr);
     let three = s.run(&["exec", "--", "sh", "-c", "echo out; echo err >&2; exit 3"]);
@@ -211,7 +37,7 @@ fn exit_codes_propagate() {
 
 #[test]
 fn stdin_is_piped_byte_for_byte() {
-    let s = Sandbox::new();
+    let s = Site::new();
     // 1 MiB of xorshift bytes: every value 0..=255, NULs and invalid UTF-8 included.
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let data: Vec<u8> = (0..1 << 20)
@@ -232,7 +58,7 @@ fn stdin_is_piped_byte_for_byte() {
 
 #[test]
 fn env_cwd_and_max_output_reach_the_command() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let out = s.run(&[
         "exec",
         "-e",
@@ -259,7 +85,7 @@ fn env_cwd_and_max_output_reach_the_command() {
 
 #[test]
 fn timeout_kills_the_whole_tree() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let mark = marker();
     let _reaper = Reaper(mark.clone());
     let script = format!("sleep {mark} & sleep {mark} & sleep {mark}; wait");
@@ -271,7 +97,7 @@ fn timeout_kills_the_whole_tree() {
 
 #[test]
 fn refusals_print_the_exact_contract_text() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let shell = s.run(&["shell"]);
     assert_eq!(shell.code, Some(2));
     assert_eq!(
@@ -302,7 +128,7 @@ fn refusals_print_the_exact_contract_text() {
 
 #[test]
 fn an_archived_environment_and_a_bad_config_are_refused() {
-    let s = Sandbox::new();
+    let s = Site::new();
     std::fs::write(
         s.path().join("envrt.toml"),
         "[[environment]]\nid = \"old\"\nname = \"Old box\"\ndriver = \"local\"\nstatus = \"archived\"\n",
@@ -321,7 +147,7 @@ fn an_archived_environment_and_a_bad_config_are_refused() {
 
 #[test]
 fn leases_survive_a_restart_of_the_tool() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let acquired = s.run(&["lease", "acquire", "--policy", "ephemeral"]);
     assert_eq!(acquired.code, Some(0), "{}", acquired.stderr);
     let id = acquired.stdout_text().trim().to_owned();
@@ -349,7 +175,7 @@ fn leases_survive_a_restart_of_the_tool() {
 
 #[test]
 fn cp_moves_trees_in_and_out() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let id = s.run(&["lease", "acquire"]).stdout_text().trim().to_owned();
     std::fs::create_dir_all(s.path().join("src/sub")).unwrap();
     std::fs::write(s.path().join("src/sub/a.txt"), b"alpha").unwrap();
@@ -388,7 +214,7 @@ fn cp_moves_trees_in_and_out() {
 
 #[test]
 fn gc_cleans_up_after_a_killed_holder() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let mark = marker();
     let _reaper = Reaper(mark.clone());
     // The holder: an exec whose command runs until killed.
@@ -446,7 +272,7 @@ fn gc_cleans_up_after_a_killed_holder() {
 
 #[test]
 fn caps_shows_the_nine_keys_of_every_configured_environment() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let out = s.run(&["caps", "--json"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -463,7 +289,7 @@ fn caps_shows_the_nine_keys_of_every_configured_environment() {
 
 #[test]
 fn doctor_reports_the_store_and_fails_when_it_is_unusable() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let ok = s.run(&["doctor"]);
     assert_eq!(ok.code, Some(0), "{}", ok.stdout_text());
     assert!(
@@ -484,7 +310,7 @@ fn doctor_reports_the_store_and_fails_when_it_is_unusable() {
 
 #[test]
 fn stdin_is_bounded_and_can_be_skipped() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let over = s.run_with(&["exec", "--stdin-limit", "10", "--", "cat"], Some(b"01234567890"));
     assert_eq!(over.code, Some(2));
     assert_eq!(
@@ -501,7 +327,7 @@ fn stdin_is_bounded_and_can_be_skipped() {
 
 #[test]
 fn an_interrupt_stops_the_command_and_releases_the_lease() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let mark = marker();
     let _reaper = Reaper(mark.clone());
     let mut child = s
@@ -533,7 +359,7 @@ fn an_interrupt_stops_the_command_and_releases_the_lease() {
 
 #[test]
 fn destroy_removes_what_release_keeps() {
-    let s = Sandbox::new();
+    let s = Site::new();
     let acquired = s.run(&["lease", "acquire", "--policy", "reuse_by_environment", "--json"]);
     assert_eq!(acquired.code, Some(0), "{}", acquired.stderr);
     let lease: serde_json::Value = serde_json::from_slice(&acquired.stdout).unwrap();
@@ -571,7 +397,7 @@ fn destroy_removes_what_release_keeps() {
 
 #[test]
 fn concurrent_invocations_share_the_store_without_losing_a_lease() {
-    let s = Sandbox::new();
+    let s = Site::new();
     const N: usize = 8;
     let children: Vec<Child> = (0..N)
         .map(|i| {
