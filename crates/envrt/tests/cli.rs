@@ -423,3 +423,39 @@ fn concurrent_invocations_share_the_store_without_losing_a_lease() {
         "{listed}"
     );
 }
+
+#[test]
+fn output_streams_while_the_command_runs() {
+    let s = Site::new();
+    let go = s.path().join("go");
+    // Prints, then waits (bounded) for the test to answer, then prints again.
+    let script = format!(
+        "echo first; echo err-first >&2; i=0; while [ ! -e '{}' ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done; echo second",
+        go.display()
+    );
+    let mut child = s
+        .command(&["exec", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    // "first" arrives while the command still runs: it is waiting for `go`.
+    let first = rx.recv_timeout(LIMIT).expect("no output while the command ran");
+    assert_eq!(first, "first");
+    assert!(child.try_wait().unwrap().is_none());
+    std::fs::write(&go, b"").unwrap();
+    assert!(wait_bounded(&mut child, LIMIT).success());
+    assert_eq!(rx.recv_timeout(LIMIT).unwrap(), "second");
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(stderr, "err-first\n");
+}
