@@ -218,3 +218,37 @@ fn shell_through_a_pty_against_docker() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&leases.stdout).trim(), "[]");
 }
+
+#[test]
+fn cp_shows_progress_on_a_terminal_and_nothing_with_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("data.txt"), b"hello").unwrap();
+    let acquired = Command::new(BIN)
+        .args(["lease", "acquire"])
+        .current_dir(dir.path())
+        .env("ENVRT_STATE_DIR", dir.path().join("state"))
+        .env_remove("ENVRT_CONFIG")
+        .output()
+        .unwrap();
+    assert!(acquired.status.success());
+    let id = String::from_utf8_lossy(&acquired.stdout).trim().to_owned();
+    let target = format!("lease:{id}:data.txt");
+
+    let mut shown = PtySession::start(dir.path(), None, &["cp", "data.txt", &target]);
+    shown.expect(&format!("copied 1 files, 5 bytes: data.txt → {target}"));
+    assert_eq!(shown.wait(), Some(0));
+    let text = String::from_utf8_lossy(&shown.seen).into_owned();
+    let progress = format!("\r\x1b[2K| copying data.txt → {target} (0.0 s)");
+    assert!(text.starts_with(&progress), "{text:?}");
+    // The progress line is cleared before the summary.
+    assert!(text.contains(&format!("\r\x1b[2Kcopied 1 files")), "{text:?}");
+
+    let mut quiet = PtySession::start(dir.path(), None, &["cp", "--quiet", "data.txt", &target]);
+    assert_eq!(quiet.wait(), Some(0));
+    // Closing the slave ends the reader; then everything the terminal got is in.
+    quiet.slave.take();
+    while let Ok(chunk) = quiet.output.recv_timeout(Duration::from_secs(10)) {
+        quiet.seen.extend(chunk);
+    }
+    assert_eq!(String::from_utf8_lossy(&quiet.seen), "");
+}

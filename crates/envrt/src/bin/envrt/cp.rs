@@ -68,23 +68,24 @@ impl Progress {
         if !show {
             return Progress { task: None };
         }
+        const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
+        let started = std::time::Instant::now();
+        let draw = move |i: usize| {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(
+                err,
+                "\r\x1b[2K{} {label} ({:.1} s)",
+                FRAMES[i % FRAMES.len()],
+                started.elapsed().as_secs_f64()
+            );
+            let _ = err.flush();
+        };
+        // The first frame right away, so even a quick copy shows what it did.
+        draw(0);
         let task = tokio::spawn(async move {
-            const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
-            let started = std::time::Instant::now();
-            let mut i = 0;
-            loop {
-                {
-                    let mut err = std::io::stderr().lock();
-                    let _ = write!(
-                        err,
-                        "\r\x1b[2K{} {label} ({:.1} s)",
-                        FRAMES[i % FRAMES.len()],
-                        started.elapsed().as_secs_f64()
-                    );
-                    let _ = err.flush();
-                }
-                i += 1;
+            for i in 1.. {
                 tokio::time::sleep(Duration::from_millis(100)).await;
+                draw(i);
             }
         });
         Progress { task: Some(task) }
