@@ -241,7 +241,7 @@ fn cp_shows_progress_on_a_terminal_and_nothing_with_quiet() {
     let progress = format!("\r\x1b[2K| copying data.txt → {target} (0.0 s)");
     assert!(text.starts_with(&progress), "{text:?}");
     // The progress line is cleared before the summary.
-    assert!(text.contains(&format!("\r\x1b[2Kcopied 1 files")), "{text:?}");
+    assert!(text.contains("\r\x1b[2Kcopied 1 files"), "{text:?}");
 
     let mut quiet = PtySession::start(dir.path(), None, &["cp", "--quiet", "data.txt", &target]);
     assert_eq!(quiet.wait(), Some(0));
