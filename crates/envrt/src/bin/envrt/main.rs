@@ -26,7 +26,13 @@ use crate::error::CliError;
 
 /// Lease execution environments, run commands in them, move files, open shells.
 #[derive(Debug, Parser)]
-#[command(name = "envrt", version, about, long_about = None)]
+#[command(
+    name = "envrt",
+    version,
+    after_help = "Exit codes: exec and shell pass the command's code through (128+n for signal n, \
+                  124 on --timeout, 127 for a missing program); otherwise 0 success, 1 failure, \
+                  2 refusal or usage error (the refusal's exact text is on stderr)."
+)]
 struct Cli {
     /// The environments file; else $ENVRT_CONFIG, else ./envrt.toml when present. Without
     /// one, the environment `local` (driver `local`) still exists.
