@@ -1,0 +1,91 @@
+//! The tool's errors and how they map to exit codes (2 refusal or usage, 1 failure).
+
+use std::fmt;
+
+use envrt::{DriverError, RuntimeError};
+
+/// Everything that ends the tool early.
+#[derive(Debug)]
+pub(crate) enum CliError {
+    /// The runtime refused or failed; printed as its exact `Display`.
+    Runtime(RuntimeError),
+    /// A bad argument or configuration.
+    Usage(String),
+    /// Any other failure.
+    Failure(String),
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Runtime(e) => write!(f, "{e}"),
+            CliError::Usage(m) | CliError::Failure(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<RuntimeError> for CliError {
+    fn from(e: RuntimeError) -> Self {
+        CliError::Runtime(e)
+    }
+}
+
+impl From<envrt::StoreError> for CliError {
+    fn from(e: envrt::StoreError) -> Self {
+        CliError::Runtime(RuntimeError::Store(e))
+    }
+}
+
+impl CliError {
+    /// 2 for refusals and usage errors, 1 for failures.
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) => 2,
+            CliError::Failure(_) => 1,
+            CliError::Runtime(e) => runtime_exit_code(e),
+        }
+    }
+}
+
+/// Refusals (the contract's exact errors, unknown ids, input a driver will not accept)
+/// are 2; a driver or store that failed is 1.
+pub(crate) fn runtime_exit_code(error: &RuntimeError) -> u8 {
+    match error {
+        RuntimeError::Store(_) => 1,
+        RuntimeError::Driver(d) => match d {
+            DriverError::PathOutsideWorkspace { .. }
+            | DriverError::EntryEscapesTarget { .. }
+            | DriverError::PostUploadCwd { .. }
+            | DriverError::SourceMissing { .. }
+            | DriverError::SourceKind { .. }
+            | DriverError::InvalidGlob { .. }
+            | DriverError::InvalidInput { .. } => 2,
+            _ => 1,
+        },
+        _ => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_and_usage_are_2_failures_are_1() {
+        let refusal = CliError::Runtime(RuntimeError::DuplexUnsupported { key: "local".into() });
+        assert_eq!(refusal.exit_code(), 2);
+        assert_eq!(
+            refusal.to_string(),
+            "Environment driver \"local\" does not support duplex channels."
+        );
+        let bad_input = CliError::Runtime(RuntimeError::Driver(DriverError::invalid("x")));
+        assert_eq!(bad_input.exit_code(), 2);
+        let driver = CliError::Runtime(RuntimeError::Driver(DriverError::other("engine on fire")));
+        assert_eq!(driver.exit_code(), 1);
+        let store = CliError::Runtime(RuntimeError::Store(envrt::StoreError::new("disk full")));
+        assert_eq!(store.exit_code(), 1);
+        assert_eq!(store.to_string(), "Lease store error: disk full");
+        assert_eq!(CliError::Usage("u".into()).exit_code(), 2);
+        assert_eq!(CliError::Failure("f".into()).exit_code(), 1);
+    }
+}

@@ -1,0 +1,85 @@
+//! # envrt
+//!
+//! One API through which a program acquires a lease on an execution environment, runs
+//! commands there, moves files in and out, and opens a live two-way byte channel to a
+//! running command — the same [`EnvironmentRuntime`] for a local process, a Docker
+//! container, or a sandbox whose driver runs as a plugin worker in another process.
+//!
+//! This is the facade crate: it re-exports [`envrt_runtime_core`] (as [`core`], with its
+//! main items at the top level), each driver behind a cargo feature, the durable SQLite
+//! lease store, and a [`RuntimeBuilder`] that registers every enabled driver.
+//!
+//! ## Features
+//!
+//! | feature | default | gives |
+//! |---|---|---|
+//! | `local` | yes | [`local`]: commands as processes on this host (key `local`) |
+//! | `docker` | no | `docker`: commands in Docker containers (key `docker`) |
+//! | `plugin-sandbox` | no | `plugin_sandbox`: sandboxes run by a plugin worker (key `sandbox`) |
+//! | `all-drivers` | no | all three drivers |
+//! | `sqlite` | yes | [`sqlite`]: leases that survive the process ([`SqliteStore`]) |
+//! | `cli` | yes | the `envrt` binary with every driver (pulls in clap, toml, nix) |
+//!
+//! A library that wants only the local driver and no command-line dependencies uses
+//! `envrt = { version = "…", default-features = false, features = ["local"] }`. Each driver
+//! crate (`envrt-driver-local`, …) also works on its own with `envrt-runtime-core`.
+//!
+//! ## Example
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use envrt::{AcquireRequest, Environment, ExecuteRequest, LeaseStatus, RuntimeBuilder};
+//!
+//! let runtime = RuntimeBuilder::new().build().await?;
+//! runtime.put_environment(Environment::new("dev", "Dev box", "local")).await?;
+//! let lease = runtime.acquire_lease(AcquireRequest::new("dev", "acme")).await?;
+//! let result = runtime.execute(&lease.id, ExecuteRequest::new("uname", ["-a"])).await?;
+//! println!("{}", String::from_utf8_lossy(&result.stdout));
+//! runtime.release_lease(&lease.id, LeaseStatus::Released).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod builder;
+
+pub use builder::{BuildError, RuntimeBuilder, SkippedDriver};
+
+/// The core crate: the driver trait, the facade, capabilities, errors and the data model.
+pub use envrt_runtime_core as core;
+
+pub use envrt_runtime_core::{
+    AcquireInput, AcquireRequest, Capabilities, CapabilityKey, CapabilitySnapshot, CleanupStatus, DriverError,
+    DuplexChannel, DuplexExit, EnvValue, Environment, EnvironmentDriver, EnvironmentRuntime, EnvironmentStatus,
+    ExecuteRequest, ExecuteResult, JsonMap, Lease, LeaseFilter, LeasePolicy, LeaseStatus, LeaseStore, MemoryStore,
+    OutputSink, OutputStream, RuntimeError, Secret, StoreError, SyncFile, SyncKind, SyncOperation, SyncResult,
+    Timestamp,
+};
+
+/// The local driver: commands run as processes on this host, one private workspace per
+/// lease.
+#[cfg(feature = "local")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local")))]
+pub use envrt_driver_local as local;
+
+/// The Docker driver: one container per lease.
+#[cfg(feature = "docker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
+pub use envrt_driver_docker as docker;
+
+/// The plugin-backed sandbox driver: a worker process speaks the plugin protocol.
+#[cfg(feature = "plugin-sandbox")]
+#[cfg_attr(docsrs, doc(cfg(feature = "plugin-sandbox")))]
+pub use envrt_driver_plugin_sandbox as plugin_sandbox;
+
+/// The durable SQLite lease store.
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use envrt_store_sqlite as sqlite;
+
+/// A lease store in one SQLite file, safe for several processes.
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use envrt_store_sqlite::SqliteStore;

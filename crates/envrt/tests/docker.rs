@@ -1,0 +1,220 @@
+//! The `envrt` binary against a real Docker engine: exit codes through a container, gc
+//! after a killed holder, and gc reaping a container no lease owns. Skips loudly when no
+//! engine answers (fails instead with `ENVRT_REQUIRE_DOCKER=1`). Every container a test
+//! makes carries its own state-dir label and is removed at the end.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_envrt");
+const STATE_LABEL: &str = "envrt.cli-state";
+
+fn image() -> String {
+    std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".into())
+}
+
+fn docker(args: &[&str]) -> Option<Output> {
+    Command::new("docker").args(args).output().ok()
+}
+
+/// Whether an engine and the test image are there; says so loudly when not.
+fn docker_ready() -> bool {
+    let ok = docker(&["image", "inspect", &image()]).is_some_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("ENVRT_REQUIRE_DOCKER").map_or(true, |v| v != "1"),
+            "ENVRT_REQUIRE_DOCKER=1 but no engine or no image {}",
+            image()
+        );
+        eprintln!("SKIPPED: no Docker engine or no image {}", image());
+    }
+    ok
+}
+
+/// A state dir whose containers are removed when the test ends.
+struct Site {
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    fn new() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("envrt.toml"),
+            format!(
+                "[[environment]]\nid = \"ctr\"\ndriver = \"docker\"\n[environment.config]\nimage = \"{}\"\n",
+                image()
+            ),
+        )
+        .unwrap();
+        Site { dir }
+    }
+
+    fn state(&self) -> PathBuf {
+        std::path::absolute(self.dir.path().join("state")).unwrap()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env("ENVRT_STATE_DIR", self.state())
+            .env_remove("ENVRT_CONFIG")
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut child = self
+            .command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_bounded(&mut child);
+        child.wait_with_output().unwrap()
+    }
+
+    /// Containers labelled with this state dir.
+    fn containers(&self) -> Vec<String> {
+        let filter = format!("label={STATE_LABEL}={}", self.state().display());
+        let out = docker(&["ps", "-aq", "--no-trunc", "--filter", &filter]).unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn leases(&self) -> Vec<serde_json::Value> {
+        let out = self.run(&["lease", "list", "--all", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        for id in self.containers() {
+            let _ = docker(&["rm", "-f", "-v", &id]);
+        }
+    }
+}
+
+fn wait_bounded(child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("envrt did not finish in time");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn exit_codes_and_stdin_through_a_container() {
+    if !docker_ready() {
+        return;
+    }
+    let site = Site::new();
+    let three = site.run(&["exec", "--env-id", "ctr", "--", "sh", "-c", "echo in-ctr; exit 3"]);
+    assert_eq!(
+        three.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&three.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&three.stdout), "in-ctr\n");
+    let missing = site.run(&["exec", "--env-id", "ctr", "--", "envrt-no-such-program"]);
+    assert_eq!(missing.status.code(), Some(127));
+    let timeout = site.run(&["exec", "--env-id", "ctr", "--timeout", "1", "--", "sleep", "60"]);
+    assert_eq!(timeout.status.code(), Some(124));
+    let mut child = site
+        .command(&["exec", "--env-id", "ctr", "--", "wc", "-c"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&vec![7u8; 300_000]).unwrap();
+    }
+    wait_bounded(&mut child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "300000");
+    // Every ephemeral lease released, every container removed.
+    assert!(site.leases().iter().all(|l| l["status"] == "released"));
+    assert_eq!(site.containers(), Vec::<String>::new());
+}
+
+#[test]
+fn gc_removes_the_container_of_a_killed_holder_and_orphans() {
+    if !docker_ready() {
+        return;
+    }
+    let site = Site::new();
+    let mut holder = site
+        .command(&["exec", "--env-id", "ctr", "--", "sleep", "600"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let lease = loop {
+        let active: Vec<_> = site.leases().into_iter().filter(|l| l["status"] == "active").collect();
+        if active.len() == 1 && site.containers().len() == 1 {
+            break active[0].clone();
+        }
+        assert!(Instant::now() < deadline, "the holder never got its container");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(site.containers().len(), 1);
+
+    // A container of this state dir that no lease owns (a crash before the record).
+    let state_label = format!("{STATE_LABEL}={}", site.state().display());
+    let orphan = docker(&[
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--label",
+        "envrt.managed=true",
+        "--label",
+        "envrt.lease-id=ghost-lease",
+        "--label",
+        &state_label,
+        &image(),
+        "sleep",
+        "600",
+    ])
+    .unwrap();
+    assert!(orphan.status.success(), "{}", String::from_utf8_lossy(&orphan.stderr));
+    let orphan_id = String::from_utf8_lossy(&orphan.stdout).trim().to_owned();
+    assert_eq!(site.containers().len(), 2);
+
+    let gc = site.run(&["gc"]);
+    let text = String::from_utf8_lossy(&gc.stdout).into_owned();
+    assert_eq!(
+        gc.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    let id = lease["id"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("released {id} (holder {} is gone): failed", holder.id())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("removed orphan container {orphan_id}")),
+        "{text}"
+    );
+    assert!(text.ends_with("gc: 2 released, 0 failed\n"), "{text}");
+    assert_eq!(site.containers(), Vec::<String>::new());
+}

@@ -1,0 +1,111 @@
+//! The `envrt` binary on the sandbox driver (the reference `envrt-sandbox-worker`, a new
+//! worker per invocation): leases survive a restart of the tool, and gc cleans up after a
+//! killed holder. Skips loudly without the worker (fails with `ENVRT_REQUIRE_SANDBOX=1`).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Instant;
+
+use common::*;
+
+/// A site with an environment `box` on the sandbox driver, or `None` (skipped).
+fn sandbox_site() -> Option<(Site, PathBuf)> {
+    let worker = std::env::var_os("ENVRT_SANDBOX_WORKER")
+        .map(PathBuf::from)
+        .or_else(|| Some(std::path::Path::new(BIN).parent()?.join("envrt-sandbox-worker")))
+        .filter(|p| p.is_file());
+    let Some(worker) = worker else {
+        assert!(
+            std::env::var("ENVRT_REQUIRE_SANDBOX").map_or(true, |v| v != "1"),
+            "ENVRT_REQUIRE_SANDBOX=1 but envrt-sandbox-worker was not found"
+        );
+        eprintln!("SKIPPED: no envrt-sandbox-worker (set ENVRT_SANDBOX_WORKER or build it next to envrt)");
+        return None;
+    };
+    let site = Site::new();
+    std::fs::write(
+        site.path().join("envrt.toml"),
+        "[[environment]]\nid = \"box\"\ndriver = \"sandbox\"\n",
+    )
+    .unwrap();
+    Some((site, worker))
+}
+
+#[test]
+fn sandbox_leases_survive_a_restart_of_the_tool() {
+    let Some((s, _)) = sandbox_site() else { return };
+    let id = s
+        .run(&["lease", "acquire", "--env-id", "box"])
+        .stdout_text()
+        .trim()
+        .to_owned();
+    let wrote = s.run(&["exec", "--lease", &id, "--", "sh", "-c", "echo kept > note; pwd"]);
+    assert_eq!(wrote.code, Some(0), "{}", wrote.stderr);
+    assert_eq!(wrote.stdout_text(), "/workspace\n");
+    let read = s.run(&["exec", "--lease", &id, "--", "cat", "note"]);
+    assert_eq!(read.stdout_text(), "kept\n");
+    let three = s.run(&["exec", "--lease", &id, "--", "sh", "-c", "exit 3"]);
+    assert_eq!(three.code, Some(3));
+    std::fs::create_dir_all(s.path().join("src")).unwrap();
+    std::fs::write(s.path().join("src/a.txt"), b"alpha").unwrap();
+    let cp = s.run(&["cp", "-q", "src", &format!("lease:{id}:/workspace/src")]);
+    assert_eq!(cp.code, Some(0), "{}", cp.stderr);
+    assert_eq!(
+        s.run(&["exec", "--lease", &id, "--", "cat", "src/a.txt"]).stdout_text(),
+        "alpha"
+    );
+    assert_eq!(
+        s.run(&["lease", "release", &id]).stdout_text(),
+        format!("{id} released\n")
+    );
+}
+
+#[test]
+fn gc_cleans_up_after_a_killed_holder_on_the_sandbox() {
+    let Some((s, _)) = sandbox_site() else { return };
+    let mark = marker();
+    let _reaper = Reaper(mark.clone());
+    let mut holder = s
+        .command(&["exec", "--env-id", "box", "--", "sleep", &mark])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + LIMIT;
+    let lease = loop {
+        let active: Vec<_> = s
+            .leases_json()
+            .into_iter()
+            .filter(|l| l["status"] == "active")
+            .collect();
+        if active.len() == 1 && !sleepers(&mark).is_empty() {
+            break active[0].clone();
+        }
+        assert!(Instant::now() < deadline, "the holder never started its command");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // The worker dies with its host, and its sandboxes with it.
+    assert_eq!(
+        survivors(&mark),
+        Vec::<u32>::new(),
+        "the sandboxed command outlived its holder"
+    );
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.code, Some(0), "{}", gc.stderr);
+    let id = lease["id"].as_str().unwrap();
+    assert_eq!(
+        gc.stdout_text(),
+        format!(
+            "released {id} (holder {} is gone): failed\ngc: 1 released, 0 failed\n",
+            holder.id()
+        )
+    );
+    let after = s.leases_json();
+    assert_eq!(
+        (after[0]["status"].as_str(), after[0]["failureReason"].as_str()),
+        (Some("failed"), Some("holder_gone"))
+    );
+}

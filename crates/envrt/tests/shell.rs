@@ -1,0 +1,254 @@
+//! `envrt shell` driven through a pseudo-terminal, against the sandbox worker (and Docker
+//! when its driver grants duplex). Each backend's test skips loudly when the backend is
+//! not there, and fails instead when `ENVRT_REQUIRE_SANDBOX=1` / `ENVRT_REQUIRE_DOCKER=1`.
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::termios::{self, LocalFlags};
+
+const BIN: &str = env!("CARGO_BIN_EXE_envrt");
+
+fn required(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "1")
+}
+
+/// The sandbox worker: `ENVRT_SANDBOX_WORKER`, else next to envrt.
+fn sandbox_worker() -> Option<PathBuf> {
+    std::env::var_os("ENVRT_SANDBOX_WORKER")
+        .map(PathBuf::from)
+        .or_else(|| Some(Path::new(BIN).parent()?.join("envrt-sandbox-worker")))
+        .filter(|p| p.is_file())
+}
+
+/// envrt running on the slave side of a fresh pseudo-terminal.
+struct PtySession {
+    child: Child,
+    slave: Option<OwnedFd>,
+    output: mpsc::Receiver<Vec<u8>>,
+    writer: std::fs::File,
+    seen: Vec<u8>,
+}
+
+impl PtySession {
+    fn start(dir: &Path, path_dir: Option<&Path>, args: &[&str]) -> PtySession {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .current_dir(dir)
+            .env("ENVRT_STATE_DIR", dir.join("state"))
+            .env_remove("ENVRT_CONFIG")
+            .stdin(Stdio::from(pty.slave.try_clone().unwrap()))
+            .stdout(Stdio::from(pty.slave.try_clone().unwrap()))
+            .stderr(Stdio::from(pty.slave.try_clone().unwrap()));
+        if let Some(extra) = path_dir {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let mut dirs = vec![extra.to_path_buf()];
+            dirs.extend(std::env::split_paths(&path));
+            command.env("PATH", std::env::join_paths(dirs).unwrap());
+        }
+        let child = command.spawn().unwrap();
+        let master = std::fs::File::from(pty.master);
+        let writer = master.try_clone().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut master = master;
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once every slave descriptor is closed.
+            while let Ok(n) = master.read(&mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        PtySession {
+            child,
+            slave: Some(pty.slave),
+            output: rx,
+            writer,
+            seen: Vec::new(),
+        }
+    }
+
+    fn type_keys(&mut self, keys: &[u8]) {
+        self.writer.write_all(keys).unwrap();
+    }
+
+    /// Reads until `needle` shows up (bounded).
+    fn expect(&mut self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !String::from_utf8_lossy(&self.seen).contains(needle) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.output.recv_timeout(left.max(Duration::from_millis(1))) {
+                Ok(chunk) => self.seen.extend(chunk),
+                Err(_) => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    panic!(
+                        "never saw {needle:?}; terminal showed {:?}",
+                        String::from_utf8_lossy(&self.seen)
+                    );
+                }
+            }
+        }
+    }
+
+    fn wait(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("envrt shell did not exit");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn slave(&self) -> &OwnedFd {
+        self.slave.as_ref().unwrap()
+    }
+}
+
+impl Drop for PtySession {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Closing the last slave descriptor ends the reader thread.
+        self.slave.take();
+    }
+}
+
+/// A full interactive round on `env_id`: raw mode while it runs, typed keys echoed, Enter
+/// as a newline, the command's exit code passed through, the terminal restored.
+fn interactive_round(dir: &Path, path_dir: Option<&Path>, env_id: &str) {
+    let mut session = PtySession::start(dir, path_dir, &["shell", "--env-id", env_id]);
+    let before = termios::tcgetattr(session.slave()).unwrap();
+    assert!(before.local_flags.contains(LocalFlags::ICANON));
+    // A real Enter key sends CR.
+    session.type_keys(b"echo pty-$((6*7))\r");
+    session.expect("pty-42");
+    // While the session runs the terminal is raw (no canonical mode, no signals).
+    let during = termios::tcgetattr(session.slave()).unwrap();
+    assert!(!during.local_flags.contains(LocalFlags::ICANON));
+    assert!(!during.local_flags.contains(LocalFlags::ISIG));
+    // Ctrl-C is a byte for the command, not a signal for envrt: the session goes on (the
+    // shell, reading a pipe, sees one junk line).
+    session.type_keys(b"\x03\r");
+    session.type_keys(b"echo still-$((40+2))\r");
+    session.expect("still-42");
+    session.type_keys(b"exit 7\r");
+    assert_eq!(session.wait(), Some(7));
+    let after = termios::tcgetattr(session.slave()).unwrap();
+    assert_eq!(after.local_flags, before.local_flags);
+    assert_eq!(after.input_flags, before.input_flags);
+    assert_eq!(after.output_flags, before.output_flags);
+
+    // Ctrl-D closes the command's input: the shell ends with 0.
+    let mut eof = PtySession::start(dir, path_dir, &["shell", "--env-id", env_id, "--", "cat"]);
+    eof.type_keys(b"round trip\r");
+    eof.expect("round trip\r\nround trip");
+    eof.type_keys(b"\x04");
+    assert_eq!(eof.wait(), Some(0));
+}
+
+#[test]
+fn shell_through_a_pty_against_the_sandbox_worker() {
+    let Some(worker) = sandbox_worker() else {
+        assert!(
+            !required("ENVRT_REQUIRE_SANDBOX"),
+            "ENVRT_REQUIRE_SANDBOX=1 but envrt-sandbox-worker was not found"
+        );
+        eprintln!("SKIPPED: no envrt-sandbox-worker (set ENVRT_SANDBOX_WORKER or build it next to envrt)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("envrt.toml"),
+        "[[environment]]\nid = \"box\"\ndriver = \"sandbox\"\n",
+    )
+    .unwrap();
+    interactive_round(dir.path(), worker.parent(), "box");
+}
+
+#[test]
+fn shell_through_a_pty_against_docker() {
+    let image = std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".into());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("envrt.toml"),
+        format!("[[environment]]\nid = \"ctr\"\ndriver = \"docker\"\n[environment.config]\nimage = \"{image}\"\n"),
+    )
+    .unwrap();
+    let caps = Command::new(BIN)
+        .args(["caps", "--json"])
+        .current_dir(dir.path())
+        .env("ENVRT_STATE_DIR", dir.path().join("state"))
+        .output()
+        .unwrap();
+    let columns: serde_json::Value = serde_json::from_slice(&caps.stdout).unwrap();
+    let duplex = columns
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["environment"] == "ctr")
+        .and_then(|c| c["capabilities"]["duplexCommandStream"].as_bool());
+    if duplex != Some(true) {
+        assert!(
+            !required("ENVRT_REQUIRE_DOCKER"),
+            "ENVRT_REQUIRE_DOCKER=1 but Docker does not grant duplex: {columns}"
+        );
+        eprintln!("SKIPPED: the Docker environment does not grant duplex here: {columns}");
+        return;
+    }
+    interactive_round(dir.path(), None, "ctr");
+    let leases = Command::new(BIN)
+        .args(["lease", "list", "--json"])
+        .current_dir(dir.path())
+        .env("ENVRT_STATE_DIR", dir.path().join("state"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&leases.stdout).trim(), "[]");
+}
+
+#[test]
+fn cp_shows_progress_on_a_terminal_and_nothing_with_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("data.txt"), b"hello").unwrap();
+    let acquired = Command::new(BIN)
+        .args(["lease", "acquire"])
+        .current_dir(dir.path())
+        .env("ENVRT_STATE_DIR", dir.path().join("state"))
+        .env_remove("ENVRT_CONFIG")
+        .output()
+        .unwrap();
+    assert!(acquired.status.success());
+    let id = String::from_utf8_lossy(&acquired.stdout).trim().to_owned();
+    let target = format!("lease:{id}:data.txt");
+
+    let mut shown = PtySession::start(dir.path(), None, &["cp", "data.txt", &target]);
+    shown.expect(&format!("copied 1 files, 5 bytes: data.txt → {target}"));
+    assert_eq!(shown.wait(), Some(0));
+    let text = String::from_utf8_lossy(&shown.seen).into_owned();
+    let progress = format!("\r\x1b[2K| copying data.txt → {target} (0.0 s)");
+    assert!(text.starts_with(&progress), "{text:?}");
+    // The progress line is cleared before the summary.
+    assert!(text.contains("\r\x1b[2Kcopied 1 files"), "{text:?}");
+
+    let mut quiet = PtySession::start(dir.path(), None, &["cp", "--quiet", "data.txt", &target]);
+    assert_eq!(quiet.wait(), Some(0));
+    // Closing the slave ends the reader; then everything the terminal got is in.
+    quiet.slave.take();
+    while let Ok(chunk) = quiet.output.recv_timeout(Duration::from_secs(10)) {
+        quiet.seen.extend(chunk);
+    }
+    assert_eq!(String::from_utf8_lossy(&quiet.seen), "");
+}

@@ -1,0 +1,218 @@
+//! The SQL side: schema, pragmas and one function per store operation. Everything here
+//! blocks; the async wrapper runs it on the blocking pool.
+
+use std::path::Path;
+use std::time::Duration;
+
+use envrt_runtime_core::{Environment, Lease, LeaseFilter, StoreError};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params, params_from_iter};
+
+/// The schema this code writes, kept in `PRAGMA user_version`.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS environments (
+    id     TEXT PRIMARY KEY NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS leases (
+    id             TEXT PRIMARY KEY NOT NULL,
+    run_id         TEXT,
+    environment_id TEXT,
+    status         TEXT NOT NULL,
+    acquired_at    INTEGER NOT NULL,
+    record         TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leases_run ON leases (run_id);
+CREATE INDEX IF NOT EXISTS leases_environment ON leases (environment_id);
+CREATE INDEX IF NOT EXISTS leases_status ON leases (status);
+CREATE INDEX IF NOT EXISTS leases_acquired ON leases (acquired_at, id);
+";
+
+fn err(message: impl Into<String>, source: rusqlite::Error) -> StoreError {
+    StoreError {
+        message: format!("{}: {source}", message.into()),
+        source: Some(Box::new(source)),
+    }
+}
+
+/// Opens the database, sets WAL and the busy timeout, and creates or checks the schema.
+pub(crate) fn open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let shown = path.display();
+    let context = || format!("cannot open \"{shown}\"");
+    let mut connection = Connection::open(path).map_err(|e| err(context(), e))?;
+    connection.busy_timeout(busy_timeout).map_err(|e| err(context(), e))?;
+    // WAL lets readers run beside a writer; the setting is stored in the file, so only the
+    // first opener actually switches it. NORMAL sync is durable across process crashes.
+    let mode: String = connection
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(|e| err(context(), e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::new(format!(
+            "cannot open \"{shown}\": the database refused WAL mode (journal mode is {mode})"
+        )));
+    }
+    connection
+        .execute_batch("PRAGMA synchronous = NORMAL;")
+        .map_err(|e| err(context(), e))?;
+    let tx = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| err(context(), e))?;
+    let version: i64 = tx
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(|e| err(context(), e))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::new(format!(
+            "\"{shown}\" has schema version {version}, newer than the {SCHEMA_VERSION} this envrt understands"
+        )));
+    }
+    tx.execute_batch(SCHEMA).map_err(|e| err(context(), e))?;
+    tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))
+        .map_err(|e| err(context(), e))?;
+    tx.commit().map_err(|e| err(context(), e))?;
+    Ok(connection)
+}
+
+fn to_json<T: serde::Serialize>(what: &str, value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError {
+        message: format!("cannot encode {what}: {e}"),
+        source: Some(Box::new(e)),
+    })
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(what: &str, id: &str, record: &str) -> Result<T, StoreError> {
+    serde_json::from_str(record).map_err(|e| StoreError {
+        message: format!("{what} \"{id}\" is corrupt: {e}"),
+        source: Some(Box::new(e)),
+    })
+}
+
+fn write<T>(
+    connection: &mut Connection,
+    what: &str,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+) -> Result<T, StoreError> {
+    let context = || format!("cannot write {what}");
+    let tx = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| err(context(), e))?;
+    let out = f(&tx).map_err(|e| err(context(), e))?;
+    tx.commit().map_err(|e| err(context(), e))?;
+    Ok(out)
+}
+
+pub(crate) fn put_environment(connection: &mut Connection, environment: &Environment) -> Result<(), StoreError> {
+    let record = to_json("environment", environment)?;
+    let what = format!("environment \"{}\"", environment.id);
+    write(connection, &what, |tx| {
+        tx.execute(
+            "INSERT INTO environments (id, record) VALUES (?1, ?2)
+             ON CONFLICT (id) DO UPDATE SET record = excluded.record",
+            params![environment.id, record],
+        )
+        .map(drop)
+    })
+}
+
+pub(crate) fn get_environment(connection: &mut Connection, id: &str) -> Result<Option<Environment>, StoreError> {
+    let record: Option<String> = connection
+        .query_row("SELECT record FROM environments WHERE id = ?1", [id], |row| row.get(0))
+        .optional()
+        .map_err(|e| err(format!("cannot read environment \"{id}\""), e))?;
+    record.map(|r| from_json("environment", id, &r)).transpose()
+}
+
+pub(crate) fn list_environments(connection: &mut Connection) -> Result<Vec<Environment>, StoreError> {
+    let context = "cannot list environments";
+    let mut statement = connection
+        .prepare("SELECT id, record FROM environments ORDER BY id")
+        .map_err(|e| err(context, e))?;
+    let rows = statement
+        .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
+        .map_err(|e| err(context, e))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, record) = row.map_err(|e| err(context, e))?;
+        out.push(from_json("environment", &id, &record)?);
+    }
+    Ok(out)
+}
+
+pub(crate) fn put_lease(connection: &mut Connection, lease: &Lease) -> Result<(), StoreError> {
+    let record = to_json("lease", lease)?;
+    let acquired_at = i64::try_from(lease.acquired_at.0).unwrap_or(i64::MAX);
+    let what = format!("lease \"{}\"", lease.id);
+    write(connection, &what, |tx| {
+        tx.execute(
+            "INSERT INTO leases (id, run_id, environment_id, status, acquired_at, record)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (id) DO UPDATE SET
+                run_id = excluded.run_id,
+                environment_id = excluded.environment_id,
+                status = excluded.status,
+                acquired_at = excluded.acquired_at,
+                record = excluded.record",
+            params![
+                lease.id,
+                lease.run_id,
+                lease.environment_id,
+                lease.status.as_str(),
+                acquired_at,
+                record
+            ],
+        )
+        .map(drop)
+    })
+}
+
+pub(crate) fn get_lease(connection: &mut Connection, id: &str) -> Result<Option<Lease>, StoreError> {
+    let record: Option<String> = connection
+        .query_row("SELECT record FROM leases WHERE id = ?1", [id], |row| row.get(0))
+        .optional()
+        .map_err(|e| err(format!("cannot read lease \"{id}\""), e))?;
+    record.map(|r| from_json("lease", id, &r)).transpose()
+}
+
+pub(crate) fn list_leases(connection: &mut Connection, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
+    let mut clauses = Vec::new();
+    let mut values: Vec<String> = Vec::new();
+    if let Some(run) = &filter.run_id {
+        values.push(run.clone());
+        clauses.push(format!("run_id = ?{}", values.len()));
+    }
+    if let Some(environment) = &filter.environment_id {
+        values.push(environment.clone());
+        clauses.push(format!("environment_id = ?{}", values.len()));
+    }
+    if !filter.statuses.is_empty() {
+        let mut marks = Vec::new();
+        for status in &filter.statuses {
+            values.push(status.as_str().to_owned());
+            marks.push(format!("?{}", values.len()));
+        }
+        clauses.push(format!("status IN ({})", marks.join(", ")));
+    }
+    let mut query = String::from("SELECT id, record FROM leases");
+    if !clauses.is_empty() {
+        query.push_str(" WHERE ");
+        query.push_str(&clauses.join(" AND "));
+    }
+    query.push_str(" ORDER BY acquired_at, id");
+    let context = "cannot list leases";
+    let mut statement = connection.prepare(&query).map_err(|e| err(context, e))?;
+    let rows = statement
+        .query_map(params_from_iter(values.iter()), |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })
+        .map_err(|e| err(context, e))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, record) = row.map_err(|e| err(context, e))?;
+        let lease: Lease = from_json("lease", &id, &record)?;
+        // The columns are only an index; the record is the truth.
+        if filter.matches(&lease) {
+            out.push(lease);
+        }
+    }
+    Ok(out)
+}
