@@ -79,6 +79,18 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         if !root().join(format!("crates/conformance/tests/{target}.rs")).exists() {
             return Err(format!("no conformance target for driver {driver:?} yet"));
         }
+        if target == "sandbox" {
+            // The reference worker is a binary of another package: build it first.
+            let mut build = cargo();
+            build.args([
+                "build",
+                "-p",
+                "envrt-driver-plugin-sandbox",
+                "--bin",
+                "envrt-sandbox-worker",
+            ]);
+            crate::util::run(build)?;
+        }
         let mut command: Command = cargo();
         command
             .args(["test", "-p", "envrt-conformance", "--test", target, "--"])

@@ -68,7 +68,7 @@ fn worker_binary() -> Result<PathBuf, String> {
     }
 }
 
-fn reference_suite(root: &Path) -> Result<Suite, String> {
+fn reference_manifest(root: &Path, extra_args: &[&str]) -> Result<PluginManifest, String> {
     let binary = worker_binary()?;
     let mut manifest =
         PluginManifest::load(format!("{CRATE}/reference-worker.manifest.json")).map_err(|e| e.to_string())?;
@@ -77,8 +77,47 @@ fn reference_suite(root: &Path) -> Result<Suite, String> {
         "--root".into(),
         root.to_string_lossy().into_owned(),
     ];
+    manifest.worker.command.extend(extra_args.iter().map(|s| s.to_string()));
+    Ok(manifest)
+}
+
+fn reference_suite(root: &Path) -> Result<Suite, String> {
+    let manifest = reference_manifest(root, &[])?;
     let root = root.to_path_buf();
     Suite::build(|| target_for(manifest, Some(root)))
+}
+
+/// The capability refusals: the reference worker whose manifest does not declare
+/// `duplexCommandStream`, and one started with `--no-duplex` (so it does not advertise
+/// `duplexChannelOpen`). Only the honesty and clean-up checks run; `main` asserts that each
+/// really takes its refusal path.
+fn refusal_suites(root: &Path) -> Result<[Suite; 2], String> {
+    let mut undeclared = reference_manifest(root, &[])?;
+    let entry = &mut undeclared.environment_drivers[0];
+    entry.driver_key = "sandbox_undeclared".into();
+    if let Some(declaration) = entry.sandbox_capabilities.as_mut() {
+        declaration.duplex_command_stream = None;
+    }
+    let mut no_duplex = reference_manifest(root, &["--no-duplex"])?;
+    no_duplex.environment_drivers[0].driver_key = "sandbox_no_duplex".into();
+    let build = |manifest: PluginManifest| {
+        Suite::build(|| async {
+            Ok(target_for(manifest, Some(root.to_path_buf()))
+                .await?
+                .only(&["honesty_", "cleanup_"]))
+        })
+    };
+    let undeclared = build(undeclared)?;
+    let no_duplex = build(no_duplex)?;
+    assert!(
+        undeclared.profile().has_duplex && !undeclared.profile().ephemeral.duplex_command_stream,
+        "the undeclared worker must offer duplex without the capability"
+    );
+    assert!(
+        !no_duplex.profile().has_duplex,
+        "--no-duplex must withdraw the duplex verbs"
+    );
+    Ok([undeclared, no_duplex])
 }
 
 fn sdk_suite(root: &Path) -> Result<Suite, String> {
@@ -111,14 +150,20 @@ fn main() {
     let required = ["ENVRT_REQUIRE_DOCKER", "ENVRT_REQUIRE_SANDBOX"]
         .iter()
         .any(|v| std::env::var(v).as_deref() == Ok("1"));
-    let roots = [tempfile::tempdir().expect("root"), tempfile::tempdir().expect("root")];
-    let suites: Vec<Result<Suite, String>> = match (
+    let roots = [0; 3].map(|_| tempfile::tempdir().expect("root"));
+    let mut suites: Vec<Result<Suite, String>> = match (
         std::env::var("ENVRT_WORKER_COMMAND"),
         std::env::var("ENVRT_WORKER_MANIFEST"),
     ) {
         (Ok(command), Ok(manifest)) => vec![external_suite(&command, &manifest)],
         _ => vec![reference_suite(roots[0].path()), sdk_suite(roots[1].path())],
     };
+    if std::env::var("ENVRT_WORKER_COMMAND").is_err() {
+        match refusal_suites(roots[2].path()) {
+            Ok(pair) => suites.extend(pair.map(Ok)),
+            Err(error) => suites.push(Err(error)),
+        }
+    }
     let mut ready = Vec::new();
     for suite in suites {
         match suite {

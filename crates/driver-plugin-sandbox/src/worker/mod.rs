@@ -6,7 +6,7 @@
 //! # Usage
 //!
 //! ```text
-//! envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N]
+//! envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N] [--no-duplex]
 //! ```
 //!
 //! - `--root DIR` (or `ENVRT_SANDBOX_ROOT`): where lease directories live, one per lease
@@ -17,6 +17,8 @@
 //!   close ends a sandbox (default 1000).
 //! - `--max-output-bytes N`: per-stream capture cap of execute (default 16 MiB; a request
 //!   may lower or raise it with the extension param `maxOutputBytes`).
+//! - `--no-duplex`: offer no duplex channels: the `duplexChannel*` verbs are neither
+//!   advertised nor served (`-32601`), so the host refuses them before calling.
 //!
 //! At start the worker checks that `bwrap` exists and can build a sandbox; if not it
 //! prints why on stderr (naming `apt-get install bubblewrap` when it is missing) and exits
@@ -125,7 +127,7 @@ const KNOWN_NOT_IMPLEMENTED: &[&str] = &[
 ];
 
 const USAGE: &str =
-    "usage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N]";
+    "usage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N] [--no-duplex]";
 
 #[derive(Debug)]
 struct Config {
@@ -133,6 +135,7 @@ struct Config {
     bwrap: Option<PathBuf>,
     grace: Duration,
     max_output: usize,
+    no_duplex: bool,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
@@ -143,6 +146,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> 
         bwrap: std::env::var_os("ENVRT_BWRAP").map(PathBuf::from),
         grace: Duration::from_millis(1000),
         max_output: DEFAULT_OUTPUT_LIMIT,
+        no_duplex: false,
     };
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
@@ -158,6 +162,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> 
                 let v = value()?;
                 config.max_output = v.parse().map_err(|_| format!("--max-output-bytes: bad number {v:?}"))?;
             }
+            "--no-duplex" => config.no_duplex = true,
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -207,7 +212,7 @@ pub fn main() -> ExitCode {
         }
     };
     let sandbox = Arc::new(sandbox);
-    runtime.block_on(serve(Arc::clone(&sandbox), leases, config.max_output));
+    runtime.block_on(serve(Arc::clone(&sandbox), leases, config.max_output, config.no_duplex));
     sandbox.kill_all();
     runtime.shutdown_timeout(Duration::from_millis(100));
     ExitCode::SUCCESS
@@ -219,10 +224,18 @@ struct Worker {
     channels: Arc<Channels>,
     initialized: AtomicBool,
     max_output: usize,
+    no_duplex: bool,
     out: Outbound,
 }
 
-async fn serve(sandbox: Arc<Sandbox>, leases: Leases, max_output: usize) {
+impl Worker {
+    /// The methods this worker serves and advertises.
+    fn serves(&self, method: &str) -> bool {
+        !(self.no_duplex && method.starts_with("duplexChannel"))
+    }
+}
+
+async fn serve(sandbox: Arc<Sandbox>, leases: Leases, max_output: usize, no_duplex: bool) {
     eprintln!(
         "envrt-sandbox-worker: ready ({}, leases under {})",
         sandbox.version,
@@ -235,6 +248,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, max_output: usize) {
         channels: Arc::default(),
         initialized: AtomicBool::new(false),
         max_output,
+        no_duplex,
         out: out.clone(),
     });
     let mut stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
@@ -287,6 +301,14 @@ fn parse<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError
 /// Answers one request. Ordered verbs (duplex write, half-close) are queued here, before
 /// the next line is read; everything else runs on its own task.
 async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value, invocation: Option<String>) {
+    if !worker.serves(&method) {
+        let error = RpcError {
+            code: code::METHOD_NOT_FOUND,
+            message: format!("Unknown method: {method}"),
+        };
+        worker.out.respond(id, Err(error)).await;
+        return;
+    }
     let queued = match method.as_str() {
         "duplexChannelWrite" => Some(parse(&method, params.clone()).and_then(|p| worker.channels.write(p))),
         "duplexChannelCloseInput" => Some(parse(&method, params.clone()).and_then(|p| worker.channels.close_input(p))),
@@ -294,7 +316,8 @@ async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value
             let result = if worker.initialized.swap(true, Ordering::SeqCst) {
                 Err(RpcError::worker("Worker already initialized"))
             } else {
-                Ok(json!({"ok": true, "supportedMethods": SUPPORTED_METHODS}))
+                let methods: Vec<&str> = SUPPORTED_METHODS.iter().copied().filter(|m| worker.serves(m)).collect();
+                Ok(json!({"ok": true, "supportedMethods": methods}))
             };
             worker.out.respond(id, result).await;
             return;
