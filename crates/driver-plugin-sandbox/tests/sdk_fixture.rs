@@ -293,7 +293,8 @@ async fn sync_in_and_out_and_lease_lifecycle() {
     );
     assert!(!std::path::Path::new(&format!("{}/x.txt", ws.cwd)).exists());
 
-    // release removes the provider's lease dir; destroy after it is idempotent
+    // an ephemeral release (the host releases, then destroys) removes the provider's lease
+    // dir; another destroy after it is idempotent
     let lease_dir = lease.metadata["fixtureRoot"].as_str().unwrap().to_owned();
     assert!(std::path::Path::new(&lease_dir).exists());
     let released = runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
