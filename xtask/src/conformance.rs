@@ -39,7 +39,12 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 }
             }
             "--worker" => options.worker = Some(value()?),
-            "--manifest" => options.manifest = Some(value()?),
+            "--manifest" => {
+                // The suite runs in its own package directory: make the path absolute.
+                let manifest = value()?;
+                let path = std::fs::canonicalize(&manifest).map_err(|e| format!("--manifest {manifest}: {e}"))?;
+                options.manifest = Some(path.to_string_lossy().into_owned());
+            }
             "--cases" => {
                 let cases = value()?;
                 cases

@@ -147,9 +147,11 @@ fn external_suite(command: &str, manifest_path: &str) -> Result<Suite, String> {
 }
 
 fn main() {
-    let required = ["ENVRT_REQUIRE_DOCKER", "ENVRT_REQUIRE_SANDBOX"]
-        .iter()
-        .any(|v| std::env::var(v).as_deref() == Ok("1"));
+    // An external worker was asked for explicitly: never skip it.
+    let required = std::env::var("ENVRT_WORKER_COMMAND").is_ok()
+        || ["ENVRT_REQUIRE_DOCKER", "ENVRT_REQUIRE_SANDBOX"]
+            .iter()
+            .any(|v| std::env::var(v).as_deref() == Ok("1"));
     let roots = [0; 3].map(|_| tempfile::tempdir().expect("root"));
     let mut suites: Vec<Result<Suite, String>> = match (
         std::env::var("ENVRT_WORKER_COMMAND"),
