@@ -202,6 +202,16 @@ impl EnvironmentRuntime {
         resolved.driver.resolve_capabilities(&input).await
     }
 
+    /// Records a failed provider clean-up (`pending_cleanup`, to be retried by release or
+    /// destroy) and returns the driver's error.
+    async fn cleanup_failed<T>(&self, mut lease: Lease, error: crate::DriverError) -> Result<T, RuntimeError> {
+        lease.status = LeaseStatus::PendingCleanup;
+        lease.cleanup_status = Some(CleanupStatus::Failed);
+        lease.failure_reason = Some("release_cleanup_failed".into());
+        self.store.put_lease(&lease).await?;
+        Err(error.into())
+    }
+
     fn require_active(lease: &Lease) -> Result<(), RuntimeError> {
         if lease.status == LeaseStatus::Active {
             Ok(())
@@ -366,13 +376,7 @@ impl EnvironmentRuntime {
                     self.store.put_lease(&lease).await?;
                     Ok(lease)
                 }
-                Err(error) => {
-                    lease.status = LeaseStatus::PendingCleanup;
-                    lease.cleanup_status = Some(CleanupStatus::Failed);
-                    lease.failure_reason = Some("release_cleanup_failed".into());
-                    self.store.put_lease(&lease).await?;
-                    Err(error.into())
-                }
+                Err(error) => self.cleanup_failed(lease, error).await,
             }
         })
         .await
@@ -425,13 +429,7 @@ impl EnvironmentRuntime {
                     self.store.put_lease(&lease).await?;
                     Ok(lease)
                 }
-                Err(error) => {
-                    lease.status = LeaseStatus::PendingCleanup;
-                    lease.cleanup_status = Some(CleanupStatus::Failed);
-                    lease.failure_reason = Some("release_cleanup_failed".into());
-                    self.store.put_lease(&lease).await?;
-                    Err(error.into())
-                }
+                Err(error) => self.cleanup_failed(lease, error).await,
             }
         })
         .await

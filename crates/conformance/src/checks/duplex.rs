@@ -26,27 +26,21 @@ fn argv(parts: &[&str]) -> Vec<String> {
 }
 
 async fn read_all(channel: &dyn DuplexChannel) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let next = tokio::time::timeout_at(deadline, channel.read())
-            .await
-            .map_err(|_| format!("no end of output within 60 s after {} bytes", out.len()))?;
-        match next.map_err(|e| format!("read: {e}"))? {
-            Some(chunk) => out.extend(chunk),
-            None => return Ok(out),
-        }
-    }
+    read_up_to(channel, usize::MAX).await
 }
 
-/// Reads until `len` bytes came (or the output ends).
-async fn read_exactly(channel: &dyn DuplexChannel, len: usize) -> Result<Vec<u8>, String> {
+/// Reads until `len` bytes came or the output ends, within 60 s.
+pub(super) async fn read_up_to(channel: &dyn DuplexChannel, len: usize) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while out.len() < len {
-        let next = tokio::time::timeout_at(deadline, channel.read())
-            .await
-            .map_err(|_| format!("only {} of {len} bytes within 60 s", out.len()))?;
+        let next = tokio::time::timeout_at(deadline, channel.read()).await.map_err(|_| {
+            if len == usize::MAX {
+                format!("no end of output within 60 s after {} bytes", out.len())
+            } else {
+                format!("only {} of {len} bytes within 60 s", out.len())
+            }
+        })?;
         match next.map_err(|e| format!("read: {e}"))? {
             Some(chunk) => out.extend(chunk),
             None => break,
@@ -80,7 +74,7 @@ fn chunks_roundtrip(ctx: &Ctx) -> Result<(), String> {
                         if half_close {
                             read_all(channel.as_ref()).await
                         } else {
-                            read_exactly(channel.as_ref(), expected.len()).await
+                            read_up_to(channel.as_ref(), expected.len()).await
                         }
                     };
                     let writer = async {

@@ -232,16 +232,7 @@ fn duplex(ctx: &Ctx) -> Result<(), String> {
         let channel = result.map_err(|e| format!("open_duplex_channel despite the capability: {e}"))?;
         let outcome = async {
             channel.write(b"ping").await.map_err(|e| format!("write: {e}"))?;
-            let mut got = Vec::new();
-            while got.len() < 4 {
-                let next = tokio::time::timeout(std::time::Duration::from_secs(60), channel.read())
-                    .await
-                    .map_err(|_| "no echo within 60 s".to_string())?;
-                match next.map_err(|e| format!("read: {e}"))? {
-                    Some(chunk) => got.extend(chunk),
-                    None => break,
-                }
-            }
+            let got = super::duplex::read_up_to(channel.as_ref(), 4).await?;
             ensure_eq(got.as_slice(), b"ping".as_slice(), "echoed bytes")
         }
         .await;

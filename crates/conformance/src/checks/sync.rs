@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
-use envrt_runtime_core::{LeasePolicy, SyncFile, SyncOperation, WorkspaceRequest, sync::PostUploadCommand};
+use envrt_runtime_core::{Lease, LeasePolicy, SyncFile, SyncOperation, WorkspaceRequest, sync::PostUploadCommand};
 use proptest::prelude::*;
 
 use super::{Check, has_sync_and_execute, has_sync_both, property};
@@ -278,14 +278,7 @@ fn refuses_absolute(ctx: &Ctx) -> Result<(), String> {
             format!("{target} was written on the host")
         })?;
         if ctx.profile.has_execute {
-            let seen = ctx
-                .sh(&lease, &format!("test -e '{target}' && echo yes || echo no"))
-                .await?;
-            ensure_eq(
-                String::from_utf8_lossy(&seen).trim(),
-                "no",
-                "target written in the environment",
-            )?;
+            ensure_absent(ctx, &lease, &target, "target written in the environment").await?;
         }
         Ok(())
     })
@@ -320,18 +313,19 @@ fn refuses_symlink_out(ctx: &Ctx) -> Result<(), String> {
             .sync_in(&lease.id, &op("esc", vec![SyncFile::file(&file, &target)]))
             .await;
         expect_refusal(result, &format!("Path \"{target}\" is outside the lease workspace.")).await?;
-        let seen = ctx
-            .sh(&lease, &format!("test -e '/tmp/{name}' && echo yes || echo no"))
-            .await?;
-        ensure_eq(
-            String::from_utf8_lossy(&seen).trim(),
-            "no",
-            "file written through the link",
-        )?;
+        ensure_absent(ctx, &lease, &format!("/tmp/{name}"), "file written through the link").await?;
         ensure(!Path::new(&format!("/tmp/{name}")).exists(), || {
             "written on the host".into()
         })
     })
+}
+
+/// Fails unless `path` does not exist in the environment.
+async fn ensure_absent(ctx: &Ctx, lease: &Lease, path: &str, what: &str) -> Result<(), String> {
+    let seen = ctx
+        .sh(lease, &format!("test -e '{path}' && echo yes || echo no"))
+        .await?;
+    ensure_eq(String::from_utf8_lossy(&seen).trim(), "no", what)
 }
 
 fn is_entry_escape(error: &str) -> bool {
@@ -356,14 +350,7 @@ fn refuses_escaping_source_link(ctx: &Ctx) -> Result<(), String> {
         let error = result.err().ok_or("an escaping link was copied in")?.to_string();
         ensure(is_entry_escape(&error), || format!("unexpected error: {error}"))?;
         if ctx.profile.has_execute {
-            let seen = ctx
-                .sh(&lease, &format!("test -e '{target}' && echo yes || echo no"))
-                .await?;
-            ensure_eq(
-                String::from_utf8_lossy(&seen).trim(),
-                "no",
-                "target after a refused operation",
-            )?;
+            ensure_absent(ctx, &lease, &target, "target after a refused operation").await?;
         }
         Ok(())
     })
@@ -412,14 +399,7 @@ fn post_upload_cwd_refused(ctx: &Ctx) -> Result<(), String> {
             )
             .await?;
         }
-        let seen = ctx
-            .sh(&lease, &format!("test -e '{target}' && echo yes || echo no"))
-            .await?;
-        ensure_eq(
-            String::from_utf8_lossy(&seen).trim(),
-            "no",
-            "target written before the refusal",
-        )
+        ensure_absent(ctx, &lease, &target, "target written before the refusal").await
     })
 }
 
