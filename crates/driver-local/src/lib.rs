@@ -1,1 +1,373 @@
-//! The envrt `driver-local` driver (filled by its own issue).
+//! # envrt-driver-local
+//!
+//! The embedded default driver: commands run as real processes on this host, each lease
+//! owns a private workspace directory, and files move in and out natively.
+//!
+//! ## Leases
+//! [`acquire_lease`](EnvironmentDriver::acquire_lease) creates `{root}/lease-{lease id}`
+//! with mode `0700` (`root` from [`LocalConfig::root`], default
+//! `{temp dir}/envrt-local`). The provider lease id is the directory name; lease metadata
+//! carries `workspace` (the host path). On release:
+//!
+//! | policy | workspace |
+//! |---|---|
+//! | `ephemeral`, `reuse_by_execution_workspace` | removed |
+//! | `reuse_by_environment` | kept; resume returns it (`None` once it has vanished) |
+//! | `retain_on_failure` | kept when the lease ends `retained`, removed otherwise |
+//!
+//! Destroy removes it whatever the policy. Release and destroy first kill every command
+//! the lease still runs; both are idempotent.
+//!
+//! ## Execute
+//! Every command runs in its own process group with no shell (unless you run one). Its
+//! working directory is the workspace, or `cwd` resolved inside it (relative to it, or
+//! absolute under it; `..` and symlinks leading out are refused with
+//! [`DriverError::PathOutsideWorkspace`]). A timeout sends `SIGTERM` to the whole group,
+//! then `SIGKILL` after [`LocalConfig::kill_grace`]; the partial output is kept and
+//! `timed_out` is set. When the command itself exits, whatever it left in its group (a
+//! background grandchild still holding stdout, say) is killed and the call returns. Each
+//! stream is capped (`max_output_bytes`); the sink still sees every chunk. A program that
+//! does not exist exits `127` with `envrt: command not found: NAME` on stderr. Dropping the
+//! execute future kills the group.
+//!
+//! **Environment.** The host's variables are not inherited. A command sees only:
+//! - the host's values of the allow-list [`LocalConfig::env_allowlist`] (default `PATH`,
+//!   `LANG`, `LC_ALL`, `LC_CTYPE`, `TZ`) when they are set;
+//! - `PATH` = `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin` when the host
+//!   has none;
+//! - `HOME` = the lease workspace;
+//! - then the request's own variables, which override all of the above.
+//!
+//! ## Sync
+//! See the [`sync`](crate#sync) rules of the contract's section 6: environment-side paths
+//! are confined to the workspace, a target is staged beside itself (private modes) and
+//! renamed into place only when the whole operation is staged, so a failed operation leaves
+//! neither target nor temporary files. A directory target is replaced by the source tree.
+//! Special files (FIFOs, sockets, devices) are skipped.
+//!
+//! ## Limits
+//! Commands run as the driver's own user with no isolation beyond the working directory:
+//! a command can read anything that user can. Path confinement is checked on the real file
+//! system before each operation; a command racing the driver to swap a directory for a
+//! symlink during a sync is not defended against.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use envrt_runtime_core::capability::{CapabilityDeclaration, CapabilityKey, SupportSet};
+use envrt_runtime_core::driver::classify_driver;
+use envrt_runtime_core::{
+    AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, EnvironmentDriver, Execute,
+    ExecuteRequest, ExecuteResult, FileSync, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace,
+    RealizedWorkspace, ReleaseInput, ResumeLease, SyncOperation, SyncResult, WorkspaceRequest,
+};
+
+mod copy;
+mod exec;
+mod sync;
+mod workspace;
+
+use exec::{ExecSite, ProcessTable};
+use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree, resolve_in_workspace};
+
+/// The registry key of this driver.
+pub const DRIVER_KEY: &str = "local";
+
+/// Configuration of a [`LocalDriver`].
+#[derive(Clone, Debug)]
+pub struct LocalConfig {
+    /// Where lease workspaces live; `{temp dir}/envrt-local` when `None`. Created (mode
+    /// `0700`) if missing.
+    pub root: Option<PathBuf>,
+    /// Time between `SIGTERM` and `SIGKILL` when a command times out; default 2 s.
+    pub kill_grace: Duration,
+    /// Host environment variables passed through to commands when set; default `PATH`,
+    /// `LANG`, `LC_ALL`, `LC_CTYPE`, `TZ`.
+    pub env_allowlist: Vec<String>,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        LocalConfig {
+            root: None,
+            kill_grace: Duration::from_secs(2),
+            env_allowlist: ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        }
+    }
+}
+
+/// The local driver (key `local`): real processes and a private workspace per lease.
+#[derive(Debug)]
+pub struct LocalDriver {
+    root: PathBuf,
+    config: LocalConfig,
+    processes: Arc<ProcessTable>,
+}
+
+impl LocalDriver {
+    /// A driver over `config`; creates the root directory when missing.
+    pub fn new(config: LocalConfig) -> Result<LocalDriver, DriverError> {
+        let root = config
+            .root
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("envrt-local"));
+        match create_private_dir(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&root)
+                    .map_err(|e| DriverError::io(format!("cannot create workspace root {}", root.display()), e))?;
+            }
+            Err(e) => {
+                return Err(DriverError::io(
+                    format!("cannot create workspace root {}", root.display()),
+                    e,
+                ));
+            }
+        }
+        let root = std::fs::canonicalize(&root)
+            .map_err(|e| DriverError::io(format!("cannot resolve workspace root {}", root.display()), e))?;
+        if !root.is_dir() {
+            return Err(DriverError::invalid(format!(
+                "workspace root {} is not a directory",
+                root.display()
+            )));
+        }
+        path_str(&root)?;
+        Ok(LocalDriver {
+            root,
+            config,
+            processes: Arc::new(ProcessTable::default()),
+        })
+    }
+
+    /// The (canonical) directory under which lease workspaces live.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The workspace directory of a lease (whether or not it exists).
+    pub fn workspace_of(&self, lease_id: &str) -> Result<PathBuf, DriverError> {
+        Ok(self.root.join(lease_dir_name(lease_id)?))
+    }
+
+    /// How many commands a lease is running right now.
+    pub fn running_commands(&self, lease_id: &str) -> usize {
+        self.processes.running(lease_id)
+    }
+
+    /// The static support set: everything but persistent sessions, duplex and ingress.
+    fn support_set() -> SupportSet {
+        [
+            CapabilityKey::ReusableLeases,
+            CapabilityKey::NativeSyncIn,
+            CapabilityKey::NativeSyncOut,
+            CapabilityKey::IndependentControlCommands,
+            CapabilityKey::IncrementalSessionOutput,
+            CapabilityKey::ConcurrentSyncOperations,
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    /// The opt-in keys this driver declares: output streams to the sink as it arrives,
+    /// and sync in and out touch independent paths.
+    fn declaration() -> CapabilityDeclaration {
+        CapabilityDeclaration {
+            incremental_session_output: Some(true),
+            concurrent_sync_operations: Some(true),
+            ..Default::default()
+        }
+    }
+
+    /// The existing workspace of a lease, or [`DriverError::ResourceGone`].
+    fn live_workspace(&self, context: &LeaseContext) -> Result<PathBuf, DriverError> {
+        let dir = self.workspace_of(&context.lease.id)?;
+        if dir.is_dir() {
+            Ok(dir)
+        } else {
+            Err(DriverError::ResourceGone {
+                id: context
+                    .lease
+                    .provider_lease_id
+                    .clone()
+                    .unwrap_or_else(|| lease_dir_name(&context.lease.id).unwrap_or_default()),
+            })
+        }
+    }
+
+    fn grant(&self, lease_id: &str, dir: &Path) -> Result<LeaseGrant, DriverError> {
+        let mut metadata = envrt_runtime_core::JsonMap::new();
+        metadata.insert("driver".into(), DRIVER_KEY.into());
+        metadata.insert("workspace".into(), path_str(dir)?.into());
+        Ok(LeaseGrant {
+            provider: Some(DRIVER_KEY.into()),
+            provider_lease_id: Some(lease_dir_name(lease_id)?),
+            metadata,
+            expires_at: None,
+        })
+    }
+
+    /// Kills the lease's commands and removes its workspace.
+    fn remove_workspace(&self, lease_id: &str) -> Result<(), DriverError> {
+        self.processes.kill_lease(lease_id);
+        let dir = self.workspace_of(lease_id)?;
+        remove_tree(&dir).map_err(|e| DriverError::io(format!("cannot remove workspace {}", dir.display()), e))
+    }
+
+    pub(crate) fn processes(&self) -> &Arc<ProcessTable> {
+        &self.processes
+    }
+
+    pub(crate) fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl EnvironmentDriver for LocalDriver {
+    fn key(&self) -> &str {
+        DRIVER_KEY
+    }
+
+    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+        let dir = self.workspace_of(&input.lease_id)?;
+        create_private_dir(&dir)
+            .map_err(|e| DriverError::io(format!("cannot create workspace {}", dir.display()), e))?;
+        self.grant(&input.lease_id, &dir).inspect_err(|_| {
+            let _ = remove_tree(&dir);
+        })
+    }
+
+    async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
+        let lease = &input.context.lease;
+        self.processes.kill_lease(&lease.id);
+        let keep = match lease.lease_policy {
+            LeasePolicy::ReuseByEnvironment => true,
+            LeasePolicy::RetainOnFailure => input.status == LeaseStatus::Retained,
+            LeasePolicy::Ephemeral | LeasePolicy::ReuseByExecutionWorkspace => false,
+        };
+        if keep { Ok(()) } else { self.remove_workspace(&lease.id) }
+    }
+
+    async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
+        Ok(classify_driver(
+            self,
+            Self::support_set(),
+            Some(&Self::declaration()),
+            input,
+            true,
+        ))
+    }
+
+    fn as_resume(&self) -> Option<&dyn ResumeLease> {
+        Some(self)
+    }
+    fn as_destroy(&self) -> Option<&dyn DestroyLease> {
+        Some(self)
+    }
+    fn as_realize(&self) -> Option<&dyn RealizeWorkspace> {
+        Some(self)
+    }
+    fn as_execute(&self) -> Option<&dyn Execute> {
+        Some(self)
+    }
+    fn as_sync(&self) -> Option<&dyn FileSync> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ResumeLease for LocalDriver {
+    async fn resume_lease(&self, context: &LeaseContext) -> Result<Option<LeaseGrant>, DriverError> {
+        let dir = self.workspace_of(&context.lease.id)?;
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => Ok(Some(self.grant(&context.lease.id, &dir)?)),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(DriverError::io(
+                format!("cannot inspect workspace {}", dir.display()),
+                e,
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl DestroyLease for LocalDriver {
+    async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
+        self.remove_workspace(&context.lease.id)
+    }
+}
+
+#[async_trait]
+impl RealizeWorkspace for LocalDriver {
+    async fn realize_workspace(
+        &self,
+        context: &LeaseContext,
+        request: &WorkspaceRequest,
+    ) -> Result<RealizedWorkspace, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        let cwd = match &request.remote_path {
+            None => workspace.clone(),
+            Some(remote) => {
+                let dir = resolve_in_workspace(&workspace, remote)?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?;
+                // Re-check: creation followed whatever existed on the way.
+                workspace::check_no_escape(&workspace, &dir, remote)?;
+                dir
+            }
+        };
+        let mut metadata = envrt_runtime_core::JsonMap::new();
+        metadata.insert("workspace".into(), path_str(&workspace)?.into());
+        Ok(RealizedWorkspace {
+            cwd: path_str(&cwd)?.to_owned(),
+            metadata: Some(metadata),
+        })
+    }
+}
+
+#[async_trait]
+impl Execute for LocalDriver {
+    async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        let cwd = match &request.cwd {
+            None => workspace.clone(),
+            Some(cwd) => resolve_in_workspace(&workspace, cwd)?,
+        };
+        if !cwd.is_dir() {
+            return Err(DriverError::invalid(format!(
+                "working directory {:?} does not exist in the lease workspace",
+                request.cwd.as_deref().unwrap_or_default()
+            )));
+        }
+        let site = ExecSite {
+            workspace: &workspace,
+            cwd: &cwd,
+            lease_key: &context.lease.id,
+            table: &self.processes,
+            kill_grace: self.config.kill_grace,
+            env_allowlist: &self.config.env_allowlist,
+        };
+        exec::run(&site, request).await
+    }
+}
+
+#[async_trait]
+impl FileSync for LocalDriver {
+    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        sync::sync_in(self, context, &workspace, operations).await
+    }
+
+    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        sync::sync_out(&workspace, operations).await
+    }
+}

@@ -1,0 +1,442 @@
+//! Copying one sync entry into a private staging path beside its target, checking links,
+//! and committing staged entries with atomic renames (or rolling them back).
+//!
+//! Staged files are created `0600` and directories `0700`, filled, then given their final
+//! mode, so no target is ever readable by others before it is complete.
+
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use envrt_runtime_core::DriverError;
+use envrt_runtime_core::sync::{ExcludeSet, SyncKind};
+use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+
+use crate::workspace::remove_tree;
+
+/// Most links followed while checking where one copied link leads (as the kernel's ELOOP).
+const MAX_LINK_HOPS: usize = 40;
+
+/// One entry to copy.
+pub(crate) struct CopySpec<'a> {
+    /// The source, already resolved (host path, or confined environment path).
+    pub(crate) source: &'a Path,
+    /// The final target path (absolute).
+    pub(crate) target: &'a Path,
+    /// The target as the caller wrote it, for error messages.
+    pub(crate) target_shown: &'a str,
+    /// The source as the caller wrote it, for error messages.
+    pub(crate) source_shown: &'a str,
+    /// File or directory.
+    pub(crate) kind: SyncKind,
+    /// Final mode of the target.
+    pub(crate) mode: Option<u32>,
+    /// Left-out paths.
+    pub(crate) exclude: &'a ExcludeSet,
+    /// Copy what links point to instead of the links.
+    pub(crate) follow: bool,
+    /// When the source side is a lease workspace: links followed there must stay in it.
+    pub(crate) source_confine: Option<&'a Path>,
+}
+
+/// A staged entry waiting to be renamed into place.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    temp: PathBuf,
+    target: PathBuf,
+    /// Where the replaced target went (by exchange) once committed.
+    replaced: Option<PathBuf>,
+    committed: bool,
+}
+
+/// Counts of regular files and their bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) files: u64,
+    pub(crate) bytes: u64,
+}
+
+/// A unique hidden sibling of `target`.
+fn sibling(target: &Path, tag: &str) -> PathBuf {
+    let name = target.file_name().map(OsStr::to_string_lossy).unwrap_or_default();
+    let short: String = name.chars().take(40).collect();
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    target.with_file_name(format!(".{short}.envrt-{tag}-{}", &unique[..12]))
+}
+
+fn io_err(what: &str, path: &Path, e: io::Error) -> DriverError {
+    DriverError::io(format!("cannot {what} {}", path.display()), e)
+}
+
+/// Stages `spec` beside its target; on error nothing staged remains.
+pub(crate) fn stage(spec: &CopySpec<'_>, counts: &mut Counts) -> Result<Staged, DriverError> {
+    let meta = fs::metadata(spec.source).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => DriverError::SourceMissing {
+            path: spec.source_shown.to_owned(),
+        },
+        _ => io_err("inspect", spec.source, e),
+    })?;
+    let temp = sibling(spec.target, "new");
+    let result = match spec.kind {
+        SyncKind::File if meta.is_file() => {
+            let mode = spec.mode.unwrap_or(meta.mode() & 0o777);
+            copy_file(spec.source, &temp, mode, counts)
+        }
+        SyncKind::File => Err(DriverError::SourceKind {
+            path: spec.source_shown.to_owned(),
+            expected: "file",
+        }),
+        SyncKind::Directory if meta.is_dir() => stage_tree(spec, &meta, &temp, counts),
+        SyncKind::Directory => Err(DriverError::SourceKind {
+            path: spec.source_shown.to_owned(),
+            expected: "directory",
+        }),
+    };
+    match result {
+        Ok(()) => Ok(Staged {
+            temp,
+            target: spec.target.to_path_buf(),
+            replaced: None,
+            committed: false,
+        }),
+        Err(e) => {
+            let _ = remove_tree(&temp);
+            Err(e)
+        }
+    }
+}
+
+fn copy_file(source: &Path, dest: &Path, mode: u32, counts: &mut Counts) -> Result<(), DriverError> {
+    let mut input = File::open(source).map_err(|e| io_err("read", source, e))?;
+    let mut output = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dest)
+        .map_err(|e| io_err("create", dest, e))?;
+    let n = io::copy(&mut input, &mut output).map_err(|e| io_err("copy to", dest, e))?;
+    output
+        .set_permissions(fs::Permissions::from_mode(mode & 0o7777))
+        .map_err(|e| io_err("set the mode of", dest, e))?;
+    counts.files += 1;
+    counts.bytes += n;
+    Ok(())
+}
+
+fn make_dir(path: &Path) -> Result<(), DriverError> {
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| io_err("create", path, e))
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), DriverError> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode & 0o7777)).map_err(|e| io_err("set the mode of", path, e))
+}
+
+/// A copied link: where it sits in the staged tree and what it says.
+struct CopiedLink {
+    relative: Vec<OsString>,
+    shown: String,
+    text: PathBuf,
+}
+
+struct TreeWalk<'a, 'b> {
+    spec: &'a CopySpec<'b>,
+    counts: &'a mut Counts,
+    links: Vec<CopiedLink>,
+    /// (device, inode) of the directories on the current path, against link cycles.
+    ancestors: Vec<(u64, u64)>,
+}
+
+fn stage_tree(spec: &CopySpec<'_>, meta: &fs::Metadata, temp: &Path, counts: &mut Counts) -> Result<(), DriverError> {
+    make_dir(temp)?;
+    let mut walk = TreeWalk {
+        spec,
+        counts,
+        links: Vec::new(),
+        ancestors: vec![(meta.dev(), meta.ino())],
+    };
+    walk.copy_dir(spec.source, temp, &mut Vec::new())?;
+    for link in &walk.links {
+        if link_escapes(temp, spec.target, &link.relative, &link.text) {
+            return Err(DriverError::EntryEscapesTarget {
+                entry: link.shown.clone(),
+                target: spec.target_shown.to_owned(),
+            });
+        }
+    }
+    set_mode(temp, spec.mode.unwrap_or(meta.mode() & 0o777))
+}
+
+impl TreeWalk<'_, '_> {
+    fn copy_dir(&mut self, source: &Path, dest: &Path, relative: &mut Vec<OsString>) -> Result<(), DriverError> {
+        let entries = fs::read_dir(source).map_err(|e| io_err("read", source, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err("read", source, e))?;
+            let name = entry.file_name();
+            relative.push(name.clone());
+            let result = self.copy_entry(&entry.path(), &dest.join(&name), relative);
+            relative.pop();
+            result?;
+        }
+        Ok(())
+    }
+
+    fn copy_entry(&mut self, source: &Path, dest: &Path, relative: &mut Vec<OsString>) -> Result<(), DriverError> {
+        let shown = relative
+            .iter()
+            .map(|c| c.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        if self.spec.exclude.is_excluded(&shown) {
+            return Ok(());
+        }
+        let mut meta = fs::symlink_metadata(source).map_err(|e| io_err("inspect", source, e))?;
+        if meta.file_type().is_symlink() {
+            if !self.spec.follow {
+                let text = fs::read_link(source).map_err(|e| io_err("read link", source, e))?;
+                std::os::unix::fs::symlink(&text, dest).map_err(|e| io_err("create link", dest, e))?;
+                self.links.push(CopiedLink {
+                    relative: relative.clone(),
+                    shown,
+                    text,
+                });
+                return Ok(());
+            }
+            if let Some(root) = self.spec.source_confine {
+                let outside = || DriverError::PathOutsideWorkspace {
+                    path: source.to_string_lossy().into_owned(),
+                };
+                let real = fs::canonicalize(source).map_err(|_| outside())?;
+                if !real.starts_with(root) {
+                    return Err(outside());
+                }
+            }
+            meta = fs::metadata(source).map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => DriverError::SourceMissing {
+                    path: source.to_string_lossy().into_owned(),
+                },
+                _ => io_err("inspect", source, e),
+            })?;
+        }
+        if meta.is_dir() {
+            let id = (meta.dev(), meta.ino());
+            if self.ancestors.contains(&id) {
+                return Err(DriverError::invalid(format!(
+                    "following links at {} loops back to a parent directory",
+                    source.display()
+                )));
+            }
+            make_dir(dest)?;
+            self.ancestors.push(id);
+            let result = self.copy_dir(source, dest, relative);
+            self.ancestors.pop();
+            result?;
+            set_mode(dest, meta.mode() & 0o777)
+        } else if meta.is_file() {
+            copy_file(source, dest, meta.mode() & 0o777, self.counts)
+        } else {
+            // FIFOs, sockets and devices are not copied.
+            Ok(())
+        }
+    }
+}
+
+/// Whether a link copied at `relative` (inside the staged tree `root`, which will become
+/// `final_root`) resolves to a place outside the tree. Resolution follows the links of
+/// the staged tree the way the kernel would, so `d -> .` followed by `d/../x` is caught.
+fn link_escapes(root: &Path, final_root: &Path, relative: &[OsString], text: &Path) -> bool {
+    let mut stack: Vec<OsString> = relative[..relative.len().saturating_sub(1)].to_vec();
+    let mut queue: VecDeque<OsString> = VecDeque::new();
+    if !push_link_text(text, final_root, &mut stack, &mut queue) {
+        return true;
+    }
+    let mut hops = 0;
+    while let Some(part) = queue.pop_front() {
+        if part == ".." {
+            if stack.pop().is_none() {
+                return true;
+            }
+            continue;
+        }
+        stack.push(part);
+        let here: PathBuf = stack.iter().fold(root.to_path_buf(), |p, c| p.join(c));
+        let Ok(meta) = fs::symlink_metadata(&here) else {
+            // Nothing there: the kernel stops here too; the rest is checked lexically.
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            hops += 1;
+            if hops > MAX_LINK_HOPS {
+                return true;
+            }
+            stack.pop();
+            let Ok(next) = fs::read_link(&here) else { return true };
+            if !push_link_text(&next, final_root, &mut stack, &mut queue) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Puts a link's components in front of `queue`; an absolute text restarts at the tree's
+/// root when it names a place under `final_root`, and is an escape (false) otherwise.
+fn push_link_text(text: &Path, final_root: &Path, stack: &mut Vec<OsString>, queue: &mut VecDeque<OsString>) -> bool {
+    let rest = if text.is_absolute() {
+        let Ok(inside) = text.strip_prefix(final_root) else {
+            return false;
+        };
+        stack.clear();
+        inside
+    } else {
+        text
+    };
+    let mut parts = Vec::new();
+    for component in rest.components() {
+        match component {
+            Component::Normal(p) => parts.push(p.to_os_string()),
+            Component::ParentDir => parts.push(OsString::from("..")),
+            Component::CurDir | Component::RootDir => {}
+            Component::Prefix(_) => return false,
+        }
+    }
+    for part in parts.into_iter().rev() {
+        queue.push_front(part);
+    }
+    true
+}
+
+/// Renames every staged entry into place (an existing target is exchanged atomically and
+/// removed afterwards). When one rename fails, the ones done are undone and every staged
+/// path removed.
+pub(crate) fn commit(staged: &mut [Staged]) -> Result<(), DriverError> {
+    for index in 0..staged.len() {
+        if let Err(e) = commit_one(&mut staged[index]) {
+            rollback(staged);
+            return Err(e);
+        }
+    }
+    for entry in staged.iter_mut() {
+        if let Some(old) = entry.replaced.take() {
+            let _ = remove_tree(&old);
+        }
+    }
+    Ok(())
+}
+
+fn commit_one(entry: &mut Staged) -> Result<(), DriverError> {
+    let exists = fs::symlink_metadata(&entry.target).is_ok();
+    if exists {
+        renameat2(
+            AT_FDCWD,
+            &entry.temp,
+            AT_FDCWD,
+            &entry.target,
+            RenameFlags::RENAME_EXCHANGE,
+        )
+        .map_err(|e| io_err("replace", &entry.target, io::Error::from(e)))?;
+        entry.replaced = Some(entry.temp.clone());
+    } else {
+        renameat2(
+            AT_FDCWD,
+            &entry.temp,
+            AT_FDCWD,
+            &entry.target,
+            RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(|e| io_err("create", &entry.target, io::Error::from(e)))?;
+    }
+    entry.committed = true;
+    Ok(())
+}
+
+/// Undoes committed entries (restoring what they replaced) and removes staged paths.
+pub(crate) fn rollback(staged: &mut [Staged]) {
+    for entry in staged.iter_mut().rev() {
+        if entry.committed {
+            match entry.replaced.take() {
+                Some(old) => {
+                    let _ = renameat2(AT_FDCWD, &old, AT_FDCWD, &entry.target, RenameFlags::RENAME_EXCHANGE);
+                    let _ = remove_tree(&old);
+                }
+                None => {
+                    let _ = remove_tree(&entry.target);
+                }
+            }
+            entry.committed = false;
+        } else {
+            let _ = remove_tree(&entry.temp);
+        }
+    }
+}
+
+/// Creates the missing parents of `target` (mode `0755` less the umask, like `mkdir -p`),
+/// returning those it created, deepest last, so a failed operation can remove them.
+pub(crate) fn create_parents(target: &Path) -> Result<Vec<PathBuf>, DriverError> {
+    let mut missing = Vec::new();
+    let mut probe = target.parent();
+    while let Some(dir) = probe {
+        if fs::symlink_metadata(dir).is_ok() {
+            break;
+        }
+        missing.push(dir.to_path_buf());
+        probe = dir.parent();
+    }
+    missing.reverse();
+    let mut created = Vec::new();
+    for dir in missing {
+        match fs::DirBuilder::new().mode(0o755).create(&dir) {
+            Ok(()) => created.push(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                remove_created(&created);
+                return Err(io_err("create", &dir, e));
+            }
+        }
+    }
+    Ok(created)
+}
+
+/// Removes directories made by [`create_parents`] (only if still empty).
+pub(crate) fn remove_created(created: &[PathBuf]) {
+    for dir in created.iter().rev() {
+        let _ = fs::remove_dir(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("envrt-local-unit-{tag}-{}", uuid::Uuid::new_v4().simple()));
+        fs::create_dir(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn link_resolution_follows_staged_links_like_the_kernel() {
+        let root = scratch("links");
+        std::os::unix::fs::symlink(".", root.join("d")).unwrap();
+        fs::create_dir(root.join("sub")).unwrap();
+        let final_root = Path::new("/final/t");
+        let at = |name: &str| vec![OsString::from(name)];
+        assert!(link_escapes(&root, final_root, &at("e"), Path::new("d/../x")));
+        assert!(link_escapes(&root, final_root, &at("e"), Path::new("../x")));
+        assert!(link_escapes(&root, final_root, &at("e"), Path::new("/etc/passwd")));
+        assert!(!link_escapes(&root, final_root, &at("e"), Path::new("/final/t/sub")));
+        assert!(!link_escapes(&root, final_root, &at("e"), Path::new("sub/../x")));
+        let nested = vec![OsString::from("sub"), OsString::from("l")];
+        assert!(!link_escapes(&root, final_root, &nested, Path::new("../d")));
+        assert!(link_escapes(&root, final_root, &nested, Path::new("../../x")));
+        // A loop counts as an escape (it cannot be resolved).
+        std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
+        assert!(link_escapes(&root, final_root, &at("e"), Path::new("loop")));
+        remove_tree(&root).unwrap();
+    }
+}

@@ -1,0 +1,391 @@
+//! Running one command on the host (contract section 5): its own process group, a
+//! concurrent stdin writer, capped stdout/stderr readers feeding the sink, a timeout that
+//! sends `SIGTERM` then `SIGKILL` to the whole group, and a guard that kills the group when
+//! the call ends or its future is dropped.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use envrt_runtime_core::execute::signal_name;
+use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// `PATH` given to commands when the host has none.
+pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Size of each read from a command's stdout or stderr.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// After the command exits, how long the readers wait for more output while the pipes
+/// stay silent; each chunk restarts it. Only a process that escaped the group can keep a
+/// pipe open that long.
+const DRAIN_IDLE: Duration = Duration::from_millis(200);
+
+/// Upper bound on the whole drain after the command exits.
+const DRAIN_MAX: Duration = Duration::from_secs(2);
+
+/// How long the call waits for a killed group to disappear before returning.
+const REAP_WAIT: Duration = Duration::from_millis(200);
+
+/// The process groups currently running, per lease, so that release and destroy can kill
+/// what a lease still runs.
+#[derive(Debug, Default)]
+pub(crate) struct ProcessTable {
+    groups: Mutex<HashMap<String, HashSet<i32>>>,
+}
+
+impl ProcessTable {
+    fn register(self: &Arc<Self>, lease: &str, pgid: i32) -> GroupGuard {
+        self.groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(lease.to_owned())
+            .or_default()
+            .insert(pgid);
+        GroupGuard {
+            table: Arc::clone(self),
+            lease: lease.to_owned(),
+            pgid,
+            armed: true,
+        }
+    }
+
+    fn deregister(&self, lease: &str, pgid: i32) {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = groups.get_mut(lease) {
+            set.remove(&pgid);
+            if set.is_empty() {
+                groups.remove(lease);
+            }
+        }
+    }
+
+    /// Sends `SIGKILL` to every process group the lease still runs; returns how many.
+    pub(crate) fn kill_lease(&self, lease: &str) -> usize {
+        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(set) = groups.get(lease) else { return 0 };
+        for pgid in set {
+            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+        }
+        set.len()
+    }
+
+    /// How many commands the lease is running.
+    pub(crate) fn running(&self, lease: &str) -> usize {
+        self.groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(lease)
+            .map_or(0, HashSet::len)
+    }
+}
+
+/// Owns one command's process group: `SIGKILL`s it when dropped while armed (the execute
+/// future was dropped), and always leaves the process table.
+struct GroupGuard {
+    table: Arc<ProcessTable>,
+    lease: String,
+    pgid: i32,
+    armed: bool,
+}
+
+impl GroupGuard {
+    /// Signals the whole group; true when at least one process received it.
+    fn signal(&self, signal: Signal) -> bool {
+        killpg(Pid::from_raw(self.pgid), signal).is_ok()
+    }
+
+    /// Kills what is left of the group after the direct child exited, and waits (briefly,
+    /// bounded) until the group is gone.
+    async fn finish(mut self) {
+        if self.signal(Signal::SIGKILL) {
+            let until = Instant::now() + REAP_WAIT;
+            while killpg(Pid::from_raw(self.pgid), None).is_ok() && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        self.armed = false;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
+        }
+        self.table.deregister(&self.lease, self.pgid);
+    }
+}
+
+/// Where and how a command runs.
+pub(crate) struct ExecSite<'a> {
+    /// The lease's workspace (canonical); `HOME` and the default cwd.
+    pub(crate) workspace: &'a Path,
+    /// The working directory (already confined).
+    pub(crate) cwd: &'a Path,
+    /// Key in the process table.
+    pub(crate) lease_key: &'a str,
+    /// The process table.
+    pub(crate) table: &'a Arc<ProcessTable>,
+    /// Time between `SIGTERM` and `SIGKILL` on timeout.
+    pub(crate) kill_grace: Duration,
+    /// Host variables passed through.
+    pub(crate) env_allowlist: &'a [String],
+}
+
+/// Checks the request for what `execve` cannot take, without ever echoing an env value.
+fn validate(request: &ExecuteRequest) -> Result<(), DriverError> {
+    if request.command.is_empty() {
+        return Err(DriverError::invalid("the command is empty"));
+    }
+    if request.command.contains('\0') || request.args.iter().any(|a| a.contains('\0')) {
+        return Err(DriverError::invalid("the command or an argument contains a NUL byte"));
+    }
+    for (name, value) in &request.env {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(DriverError::invalid(format!(
+                "environment variable name {name:?} is not valid"
+            )));
+        }
+        if value.expose().contains('\0') {
+            return Err(DriverError::invalid(format!(
+                "environment variable {name} contains a NUL byte"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The command's environment: the allow-listed host variables, `PATH` (a default when the
+/// host has none), `HOME` = the workspace, then the request's variables over them.
+fn command_env(site: &ExecSite<'_>, request: &ExecuteRequest) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for name in site.env_allowlist {
+        if let Ok(value) = std::env::var(name) {
+            env.insert(name.clone(), value);
+        }
+    }
+    env.entry("PATH".to_owned()).or_insert_with(|| DEFAULT_PATH.to_owned());
+    env.insert("HOME".to_owned(), site.workspace.to_string_lossy().into_owned());
+    for (name, value) in &request.env {
+        env.insert(name.clone(), value.expose().to_owned());
+    }
+    env
+}
+
+/// What a failed spawn looks like to the caller: the shell's conventions (127 for a
+/// missing program, 126 for one that cannot run) and a message naming the program.
+fn spawn_failure(command: &str, error: &io::Error, started: Instant) -> ExecuteResult {
+    let (code, message) = match error.kind() {
+        io::ErrorKind::NotFound => (127, format!("envrt: command not found: {command}\n")),
+        io::ErrorKind::PermissionDenied => (126, format!("envrt: permission denied: {command}\n")),
+        _ => (126, format!("envrt: cannot execute {command}: {error}\n")),
+    };
+    ExecuteResult {
+        exit_code: Some(code),
+        stderr: message.into_bytes(),
+        duration: started.elapsed(),
+        ..Default::default()
+    }
+}
+
+async fn read_some<R: AsyncRead + Unpin>(reader: Option<&mut R>, buf: &mut [u8]) -> io::Result<usize> {
+    match reader {
+        Some(reader) => reader.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One output stream being captured.
+struct Capture<R> {
+    reader: Option<R>,
+    buf: Vec<u8>,
+    kept: CappedBuffer,
+    stream: OutputStream,
+}
+
+impl<R: AsyncRead + Unpin> Capture<R> {
+    fn new(reader: Option<R>, stream: OutputStream, cap: usize) -> Self {
+        Capture {
+            reader,
+            buf: vec![0; READ_CHUNK],
+            kept: CappedBuffer::new(cap),
+            stream,
+        }
+    }
+
+    /// Applies the outcome of one read; returns whether bytes came.
+    fn take(&mut self, read: io::Result<usize>, sink: Option<&dyn OutputSink>) -> bool {
+        match read {
+            Ok(0) | Err(_) => {
+                self.reader = None;
+                false
+            }
+            Ok(n) => {
+                let chunk = &self.buf[..n];
+                self.kept.push(chunk);
+                if let Some(sink) = sink {
+                    sink.on_chunk(self.stream, chunk);
+                }
+                true
+            }
+        }
+    }
+}
+
+/// Runs `request` at `site` to completion, timeout or kill.
+pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+    validate(&request)?;
+    let started = Instant::now();
+    let mut command = tokio::process::Command::new(&request.command);
+    command
+        .args(&request.args)
+        .env_clear()
+        .envs(command_env(site, &request))
+        .current_dir(site.cwd)
+        .stdin(if request.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let result = spawn_failure(&request.command, &error, started);
+            if let Some(sink) = &request.sink {
+                sink.on_chunk(OutputStream::Stderr, &result.stderr);
+            }
+            return Ok(result);
+        }
+    };
+    let pid = child
+        .id()
+        .ok_or_else(|| DriverError::other("the command exited before its pid was read"))? as i32;
+    let guard = site.table.register(site.lease_key, pid);
+    let sink = request.sink.clone();
+    let sink = sink.as_deref();
+    let cap = request.output_limit();
+    let mut out = Capture::new(child.stdout.take(), OutputStream::Stdout, cap);
+    let mut err = Capture::new(child.stderr.take(), OutputStream::Stderr, cap);
+    let stdin_pipe = child.stdin.take();
+    let stdin_data = request.stdin.take();
+    let feed = async move {
+        if let (Some(mut pipe), Some(data)) = (stdin_pipe, stdin_data) {
+            // EPIPE (the command stopped reading) is not an error of the call.
+            let _ = pipe.write_all(&data).await;
+            let _ = pipe.shutdown().await;
+        }
+    };
+    tokio::pin!(feed);
+    let mut feed_done = false;
+
+    let timer = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(timer);
+    let deadline = request.timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
+    let mut timer_armed = deadline.is_some();
+    if let Some(deadline) = deadline {
+        timer.as_mut().reset(deadline);
+    }
+    let mut timed_out = false;
+
+    let status: ExitStatus = loop {
+        tokio::select! {
+            status = child.wait() => {
+                break status.map_err(|e| DriverError::io("cannot wait for the command", e))?;
+            }
+            () = &mut timer, if timer_armed => {
+                if timed_out {
+                    guard.signal(Signal::SIGKILL);
+                    timer_armed = false;
+                } else {
+                    timed_out = true;
+                    guard.signal(Signal::SIGTERM);
+                    timer.as_mut().reset(tokio::time::Instant::now() + site.kill_grace);
+                }
+            }
+            read = read_some(out.reader.as_mut(), &mut out.buf) => { out.take(read, sink); }
+            read = read_some(err.reader.as_mut(), &mut err.buf) => { err.take(read, sink); }
+            () = &mut feed, if !feed_done => { feed_done = true; }
+        }
+    };
+
+    // The direct child is gone: kill whatever it left in its group (a background
+    // grandchild holding a pipe), then drain what the pipes still hold.
+    guard.finish().await;
+    let drain_end = tokio::time::Instant::now() + DRAIN_MAX;
+    timer.as_mut().reset(tokio::time::Instant::now() + DRAIN_IDLE);
+    while out.reader.is_some() || err.reader.is_some() {
+        tokio::select! {
+            biased;
+            read = read_some(out.reader.as_mut(), &mut out.buf) => {
+                if out.take(read, sink) {
+                    timer.as_mut().reset((tokio::time::Instant::now() + DRAIN_IDLE).min(drain_end));
+                }
+            }
+            read = read_some(err.reader.as_mut(), &mut err.buf) => {
+                if err.take(read, sink) {
+                    timer.as_mut().reset((tokio::time::Instant::now() + DRAIN_IDLE).min(drain_end));
+                }
+            }
+            () = &mut timer => break,
+        }
+    }
+
+    let (stdout, stdout_truncated) = out.kept.into_parts();
+    let (stderr, stderr_truncated) = err.kept.into_parts();
+    let mut metadata = envrt_runtime_core::JsonMap::new();
+    metadata.insert("pid".into(), pid.into());
+    Ok(ExecuteResult {
+        exit_code: status.code(),
+        signal: status.signal().map(signal_name),
+        timed_out,
+        stdout,
+        stderr,
+        stdout_truncated,
+        stderr_truncated,
+        duration: started.elapsed(),
+        metadata,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envrt_runtime_core::{EnvValue, Secret};
+
+    #[test]
+    fn validation_never_echoes_env_values() {
+        let mut request = ExecuteRequest::new("true", [""; 0]);
+        request
+            .env
+            .insert("TOKEN".into(), EnvValue::from(Secret::new("hunter2\0x")));
+        let err = validate(&request).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Invalid input: environment variable TOKEN contains a NUL byte"
+        );
+        assert!(!format!("{err:?}").contains("hunter2"));
+        let empty = ExecuteRequest::new("", [""; 0]);
+        assert_eq!(
+            validate(&empty).unwrap_err().to_string(),
+            "Invalid input: the command is empty"
+        );
+        let mut bad_name = ExecuteRequest::new("true", [""; 0]);
+        bad_name.env.insert("A=B".into(), "x".into());
+        assert_eq!(
+            validate(&bad_name).unwrap_err().to_string(),
+            "Invalid input: environment variable name \"A=B\" is not valid"
+        );
+    }
+}

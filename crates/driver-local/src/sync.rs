@@ -1,0 +1,271 @@
+//! Native sync (contract section 6): every check first, then every entry of an operation
+//! staged beside its target, then all renamed into place together, then the post-upload
+//! commands. A failed operation leaves no target and no staged file behind.
+
+use std::path::{Path, PathBuf};
+
+use envrt_runtime_core::sync::{
+    ExcludeSet, PostUploadCommand, SyncKind, check_post_upload_cwd, is_within, normalize_absolute,
+};
+use envrt_runtime_core::{DriverError, ExecuteRequest, LeaseContext, SyncOperation, SyncOperationResult, SyncResult};
+
+use crate::LocalDriver;
+use crate::copy::{self, CopySpec, Counts, Staged};
+use crate::exec::{self, ExecSite};
+use crate::workspace::{check_no_escape, path_str, resolve_in_workspace};
+
+/// One entry, checked and resolved.
+struct Planned {
+    source: PathBuf,
+    source_shown: String,
+    target: PathBuf,
+    target_shown: String,
+    kind: SyncKind,
+    mode: Option<u32>,
+    exclude: ExcludeSet,
+    follow: bool,
+}
+
+/// A post-upload command with its checked cwd.
+struct PlannedCommand {
+    command: String,
+    cwd: PathBuf,
+    timeout_ms: Option<u64>,
+}
+
+/// A host-side path: absolute, no `..`, not `/`.
+fn host_path(path: &str) -> Result<PathBuf, DriverError> {
+    match normalize_absolute(path) {
+        Some(p) if p != "/" && !path.contains('\0') => Ok(PathBuf::from(p)),
+        _ => Err(DriverError::invalid(format!(
+            "host path {path:?} must be absolute, without '..', and not the root"
+        ))),
+    }
+}
+
+/// Refuses a target equal to the workspace itself, and targets that overlap.
+fn check_targets(plans: &[Planned], workspace: Option<&Path>) -> Result<(), DriverError> {
+    for (i, a) in plans.iter().enumerate() {
+        if workspace.is_some_and(|w| w == a.target) {
+            return Err(DriverError::invalid(format!(
+                "sync target {:?} is the lease workspace itself; name a path inside it",
+                a.target_shown
+            )));
+        }
+        for b in &plans[i + 1..] {
+            let (sa, sb) = (path_str(&a.target)?, path_str(&b.target)?);
+            if is_within(sa, sb) || is_within(sb, sa) {
+                return Err(DriverError::invalid(format!(
+                    "sync targets {:?} and {:?} overlap",
+                    a.target_shown, b.target_shown
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn plan_entry(file: &envrt_runtime_core::SyncFile, source: PathBuf, target: PathBuf) -> Result<Planned, DriverError> {
+    Ok(Planned {
+        source,
+        source_shown: file.source_path.clone(),
+        target,
+        target_shown: file.target_path.clone(),
+        kind: file.kind,
+        mode: file.mode,
+        exclude: ExcludeSet::new(&file.exclude)?,
+        follow: file.follows_symlinks(),
+    })
+}
+
+/// Which side of a transfer is the lease workspace.
+#[derive(Clone, Copy)]
+enum Direction {
+    /// Targets are in the workspace.
+    In,
+    /// Sources are in the workspace.
+    Out,
+}
+
+/// Stages and commits every planned entry (blocking I/O); all or nothing.
+fn transfer(plans: &[Planned], workspace: &Path, direction: Direction) -> Result<Counts, DriverError> {
+    let mut counts = Counts::default();
+    let mut staged: Vec<Staged> = Vec::new();
+    let mut created: Vec<PathBuf> = Vec::new();
+    let outcome = (|| {
+        for plan in plans {
+            created.extend(copy::create_parents(&plan.target)?);
+            if let Direction::In = direction {
+                check_no_escape(workspace, &plan.target, &plan.target_shown)?;
+            }
+            let spec = CopySpec {
+                source: &plan.source,
+                target: &plan.target,
+                target_shown: &plan.target_shown,
+                source_shown: &plan.source_shown,
+                kind: plan.kind,
+                mode: plan.mode,
+                exclude: &plan.exclude,
+                follow: plan.follow,
+                source_confine: match direction {
+                    Direction::In => None,
+                    Direction::Out => Some(workspace),
+                },
+            };
+            staged.push(copy::stage(&spec, &mut counts)?);
+        }
+        copy::commit(&mut staged)
+    })();
+    match outcome {
+        Ok(()) => Ok(counts),
+        Err(e) => {
+            copy::rollback(&mut staged);
+            copy::remove_created(&created);
+            Err(e)
+        }
+    }
+}
+
+/// Runs `transfer` on the blocking pool.
+async fn transfer_blocking(plans: Vec<Planned>, workspace: &Path, direction: Direction) -> Result<Counts, DriverError> {
+    let workspace = workspace.to_path_buf();
+    tokio::task::spawn_blocking(move || transfer(&plans, &workspace, direction))
+        .await
+        .map_err(|e| DriverError::Other {
+            message: "the sync task failed".into(),
+            source: Some(Box::new(e)),
+        })?
+}
+
+/// Host → lease workspace.
+pub(crate) async fn sync_in(
+    driver: &LocalDriver,
+    context: &LeaseContext,
+    workspace: &Path,
+    operations: &[SyncOperation],
+) -> Result<SyncResult, DriverError> {
+    let mut result = SyncResult::default();
+    for operation in operations {
+        // Every check before anything is written.
+        let mut plans = Vec::with_capacity(operation.files.len());
+        for file in &operation.files {
+            let target = resolve_in_workspace(workspace, &file.target_path)?;
+            let source = host_path(&file.source_path)?;
+            plans.push(plan_entry(file, source, target)?);
+        }
+        check_targets(&plans, Some(workspace))?;
+        let commands = plan_commands(&operation.post_upload_commands, &plans, workspace)?;
+
+        let counts = transfer_blocking(plans, workspace, Direction::In).await?;
+        for command in &commands {
+            run_post_upload(driver, context, workspace, command).await?;
+        }
+        result.operations.push(SyncOperationResult {
+            operation_id: operation.operation_id.clone(),
+            files_transferred: counts.files,
+            bytes_transferred: counts.bytes,
+        });
+    }
+    Ok(result)
+}
+
+/// Checks each post-upload cwd against the operation's targets; the default is the first
+/// target (its parent for a file), or the workspace when there is none.
+fn plan_commands(
+    commands: &[PostUploadCommand],
+    plans: &[Planned],
+    workspace: &Path,
+) -> Result<Vec<PlannedCommand>, DriverError> {
+    let targets = plans
+        .iter()
+        .map(|p| path_str(&p.target).map(str::to_owned))
+        .collect::<Result<Vec<_>, _>>()?;
+    let default = match plans.first() {
+        Some(p) if p.kind == SyncKind::File => p.target.parent().unwrap_or(workspace).to_path_buf(),
+        Some(p) => p.target.clone(),
+        None => workspace.to_path_buf(),
+    };
+    commands
+        .iter()
+        .map(|c| {
+            let cwd = match &c.cwd {
+                Some(cwd) => PathBuf::from(check_post_upload_cwd(cwd, &targets)?),
+                None => default.clone(),
+            };
+            Ok(PlannedCommand {
+                command: c.command.clone(),
+                cwd,
+                timeout_ms: c.timeout_ms,
+            })
+        })
+        .collect()
+}
+
+async fn run_post_upload(
+    driver: &LocalDriver,
+    context: &LeaseContext,
+    workspace: &Path,
+    command: &PlannedCommand,
+) -> Result<(), DriverError> {
+    let shown = path_str(&command.cwd)?;
+    check_no_escape(workspace, &command.cwd, shown)?;
+    if !command.cwd.is_dir() {
+        return Err(DriverError::invalid(format!(
+            "post-upload command cwd {shown:?} is not a directory"
+        )));
+    }
+    let mut request = ExecuteRequest::new("sh", ["-c".to_owned(), command.command.clone()]);
+    request.timeout = command.timeout_ms.map(std::time::Duration::from_millis);
+    request.max_output_bytes = Some(64 * 1024);
+    let site = ExecSite {
+        workspace,
+        cwd: &command.cwd,
+        lease_key: &context.lease.id,
+        table: driver.processes(),
+        kill_grace: driver.config().kill_grace,
+        env_allowlist: &driver.config().env_allowlist,
+    };
+    let outcome = exec::run(&site, request).await?;
+    let failure = if outcome.timed_out {
+        Some("a timeout".to_owned())
+    } else if let Some(signal) = &outcome.signal {
+        Some(format!("signal {signal}"))
+    } else {
+        match outcome.exit_code {
+            Some(0) => None,
+            Some(code) => Some(format!("exit code {code}")),
+            None => Some("an unknown status".to_owned()),
+        }
+    };
+    match failure {
+        None => Ok(()),
+        Some(outcome) => Err(DriverError::PostUploadFailed {
+            command: command.command.clone(),
+            outcome,
+        }),
+    }
+}
+
+/// Lease workspace → host.
+pub(crate) async fn sync_out(workspace: &Path, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+    let mut result = SyncResult::default();
+    for operation in operations {
+        if !operation.post_upload_commands.is_empty() {
+            return Err(DriverError::invalid("post-upload commands apply to sync_in only"));
+        }
+        let mut plans = Vec::with_capacity(operation.files.len());
+        for file in &operation.files {
+            let source = resolve_in_workspace(workspace, &file.source_path)?;
+            let target = host_path(&file.target_path)?;
+            plans.push(plan_entry(file, source, target)?);
+        }
+        check_targets(&plans, None)?;
+        let counts = transfer_blocking(plans, workspace, Direction::Out).await?;
+        result.operations.push(SyncOperationResult {
+            operation_id: operation.operation_id.clone(),
+            files_transferred: counts.files,
+            bytes_transferred: counts.bytes,
+        });
+    }
+    Ok(result)
+}
