@@ -82,7 +82,7 @@ pub(crate) fn stage(spec: &CopySpec<'_>, counts: &mut Counts) -> Result<Staged, 
     let temp = sibling(spec.target, "new");
     let result = match spec.kind {
         SyncKind::File if meta.is_file() => {
-            let mode = spec.mode.unwrap_or(meta.mode() & 0o777);
+            let mode = spec.mode.unwrap_or(meta.mode() & 0o7777);
             copy_file(spec.source, &temp, mode, counts)
         }
         SyncKind::File => Err(DriverError::SourceKind {
@@ -169,7 +169,7 @@ fn stage_tree(spec: &CopySpec<'_>, meta: &fs::Metadata, temp: &Path, counts: &mu
             });
         }
     }
-    set_mode(temp, spec.mode.unwrap_or(meta.mode() & 0o777))
+    set_mode(temp, spec.mode.unwrap_or(meta.mode() & 0o7777))
 }
 
 impl TreeWalk<'_, '_> {
@@ -236,9 +236,9 @@ impl TreeWalk<'_, '_> {
             let result = self.copy_dir(source, dest, relative);
             self.ancestors.pop();
             result?;
-            set_mode(dest, meta.mode() & 0o777)
+            set_mode(dest, meta.mode() & 0o7777)
         } else if meta.is_file() {
-            copy_file(source, dest, meta.mode() & 0o777, self.counts)
+            copy_file(source, dest, meta.mode() & 0o7777, self.counts)
         } else {
             // FIFOs, sockets and devices are not copied.
             Ok(())
@@ -332,27 +332,50 @@ pub(crate) fn commit(staged: &mut [Staged]) -> Result<(), DriverError> {
 fn commit_one(entry: &mut Staged) -> Result<(), DriverError> {
     let exists = fs::symlink_metadata(&entry.target).is_ok();
     if exists {
-        renameat2(
-            AT_FDCWD,
-            &entry.temp,
-            AT_FDCWD,
-            &entry.target,
-            RenameFlags::RENAME_EXCHANGE,
-        )
-        .map_err(|e| io_err("replace", &entry.target, io::Error::from(e)))?;
+        exchange(&entry.temp, &entry.target).map_err(|e| io_err("replace", &entry.target, e))?;
         entry.replaced = Some(entry.temp.clone());
     } else {
-        renameat2(
-            AT_FDCWD,
-            &entry.temp,
-            AT_FDCWD,
-            &entry.target,
-            RenameFlags::RENAME_NOREPLACE,
-        )
-        .map_err(|e| io_err("create", &entry.target, io::Error::from(e)))?;
+        rename_new(&entry.temp, &entry.target).map_err(|e| io_err("create", &entry.target, e))?;
     }
     entry.committed = true;
     Ok(())
+}
+
+/// Whether a `renameat2` flag is unsupported by the file system (overlayfs, old kernels).
+fn unsupported(e: nix::errno::Errno) -> bool {
+    matches!(e, nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS)
+}
+
+/// Swaps two existing paths atomically; where the file system cannot, moves the old one
+/// aside first (a short window without the target).
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    match renameat2(AT_FDCWD, a, AT_FDCWD, b, RenameFlags::RENAME_EXCHANGE) {
+        Ok(()) => Ok(()),
+        Err(e) if unsupported(e) => {
+            let aside = sibling(b, "old");
+            fs::rename(b, &aside)?;
+            if let Err(e) = fs::rename(a, b) {
+                let _ = fs::rename(&aside, b);
+                return Err(e);
+            }
+            fs::rename(&aside, a)
+        }
+        Err(e) => Err(io::Error::from(e)),
+    }
+}
+
+/// Renames onto a path that must not exist.
+fn rename_new(from: &Path, to: &Path) -> io::Result<()> {
+    match renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(e) if unsupported(e) => {
+            if fs::symlink_metadata(to).is_ok() {
+                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+            }
+            fs::rename(from, to)
+        }
+        Err(e) => Err(io::Error::from(e)),
+    }
 }
 
 /// Undoes committed entries (restoring what they replaced) and removes staged paths.
@@ -361,7 +384,7 @@ pub(crate) fn rollback(staged: &mut [Staged]) {
         if entry.committed {
             match entry.replaced.take() {
                 Some(old) => {
-                    let _ = renameat2(AT_FDCWD, &old, AT_FDCWD, &entry.target, RenameFlags::RENAME_EXCHANGE);
+                    let _ = exchange(&old, &entry.target);
                     let _ = remove_tree(&old);
                 }
                 None => {

@@ -35,20 +35,30 @@ const DRAIN_MAX: Duration = Duration::from_secs(2);
 const REAP_WAIT: Duration = Duration::from_millis(200);
 
 /// The process groups currently running, per lease, so that release and destroy can kill
-/// what a lease still runs.
+/// what a lease still runs; and the leases being closed, whose new commands are killed at
+/// once (an execute racing a release cannot outlive it).
 #[derive(Debug, Default)]
 pub(crate) struct ProcessTable {
-    groups: Mutex<HashMap<String, HashSet<i32>>>,
+    state: Mutex<TableState>,
+}
+
+#[derive(Debug, Default)]
+struct TableState {
+    running: HashMap<String, HashSet<i32>>,
+    closed: HashSet<String>,
 }
 
 impl ProcessTable {
+    fn state(&self) -> std::sync::MutexGuard<'_, TableState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn register(self: &Arc<Self>, lease: &str, pgid: i32) -> GroupGuard {
-        self.groups
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(lease.to_owned())
-            .or_default()
-            .insert(pgid);
+        let mut state = self.state();
+        state.running.entry(lease.to_owned()).or_default().insert(pgid);
+        if state.closed.contains(lease) {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
         GroupGuard {
             table: Arc::clone(self),
             lease: lease.to_owned(),
@@ -58,32 +68,35 @@ impl ProcessTable {
     }
 
     fn deregister(&self, lease: &str, pgid: i32) {
-        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(set) = groups.get_mut(lease) {
+        let mut state = self.state();
+        if let Some(set) = state.running.get_mut(lease) {
             set.remove(&pgid);
             if set.is_empty() {
-                groups.remove(lease);
+                state.running.remove(lease);
             }
         }
     }
 
-    /// Sends `SIGKILL` to every process group the lease still runs; returns how many.
-    pub(crate) fn kill_lease(&self, lease: &str) -> usize {
-        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(set) = groups.get(lease) else { return 0 };
-        for pgid in set {
-            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+    /// Marks the lease closed and sends `SIGKILL` to every process group it still runs;
+    /// commands started later are killed at once until [`reopen`](Self::reopen).
+    pub(crate) fn close(&self, lease: &str) {
+        let mut state = self.state();
+        state.closed.insert(lease.to_owned());
+        if let Some(set) = state.running.get(lease) {
+            for pgid in set {
+                let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+            }
         }
-        set.len()
+    }
+
+    /// Lets the lease run commands again (acquire, resume), or forgets a removed lease.
+    pub(crate) fn reopen(&self, lease: &str) {
+        self.state().closed.remove(lease);
     }
 
     /// How many commands the lease is running.
     pub(crate) fn running(&self, lease: &str) -> usize {
-        self.groups
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(lease)
-            .map_or(0, HashSet::len)
+        self.state().running.get(lease).map_or(0, HashSet::len)
     }
 }
 
@@ -261,6 +274,16 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
         .kill_on_drop(true);
     let mut child = match command.spawn() {
         Ok(child) => child,
+        Err(error) if error.kind() == io::ErrorKind::NotFound && !site.cwd.is_dir() => {
+            // The workspace went away under us (a release raced this call).
+            return Err(DriverError::ResourceGone {
+                id: site
+                    .workspace
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            });
+        }
         Err(error) => {
             let result = spawn_failure(&request.command, &error, started);
             if let Some(sink) = &request.sink {
@@ -311,7 +334,10 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
                 } else {
                     timed_out = true;
                     guard.signal(Signal::SIGTERM);
-                    timer.as_mut().reset(tokio::time::Instant::now() + site.kill_grace);
+                    match tokio::time::Instant::now().checked_add(site.kill_grace) {
+                        Some(at) => timer.as_mut().reset(at),
+                        None => timer_armed = false,
+                    }
                 }
             }
             read = read_some(out.reader.as_mut(), &mut out.buf) => { out.take(read, sink); }

@@ -6,7 +6,7 @@
 //! ## Leases
 //! [`acquire_lease`](EnvironmentDriver::acquire_lease) creates `{root}/lease-{lease id}`
 //! with mode `0700` (`root` from [`LocalConfig::root`], default
-//! `{temp dir}/envrt-local`). The provider lease id is the directory name; lease metadata
+//! `{temp dir}/envrt-local-{uid}`). The provider lease id is the directory name; lease metadata
 //! carries `workspace` (the host path). On release:
 //!
 //! | policy | workspace |
@@ -39,11 +39,31 @@
 //! - then the request's own variables, which override all of the above.
 //!
 //! ## Sync
-//! See the [`sync`](crate#sync) rules of the contract's section 6: environment-side paths
-//! are confined to the workspace, a target is staged beside itself (private modes) and
-//! renamed into place only when the whole operation is staged, so a failed operation leaves
-//! neither target nor temporary files. A directory target is replaced by the source tree.
-//! Special files (FIFOs, sockets, devices) are skipped.
+//! `sync_in` and `sync_out` follow the contract's section 6. Host-side paths must be
+//! absolute; environment-side paths are confined to the workspace like `cwd` above (a
+//! target may not be the workspace itself, and targets of one operation may not overlap).
+//! Every check runs before anything is written (post-upload cwds included). Each entry is
+//! staged beside its target (files `0600`, directories `0700` until complete, then their
+//! final mode) and the operation's entries are renamed into place together only once all
+//! are staged, so a failed operation leaves neither target nor temporary files; an
+//! existing target, file or directory, is replaced whole by an atomic exchange.
+//!
+//! - The top-level source is always resolved; inside a directory, `followSymlinks: false`
+//!   (the default) copies links as links, and a copied link that would resolve outside the
+//!   target (`..`, an absolute path elsewhere, or through other copied links) is refused
+//!   with [`DriverError::EntryEscapesTarget`]. With `followSymlinks: true`, a followed link
+//!   of the workspace must stay inside it, and a link loop is refused.
+//! - `mode` is the final mode of the file or top directory; everything else keeps the
+//!   source's permission bits (special bits included: commands already run as the
+//!   driver's user, so this grants nothing new). `access` and `writablePath` concern
+//!   providers that mount; a copy ignores them.
+//! - `exclude` globs follow [`ExcludeSet`](envrt_runtime_core::sync::ExcludeSet).
+//! - Post-upload commands (`sync_in` only) run with `sh -c` after the files land, in order,
+//!   stopping at the first failure; the default cwd is the first target (its parent for a
+//!   file).
+//! - Counts are regular files and their bytes. FIFOs, sockets and devices are skipped.
+//! - `realize_workspace` ignores `local_path`; `remote_path` is created inside the
+//!   workspace.
 //!
 //! ## Limits
 //! Commands run as the driver's own user with no isolation beyond the working directory:
@@ -51,6 +71,7 @@
 //! system before each operation; a command racing the driver to swap a directory for a
 //! symlink during a sync is not defended against.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,14 +93,20 @@ mod workspace;
 use exec::{ExecSite, ProcessTable};
 use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree, resolve_in_workspace};
 
+/// `{temp dir}/envrt-local-{effective uid}`: one root per user, so that no user can
+/// prepare another's.
+fn default_root() -> PathBuf {
+    std::env::temp_dir().join(format!("envrt-local-{}", nix::unistd::geteuid().as_raw()))
+}
+
 /// The registry key of this driver.
 pub const DRIVER_KEY: &str = "local";
 
 /// Configuration of a [`LocalDriver`].
 #[derive(Clone, Debug)]
 pub struct LocalConfig {
-    /// Where lease workspaces live; `{temp dir}/envrt-local` when `None`. Created (mode
-    /// `0700`) if missing.
+    /// Where lease workspaces live; `{temp dir}/envrt-local-{uid}` when `None`. Created
+    /// (mode `0700`) if missing; must be owned by the driver's effective user.
     pub root: Option<PathBuf>,
     /// Time between `SIGTERM` and `SIGKILL` when a command times out; default 2 s.
     pub kill_grace: Duration,
@@ -110,31 +137,30 @@ pub struct LocalDriver {
 }
 
 impl LocalDriver {
-    /// A driver over `config`; creates the root directory when missing.
+    /// A driver over `config`; creates the root directory (mode `0700`) when missing. The
+    /// root must be a directory owned by the driver's effective user.
     pub fn new(config: LocalConfig) -> Result<LocalDriver, DriverError> {
-        let root = config
-            .root
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join("envrt-local"));
+        let root = config.root.clone().unwrap_or_else(default_root);
+        let cannot = |what: &str, e| DriverError::io(format!("cannot {what} workspace root {}", root.display()), e);
         match create_private_dir(&root) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(&root)
-                    .map_err(|e| DriverError::io(format!("cannot create workspace root {}", root.display()), e))?;
+                std::fs::create_dir_all(&root).map_err(|e| cannot("create", e))?;
             }
-            Err(e) => {
-                return Err(DriverError::io(
-                    format!("cannot create workspace root {}", root.display()),
-                    e,
-                ));
-            }
+            Err(e) => return Err(cannot("create", e)),
         }
-        let root = std::fs::canonicalize(&root)
-            .map_err(|e| DriverError::io(format!("cannot resolve workspace root {}", root.display()), e))?;
-        if !root.is_dir() {
+        let root = std::fs::canonicalize(&root).map_err(|e| cannot("resolve", e))?;
+        let meta = std::fs::metadata(&root).map_err(|e| cannot("inspect", e))?;
+        if !meta.is_dir() {
             return Err(DriverError::invalid(format!(
                 "workspace root {} is not a directory",
+                root.display()
+            )));
+        }
+        if meta.uid() != nix::unistd::geteuid().as_raw() {
+            return Err(DriverError::invalid(format!(
+                "workspace root {} is owned by another user",
                 root.display()
             )));
         }
@@ -215,9 +241,11 @@ impl LocalDriver {
 
     /// Kills the lease's commands and removes its workspace.
     fn remove_workspace(&self, lease_id: &str) -> Result<(), DriverError> {
-        self.processes.kill_lease(lease_id);
         let dir = self.workspace_of(lease_id)?;
-        remove_tree(&dir).map_err(|e| DriverError::io(format!("cannot remove workspace {}", dir.display()), e))
+        self.processes.close(lease_id);
+        remove_tree(&dir).map_err(|e| DriverError::io(format!("cannot remove workspace {}", dir.display()), e))?;
+        self.processes.reopen(lease_id);
+        Ok(())
     }
 
     pub(crate) fn processes(&self) -> &Arc<ProcessTable> {
@@ -237,6 +265,7 @@ impl EnvironmentDriver for LocalDriver {
 
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         let dir = self.workspace_of(&input.lease_id)?;
+        self.processes.reopen(&input.lease_id);
         create_private_dir(&dir)
             .map_err(|e| DriverError::io(format!("cannot create workspace {}", dir.display()), e))?;
         self.grant(&input.lease_id, &dir).inspect_err(|_| {
@@ -246,7 +275,8 @@ impl EnvironmentDriver for LocalDriver {
 
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
         let lease = &input.context.lease;
-        self.processes.kill_lease(&lease.id);
+        lease_dir_name(&lease.id)?;
+        self.processes.close(&lease.id);
         let keep = match lease.lease_policy {
             LeasePolicy::ReuseByEnvironment => true,
             LeasePolicy::RetainOnFailure => input.status == LeaseStatus::Retained,
@@ -287,7 +317,10 @@ impl ResumeLease for LocalDriver {
     async fn resume_lease(&self, context: &LeaseContext) -> Result<Option<LeaseGrant>, DriverError> {
         let dir = self.workspace_of(&context.lease.id)?;
         match std::fs::symlink_metadata(&dir) {
-            Ok(meta) if meta.is_dir() => Ok(Some(self.grant(&context.lease.id, &dir)?)),
+            Ok(meta) if meta.is_dir() => {
+                self.processes.reopen(&context.lease.id);
+                Ok(Some(self.grant(&context.lease.id, &dir)?))
+            }
             Ok(_) => Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(DriverError::io(

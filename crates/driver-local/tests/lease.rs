@@ -244,3 +244,61 @@ async fn a_driver_root_is_created_private_and_bad_lease_ids_are_refused() {
     assert_eq!(driver.key(), "local");
     assert!(driver.as_duplex().is_none());
 }
+
+#[tokio::test]
+async fn a_released_lease_runs_nothing_until_resumed_and_a_vanished_workspace_is_gone() {
+    let h = Harness::new().await;
+    let lease = h.lease_with(LeasePolicy::ReuseByEnvironment).await;
+    let released = h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    // Straight to the driver (the facade refuses ended leases): a command that starts
+    // after the release is killed at once, so nothing can outlive a release race.
+    let context = envrt_runtime_core::LeaseContext {
+        lease: released,
+        environment: None,
+    };
+    let nap = unique_sleep();
+    let execute = h.driver.as_execute().unwrap();
+    let request = ExecuteRequest::new("sleep", [nap.as_str()]);
+    let out = bounded(execute.execute(&context, request)).await.unwrap();
+    assert_eq!(out.signal.as_deref(), Some("SIGKILL"));
+    assert!(survivors(&nap).await.is_empty());
+
+    let resumed = h.runtime.resume_lease(&lease.id).await.unwrap();
+    assert_eq!(h.run(&resumed, "echo", &["back"]).await.stdout, b"back\n");
+
+    std::fs::remove_dir_all(h.workspace(&resumed)).unwrap();
+    let err = bounded(h.runtime.execute(&lease.id, ExecuteRequest::new("true", [""; 0])))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("Lease resource \"lease-{}\" does not exist.", lease.id)
+    );
+    h.runtime.destroy_lease(&lease.id).await.unwrap();
+    h.finish();
+}
+
+#[tokio::test]
+async fn a_root_owned_by_another_user_is_refused() {
+    if nix::unistd::geteuid().as_raw() != 0 {
+        // Only root can hand a directory to another user; the check is the same.
+        eprintln!("skipped: needs root to chown");
+        return;
+    }
+    let base = common::Scratch::new("owner");
+    let root = base.join("foreign");
+    std::fs::create_dir(&root).unwrap();
+    std::os::unix::fs::chown(&root, Some(12345), Some(12345)).unwrap();
+    let err = LocalDriver::new(LocalConfig {
+        root: Some(root.clone()),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "Invalid input: workspace root {} is owned by another user",
+            root.display()
+        )
+    );
+}
