@@ -2,7 +2,12 @@
 # Idempotent: build the local test image `envrt-test:latest` (no registry pulls)
 # from Debian's busybox-static, via `docker import`.
 #
+<<<<<<< HEAD
 #   usage: build-test-image.sh [--force]
+=======
+#   usage: scripts/docker-test-image.sh [--force]
+#   needs: a running engine (scripts/start-dockerd.sh); installs busybox-static if missing.
+>>>>>>> docker
 #
 # Result: rootfs with /bin/busybox + a symlink per applet in /bin, /tmp and
 # /workspace (1777), /etc/passwd|group with root(0) and nobody(65534),
@@ -15,6 +20,17 @@ BUSYBOX="${BUSYBOX:-/bin/busybox}"
 FORCE=0
 [ "${1:-}" = "--force" ] && FORCE=1
 
+<<<<<<< HEAD
+=======
+if ! "$BUSYBOX" --list >/dev/null 2>&1 || ldd "$BUSYBOX" >/dev/null 2>&1; then
+    if [ "$BUSYBOX" = /bin/busybox ]; then
+        echo "installing busybox-static"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null
+        apt-get install -y -qq busybox-static >/dev/null
+    fi
+fi
+>>>>>>> docker
 if ! "$BUSYBOX" --list >/dev/null 2>&1; then
     echo "$BUSYBOX missing (apt-get install busybox-static)" >&2
     exit 1

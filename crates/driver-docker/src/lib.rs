@@ -1,1 +1,37 @@
-//! The envrt `driver-docker` driver (filled by its own issue).
+//! # envrt-driver-docker
+//!
+//! The `docker` driver of envrt: one container per lease, reached through the Docker
+//! Engine API with [`bollard`] — the local socket by default, `DOCKER_HOST` (unix or tcp)
+//! otherwise.
+//!
+//! - **Leases**: a container from the environment's `image` (never pulled), running
+//!   `sleep infinity` under Docker's init (so every orphan is reaped), labelled with
+//!   [`LABEL_LEASE_ID`], [`LABEL_ENVIRONMENT_ID`], [`LABEL_COMPANY_ID`] and
+//!   [`LABEL_MANAGED`]. `ephemeral` leases remove it on release, `reuse_by_environment`
+//!   stops it and resume starts it again, `retain_on_failure` keeps it running after a
+//!   failure. [`DockerDriver::reap_orphans`] removes containers no lease owns.
+//! - **Execute**: through the exec API. The command runs under a tiny `sh` wrapper that
+//!   reports its pid; a timeout stops the whole process tree from a second exec (`SIGTERM`,
+//!   then `SIGKILL` after [`DockerConfig::kill_grace`]) and checks nothing is left. The call
+//!   returns when the command exits even if a background process still holds its output
+//!   (that process is killed). The image needs a POSIX `sh` with `/proc` mounted.
+//!   Docker reports a command killed by a signal as exit code 128 + n; outside a timeout
+//!   that code is returned as is.
+//! - **Sync**: tar streams through the archive API, built and read on the fly; see
+//!   [`FileSync`](envrt_runtime_core::FileSync).
+//! - **Duplex**: exec attach; output is stdout and stderr in arrival order.
+//!
+//! Environment config (JSON, camelCase): `image` (required), `user`, `workingDir`
+//! (default `/workspace`), `env`, `network` (default `none`), `memoryBytes`, `nanoCpus`,
+//! `pidsLimit`, `duplex` (default true; false withdraws `duplexCommandStream`).
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod driver;
+mod engine;
+mod exec;
+mod process;
+
+pub use config::{DEFAULT_DOCKER_HOST, DEFAULT_WORKING_DIR, DockerConfig, EnvConfig};
+pub use driver::{DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_LEASE_ID, LABEL_MANAGED};

@@ -1,0 +1,243 @@
+//! Driver configuration ([`DockerConfig`]) and the per-environment configuration parsed
+//! from an environment's JSON `config`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use envrt_runtime_core::sync::normalize_absolute;
+use envrt_runtime_core::{DriverError, Environment, JsonMap, Lease};
+use serde::Deserialize;
+
+/// The engine address used when neither [`DockerConfig::host`] nor `DOCKER_HOST` is set.
+pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+
+/// The working directory of a lease when the environment does not set `workingDir`.
+pub const DEFAULT_WORKING_DIR: &str = "/workspace";
+
+/// How the driver reaches the engine and how patient it is.
+#[derive(Clone, Debug)]
+pub struct DockerConfig {
+    /// Engine address (`unix:///path`, `tcp://host:port`, `http://host:port`); else
+    /// `DOCKER_HOST`; else [`DEFAULT_DOCKER_HOST`].
+    pub host: Option<String>,
+    /// Bound on connecting (the first version/ping exchange). Default 5 s.
+    pub connect_timeout: Duration,
+    /// Bound on each control request (create, start, inspect, remove, exec set-up).
+    /// Default 30 s.
+    pub api_timeout: Duration,
+    /// Bound on one archive transfer (sync in or out of one entry). Default 10 min.
+    pub transfer_timeout: Duration,
+    /// Time a timed-out or stopped command gets between `SIGTERM` and `SIGKILL`.
+    /// Default 2 s.
+    pub kill_grace: Duration,
+    /// Extra labels put on every container this driver creates. [`reap_orphans`] only
+    /// looks at containers carrying all of them, so two drivers with different extra labels
+    /// never reap each other's containers.
+    ///
+    /// [`reap_orphans`]: crate::DockerDriver::reap_orphans
+    pub extra_labels: BTreeMap<String, String>,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            host: None,
+            connect_timeout: Duration::from_secs(5),
+            api_timeout: Duration::from_secs(30),
+            transfer_timeout: Duration::from_secs(600),
+            kill_grace: Duration::from_secs(2),
+            extra_labels: BTreeMap::new(),
+        }
+    }
+}
+
+impl DockerConfig {
+    /// The address the driver will use: `host`, else `DOCKER_HOST`, else the local socket.
+    pub fn resolved_host(&self) -> String {
+        self.host
+            .clone()
+            .filter(|h| !h.trim().is_empty())
+            .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.trim().is_empty()))
+            .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_owned())
+    }
+}
+
+/// An environment's Docker configuration (JSON, camelCase).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvConfig {
+    /// The image (must already be on the engine; nothing is pulled).
+    pub image: String,
+    /// `user`, `user:group`, `uid` or `uid:gid`; the image's user when absent.
+    pub user: Option<String>,
+    /// The lease workspace; every environment-side path is confined to it.
+    pub working_dir: String,
+    /// Environment variables of the container (and so of every command).
+    pub env: BTreeMap<String, String>,
+    /// Docker network mode; `none` by default.
+    pub network: String,
+    /// Memory limit in bytes (swap is limited to the same value).
+    pub memory_bytes: Option<i64>,
+    /// CPU limit in billionths of a CPU.
+    pub nano_cpus: Option<i64>,
+    /// Limit on the number of processes.
+    pub pids_limit: Option<i64>,
+    /// Whether leases grant `duplexCommandStream`; true by default.
+    pub duplex: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawEnvConfig {
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    working_dir: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    network: Option<String>,
+    #[serde(default)]
+    memory_bytes: Option<i64>,
+    #[serde(default)]
+    nano_cpus: Option<i64>,
+    #[serde(default)]
+    pids_limit: Option<i64>,
+    #[serde(default)]
+    duplex: Option<bool>,
+}
+
+/// The text of the error for a missing or empty `image`.
+pub(crate) const MISSING_IMAGE: &str =
+    "Docker environment config needs \"image\": the name of an image present on the engine.";
+
+impl EnvConfig {
+    /// Parses and checks an environment's `config` object.
+    pub fn parse(config: &JsonMap) -> Result<Self, DriverError> {
+        let raw: RawEnvConfig = serde_json::from_value(serde_json::Value::Object(config.clone()))
+            .map_err(|e| DriverError::invalid(format!("Docker environment config is not valid: {e}.")))?;
+        let image = raw
+            .image
+            .filter(|i| !i.trim().is_empty())
+            .ok_or_else(|| DriverError::invalid(MISSING_IMAGE))?;
+        let working_dir = match raw.working_dir {
+            None => DEFAULT_WORKING_DIR.to_owned(),
+            Some(dir) => normalize_absolute(&dir).ok_or_else(|| {
+                DriverError::invalid(format!(
+                    "Docker environment config \"workingDir\" must be an absolute path without \"..\", got \"{dir}\"."
+                ))
+            })?,
+        };
+        for (name, value) in &raw.env {
+            if name.is_empty() || name.contains('=') || name.contains('\0') || value.contains('\0') {
+                return Err(DriverError::invalid(format!(
+                    "Docker environment config \"env\" has an invalid variable name or value for \"{}\".",
+                    name.replace('\0', "\\0")
+                )));
+            }
+        }
+        let positive = |name: &str, value: Option<i64>| match value {
+            Some(v) if v <= 0 => Err(DriverError::invalid(format!(
+                "Docker environment config \"{name}\" must be a positive number, got {v}."
+            ))),
+            _ => Ok(value),
+        };
+        Ok(EnvConfig {
+            image,
+            user: raw.user.filter(|u| !u.trim().is_empty()),
+            working_dir,
+            env: raw.env,
+            network: raw
+                .network
+                .filter(|n| !n.trim().is_empty())
+                .unwrap_or_else(|| "none".to_owned()),
+            memory_bytes: positive("memoryBytes", raw.memory_bytes)?,
+            nano_cpus: positive("nanoCpus", raw.nano_cpus)?,
+            pids_limit: positive("pidsLimit", raw.pids_limit)?,
+            duplex: raw.duplex.unwrap_or(true),
+        })
+    }
+
+    /// Parses the configuration of `environment`.
+    pub fn of(environment: &Environment) -> Result<Self, DriverError> {
+        Self::parse(&environment.config)
+    }
+}
+
+/// Lease-metadata key holding the container's workspace directory.
+pub(crate) const META_WORKSPACE_DIR: &str = "workspaceDir";
+
+/// The workspace directory of a lease: recorded at acquire, else the environment's.
+pub(crate) fn lease_workspace(lease: &Lease, environment: Option<&Environment>) -> String {
+    if let Some(dir) = lease.metadata.get(META_WORKSPACE_DIR).and_then(|v| v.as_str()) {
+        if let Some(dir) = normalize_absolute(dir) {
+            return dir;
+        }
+    }
+    environment
+        .and_then(|e| EnvConfig::of(e).ok())
+        .map(|c| c.working_dir)
+        .unwrap_or_else(|| DEFAULT_WORKING_DIR.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: serde_json::Value) -> Result<EnvConfig, DriverError> {
+        EnvConfig::parse(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn defaults_and_full_config() {
+        let c = parse(json!({"image": "img"})).unwrap();
+        assert_eq!(c.working_dir, "/workspace");
+        assert_eq!(c.network, "none");
+        assert!(c.duplex);
+        assert_eq!(c.user, None);
+        let c = parse(
+            json!({"image": "img", "user": "65534:65534", "workingDir": "/w//x/", "env": {"A": "1"},
+            "network": "host", "memoryBytes": 1024, "nanoCpus": 5, "pidsLimit": 7, "duplex": false}),
+        )
+        .unwrap();
+        assert_eq!(c.working_dir, "/w/x");
+        assert_eq!(c.env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(
+            (c.memory_bytes, c.nano_cpus, c.pids_limit),
+            (Some(1024), Some(5), Some(7))
+        );
+        assert!(!c.duplex);
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_exact_text() {
+        for v in [json!({}), json!({"image": ""}), json!({"image": "  "})] {
+            assert_eq!(
+                parse(v).unwrap_err().to_string(),
+                format!("Invalid input: {MISSING_IMAGE}")
+            );
+        }
+        assert_eq!(
+            parse(json!({"image": 3})).unwrap_err().to_string(),
+            "Invalid input: Docker environment config is not valid: invalid type: integer `3`, expected a string."
+        );
+        assert_eq!(
+            parse(json!({"image": "i", "workingDir": "rel"}))
+                .unwrap_err()
+                .to_string(),
+            "Invalid input: Docker environment config \"workingDir\" must be an absolute path without \"..\", got \"rel\"."
+        );
+        assert_eq!(
+            parse(json!({"image": "i", "env": {"A=B": "x"}}))
+                .unwrap_err()
+                .to_string(),
+            "Invalid input: Docker environment config \"env\" has an invalid variable name or value for \"A=B\"."
+        );
+        assert_eq!(
+            parse(json!({"image": "i", "pidsLimit": 0})).unwrap_err().to_string(),
+            "Invalid input: Docker environment config \"pidsLimit\" must be a positive number, got 0."
+        );
+    }
+}

@@ -1,0 +1,450 @@
+//! [`DockerDriver`]: connection, the lease life cycle (a container per lease), capability
+//! resolution, and the optional groups' entry points.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    StopContainerOptionsBuilder,
+};
+use envrt_runtime_core::capability::{CapabilityKey, SupportSet};
+use envrt_runtime_core::driver::classify_driver;
+use envrt_runtime_core::sync::confine_to_workspace;
+use envrt_runtime_core::{
+    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError,
+    EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, JsonMap, LeaseContext, LeaseGrant, LeasePolicy,
+    LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease, WorkspaceRequest,
+};
+
+use crate::config::{DockerConfig, EnvConfig, META_WORKSPACE_DIR, lease_workspace};
+use crate::engine::{Engine, has_status, is_not_found};
+use crate::process::run_script;
+
+/// The driver's registry key.
+pub const DRIVER_KEY: &str = "docker";
+/// Label: the lease that owns the container.
+pub const LABEL_LEASE_ID: &str = "envrt.lease-id";
+/// Label: the lease's environment.
+pub const LABEL_ENVIRONMENT_ID: &str = "envrt.environment-id";
+/// Label: the lease's tenant.
+pub const LABEL_COMPANY_ID: &str = "envrt.company-id";
+/// Label: `true` on every container this driver creates.
+pub const LABEL_MANAGED: &str = "envrt.managed";
+
+/// The Docker driver: one container per lease, commands through the exec API, files
+/// through the archive API, duplex channels over exec attach.
+#[derive(Debug)]
+pub struct DockerDriver {
+    pub(crate) engine: Engine,
+    pub(crate) config: DockerConfig,
+}
+
+impl DockerDriver {
+    /// Connects to the engine (see [`DockerConfig::host`]); fails within
+    /// `connect_timeout` with [`DriverError::Unavailable`] naming the address when no
+    /// engine answers.
+    pub async fn connect(config: DockerConfig) -> Result<DockerDriver, DriverError> {
+        let engine = Engine::connect(&config).await?;
+        Ok(DockerDriver { engine, config })
+    }
+
+    /// The engine address in use.
+    pub fn address(&self) -> &str {
+        &self.engine.address
+    }
+
+    fn scope_filters(&self) -> HashMap<String, Vec<String>> {
+        let mut labels = vec![format!("{LABEL_MANAGED}=true")];
+        labels.extend(self.config.extra_labels.iter().map(|(k, v)| format!("{k}={v}")));
+        HashMap::from([("label".to_owned(), labels)])
+    }
+
+    /// Every container of this driver (carrying [`LABEL_MANAGED`] and the configured extra
+    /// labels), as (container id, owning lease id).
+    pub async fn managed_containers(&self) -> Result<Vec<(String, String)>, DriverError> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&self.scope_filters())
+            .build();
+        let list = self
+            .engine
+            .call(self.engine.docker.list_containers(Some(options)))
+            .await
+            .map_err(|e| self.engine.error("listing containers", e))?;
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let lease = c.labels.as_ref()?.get(LABEL_LEASE_ID)?.clone();
+                Some((c.id?, lease))
+            })
+            .collect())
+    }
+
+    /// Removes every container of this driver whose lease is not in `active_lease_ids`
+    /// (pass every lease whose container must stay: active, retained and reusable ones) —
+    /// the recovery after a crash. Returns the removed container ids.
+    pub async fn reap_orphans(&self, active_lease_ids: &[String]) -> Result<Vec<String>, DriverError> {
+        let mut removed = Vec::new();
+        for (id, lease) in self.managed_containers().await? {
+            if !active_lease_ids.contains(&lease) {
+                self.remove(&id).await?;
+                removed.push(id);
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Removes a container by force with its anonymous volumes; a missing one is fine.
+    async fn remove(&self, id: &str) -> Result<(), DriverError> {
+        let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+        match self
+            .engine
+            .call(self.engine.docker.remove_container(id, Some(options)))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            // 409: removal already in progress.
+            Err(e) if has_status(&e, 409) => Ok(()),
+            Err(e) => Err(self.engine.error("removing a container", e)),
+        }
+    }
+
+    /// The lease's container id, when the container exists and carries the lease's label.
+    async fn owned_container(&self, context: &LeaseContext) -> Result<Option<(String, bool)>, DriverError> {
+        let Some(id) = context.lease.provider_lease_id.as_deref() else {
+            return Ok(None);
+        };
+        let inspected = match self.engine.call(self.engine.docker.inspect_container(id, None)).await {
+            Ok(inspected) => inspected,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(self.engine.error("inspecting a container", e)),
+        };
+        let owner = inspected
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get(LABEL_LEASE_ID))
+            .cloned();
+        if owner.as_deref() != Some(context.lease.id.as_str()) {
+            return Ok(None);
+        }
+        let running = inspected.state.and_then(|s| s.running).unwrap_or(false);
+        Ok(Some((inspected.id.unwrap_or_else(|| id.to_owned()), running)))
+    }
+
+    pub(crate) fn container_of(context: &LeaseContext) -> Result<&str, DriverError> {
+        context
+            .lease
+            .provider_lease_id
+            .as_deref()
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| DriverError::ResourceGone {
+                id: context.lease.id.clone(),
+            })
+    }
+
+    pub(crate) fn workspace_of(context: &LeaseContext) -> String {
+        lease_workspace(&context.lease, context.environment.as_ref())
+    }
+
+    fn grant(&self, container_id: &str, name: &str, config: Option<&EnvConfig>, workspace: &str) -> LeaseGrant {
+        let mut metadata = JsonMap::new();
+        metadata.insert("containerId".into(), container_id.into());
+        metadata.insert("containerName".into(), name.into());
+        metadata.insert("dockerHost".into(), self.engine.address.clone().into());
+        metadata.insert(META_WORKSPACE_DIR.into(), workspace.into());
+        if let Some(config) = config {
+            metadata.insert("image".into(), config.image.clone().into());
+        }
+        LeaseGrant {
+            provider: Some(DRIVER_KEY.to_owned()),
+            provider_lease_id: Some(container_id.to_owned()),
+            metadata,
+            expires_at: None,
+        }
+    }
+
+    async fn create_and_start(
+        &self,
+        input: &AcquireInput,
+        config: &EnvConfig,
+    ) -> Result<(String, String), DriverError> {
+        let name = container_name(&input.lease_id);
+        let mut labels: HashMap<String, String> = self.config.extra_labels.clone().into_iter().collect();
+        labels.insert(LABEL_LEASE_ID.into(), input.lease_id.clone());
+        labels.insert(LABEL_ENVIRONMENT_ID.into(), input.environment.id.clone());
+        labels.insert(LABEL_COMPANY_ID.into(), input.company_id.clone());
+        labels.insert(LABEL_MANAGED.into(), "true".into());
+        let body = ContainerCreateBody {
+            image: Some(config.image.clone()),
+            entrypoint: Some(vec!["sleep".into()]),
+            cmd: Some(vec!["infinity".into()]),
+            user: config.user.clone(),
+            working_dir: Some(config.working_dir.clone()),
+            env: Some(config.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                // docker-init as PID 1 reaps every orphan of every exec.
+                init: Some(true),
+                network_mode: Some(config.network.clone()),
+                memory: config.memory_bytes,
+                memory_swap: config.memory_bytes,
+                nano_cpus: config.nano_cpus,
+                pids_limit: config.pids_limit,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        let created = match self
+            .engine
+            .call(self.engine.docker.create_container(Some(options), body))
+            .await
+        {
+            Ok(created) => created,
+            Err(e) if is_not_found(&e) => {
+                return Err(DriverError::invalid(format!(
+                    "Docker image \"{}\" is not present on the engine at {} (the driver never pulls images).",
+                    config.image, self.engine.address
+                )));
+            }
+            Err(e) => return Err(self.engine.error("creating a container", e)),
+        };
+        let id = created.id;
+        let ready = async {
+            self.engine
+                .call(self.engine.docker.start_container(&id, None))
+                .await
+                .map_err(|e| self.engine.error("starting a container", e))?;
+            // The workspace exists and belongs to the configured user.
+            let script = "mkdir -p -- \"$1\" && { [ -z \"$2\" ] || chown -- \"$2\" \"$1\"; }";
+            let user = config.user.clone().unwrap_or_default();
+            let (_, stderr, code) = run_script(
+                &self.engine,
+                &id,
+                Some("0"),
+                script,
+                &[&config.working_dir, &user],
+                "preparing the workspace",
+            )
+            .await?;
+            if code != Some(0) {
+                return Err(DriverError::other(format!(
+                    "Could not prepare the workspace \"{}\" in the container: {}",
+                    config.working_dir,
+                    String::from_utf8_lossy(&stderr).trim()
+                )));
+            }
+            Ok::<(), DriverError>(())
+        }
+        .await;
+        if let Err(error) = ready {
+            // Nothing of a failed acquire is left behind.
+            let _ = self.remove(&id).await;
+            return Err(error);
+        }
+        Ok((id, name))
+    }
+}
+
+/// A container name for a lease: `envrt-` plus the id's safe characters.
+fn container_name(lease_id: &str) -> String {
+    let safe: String = lease_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("envrt-{safe}")
+}
+
+fn support_set() -> SupportSet {
+    CapabilityKey::ALL
+        .into_iter()
+        .filter(|k| *k != CapabilityKey::RunnerWebSocketIngress)
+        .collect()
+}
+
+#[async_trait]
+impl EnvironmentDriver for DockerDriver {
+    fn key(&self) -> &str {
+        DRIVER_KEY
+    }
+
+    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+        let config = EnvConfig::of(&input.environment)?;
+        let (id, name) = self.create_and_start(input, &config).await?;
+        Ok(self.grant(&id, &name, Some(&config), &config.working_dir))
+    }
+
+    async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
+        let context = &input.context;
+        let keep = match context.lease.lease_policy {
+            LeasePolicy::ReuseByEnvironment => Some(false),
+            LeasePolicy::RetainOnFailure if input.status == LeaseStatus::Retained => Some(true),
+            _ => None,
+        };
+        let Some((id, running)) = self.owned_container(context).await? else {
+            return Ok(());
+        };
+        match keep {
+            // Kept running for inspection.
+            Some(true) => Ok(()),
+            // Kept, stopped; resume starts it again.
+            Some(false) if running => {
+                let options = StopContainerOptionsBuilder::default().t(1).build();
+                match self
+                    .engine
+                    .call(self.engine.docker.stop_container(&id, Some(options)))
+                    .await
+                {
+                    Ok(()) => Ok(()),
+                    Err(e) if is_not_found(&e) || has_status(&e, 304) => Ok(()),
+                    Err(e) => Err(self.engine.error("stopping a container", e)),
+                }
+            }
+            Some(false) => Ok(()),
+            None => self.remove(&id).await,
+        }
+    }
+
+    async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
+        let parsed = input.environment.as_ref().map(EnvConfig::of);
+        let config_resolved = matches!(parsed, Some(Ok(_)));
+        let duplex = match &parsed {
+            Some(Ok(config)) => config.duplex,
+            _ => true,
+        };
+        let declaration = CapabilityDeclaration {
+            incremental_session_output: Some(true),
+            concurrent_sync_operations: Some(true),
+            duplex_command_stream: Some(duplex),
+            ..Default::default()
+        };
+        Ok(classify_driver(
+            self,
+            support_set(),
+            Some(&declaration),
+            input,
+            config_resolved,
+        ))
+    }
+
+    fn as_resume(&self) -> Option<&dyn ResumeLease> {
+        Some(self)
+    }
+    fn as_destroy(&self) -> Option<&dyn DestroyLease> {
+        Some(self)
+    }
+    fn as_realize(&self) -> Option<&dyn RealizeWorkspace> {
+        Some(self)
+    }
+    fn as_execute(&self) -> Option<&dyn Execute> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl ResumeLease for DockerDriver {
+    async fn resume_lease(&self, context: &LeaseContext) -> Result<Option<LeaseGrant>, DriverError> {
+        let Some((id, running)) = self.owned_container(context).await? else {
+            return Ok(None);
+        };
+        if !running {
+            match self.engine.call(self.engine.docker.start_container(&id, None)).await {
+                Ok(()) => {}
+                Err(e) if has_status(&e, 304) => {}
+                Err(e) if is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(self.engine.error("starting a container", e)),
+            }
+        }
+        let name = context
+            .lease
+            .metadata
+            .get("containerName")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+            .unwrap_or_else(|| container_name(&context.lease.id));
+        let config = context.environment.as_ref().and_then(|e| EnvConfig::of(e).ok());
+        Ok(Some(self.grant(
+            &id,
+            &name,
+            config.as_ref(),
+            &Self::workspace_of(context),
+        )))
+    }
+}
+
+#[async_trait]
+impl DestroyLease for DockerDriver {
+    async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
+        match self.owned_container(context).await? {
+            Some((id, _)) => self.remove(&id).await,
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl RealizeWorkspace for DockerDriver {
+    async fn realize_workspace(
+        &self,
+        context: &LeaseContext,
+        request: &WorkspaceRequest,
+    ) -> Result<RealizedWorkspace, DriverError> {
+        let container = Self::container_of(context)?;
+        let workspace = Self::workspace_of(context);
+        let cwd = match request.remote_path.as_deref() {
+            Some(path) => confine_to_workspace(&workspace, path)?,
+            None => workspace.clone(),
+        };
+        let (_, stderr, code) = run_script(
+            &self.engine,
+            container,
+            None,
+            "mkdir -p -- \"$1\"",
+            &[&cwd],
+            "realizing a workspace",
+        )
+        .await?;
+        if code != Some(0) {
+            return Err(DriverError::other(format!(
+                "Could not create \"{cwd}\" in the container: {}",
+                String::from_utf8_lossy(&stderr).trim()
+            )));
+        }
+        let mut metadata = JsonMap::new();
+        metadata.insert("containerId".into(), container.into());
+        Ok(RealizedWorkspace {
+            cwd,
+            metadata: Some(metadata),
+        })
+    }
+}
+
+#[async_trait]
+impl Execute for DockerDriver {
+    async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+        let container = Self::container_of(context)?;
+        let workspace = Self::workspace_of(context);
+        crate::exec::execute(&self.engine, self.config.kill_grace, container, &workspace, request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_names_are_safe() {
+        assert_eq!(container_name("ab-12_x.y"), "envrt-ab-12_x.y");
+        assert_eq!(container_name("a/b c"), "envrt-a-b-c");
+    }
+}

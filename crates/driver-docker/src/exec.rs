@@ -1,0 +1,275 @@
+//! `execute` (contract section 5) over the exec API.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+
+use envrt_runtime_core::execute::signal_name;
+use envrt_runtime_core::sync::confine_to_workspace;
+use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
+
+use crate::engine::Engine;
+use crate::process::{self, Demux, OutputFrames};
+
+/// How long output may still be drained after the command is over or killed.
+const DRAIN: Duration = Duration::from_secs(2);
+/// Longest pause between two looks at whether the command has exited; well under the
+/// 2 s for which the engine keeps an exec's streams open after it exits.
+const MAX_POLL: Duration = Duration::from_millis(250);
+
+/// Checks a request's program, arguments and environment; messages name variables, never
+/// their values.
+pub(crate) fn check_request(request: &ExecuteRequest) -> Result<Vec<String>, DriverError> {
+    if request.command.is_empty() {
+        return Err(DriverError::invalid("The command is empty."));
+    }
+    if request.command.contains('\0') || request.args.iter().any(|a| a.contains('\0')) {
+        return Err(DriverError::invalid("The command or an argument contains a NUL byte."));
+    }
+    let mut env = Vec::with_capacity(request.env.len());
+    for (name, value) in &request.env {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(DriverError::invalid(format!(
+                "Environment variable name \"{}\" is not valid.",
+                name.replace('\0', "\\0")
+            )));
+        }
+        if value.expose().contains('\0') {
+            return Err(DriverError::invalid(format!(
+                "The value of environment variable \"{name}\" contains a NUL byte."
+            )));
+        }
+        env.push(format!("{name}={}", value.expose()));
+    }
+    Ok(env)
+}
+
+struct Collector<'a> {
+    request: &'a ExecuteRequest,
+    demux: Demux,
+    stdout: CappedBuffer,
+    stderr: CappedBuffer,
+}
+
+impl Collector<'_> {
+    fn deliver(&mut self, item: Option<(OutputStream, Vec<u8>)>) {
+        let Some((stream, bytes)) = item else { return };
+        if let Some(sink) = &self.request.sink {
+            sink.on_chunk(stream, &bytes);
+        }
+        match stream {
+            OutputStream::Stdout => self.stdout.push(&bytes),
+            OutputStream::Stderr => self.stderr.push(&bytes),
+        }
+    }
+
+    /// Reads what is left for at most `bound`; true when the stream ended.
+    async fn drain(&mut self, output: &mut OutputFrames, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        loop {
+            match tokio::time::timeout_at(deadline, output.next()).await {
+                Ok(Some(Ok(frame))) => {
+                    let item = self.demux.feed(frame);
+                    self.deliver(item);
+                }
+                Ok(Some(Err(_))) | Ok(None) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Reads until the wrapper has reported the pid, for at most `bound`.
+    async fn await_pid(&mut self, output: &mut OutputFrames, bound: Duration) -> Option<u32> {
+        let deadline = Instant::now() + bound;
+        while self.demux.pid().is_none() {
+            match tokio::time::timeout_at(deadline, output.next()).await {
+                Ok(Some(Ok(frame))) => {
+                    let item = self.demux.feed(frame);
+                    self.deliver(item);
+                }
+                _ => break,
+            }
+        }
+        self.demux.pid()
+    }
+}
+
+/// Runs `request` in `container` with `workspace` as the default (and confining) cwd.
+pub(crate) async fn execute(
+    engine: &Engine,
+    kill_grace: Duration,
+    container: &str,
+    workspace: &str,
+    request: ExecuteRequest,
+) -> Result<ExecuteResult, DriverError> {
+    let env = check_request(&request)?;
+    let cwd = confine_to_workspace(workspace, request.cwd.as_deref().unwrap_or(workspace))?;
+    let started = std::time::Instant::now();
+    let mut argv = Vec::with_capacity(request.args.len() + 1);
+    argv.push(request.command.clone());
+    argv.extend(request.args.iter().cloned());
+    let spawned = process::spawn(engine, container, &argv, env, &cwd).await?;
+    let exec_id = spawned.exec_id;
+    let mut output = spawned.output;
+    let mut input = spawned.input;
+    let stdin = request.stdin.clone().unwrap_or_default();
+    // Written beside the reader so a command that writes before it reads cannot deadlock;
+    // the shutdown is the EOF (an empty stdin gets it at once).
+    let writer = tokio::spawn(async move {
+        if !stdin.is_empty() {
+            let _ = input.write_all(&stdin).await;
+        }
+        let _ = input.shutdown().await;
+        input
+    });
+
+    let limit = request.output_limit();
+    let mut collector = Collector {
+        request: &request,
+        demux: Demux::default(),
+        stdout: CappedBuffer::new(limit),
+        stderr: CappedBuffer::new(limit),
+    };
+    let deadline = request.timeout.map(|t| Instant::now() + t);
+    let mut poll_delay = Duration::from_millis(100);
+    let mut next_poll = Instant::now() + poll_delay;
+    let mut timed_out = false;
+    let mut exited_with_holders = false;
+    let mut stream_error = None;
+    loop {
+        tokio::select! {
+            frame = output.next() => match frame {
+                Some(Ok(frame)) => {
+                    let item = collector.demux.feed(frame);
+                    collector.deliver(item);
+                }
+                Some(Err(e)) => {
+                    stream_error = Some(e);
+                    break;
+                }
+                None => break,
+            },
+            _ = sleep_until_opt(deadline) => {
+                timed_out = true;
+                break;
+            }
+            _ = tokio::time::sleep_until(next_poll) => {
+                // The stream stays open while a background process holds stdout: notice
+                // the command's own exit separately.
+                if !process::is_running(engine, &exec_id).await? {
+                    exited_with_holders = true;
+                    break;
+                }
+                poll_delay = (poll_delay * 2).min(MAX_POLL);
+                next_poll = Instant::now() + poll_delay;
+            }
+        }
+    }
+    if let Some(error) = stream_error {
+        writer.abort();
+        return Err(engine.error("reading a command's output", error));
+    }
+    let mut metadata = JsonMap::new();
+    metadata.insert("containerId".into(), container.into());
+    metadata.insert("execId".into(), exec_id.clone().into());
+    if timed_out || exited_with_holders {
+        let pid = collector.await_pid(&mut output, DRAIN).await;
+        match pid {
+            Some(pid) => {
+                let survivors = process::kill_tree(engine, container, pid, kill_grace, timed_out).await?;
+                metadata.insert("killedTree".into(), true.into());
+                metadata.insert("survivors".into(), survivors.into());
+            }
+            None => tracing::warn!(container, exec_id, "command's pid unknown, cannot kill its tree"),
+        }
+        collector.drain(&mut output, DRAIN).await;
+    }
+    let tail = collector.demux.flush();
+    collector.deliver(tail);
+    writer.abort();
+    drop(output);
+    if let Some(pid) = collector.demux.pid() {
+        metadata.insert("pid".into(), pid.into());
+    }
+    let code = process::exit_code(engine, &exec_id).await?;
+    let (exit_code, signal) = match code {
+        Some(code) if timed_out && code > 128 => (None, Some(signal_name((code - 128) as i32))),
+        None => (None, None),
+        Some(code) => (Some(code as i32), None),
+    };
+    if collector.demux.pid().is_none() && matches!(code, Some(126) | Some(127)) {
+        // The wrapper never ran: the engine could not start the exec at all.
+        let text = String::from_utf8_lossy(&collector.stdout.clone().into_parts().0).into_owned();
+        if text.contains("chdir to cwd") {
+            return Err(DriverError::invalid(format!(
+                "Working directory \"{cwd}\" does not exist in the container."
+            )));
+        }
+        if text.contains("OCI runtime exec failed") {
+            return Err(DriverError::other(format!(
+                "Docker could not start a command in container {container}: {} (does the image have /bin/sh?)",
+                text.trim()
+            )));
+        }
+    }
+    let (stdout, stdout_truncated) = collector.stdout.into_parts();
+    let (stderr, stderr_truncated) = collector.stderr.into_parts();
+    Ok(ExecuteResult {
+        exit_code,
+        signal,
+        timed_out,
+        stdout,
+        stderr,
+        stdout_truncated,
+        stderr_truncated,
+        duration: started.elapsed(),
+        metadata,
+    })
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envrt_runtime_core::Secret;
+
+    #[test]
+    fn request_checks_name_variables_never_values() {
+        let mut r = ExecuteRequest::new("", [""; 0]);
+        assert_eq!(
+            check_request(&r).unwrap_err().to_string(),
+            "Invalid input: The command is empty."
+        );
+        r.command = "true".into();
+        r.args = vec!["a\0b".into()];
+        assert_eq!(
+            check_request(&r).unwrap_err().to_string(),
+            "Invalid input: The command or an argument contains a NUL byte."
+        );
+        r.args.clear();
+        r.env.insert("TOKEN".into(), Secret::new("hun\0ter2").into());
+        let err = check_request(&r).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Invalid input: The value of environment variable \"TOKEN\" contains a NUL byte."
+        );
+        assert!(!format!("{err:?}").contains("hun"));
+        r.env.clear();
+        r.env.insert("A=B".into(), "x".into());
+        assert_eq!(
+            check_request(&r).unwrap_err().to_string(),
+            "Invalid input: Environment variable name \"A=B\" is not valid."
+        );
+        r.env.clear();
+        r.env.insert("OK".into(), Secret::new("v").into());
+        assert_eq!(check_request(&r).unwrap(), vec!["OK=v".to_string()]);
+    }
+}

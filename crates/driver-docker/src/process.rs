@@ -1,0 +1,374 @@
+//! Commands inside a container through the exec API: a wrapper that reports the
+//! command's process id before it runs, and killing a command's process tree from a
+//! second exec (Docker has no API to kill an exec).
+//!
+//! Every exec is started by runc as a session and process-group leader, so the command's
+//! pid is also its process-group and session id. The wrapper `sh -c` writes
+//! `envrt-pid:<pid>` as the first line of stderr (stripped before anyone sees it), then
+//! `exec`s the command, which keeps that pid. The killer, run as root in the same
+//! container, takes every process whose group or session is that id, and every
+//! descendant of those (so `setsid` children of a live parent are caught too), stops them
+//! all (so nobody forks while it looks), sends the signal, and continues them.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::errors::Error as BollardError;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use futures::{Stream, StreamExt};
+use tokio::io::AsyncWrite;
+use tokio::time::Instant;
+
+use envrt_runtime_core::{DriverError, OutputStream};
+
+use crate::engine::Engine;
+
+/// The wrapper's `$0`, which is how `sh` names itself in "not found" messages.
+const WRAPPER_NAME: &str = "envrt-exec";
+const MARKER: &[u8] = b"envrt-pid:";
+/// Longest first stderr line that is still looked at for the marker.
+const MARKER_MAX: usize = 64;
+
+/// Output frames of an attached exec.
+pub(crate) type OutputFrames = Pin<Box<dyn Stream<Item = Result<LogOutput, BollardError>> + Send>>;
+/// The stdin side of an attached exec.
+pub(crate) type InputSide = Pin<Box<dyn AsyncWrite + Send>>;
+
+/// A started exec.
+pub(crate) struct Spawned {
+    pub(crate) exec_id: String,
+    pub(crate) output: OutputFrames,
+    pub(crate) input: InputSide,
+}
+
+/// Starts `argv` in `container` under the pid-reporting wrapper, attached to stdin,
+/// stdout and stderr.
+pub(crate) async fn spawn(
+    engine: &Engine,
+    container: &str,
+    argv: &[String],
+    env: Vec<String>,
+    cwd: &str,
+) -> Result<Spawned, DriverError> {
+    let mut cmd = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        "printf 'envrt-pid:%s\\n' \"$$\" >&2; exec \"$@\"".to_owned(),
+        WRAPPER_NAME.to_owned(),
+    ];
+    cmd.extend(argv.iter().cloned());
+    let config = ExecConfig {
+        cmd: Some(cmd),
+        env: Some(env),
+        working_dir: Some(cwd.to_owned()),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        ..Default::default()
+    };
+    start(engine, container, config, "starting a command").await
+}
+
+async fn start(engine: &Engine, container: &str, config: ExecConfig, doing: &str) -> Result<Spawned, DriverError> {
+    let created = engine
+        .call(engine.docker.create_exec(container, config))
+        .await
+        .map_err(|e| exec_error(engine, container, doing, e))?;
+    let options = StartExecOptions {
+        detach: false,
+        tty: false,
+        output_capacity: None,
+    };
+    let started = engine
+        .call(engine.docker.start_exec(&created.id, Some(options)))
+        .await
+        .map_err(|e| exec_error(engine, container, doing, e))?;
+    match started {
+        StartExecResults::Attached { output, input } => Ok(Spawned {
+            exec_id: created.id,
+            output,
+            input,
+        }),
+        StartExecResults::Detached => Err(DriverError::other(format!(
+            "Docker engine at {} started the exec detached while {doing}.",
+            engine.address
+        ))),
+    }
+}
+
+fn exec_error(engine: &Engine, container: &str, doing: &str, error: BollardError) -> DriverError {
+    if crate::engine::is_not_found(&error) {
+        return DriverError::ResourceGone {
+            id: container.to_owned(),
+        };
+    }
+    if crate::engine::has_status(&error, 409) {
+        return DriverError::other(format!(
+            "Container {container} is not running, so it cannot run commands (Docker engine at {}).",
+            engine.address
+        ));
+    }
+    engine.error(doing, error)
+}
+
+/// Splits exec frames into streams and takes the wrapper's pid line off stderr.
+#[derive(Debug, Default)]
+pub(crate) struct Demux {
+    head: Vec<u8>,
+    head_done: bool,
+    pid: Option<u32>,
+}
+
+impl Demux {
+    /// The command's pid (its process group and session id), once reported.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Feeds one frame; returns the bytes to deliver, if any.
+    pub(crate) fn feed(&mut self, frame: LogOutput) -> Option<(OutputStream, Vec<u8>)> {
+        match frame {
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                Some((OutputStream::Stdout, message.to_vec())).filter(|(_, m)| !m.is_empty())
+            }
+            LogOutput::StdErr { message } => {
+                if self.head_done {
+                    return Some((OutputStream::Stderr, message.to_vec())).filter(|(_, m)| !m.is_empty());
+                }
+                self.head.extend_from_slice(&message);
+                if let Some(newline) = self.head.iter().position(|b| *b == b'\n') {
+                    self.head_done = true;
+                    let line = &self.head[..newline];
+                    let pid = line
+                        .strip_prefix(MARKER)
+                        .and_then(|digits| std::str::from_utf8(digits).ok())
+                        .and_then(|digits| digits.parse::<u32>().ok());
+                    let rest = match pid {
+                        Some(pid) => {
+                            self.pid = Some(pid);
+                            self.head[newline + 1..].to_vec()
+                        }
+                        None => std::mem::take(&mut self.head),
+                    };
+                    self.head = Vec::new();
+                    return Some((OutputStream::Stderr, rest)).filter(|(_, m)| !m.is_empty());
+                }
+                if self.head.len() > MARKER_MAX {
+                    return self.flush();
+                }
+                None
+            }
+            LogOutput::StdIn { .. } => None,
+        }
+    }
+
+    /// At the end of the stream: whatever is still held as a possible marker line.
+    pub(crate) fn flush(&mut self) -> Option<(OutputStream, Vec<u8>)> {
+        self.head_done = true;
+        let rest = std::mem::take(&mut self.head);
+        Some((OutputStream::Stderr, rest)).filter(|(_, m)| !m.is_empty())
+    }
+}
+
+/// The exit code of a finished exec, waiting (bounded) for the engine to record it.
+pub(crate) async fn exit_code(engine: &Engine, exec_id: &str) -> Result<Option<i64>, DriverError> {
+    let deadline = Instant::now() + engine.api_timeout;
+    let mut delay = Duration::from_millis(5);
+    loop {
+        let inspected = engine
+            .call(engine.docker.inspect_exec(exec_id))
+            .await
+            .map_err(|e| engine.error("inspecting a command", e))?;
+        if inspected.running != Some(true) {
+            return Ok(inspected.exit_code);
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Whether the exec's own process is still running.
+pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, DriverError> {
+    let inspected = engine
+        .call(engine.docker.inspect_exec(exec_id))
+        .await
+        .map_err(|e| engine.error("inspecting a command", e))?;
+    Ok(inspected.running == Some(true))
+}
+
+/// The killer script: `$1` is `term`, `kill` or `list`, `$2` the command's pid. Prints the
+/// number of live (non-zombie) processes of the tree it saw last. POSIX `sh` builtins only.
+const KILLER: &str = r#"mode=$1; root=$2; self=$$; ws=$IFS
+snap() { S=""; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$self" ] && continue; { read -r l < "$d/stat"; } 2>/dev/null || continue; r=${l##*) }; IFS=' '; set -- $r; IFS=$ws; S="$S $p:$1:$2:$3:$4"; done; }
+tree() { snap; T=" "; c=1; while [ $c = 1 ]; do c=0; for e in $S; do IFS=:; set -- $e; IFS=$ws
+  case "$T" in *" $1 "*) continue;; esac
+  if [ "$4" = "$root" ] || [ "$5" = "$root" ] || [ "$1" = "$root" ]; then T="$T$1 "; c=1; continue; fi
+  case "$T" in *" $3 "*) T="$T$1 "; c=1;; esac; done; done; }
+alive() { n=0; for e in $S; do IFS=:; set -- $e; IFS=$ws; case "$T" in *" $1 "*) [ "$2" != Z ] && n=$((n+1));; esac; done; echo $n; }
+sig() { for p in $T; do kill -$1 $p 2>/dev/null; done; }
+case $mode in
+term) tree; sig STOP; tree; sig STOP; sig TERM; sig CONT; alive;;
+kill) tree; sig STOP; tree; sig STOP; sig KILL; alive;;
+*) tree; alive;;
+esac
+"#;
+
+async fn killer(engine: &Engine, container: &str, mode: &str, pid: u32) -> Result<u64, DriverError> {
+    let pid = pid.to_string();
+    let (stdout, _, code) = run_script(
+        engine,
+        container,
+        Some("0"),
+        KILLER,
+        &[mode, &pid],
+        "stopping a command",
+    )
+    .await?;
+    let text = String::from_utf8_lossy(&stdout);
+    match (code, text.trim().parse::<u64>()) {
+        (Some(0), Ok(n)) => Ok(n),
+        _ => Err(DriverError::other(format!(
+            "Could not stop a command's processes in container {container}: the killer exited with {code:?}."
+        ))),
+    }
+}
+
+/// Kills the process tree of the command whose pid is `pid`: `SIGTERM` first and up to
+/// `grace` to go when `graceful`, then `SIGKILL`, then checks that nothing is left.
+/// Returns how many processes survived (0 unless something is very wrong).
+pub(crate) async fn kill_tree(
+    engine: &Engine,
+    container: &str,
+    pid: u32,
+    grace: Duration,
+    graceful: bool,
+) -> Result<u64, DriverError> {
+    if graceful {
+        let deadline = Instant::now() + grace;
+        let mut left = killer(engine, container, "term", pid).await?;
+        while left > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            left = killer(engine, container, "list", pid).await?;
+        }
+        if left == 0 {
+            return Ok(0);
+        }
+    }
+    let mut left = 0;
+    for _ in 0..3 {
+        killer(engine, container, "kill", pid).await?;
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            left = killer(engine, container, "list", pid).await?;
+            if left == 0 || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if left == 0 {
+            return Ok(0);
+        }
+    }
+    tracing::warn!(container, pid, left, "processes survived SIGKILL");
+    Ok(left)
+}
+
+/// Runs `sh -c script args...` as the container's user with no stdin, bounded by the API
+/// timeout; returns (stdout, stderr, exit code). For the driver's own small steps.
+pub(crate) async fn run_script(
+    engine: &Engine,
+    container: &str,
+    user: Option<&str>,
+    script: &str,
+    args: &[&str],
+    doing: &str,
+) -> Result<(Vec<u8>, Vec<u8>, Option<i64>), DriverError> {
+    let mut cmd = vec!["sh".to_owned(), "-c".to_owned(), script.to_owned(), "envrt".to_owned()];
+    cmd.extend(args.iter().map(|a| a.to_string()));
+    let config = ExecConfig {
+        cmd: Some(cmd),
+        user: user.map(str::to_owned),
+        attach_stdin: Some(false),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        ..Default::default()
+    };
+    let mut spawned = start(engine, container, config, doing).await?;
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let deadline = Instant::now() + engine.api_timeout;
+    loop {
+        match tokio::time::timeout_at(deadline, spawned.output.next()).await {
+            Ok(Some(Ok(LogOutput::StdOut { message }))) => stdout.extend_from_slice(&message),
+            Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.extend_from_slice(&message),
+            Ok(Some(Ok(_))) => {}
+            Ok(Some(Err(e))) => return Err(engine.error(doing, e)),
+            Ok(None) => break,
+            Err(_) => return Err(engine.error(doing, BollardError::RequestTimeoutError)),
+        }
+    }
+    let code = exit_code(engine, &spawned.exec_id).await?;
+    Ok((stdout, stderr, code))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn err(s: &'static [u8]) -> LogOutput {
+        LogOutput::StdErr {
+            message: Bytes::from_static(s),
+        }
+    }
+
+    #[test]
+    fn demux_strips_the_marker_even_when_split() {
+        let mut d = Demux::default();
+        assert_eq!(d.feed(err(b"envrt-p")), None);
+        assert_eq!(
+            d.feed(err(b"id:42\nhello")),
+            Some((OutputStream::Stderr, b"hello".to_vec()))
+        );
+        assert_eq!(d.pid(), Some(42));
+        assert_eq!(
+            d.feed(err(b"envrt-pid:7\n")),
+            Some((OutputStream::Stderr, b"envrt-pid:7\n".to_vec()))
+        );
+        assert_eq!(d.pid(), Some(42));
+    }
+
+    #[test]
+    fn demux_passes_other_first_lines_through() {
+        let mut d = Demux::default();
+        assert_eq!(
+            d.feed(err(b"oops\nmore")),
+            Some((OutputStream::Stderr, b"oops\nmore".to_vec()))
+        );
+        assert_eq!(d.pid(), None);
+        let mut d = Demux::default();
+        assert_eq!(d.feed(err(b"partial")), None);
+        assert_eq!(d.flush(), Some((OutputStream::Stderr, b"partial".to_vec())));
+        let mut d = Demux::default();
+        let long = [b'x'; 100];
+        assert_eq!(
+            d.feed(LogOutput::StdErr {
+                message: Bytes::copy_from_slice(&long)
+            })
+            .unwrap()
+            .1
+            .len(),
+            100
+        );
+        let out = d.feed(LogOutput::StdOut {
+            message: Bytes::from_static(b"o"),
+        });
+        assert_eq!(out, Some((OutputStream::Stdout, b"o".to_vec())));
+    }
+}
