@@ -1,0 +1,553 @@
+//! The `sandbox` driver: every environment verb sent to the plugin worker, gated on the
+//! live worker's `supportedMethods`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use envrt_runtime_core::capability::{self, CapabilityKey, ClassifierInput, SupportSet, VerbSet};
+use envrt_runtime_core::sync::{check_post_upload_cwd, normalize_absolute};
+use envrt_runtime_core::{
+    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, CappedBuffer, DestroyLease, DriverError,
+    DuplexChannel, DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap,
+    LeaseContext, LeaseGrant, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
+    SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
+};
+use serde_json::{Value, json};
+
+use super::channel;
+use super::connection::ExecSink;
+use super::error::SandboxError;
+use super::manifest::PluginManifest;
+use super::options::SandboxOptions;
+use super::supervisor::Supervisor;
+use super::timefmt::{format_rfc3339, parse_rfc3339};
+use crate::protocol::methods;
+
+/// The driver key used when the manifest names none.
+pub const DEFAULT_DRIVER_KEY: &str = "sandbox";
+
+/// A sandbox provider run as a plugin worker. Optional operations are offered only while
+/// the live worker advertises their verb.
+pub struct SandboxDriver {
+    supervisor: Arc<Supervisor>,
+    key: String,
+    declaration: Option<CapabilityDeclaration>,
+}
+
+impl std::fmt::Debug for SandboxDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxDriver")
+            .field("key", &self.key)
+            .field("plugin", &self.supervisor.manifest.id)
+            .field("worker_pid", &self.supervisor.pid())
+            .finish()
+    }
+}
+
+impl SandboxDriver {
+    /// Starts the plugin's worker and completes the `initialize` handshake. Fails with
+    /// `Worker initialize failed for "{pluginId}": {message}` (the worker is killed).
+    pub async fn start(manifest: PluginManifest, options: SandboxOptions) -> Result<SandboxDriver, DriverError> {
+        let entry = match options.driver_key.as_deref() {
+            Some(key) => Some(manifest.driver_entry(Some(key)).ok_or_else(|| SandboxError::Manifest {
+                message: format!("no environmentDrivers entry has driverKey \"{key}\""),
+            })?),
+            None => manifest
+                .driver_entry(Some(DEFAULT_DRIVER_KEY))
+                .or_else(|| manifest.driver_entry(None)),
+        };
+        let key = entry.map_or(DEFAULT_DRIVER_KEY.to_owned(), |e| e.driver_key.clone());
+        let declaration = entry.and_then(|e| e.sandbox_capabilities);
+        let supervisor = Supervisor::start(manifest, options).await?;
+        Ok(SandboxDriver {
+            supervisor,
+            key,
+            declaration,
+        })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &PluginManifest {
+        &self.supervisor.manifest
+    }
+
+    /// The live worker's `supportedMethods` (replaced on each restart).
+    pub fn supported_methods(&self) -> Arc<BTreeSet<String>> {
+        self.supervisor.supported()
+    }
+
+    /// The live worker's pid; `None` while it is restarting or down.
+    pub fn worker_pid(&self) -> Option<u32> {
+        self.supervisor.pid()
+    }
+
+    /// Calls `health` (never gated on `supportedMethods`).
+    pub async fn health(&self) -> Result<Value, DriverError> {
+        Ok(self
+            .supervisor
+            .call(
+                methods::HEALTH,
+                json!({}),
+                self.supervisor.options.rpc_timeout,
+                None,
+                None,
+            )
+            .await?)
+    }
+
+    /// Sends any method with the default timeout, ungated: for provider verbs this driver
+    /// does not model (`environmentProbe`, `environmentValidateConfig`, ...).
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, DriverError> {
+        Ok(self
+            .supervisor
+            .call(method, params, self.supervisor.options.rpc_timeout, None, None)
+            .await?)
+    }
+
+    /// The graceful stop: new calls are refused, pending ones drain (10 s), `shutdown` is
+    /// sent, stdin closed, then SIGTERM and SIGKILL after the grace (5 s). Dropping the
+    /// driver instead kills the worker at once.
+    pub async fn shutdown(&self) {
+        self.supervisor.shutdown().await;
+    }
+
+    fn advertises(&self, method: &str) -> bool {
+        self.supervisor.advertises(method)
+    }
+
+    fn require(&self, method: &str) -> Result<(), SandboxError> {
+        if self.advertises(method) {
+            Ok(())
+        } else {
+            Err(SandboxError::NotAdvertised {
+                plugin_id: self.supervisor.manifest.id.clone(),
+                method: method.to_owned(),
+            })
+        }
+    }
+
+    async fn rpc(&self, method: &str, params: JsonMap, company_id: &str) -> Result<Value, SandboxError> {
+        self.supervisor
+            .call(
+                method,
+                Value::Object(params),
+                self.supervisor.options.rpc_timeout,
+                Some(company_id),
+                None,
+            )
+            .await
+    }
+
+    fn base(&self, context: &LeaseContext) -> JsonMap {
+        let lease = &context.lease;
+        let mut params = JsonMap::new();
+        params.insert("driverKey".into(), json!(self.key));
+        params.insert("companyId".into(), json!(lease.company_id));
+        params.insert(
+            "environmentId".into(),
+            json!(lease.environment_id.clone().unwrap_or_default()),
+        );
+        if let Some(issue) = &lease.issue_id {
+            params.insert("issueId".into(), json!(issue));
+        }
+        let config = context
+            .environment
+            .as_ref()
+            .map(|e| e.config.clone())
+            .unwrap_or_default();
+        params.insert("config".into(), Value::Object(config));
+        params
+    }
+
+    fn with_lease(&self, context: &LeaseContext) -> JsonMap {
+        let mut params = self.base(context);
+        let lease = &context.lease;
+        let mut object = JsonMap::new();
+        object.insert("providerLeaseId".into(), json!(lease.provider_lease_id));
+        object.insert("metadata".into(), Value::Object(lease.metadata.clone()));
+        if let Some(expires) = lease.expires_at {
+            object.insert("expiresAt".into(), json!(format_rfc3339(expires.0)));
+        }
+        params.insert("lease".into(), Value::Object(object));
+        params
+    }
+
+    fn grant(&self, method: &str, value: Value) -> Result<Option<LeaseGrant>, SandboxError> {
+        let invalid = |message: &str| SandboxError::InvalidResult {
+            method: method.to_owned(),
+            message: message.to_owned(),
+        };
+        let Value::Object(result) = value else {
+            return Err(invalid("expected a lease object"));
+        };
+        let provider_lease_id = match result.get("providerLeaseId") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(id)) if id.is_empty() => return Ok(None),
+            Some(Value::String(id)) => id.clone(),
+            Some(_) => return Err(invalid("providerLeaseId must be a string")),
+        };
+        let metadata = match result.get("metadata") {
+            None | Some(Value::Null) => JsonMap::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => return Err(invalid("metadata must be an object")),
+        };
+        let expires_at = match result.get("expiresAt") {
+            Some(Value::String(text)) => Some(Timestamp(
+                parse_rfc3339(text).ok_or_else(|| invalid("expiresAt is not an RFC 3339 time"))?,
+            )),
+            Some(Value::Number(n)) => n.as_u64().map(Timestamp),
+            _ => None,
+        };
+        Ok(Some(LeaseGrant {
+            provider: Some(self.key.clone()),
+            provider_lease_id: Some(provider_lease_id),
+            metadata,
+            expires_at,
+        }))
+    }
+
+    async fn end_lease(&self, method: &str, context: &LeaseContext) -> Result<(), SandboxError> {
+        let mut params = self.base(context);
+        params.insert("providerLeaseId".into(), json!(context.lease.provider_lease_id));
+        params.insert("leaseMetadata".into(), Value::Object(context.lease.metadata.clone()));
+        params.insert("cancelActiveWork".into(), json!(true));
+        self.rpc(method, params, &context.lease.company_id).await?;
+        Ok(())
+    }
+
+    async fn sync(
+        &self,
+        method: &str,
+        context: &LeaseContext,
+        operations: &[SyncOperation],
+    ) -> Result<SyncResult, DriverError> {
+        self.require(method)?;
+        for operation in operations {
+            let targets: Vec<String> = operation
+                .files
+                .iter()
+                .filter_map(|f| normalize_absolute(&f.target_path))
+                .collect();
+            for command in &operation.post_upload_commands {
+                if let Some(cwd) = &command.cwd {
+                    check_post_upload_cwd(cwd, &targets)?;
+                }
+            }
+        }
+        let mut params = self.with_lease(context);
+        params.insert(
+            "operations".into(),
+            serde_json::to_value(operations).map_err(|e| DriverError::invalid(e.to_string()))?,
+        );
+        let value = self.rpc(method, params, &context.lease.company_id).await?;
+        Ok(serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
+            method: method.to_owned(),
+            message: e.to_string(),
+        })?)
+    }
+}
+
+#[async_trait]
+impl EnvironmentDriver for SandboxDriver {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+        self.require(methods::ACQUIRE_LEASE)?;
+        let mut params = JsonMap::new();
+        params.insert("driverKey".into(), json!(self.key));
+        params.insert("companyId".into(), json!(input.company_id));
+        params.insert("environmentId".into(), json!(input.environment.id));
+        if let Some(issue) = &input.issue_id {
+            params.insert("issueId".into(), json!(issue));
+        }
+        params.insert("config".into(), Value::Object(input.environment.config.clone()));
+        params.insert(
+            "runId".into(),
+            json!(input.run_id.clone().unwrap_or_else(|| input.lease_id.clone())),
+        );
+        if let Some(cwd) = &input.requested_cwd {
+            params.insert("requestedCwd".into(), json!(cwd));
+        }
+        if let Some(ws) = &input.execution_workspace_id {
+            params.insert("executionWorkspaceId".into(), json!(ws));
+        }
+        let value = self.rpc(methods::ACQUIRE_LEASE, params, &input.company_id).await?;
+        let grant = self.grant(methods::ACQUIRE_LEASE, value)?;
+        Ok(grant.ok_or_else(|| SandboxError::InvalidResult {
+            method: methods::ACQUIRE_LEASE.into(),
+            message: "providerLeaseId is missing".into(),
+        })?)
+    }
+
+    async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
+        // keep the resource of a retained lease; send nothing the worker stopped offering
+        if input.status == LeaseStatus::Retained || !self.advertises(methods::RELEASE_LEASE) {
+            return Ok(());
+        }
+        Ok(self.end_lease(methods::RELEASE_LEASE, &input.context).await?)
+    }
+
+    async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
+        let supported: SupportSet = CapabilityKey::ALL
+            .into_iter()
+            .filter(|k| *k != CapabilityKey::RunnerWebSocketIngress)
+            .collect();
+        let verified = self.verified_verbs();
+        let narrowing = capability::narrow_for_lease(
+            input.lease.as_ref().map(|l| l.lease_policy),
+            input.lease.as_ref().map(|l| &l.metadata),
+            true,
+        );
+        Ok(capability::classify(&ClassifierInput {
+            supported,
+            verified: Some(&verified),
+            declaration: self.declaration.as_ref(),
+            narrowing: Some(&narrowing),
+        }))
+    }
+
+    fn as_resume(&self) -> Option<&dyn ResumeLease> {
+        self.advertises(methods::RESUME_LEASE)
+            .then_some(self as &dyn ResumeLease)
+    }
+
+    fn as_destroy(&self) -> Option<&dyn DestroyLease> {
+        self.advertises(methods::DESTROY_LEASE)
+            .then_some(self as &dyn DestroyLease)
+    }
+
+    fn as_realize(&self) -> Option<&dyn RealizeWorkspace> {
+        self.advertises(methods::REALIZE_WORKSPACE)
+            .then_some(self as &dyn RealizeWorkspace)
+    }
+
+    fn as_execute(&self) -> Option<&dyn Execute> {
+        (self.advertises(methods::EXECUTE) || self.advertises(methods::EXECUTE_BINARY)).then_some(self as &dyn Execute)
+    }
+
+    fn as_sync(&self) -> Option<&dyn FileSync> {
+        (self.advertises(methods::SYNC_IN) || self.advertises(methods::SYNC_OUT)).then_some(self as &dyn FileSync)
+    }
+
+    fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
+        self.advertises(methods::DUPLEX_OPEN)
+            .then_some(self as &dyn DuplexChannels)
+    }
+
+    fn verified_verbs(&self) -> VerbSet {
+        let mut verbs = (*self.supervisor.supported()).clone();
+        if verbs.contains(methods::EXECUTE_BINARY) {
+            verbs.insert(methods::EXECUTE.to_owned());
+        }
+        verbs
+    }
+}
+
+#[async_trait]
+impl ResumeLease for SandboxDriver {
+    async fn resume_lease(&self, context: &LeaseContext) -> Result<Option<LeaseGrant>, DriverError> {
+        self.require(methods::RESUME_LEASE)?;
+        let mut params = self.base(context);
+        params.insert("providerLeaseId".into(), json!(context.lease.provider_lease_id));
+        params.insert("leaseMetadata".into(), Value::Object(context.lease.metadata.clone()));
+        let value = self
+            .rpc(methods::RESUME_LEASE, params, &context.lease.company_id)
+            .await?;
+        Ok(self.grant(methods::RESUME_LEASE, value)?)
+    }
+}
+
+#[async_trait]
+impl DestroyLease for SandboxDriver {
+    async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
+        self.require(methods::DESTROY_LEASE)?;
+        Ok(self.end_lease(methods::DESTROY_LEASE, context).await?)
+    }
+}
+
+#[async_trait]
+impl RealizeWorkspace for SandboxDriver {
+    async fn realize_workspace(
+        &self,
+        context: &LeaseContext,
+        request: &WorkspaceRequest,
+    ) -> Result<RealizedWorkspace, DriverError> {
+        self.require(methods::REALIZE_WORKSPACE)?;
+        let mut params = self.with_lease(context);
+        params.insert(
+            "workspace".into(),
+            serde_json::to_value(request).map_err(|e| DriverError::invalid(e.to_string()))?,
+        );
+        let value = self
+            .rpc(methods::REALIZE_WORKSPACE, params, &context.lease.company_id)
+            .await?;
+        Ok(serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
+            method: methods::REALIZE_WORKSPACE.into(),
+            message: e.to_string(),
+        })?)
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireExecuteResult {
+    exit_code: Option<i32>,
+    #[serde(default)]
+    signal: Option<String>,
+    #[serde(default)]
+    timed_out: bool,
+    #[serde(default)]
+    stdout: String,
+    #[serde(default)]
+    stderr: String,
+    #[serde(default)]
+    metadata: Option<JsonMap>,
+}
+
+#[async_trait]
+impl Execute for SandboxDriver {
+    async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+        let binary = self.advertises(methods::EXECUTE_BINARY);
+        let method = if binary {
+            methods::EXECUTE_BINARY
+        } else {
+            methods::EXECUTE
+        };
+        self.require(method)?;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut params = self.with_lease(context);
+        params.insert("command".into(), json!(request.command));
+        params.insert("args".into(), json!(request.args));
+        if let Some(cwd) = &request.cwd {
+            params.insert("cwd".into(), json!(cwd));
+        }
+        if !request.env.is_empty() {
+            let env: JsonMap = request
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.expose().to_owned())))
+                .collect();
+            params.insert("env".into(), Value::Object(env));
+        }
+        if let Some(stdin) = &request.stdin {
+            let text = if binary {
+                b64.encode(stdin)
+            } else {
+                String::from_utf8(stdin.clone()).map_err(|_| SandboxError::InvalidInput {
+                    message: "stdin is not valid UTF-8 and the worker does not advertise \"environmentExecuteBinary\""
+                        .into(),
+                })?
+            };
+            params.insert("stdin".into(), json!(text));
+        }
+        if let Some(timeout) = request.timeout {
+            params.insert("timeoutMs".into(), json!(timeout.as_millis() as u64));
+        }
+        let rpc_timeout = match request.timeout {
+            Some(timeout) => timeout + self.supervisor.options.execute_grace,
+            None => self.supervisor.options.rpc_timeout,
+        };
+        let sink: Option<ExecSink> = request.sink.clone().map(|sink| {
+            let sink: ExecSink = Arc::new(move |stream, bytes: Vec<u8>| sink.on_chunk(stream, &bytes));
+            sink
+        });
+        let started = Instant::now();
+        let value = self
+            .supervisor
+            .call(
+                method,
+                Value::Object(params),
+                rpc_timeout,
+                Some(&context.lease.company_id),
+                sink,
+            )
+            .await?;
+        let duration = started.elapsed();
+        let wire: WireExecuteResult = serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
+            method: method.to_owned(),
+            message: e.to_string(),
+        })?;
+        let decode = |text: String, name: &str| -> Result<Vec<u8>, SandboxError> {
+            if binary {
+                b64.decode(text.as_bytes()).map_err(|e| SandboxError::InvalidResult {
+                    method: method.to_owned(),
+                    message: format!("{name} is not base64: {e}"),
+                })
+            } else {
+                Ok(text.into_bytes())
+            }
+        };
+        let metadata = wire.metadata.unwrap_or_default();
+        let flagged = |key: &str| metadata.get(key).and_then(Value::as_bool) == Some(true);
+        let limit = request.output_limit();
+        let mut stdout = CappedBuffer::new(limit);
+        stdout.push(&decode(wire.stdout, "stdout")?);
+        let mut stderr = CappedBuffer::new(limit);
+        stderr.push(&decode(wire.stderr, "stderr")?);
+        let (stdout, stdout_cut) = stdout.into_parts();
+        let (stderr, stderr_cut) = stderr.into_parts();
+        Ok(ExecuteResult {
+            exit_code: wire.exit_code,
+            signal: wire.signal,
+            timed_out: wire.timed_out,
+            stdout,
+            stderr,
+            stdout_truncated: stdout_cut || flagged("stdoutTruncated"),
+            stderr_truncated: stderr_cut || flagged("stderrTruncated"),
+            duration,
+            metadata,
+        })
+    }
+}
+
+#[async_trait]
+impl FileSync for SandboxDriver {
+    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        self.sync(methods::SYNC_IN, context, operations).await
+    }
+
+    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        self.sync(methods::SYNC_OUT, context, operations).await
+    }
+
+    fn supports_sync(&self, _context: &LeaseContext) -> bool {
+        self.advertises(methods::SYNC_IN) && self.advertises(methods::SYNC_OUT)
+    }
+}
+
+#[async_trait]
+impl DuplexChannels for SandboxDriver {
+    async fn open_duplex_channel(
+        &self,
+        context: &LeaseContext,
+        command: &[String],
+    ) -> Result<Box<dyn DuplexChannel>, DriverError> {
+        self.require(methods::DUPLEX_OPEN)?;
+        if command.first().is_none_or(String::is_empty) {
+            return Err(DriverError::invalid(
+                "a duplex command needs a program (argv element 0)",
+            ));
+        }
+        let lease = &context.lease;
+        let provider_lease_id = lease
+            .provider_lease_id
+            .clone()
+            .ok_or_else(|| DriverError::invalid("the lease has no provider lease id"))?;
+        let mut params = JsonMap::new();
+        params.insert("driverKey".into(), json!(self.key));
+        params.insert("companyId".into(), json!(lease.company_id));
+        params.insert(
+            "environmentId".into(),
+            json!(lease.environment_id.clone().unwrap_or_default()),
+        );
+        params.insert("providerLeaseId".into(), json!(provider_lease_id));
+        params.insert("command".into(), json!(command));
+        let channel = channel::open(&self.supervisor, params, &lease.company_id).await?;
+        Ok(Box::new(channel))
+    }
+}

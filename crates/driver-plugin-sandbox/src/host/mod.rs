@@ -1,0 +1,19 @@
+//! The host side: the worker manager (spawn, handshake, calls, restarts, shutdown), the
+//! `sandbox` driver over it, and duplex routes.
+
+mod channel;
+mod connection;
+mod driver;
+mod error;
+mod manifest;
+mod options;
+mod process;
+mod routes;
+mod supervisor;
+mod timefmt;
+
+pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
+pub use error::SandboxError;
+pub use manifest::{DriverKind, EnvironmentDriverEntry, PluginManifest, WorkerCommand};
+pub use options::{ParentDeathSignal, RestartPolicy, SandboxOptions};
+pub use routes::{DEFAULT_ROUTE_CEILING, DuplexLimits, RouteSlots};

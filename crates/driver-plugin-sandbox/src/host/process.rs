@@ -1,0 +1,325 @@
+//! Starting a worker process: minimal environment, `PR_SET_PDEATHSIG`, a reaper that never
+//! lets a signal reach a recycled pid, the stderr tail, and bounded line reading.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{Id, WaitPidFlag, waitid};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::oneshot;
+
+use super::manifest::WorkerCommand;
+
+/// How many bytes of stderr are kept for crash reports.
+pub(crate) const STDERR_TAIL_BYTES: usize = 8 * 1024;
+
+/// Default `PATH` when the host has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// A running worker process. Signals are sent only while the child is not yet reaped, so
+/// a recycled pid is never hit.
+#[derive(Debug)]
+pub(crate) struct WorkerProcess {
+    pid: i32,
+    reaped: Mutex<bool>,
+}
+
+impl WorkerProcess {
+    /// The pid.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Sends `signal` unless the process was already reaped.
+    pub(crate) fn signal(&self, signal: Signal) {
+        let reaped = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
+        if !*reaped {
+            let _ = kill(Pid::from_raw(self.pid), signal);
+        }
+    }
+}
+
+/// How a worker ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WorkerExit {
+    pub(crate) code: Option<i32>,
+    pub(crate) signal: Option<i32>,
+}
+
+impl From<ExitStatus> for WorkerExit {
+    fn from(status: ExitStatus) -> Self {
+        WorkerExit {
+            code: status.code(),
+            signal: status.signal(),
+        }
+    }
+}
+
+/// The pieces of a freshly started worker.
+pub(crate) struct Spawned {
+    pub(crate) process: Arc<WorkerProcess>,
+    pub(crate) stdin: ChildStdin,
+    pub(crate) stdout: ChildStdout,
+    pub(crate) stderr: ChildStderr,
+    pub(crate) exit: oneshot::Receiver<WorkerExit>,
+}
+
+type SpawnJob = (Command, std_mpsc::Sender<io::Result<Child>>);
+
+/// Children are forked from one thread that lives as long as the process:
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child ends, so forking from
+/// a runtime thread that may be retired would kill healthy workers.
+fn spawner() -> &'static Mutex<std_mpsc::Sender<SpawnJob>> {
+    static SPAWNER: OnceLock<Mutex<std_mpsc::Sender<SpawnJob>>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = std_mpsc::channel::<SpawnJob>();
+        std::thread::Builder::new()
+            .name("envrt-worker-spawner".into())
+            .spawn(move || {
+                while let Ok((mut command, reply)) = rx.recv() {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("spawn the worker spawner thread");
+        Mutex::new(tx)
+    })
+}
+
+/// Makes the child die with its parent: `PR_SET_PDEATHSIG(signal)`, then a check that the
+/// parent did not already die before the flag was set.
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut Command, signal: Signal) {
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec. It only makes two
+    // async-signal-safe system calls (prctl, getppid) and allocates nothing; an error is
+    // returned as a raw OS error without allocating a message.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(signal).map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+            if nix::unistd::getppid().as_raw() as u32 != parent {
+                return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Starts a worker with a minimal environment: `PATH`, `TZ` (when the host has them) and
+/// the manifest's variables. Nothing else of the host's environment is passed.
+pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal) -> io::Result<Spawned> {
+    let program = spec
+        .command
+        .first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty worker command"))?;
+    let mut command = Command::new(program);
+    command
+        .args(&spec.command[1..])
+        .env_clear()
+        .env(
+            "PATH",
+            std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_owned()),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Ok(tz) = std::env::var("TZ") {
+        command.env("TZ", tz);
+    }
+    command.envs(&spec.env);
+    die_with_parent(&mut command, death_signal);
+
+    let (reply_tx, reply_rx) = std_mpsc::channel();
+    spawner()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((command, reply_tx))
+        .map_err(|_| io::Error::other("worker spawner thread is gone"))?;
+    let mut child = tokio::task::spawn_blocking(move || reply_rx.recv())
+        .await
+        .map_err(io::Error::other)?
+        .map_err(|_| io::Error::other("worker spawner thread is gone"))??;
+
+    let stdin = ChildStdin::from_std(child.stdin.take().expect("piped stdin"))?;
+    let stdout = ChildStdout::from_std(child.stdout.take().expect("piped stdout"))?;
+    let stderr = ChildStderr::from_std(child.stderr.take().expect("piped stderr"))?;
+    let process = Arc::new(WorkerProcess {
+        pid: child.id() as i32,
+        reaped: Mutex::new(false),
+    });
+    let (exit_tx, exit_rx) = oneshot::channel();
+    let reaper_process = process.clone();
+    std::thread::Builder::new()
+        .name(format!("envrt-worker-reaper-{}", process.pid))
+        .spawn(move || reap(child, reaper_process, exit_tx))?;
+    Ok(Spawned {
+        process,
+        stdin,
+        stdout,
+        stderr,
+        exit: exit_rx,
+    })
+}
+
+/// Waits for the child without reaping it, then reaps it under the signal lock.
+fn reap(mut child: Child, process: Arc<WorkerProcess>, exit: oneshot::Sender<WorkerExit>) {
+    let pid = Pid::from_raw(process.pid);
+    // EINTR: wait again
+    while let Err(nix::errno::Errno::EINTR) = waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {}
+    let mut reaped = process.reaped.lock().unwrap_or_else(|e| e.into_inner());
+    let status = child.wait();
+    *reaped = true;
+    drop(reaped);
+    let result = match status {
+        Ok(status) => WorkerExit::from(status),
+        Err(_) => WorkerExit {
+            code: None,
+            signal: None,
+        },
+    };
+    let _ = exit.send(result);
+}
+
+/// The last [`STDERR_TAIL_BYTES`] of a worker's stderr.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StderrTail {
+    inner: Arc<Mutex<StderrState>>,
+}
+
+#[derive(Debug, Default)]
+struct StderrState {
+    bytes: VecDeque<u8>,
+    ended: bool,
+}
+
+impl StderrTail {
+    /// Reads `stderr` to its end, keeping the tail and logging each line.
+    pub(crate) fn collect(&self, plugin_id: String, stderr: impl AsyncRead + Unpin + Send + 'static) {
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stderr);
+            let mut chunk = vec![0u8; 4096];
+            loop {
+                match reader.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        tracing::debug!(plugin = %plugin_id, "worker stderr: {}", String::from_utf8_lossy(&chunk[..n]).trim_end());
+                        let mut state = inner.lock().unwrap_or_else(|e| e.into_inner());
+                        state.bytes.extend(&chunk[..n]);
+                        let excess = state.bytes.len().saturating_sub(STDERR_TAIL_BYTES);
+                        state.bytes.drain(..excess);
+                    }
+                }
+            }
+            inner.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
+        });
+    }
+
+    /// Whether stderr reached its end.
+    pub(crate) fn ended(&self) -> bool {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).ended
+    }
+
+    /// The kept tail as text.
+    pub(crate) fn excerpt(&self) -> String {
+        let state = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes: Vec<u8> = state.bytes.iter().copied().collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// One result of [`LineReader::next_line`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LineRead {
+    /// A complete line (without `\n`) is in the reader's buffer.
+    Line,
+    /// A line longer than the limit was skipped; its length in bytes.
+    Oversized(usize),
+    /// End of stream.
+    Eof,
+}
+
+/// Reads `\n`-terminated lines with a size limit, holding at most `limit` bytes: a longer
+/// line is skipped as it streams by. Cancel-safe: state lives in the reader.
+pub(crate) struct LineReader<R> {
+    reader: BufReader<R>,
+    buf: Vec<u8>,
+    limit: usize,
+    discarding: Option<usize>,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    pub(crate) fn new(inner: R, limit: usize) -> Self {
+        LineReader {
+            reader: BufReader::with_capacity(64 * 1024, inner),
+            buf: Vec::new(),
+            limit,
+            discarding: None,
+        }
+    }
+
+    /// The last complete line.
+    pub(crate) fn line(&self) -> &[u8] {
+        self.buf.strip_suffix(b"\n").unwrap_or(&self.buf)
+    }
+
+    /// Reads the next line.
+    pub(crate) async fn next_line(&mut self) -> io::Result<LineRead> {
+        if self.discarding.is_none() && self.buf.last() == Some(&b'\n') {
+            self.buf.clear();
+        }
+        loop {
+            let available = self.reader.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(LineRead::Eof);
+            }
+            let newline = available.iter().position(|&b| b == b'\n');
+            let take = newline.map_or(available.len(), |i| i + 1);
+            match self.discarding.as_mut() {
+                Some(skipped) => *skipped += take,
+                None if self.buf.len() + take > self.limit + 1 => {
+                    self.discarding = Some(self.buf.len() + take);
+                    self.buf = Vec::new();
+                }
+                None => self.buf.extend_from_slice(&available[..take]),
+            }
+            self.reader.consume(take);
+            if newline.is_some() {
+                if let Some(skipped) = self.discarding.take() {
+                    return Ok(LineRead::Oversized(skipped.saturating_sub(1)));
+                }
+                self.buf.pop();
+                // keep a marker so the next call clears the buffer first
+                self.buf.push(b'\n');
+                return Ok(LineRead::Line);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn long_lines_are_skipped_and_short_ones_kept() {
+        let mut data = b"{\"a\":1}\n".to_vec();
+        data.extend(std::iter::repeat_n(b'x', 100));
+        data.extend(b"\nshort\n\ntail");
+        let mut reader = LineReader::new(&data[..], 16);
+        assert_eq!(reader.next_line().await.unwrap(), LineRead::Line);
+        assert_eq!(reader.line(), b"{\"a\":1}");
+        assert_eq!(reader.next_line().await.unwrap(), LineRead::Oversized(100));
+        assert_eq!(reader.next_line().await.unwrap(), LineRead::Line);
+        assert_eq!(reader.line(), b"short");
+        assert_eq!(reader.next_line().await.unwrap(), LineRead::Line);
+        assert_eq!(reader.line(), b"");
+        assert_eq!(reader.next_line().await.unwrap(), LineRead::Eof);
+    }
+}

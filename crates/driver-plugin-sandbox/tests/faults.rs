@@ -1,0 +1,246 @@
+//! Faults, with small misbehaving workers (tests/fixtures/script-worker.py): stray and
+//! oversized stdout lines, a worker killed during a call, initialize failures, timeouts.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use envrt_driver_plugin_sandbox::{SandboxDriver, SandboxError, SandboxOptions};
+use envrt_runtime_core::{DriverError, ExecuteRequest, RuntimeError};
+use serde_json::json;
+
+fn sandbox_error(err: &RuntimeError) -> &SandboxError {
+    match err {
+        RuntimeError::Driver(d) => SandboxError::of(d).unwrap_or_else(|| panic!("not a sandbox error: {d:?}")),
+        other => panic!("not a driver error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn garbage_and_oversized_stdout_lines_do_not_break_calls() {
+    let options = SandboxOptions {
+        max_line_bytes: 1024 * 1024,
+        ..SandboxOptions::default()
+    };
+    // every answer is preceded by junk and a 3 MiB line (over the 1 MiB limit)
+    let driver = start(script_manifest("garbage", &[("OVERSIZE_BYTES", "3145728")]), options).await;
+    let pid = driver.worker_pid().unwrap();
+    for _ in 0..3 {
+        let health = bounded("health", driver.health()).await.unwrap();
+        assert_eq!(health["status"], "ok");
+    }
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+    assert_eq!(lease.provider_lease_id.as_deref(), Some("lease-1"));
+    let result = bounded(
+        "execute",
+        runtime.execute(&lease.id, ExecuteRequest::new("echo", ["x"])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.stdout, b"ran echo");
+    assert_eq!(driver.worker_pid(), Some(pid), "the worker was not restarted");
+}
+
+#[tokio::test]
+async fn a_worker_killed_during_execute_fails_the_call_and_is_restarted() {
+    let driver = start(script_manifest("", &[]), SandboxOptions::default()).await;
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+    let old_pid = driver.worker_pid().unwrap();
+
+    let lease_id = lease.id.clone();
+    let runtime = std::sync::Arc::new(runtime);
+    let call_runtime = runtime.clone();
+    let call = tokio::spawn(async move {
+        call_runtime
+            .execute(&lease_id, ExecuteRequest::new("hang", [""; 0]))
+            .await
+    });
+    // let the request reach the worker
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let killed_at = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let err = bounded("the killed call", call).await.unwrap().unwrap_err();
+    let failed_after = killed_at.elapsed();
+    eprintln!("call failed {failed_after:?} after SIGKILL");
+    match sandbox_error(&err) {
+        SandboxError::WorkerExited { code, signal, .. } => {
+            assert_eq!((*code, signal.as_deref()), (None, Some("SIGKILL")));
+        }
+        other => panic!("expected the worker-exit error, got {other:?}"),
+    }
+    assert_eq!(err.to_string(), "Worker process exited (code=null, signal=SIGKILL)");
+    assert_eq!(sandbox_error(&err).code(), Some(-32000));
+    // the call did not wait for its 30 s timeout
+    assert!(failed_after < Duration::from_secs(5), "{failed_after:?}");
+
+    // the next call waits for the restart (1 s backoff) and succeeds on a new worker
+    let result = bounded(
+        "the next call",
+        runtime.execute(&lease.id, ExecuteRequest::new("echo", [""; 0])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.stdout, b"ran echo");
+    let new_pid = driver.worker_pid().unwrap();
+    assert_ne!(new_pid, old_pid);
+    assert!(!alive(old_pid));
+}
+
+#[tokio::test]
+async fn initialize_failures_are_reported_with_the_plugin_id() {
+    let err = SandboxDriver::start(script_manifest("init-fail", &[]), SandboxOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker initialize failed for \"fault.plugin\": setup exploded"
+    );
+    assert!(matches!(
+        SandboxError::of(&err),
+        Some(SandboxError::InitializeFailed { .. })
+    ));
+
+    let err = SandboxDriver::start(script_manifest("init-exit", &[]), SandboxOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker initialize failed for \"fault.plugin\": Worker process exited (code=3, signal=null)\n\nWorker stderr:\nfatal: no config"
+    );
+
+    let options = SandboxOptions {
+        initialize_timeout: Duration::from_millis(300),
+        ..SandboxOptions::default()
+    };
+    let err = SandboxDriver::start(script_manifest("init-silent", &[]), options)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker initialize failed for \"fault.plugin\": RPC call \"initialize\" timed out after 300ms"
+    );
+
+    let mut manifest = script_manifest("", &[]);
+    manifest.worker.command = vec!["/nonexistent/envrt-worker".into()];
+    let err = SandboxDriver::start(manifest, SandboxOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker initialize failed for \"fault.plugin\": cannot start worker command \"/nonexistent/envrt-worker\": No such file or directory (os error 2)"
+    );
+}
+
+#[tokio::test]
+async fn a_call_without_an_answer_times_out_with_the_exact_text() {
+    let options = SandboxOptions {
+        rpc_timeout: Duration::from_millis(300),
+        ..SandboxOptions::default()
+    };
+    let driver = start(script_manifest("", &[]), options).await;
+    let pid = driver.worker_pid();
+    let err: DriverError = bounded("hang", driver.call("test.hang", json!({}))).await.unwrap_err();
+    assert_eq!(err.to_string(), "RPC call \"test.hang\" timed out after 300ms");
+    assert_eq!(SandboxError::of(&err).and_then(SandboxError::code), Some(-32003));
+    // the worker is still the same and still answers
+    assert_eq!(driver.health().await.unwrap()["status"], "ok");
+    assert_eq!(driver.worker_pid(), pid);
+    // a worker error comes back with the worker's message and code
+    let err = driver.call("noSuchMethod", json!({})).await.unwrap_err();
+    assert_eq!(err.to_string(), "Unknown method: noSuchMethod");
+    assert_eq!(SandboxError::of(&err).and_then(SandboxError::code), Some(-32601));
+}
+
+#[tokio::test]
+async fn the_worker_environment_is_minimal() {
+    let manifest = script_manifest("", &[("SUPPORTED", "health,environmentExecute")]);
+    let driver = start(manifest, SandboxOptions::default()).await;
+    let methods = driver.supported_methods();
+    assert_eq!(
+        methods.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["environmentExecute", "health"]
+    );
+    use envrt_runtime_core::EnvironmentDriver as _;
+    assert!(driver.as_execute().is_some());
+    assert!(driver.as_duplex().is_none() && driver.as_sync().is_none() && driver.as_resume().is_none());
+    let pid = driver.worker_pid().unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let mut names: Vec<String> = environ
+        .split(|b| *b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(v).split('=').next().unwrap().to_owned())
+        .collect();
+    names.sort();
+    let mut expected = vec!["FAULT_MODE", "PATH", "SUPPORTED"];
+    if std::env::var_os("TZ").is_some() {
+        expected.push("TZ");
+        expected.sort();
+    }
+    assert_eq!(names, expected);
+}
+
+#[tokio::test]
+async fn a_worker_that_keeps_crashing_stays_down_after_the_limit() {
+    let options = SandboxOptions {
+        restart: envrt_driver_plugin_sandbox::RestartPolicy {
+            base: Duration::from_millis(10),
+            max_crashes: 3,
+            ..Default::default()
+        },
+        ..SandboxOptions::default()
+    };
+    let driver = start(script_manifest("die-on-health", &[]), options).await;
+    for attempt in 1..=3 {
+        let err = bounded("health", driver.health()).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Worker process exited (code=1, signal=null)",
+            "attempt {attempt}"
+        );
+    }
+    let err = bounded("health", driver.health()).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker for plugin \"fault.plugin\" is unavailable: it crashed 3 times in a row; not restarting"
+    );
+    assert_eq!(driver.worker_pid(), None);
+}
+
+#[tokio::test]
+async fn binary_execute_is_used_when_advertised() {
+    let manifest = script_manifest(
+        "",
+        &[(
+            "SUPPORTED",
+            "health,environmentAcquireLease,environmentReleaseLease,environmentExecuteBinary",
+        )],
+    );
+    let driver = start(manifest, SandboxOptions::default()).await;
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let sink_seen = seen.clone();
+    let bytes: Vec<u8> = (0..=255u8).rev().collect();
+    let request = ExecuteRequest {
+        stdin: Some(bytes.clone()),
+        sink: Some(std::sync::Arc::new(
+            move |_: envrt_runtime_core::OutputStream, chunk: &[u8]| sink_seen.lock().unwrap().extend_from_slice(chunk),
+        )),
+        ..ExecuteRequest::new("cat", [""; 0])
+    };
+    let result = bounded("execute", runtime.execute(&lease.id, request)).await.unwrap();
+    assert_eq!(result.stdout, bytes);
+    assert_eq!(result.stderr, [0xff]);
+    assert_eq!(*seen.lock().unwrap(), bytes);
+    // the classifier counts the binary verb as the execute verb
+    let caps = runtime.resolve_capabilities(&lease.id).await.unwrap().unwrap();
+    assert!(caps.independent_control_commands);
+    assert!(!caps.duplex_command_stream && !caps.native_sync_in);
+}
