@@ -22,3 +22,6 @@ pub use host::{
     DEFAULT_DRIVER_KEY, DuplexLimits, ParentDeathSignal, PluginManifest, RestartPolicy, RouteSlots, SandboxDriver,
     SandboxError, SandboxOptions,
 };
+
+/// The reference worker (bwrap), run by the `envrt-sandbox-worker` binary.
+pub mod worker;

@@ -1,0 +1,214 @@
+//! Lease directories under the worker's root, and the mapping from sandbox paths
+//! (`/workspace/...`) to host paths inside a lease directory, with symlinks resolved the
+//! way the sandbox sees them so that no link can lead a host-side copy out of the lease.
+
+use std::path::{Path, PathBuf};
+
+use envrt_runtime_core::DriverError;
+use envrt_runtime_core::sync::confine_to_workspace;
+
+use super::sandbox::WORKSPACE;
+
+/// Prefix of every provider lease id this worker mints.
+const LEASE_PREFIX: &str = "sbx-";
+
+/// The root directory holding one directory per lease.
+#[derive(Debug, Clone)]
+pub(crate) struct Leases {
+    pub(crate) root: PathBuf,
+}
+
+impl Leases {
+    /// Creates the root (mode 0700) when missing.
+    pub(crate) fn open(root: PathBuf) -> std::io::Result<Leases> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&root)?;
+        Ok(Leases { root })
+    }
+
+    /// Mints a lease id and creates its directory.
+    pub(crate) fn create(&self) -> Result<(String, PathBuf), DriverError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let id = format!("{LEASE_PREFIX}{}", uuid::Uuid::new_v4());
+        let dir = self.root.join(&id);
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&dir)
+            .map_err(|e| DriverError::io(format!("Creating lease directory {}", dir.display()), e))?;
+        Ok((id, dir))
+    }
+
+    /// The directory of a well-formed lease id, whether or not it exists.
+    pub(crate) fn path_of(&self, id: &str) -> Option<PathBuf> {
+        let uuid = id.strip_prefix(LEASE_PREFIX)?;
+        let parsed = uuid::Uuid::parse_str(uuid).ok()?;
+        (parsed.hyphenated().to_string() == uuid).then(|| self.root.join(id))
+    }
+
+    /// The directory of an existing lease, or the exact "does not exist" error.
+    pub(crate) fn existing(&self, id: &str) -> Result<PathBuf, DriverError> {
+        match self.path_of(id) {
+            Some(dir) if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) => Ok(dir),
+            _ => Err(DriverError::ResourceGone { id: id.to_owned() }),
+        }
+    }
+}
+
+/// A sandbox path resolved to a host path inside the lease directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    /// The normalized sandbox path after following links (`/workspace/...`).
+    pub(crate) sandbox: String,
+    /// The same place on the host.
+    pub(crate) host: PathBuf,
+}
+
+/// Resolves `path` (absolute under `/workspace`, or relative to it) to a host path inside
+/// `lease_dir`. Symlinks met on the way are read as the sandbox would (absolute targets
+/// are sandbox paths); one that leads out of `/workspace` is refused with
+/// `Path "{path}" is outside the lease workspace.` The last component is followed only
+/// when `follow_last` is set.
+pub(crate) fn resolve(lease_dir: &Path, path: &str, follow_last: bool) -> Result<Resolved, DriverError> {
+    let outside = || DriverError::PathOutsideWorkspace { path: path.to_owned() };
+    let normalized = confine_to_workspace(WORKSPACE, path)?;
+    let mut pending: Vec<String> = components_below_workspace(&normalized).into_iter().rev().collect();
+    let mut done: Vec<String> = Vec::new();
+    let mut hops = 0;
+    while let Some(part) = pending.pop() {
+        let host = join(lease_dir, &done).join(&part);
+        let last = pending.is_empty();
+        let is_link = std::fs::symlink_metadata(&host).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link || (last && !follow_last) {
+            done.push(part);
+            continue;
+        }
+        hops += 1;
+        if hops > 40 {
+            return Err(outside());
+        }
+        let target = std::fs::read_link(&host).map_err(|e| DriverError::io(format!("Reading link {path}"), e))?;
+        let target = target.to_str().ok_or_else(outside)?;
+        let base = if target.starts_with('/') {
+            String::new()
+        } else {
+            sandbox_path(&done)
+        };
+        let resolved = lexical_resolve(&format!("{base}/{target}"));
+        let below = resolved
+            .strip_prefix(WORKSPACE)
+            .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+            .ok_or_else(outside)?;
+        done.clear();
+        for part in below.split('/').filter(|p| !p.is_empty()).rev() {
+            pending.push(part.to_owned());
+        }
+    }
+    Ok(Resolved {
+        sandbox: sandbox_path(&done),
+        host: join(lease_dir, &done),
+    })
+}
+
+fn components_below_workspace(normalized: &str) -> Vec<String> {
+    normalized
+        .strip_prefix(WORKSPACE)
+        .unwrap_or("")
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn sandbox_path(parts: &[String]) -> String {
+    let mut s = WORKSPACE.to_owned();
+    for p in parts {
+        s.push('/');
+        s.push_str(p);
+    }
+    s
+}
+
+fn join(base: &Path, parts: &[String]) -> PathBuf {
+    let mut p = base.to_path_buf();
+    for part in parts {
+        p.push(part);
+    }
+    p
+}
+
+/// Resolves `.` and `..` lexically in an absolute path (`..` at `/` stays at `/`).
+pub(crate) fn lexical_resolve(path: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            p => out.push(p),
+        }
+    }
+    format!("/{}", out.join("/"))
+}
+
+/// Whether a link found at `entry` (a `/`-separated path relative to a copied tree's root)
+/// pointing at `target` stays inside that tree when read from its own directory.
+pub(crate) fn link_stays_inside(entry: &str, target: &Path) -> bool {
+    let Some(target) = target.to_str() else { return false };
+    if target.starts_with('/') || target.is_empty() {
+        return false;
+    }
+    let mut depth: Vec<&str> = entry.split('/').filter(|p| !p.is_empty()).collect();
+    depth.pop();
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if depth.pop().is_none() {
+                    return false;
+                }
+            }
+            p => depth.push(p),
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn links_are_read_in_sandbox_terms() {
+        let dir = tempfile::tempdir().unwrap();
+        let lease = dir.path();
+        std::fs::create_dir_all(lease.join("a/b")).unwrap();
+        symlink("/workspace/a", lease.join("abs-in")).unwrap();
+        symlink("a/b", lease.join("rel-in")).unwrap();
+        symlink("/etc", lease.join("abs-out")).unwrap();
+        symlink("../..", lease.join("a/up-out")).unwrap();
+        let r = resolve(lease, "/workspace/abs-in/b/f", false).unwrap();
+        assert_eq!(r.sandbox, "/workspace/a/b/f");
+        assert_eq!(r.host, lease.join("a/b/f"));
+        assert_eq!(resolve(lease, "rel-in", true).unwrap().host, lease.join("a/b"));
+        assert_eq!(resolve(lease, "rel-in", false).unwrap().host, lease.join("rel-in"));
+        for bad in ["/workspace/abs-out/passwd", "a/up-out/x", "../x", "/etc"] {
+            assert_eq!(
+                resolve(lease, bad, true).unwrap_err().to_string(),
+                format!("Path \"{bad}\" is outside the lease workspace.")
+            );
+        }
+        // The link itself (not followed) is inside: it may be replaced or copied as a link.
+        assert_eq!(resolve(lease, "abs-out", false).unwrap().host, lease.join("abs-out"));
+    }
+
+    #[test]
+    fn link_escape_rule() {
+        assert!(link_stays_inside("a/l", Path::new("b")));
+        assert!(link_stays_inside("a/l", Path::new("../c")));
+        assert!(!link_stays_inside("a/l", Path::new("../../c")));
+        assert!(!link_stays_inside("l", Path::new("/etc/passwd")));
+        assert!(!link_stays_inside("l", Path::new("..")));
+    }
+}

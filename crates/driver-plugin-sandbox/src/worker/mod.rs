@@ -1,0 +1,498 @@
+//! The reference plugin worker (`envrt-sandbox-worker`): every environment verb of
+//! `plugin-protocol.md`, duplex channels, file sync and both protocol extensions
+//! (`duplexChannelCloseInput`, `environmentExecuteBinary`), with every command run inside
+//! a `bwrap` sandbox.
+//!
+//! # Usage
+//!
+//! ```text
+//! envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N]
+//! ```
+//!
+//! - `--root DIR` (or `ENVRT_SANDBOX_ROOT`): where lease directories live, one per lease
+//!   (`sbx-<uuid>`); default `$TMPDIR/envrt-sandbox-leases`. Leases survive a worker
+//!   restart (resume finds them by id).
+//! - `--bwrap PATH` (or `ENVRT_BWRAP`): the `bwrap` binary; default: `bwrap` on `PATH`.
+//! - `--kill-grace-ms N`: time between SIGTERM and SIGKILL when a timeout, a stop or a
+//!   close ends a sandbox (default 1000).
+//! - `--max-output-bytes N`: per-stream capture cap of execute (default 16 MiB; a request
+//!   may lower or raise it with the extension param `maxOutputBytes`).
+//!
+//! At start the worker checks that `bwrap` exists and can build a sandbox; if not it
+//! prints why on stderr (naming `apt-get install bubblewrap` when it is missing) and exits
+//! with status 2 before reading any request.
+//!
+//! # Protocol
+//!
+//! Newline-delimited JSON-RPC 2.0 on stdin/stdout; stderr carries logs only. Requests are
+//! served concurrently (replies may come out of order), except that duplex writes and
+//! half-closes are queued in arrival order. Notifications sent while a request runs carry
+//! its `paperclipInvocation.id` as `paperclipInvocationId`, as the SDK does. The worker
+//! exits when stdin closes (the host is gone) or after answering `shutdown`, and kills
+//! every sandbox first; each `bwrap` also runs with `--die-with-parent`.
+//!
+//! # Leases
+//!
+//! Acquire creates the lease directory, seen as `/workspace` inside the sandbox. Release
+//! stops the lease's running work and keeps its files (`state: "stopped"`, resumable);
+//! destroy also deletes them (`state: "destroyed"`). Both are idempotent; an unknown or
+//! malformed id gives `null`. Resume of a lease whose directory is gone answers
+//! `providerLeaseId: null`.
+
+mod duplex;
+mod exec;
+mod lease;
+mod rpc;
+mod sandbox;
+mod sync;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use envrt_runtime_core::DriverError;
+use envrt_runtime_core::execute::DEFAULT_OUTPUT_LIMIT;
+use envrt_runtime_core::sync::confine_to_workspace;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use duplex::Channels;
+use exec::Encoding;
+use lease::Leases;
+use rpc::{Incoming, Line, Outbound, RpcError, code};
+use sandbox::{Sandbox, WORKSPACE};
+
+/// Largest request line accepted (a longer one is dropped and answered with an error).
+const MAX_LINE: usize = 64 * 1024 * 1024;
+
+/// Every method the worker implements, as advertised in `supportedMethods`.
+const SUPPORTED_METHODS: &[&str] = &[
+    "health",
+    "shutdown",
+    "environmentValidateConfig",
+    "environmentProbe",
+    "environmentAcquireLease",
+    "environmentResumeLease",
+    "environmentReleaseLease",
+    "environmentDestroyLease",
+    "environmentRealizeWorkspace",
+    "environmentExecute",
+    "environmentExecuteBinary",
+    "environmentSyncIn",
+    "environmentSyncOut",
+    "duplexChannelOpen",
+    "duplexChannelWrite",
+    "duplexChannelStop",
+    "duplexChannelClose",
+    "duplexChannelCloseInput",
+];
+
+/// Methods an SDK worker knows but this worker does not implement: answered `-32004`
+/// `"{method} is not implemented by this plugin"`, as an SDK worker without the hook does.
+const KNOWN_NOT_IMPLEMENTED: &[&str] = &[
+    "validateConfig",
+    "environmentRunnerIngressEndpoint",
+    "environmentStartInteractiveSetup",
+    "environmentGetInteractiveSetup",
+    "environmentCaptureTemplate",
+    "environmentCancelInteractiveSetup",
+    "environmentDeleteTemplate",
+    "loginPtyOpen",
+    "loginPtyInput",
+    "loginPtyStop",
+    "loginPtyClose",
+];
+
+const USAGE: &str =
+    "usage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N]";
+
+#[derive(Debug)]
+struct Config {
+    root: PathBuf,
+    bwrap: Option<PathBuf>,
+    grace: Duration,
+    max_output: usize,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
+    let mut config = Config {
+        root: std::env::var_os("ENVRT_SANDBOX_ROOT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("envrt-sandbox-leases")),
+        bwrap: std::env::var_os("ENVRT_BWRAP").map(PathBuf::from),
+        grace: Duration::from_millis(1000),
+        max_output: DEFAULT_OUTPUT_LIMIT,
+    };
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
+        match flag.as_str() {
+            "--root" => config.root = PathBuf::from(value()?),
+            "--bwrap" => config.bwrap = Some(PathBuf::from(value()?)),
+            "--kill-grace-ms" => {
+                let v = value()?;
+                config.grace =
+                    Duration::from_millis(v.parse().map_err(|_| format!("--kill-grace-ms: bad number {v:?}"))?);
+            }
+            "--max-output-bytes" => {
+                let v = value()?;
+                config.max_output = v.parse().map_err(|_| format!("--max-output-bytes: bad number {v:?}"))?;
+            }
+            "--help" | "-h" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(config)
+}
+
+/// Runs the worker until stdin closes or `shutdown`; the exit code of the process.
+pub fn main() -> ExitCode {
+    let config = match parse_args(std::env::args().skip(1)) {
+        Ok(c) => c,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    let sandbox = match Sandbox::detect(config.bwrap.clone(), config.grace) {
+        Ok(s) => s,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    let leases = match Leases::open(config.root.clone()) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "envrt-sandbox-worker: cannot create the lease root {}: {e}",
+                config.root.display()
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("envrt-sandbox-worker: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let sandbox = Arc::new(sandbox);
+    runtime.block_on(serve(Arc::clone(&sandbox), leases, config.max_output));
+    sandbox.kill_all();
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    ExitCode::SUCCESS
+}
+
+struct Worker {
+    sandbox: Arc<Sandbox>,
+    leases: Leases,
+    channels: Arc<Channels>,
+    initialized: AtomicBool,
+    max_output: usize,
+    out: Outbound,
+}
+
+async fn serve(sandbox: Arc<Sandbox>, leases: Leases, max_output: usize) {
+    eprintln!(
+        "envrt-sandbox-worker: ready ({}, leases under {})",
+        sandbox.version,
+        leases.root.display()
+    );
+    let (out, writer) = Outbound::start();
+    let worker = Arc::new(Worker {
+        sandbox,
+        leases,
+        channels: Arc::default(),
+        initialized: AtomicBool::new(false),
+        max_output,
+        out: out.clone(),
+    });
+    let mut stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+    loop {
+        let line = match rpc::read_line(&mut stdin, MAX_LINE).await {
+            Ok(Line::Eof) | Err(_) => break,
+            Ok(Line::Rejected(message)) => {
+                let code = if message.starts_with("Parse") {
+                    code::PARSE_ERROR
+                } else {
+                    code::INVALID_REQUEST
+                };
+                out.respond(Value::Null, Err(RpcError { code, message })).await;
+                continue;
+            }
+            Ok(Line::Text(text)) => text,
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        match rpc::classify(&line) {
+            Incoming::Ignored => {}
+            Incoming::Invalid(error) => out.respond(Value::Null, Err(error)).await,
+            Incoming::Request {
+                id,
+                method,
+                params,
+                invocation,
+            } => {
+                if method == "shutdown" {
+                    out.respond(id, Ok(Value::Null)).await;
+                    break;
+                }
+                dispatch(&worker, id, method, params, invocation).await;
+            }
+        }
+    }
+    // Stop every sandbox before the queue closes, then let the writer flush what is queued.
+    worker.sandbox.kill_all();
+    drop(worker);
+    drop(out);
+    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+}
+
+fn parse<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError> {
+    let params = if params.is_null() { json!({}) } else { params };
+    serde_json::from_value(params).map_err(|e| RpcError::invalid_params(format!("Invalid params for {method}: {e}")))
+}
+
+/// Answers one request. Ordered verbs (duplex write, half-close) are queued here, before
+/// the next line is read; everything else runs on its own task.
+async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value, invocation: Option<String>) {
+    let queued = match method.as_str() {
+        "duplexChannelWrite" => Some(parse(&method, params.clone()).and_then(|p| worker.channels.write(p))),
+        "duplexChannelCloseInput" => Some(parse(&method, params.clone()).and_then(|p| worker.channels.close_input(p))),
+        "initialize" => {
+            let result = if worker.initialized.swap(true, Ordering::SeqCst) {
+                Err(RpcError::worker("Worker already initialized"))
+            } else {
+                Ok(json!({"ok": true, "supportedMethods": SUPPORTED_METHODS}))
+            };
+            worker.out.respond(id, result).await;
+            return;
+        }
+        _ => None,
+    };
+    let worker = Arc::clone(worker);
+    match queued {
+        Some(Ok(pending)) => {
+            tokio::spawn(async move {
+                let result = pending
+                    .await
+                    .unwrap_or_else(|_| Err(RpcError::worker(DriverError::ChannelClosed.to_string())));
+                worker.out.respond(id, result.map(|()| Value::Null)).await;
+            });
+        }
+        Some(Err(error)) => worker.out.respond(id, Err(error)).await,
+        None => {
+            tokio::spawn(async move {
+                let result = handle(&worker, &method, params, invocation.as_deref()).await;
+                worker.out.respond(id, result).await;
+            });
+        }
+    }
+}
+
+fn lease_dir(worker: &Worker, lease: &exec::LeaseRef) -> Result<PathBuf, RpcError> {
+    Ok(worker.leases.existing(lease.id()?)?)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeaseIdParams {
+    provider_lease_id: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RealizeParams {
+    lease: exec::LeaseRef,
+    #[serde(default)]
+    workspace: RealizeWorkspace,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RealizeWorkspace {
+    remote_path: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ValidateParams {
+    #[serde(default)]
+    config: Value,
+}
+
+fn lease_metadata() -> Value {
+    json!({"remoteCwd": WORKSPACE, "sandbox": "bwrap"})
+}
+
+async fn handle(worker: &Worker, method: &str, params: Value, invocation: Option<&str>) -> Result<Value, RpcError> {
+    match method {
+        "health" => Ok(json!({
+            "status": "ok",
+            "details": {
+                "leasesRoot": worker.leases.root.display().to_string(),
+                "bwrap": worker.sandbox.version,
+                "openChannels": worker.channels.count(),
+                "runningSandboxes": worker.sandbox.live_count(),
+            }
+        })),
+        "environmentValidateConfig" => {
+            let p: ValidateParams = parse(method, params)?;
+            match p.config {
+                Value::Object(_) | Value::Null => {
+                    Ok(json!({"ok": true, "normalizedConfig": p.config.as_object().cloned().unwrap_or_default()}))
+                }
+                _ => Ok(json!({"ok": false, "errors": ["config must be a JSON object"]})),
+            }
+        }
+        "environmentProbe" => Ok(json!({
+            "ok": true,
+            "summary": format!("bubblewrap sandbox ready ({}, leases under {})", worker.sandbox.version, worker.leases.root.display()),
+            "metadata": {"root": worker.leases.root.display().to_string(), "bwrap": worker.sandbox.version},
+        })),
+        "environmentAcquireLease" => {
+            let (id, _) = worker.leases.create()?;
+            Ok(json!({"providerLeaseId": id, "metadata": lease_metadata()}))
+        }
+        "environmentResumeLease" => {
+            let p: LeaseIdParams = parse(method, params)?;
+            match p.provider_lease_id.as_deref().map(|id| worker.leases.existing(id)) {
+                Some(Ok(_)) => Ok(json!({"providerLeaseId": p.provider_lease_id, "metadata": lease_metadata()})),
+                _ => Ok(json!({"providerLeaseId": null, "metadata": {"gone": true}})),
+            }
+        }
+        "environmentReleaseLease" | "environmentDestroyLease" => {
+            let p: LeaseIdParams = parse(method, params)?;
+            let Some(id) = p.provider_lease_id else {
+                return Ok(Value::Null);
+            };
+            let Some(dir) = worker.leases.path_of(&id) else {
+                return Ok(Value::Null);
+            };
+            // Every sandbox over the lease directory is killed: its calls end (killed) and
+            // its channels send their exit frames. Destroy also removes the directory.
+            worker.sandbox.kill_lease(&dir);
+            if method == "environmentDestroyLease" {
+                match std::fs::remove_dir_all(&dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(DriverError::io(format!("Removing lease directory {}", dir.display()), e).into());
+                    }
+                }
+                Ok(json!({"providerLeaseId": id, "state": "destroyed"}))
+            } else {
+                Ok(json!({"providerLeaseId": id, "state": "stopped"}))
+            }
+        }
+        "environmentRealizeWorkspace" => {
+            let p: RealizeParams = parse(method, params)?;
+            let dir = lease_dir(worker, &p.lease)?;
+            let wanted = p.workspace.remote_path.as_deref().unwrap_or(WORKSPACE);
+            confine_to_workspace(WORKSPACE, wanted)?;
+            let resolved = lease::resolve(&dir, wanted, true)?;
+            std::fs::create_dir_all(&resolved.host)
+                .map_err(|e| DriverError::io(format!("Creating workspace {wanted}"), e))?;
+            Ok(json!({"cwd": resolved.sandbox, "metadata": {"remoteCwd": resolved.sandbox}}))
+        }
+        "environmentExecute" | "environmentExecuteBinary" => {
+            let p: exec::ExecuteParams = parse(method, params)?;
+            let dir = lease_dir(worker, &p.lease)?;
+            let encoding = if method == "environmentExecute" {
+                Encoding::Text
+            } else {
+                Encoding::Base64
+            };
+            exec::execute(
+                &worker.sandbox,
+                &dir,
+                p,
+                encoding,
+                worker.max_output,
+                &worker.out,
+                invocation,
+            )
+            .await
+        }
+        "environmentSyncIn" | "environmentSyncOut" => {
+            let p: sync::SyncParams = parse(method, params)?;
+            let dir = lease_dir(worker, &p.lease)?;
+            let direction = if method == "environmentSyncIn" {
+                sync::Direction::In
+            } else {
+                sync::Direction::Out
+            };
+            Ok(sync::sync(&worker.sandbox, &dir, p, direction).await?)
+        }
+        "duplexChannelOpen" => {
+            let p: duplex::OpenParams = parse(method, params)?;
+            let dir = worker.leases.existing(&p.provider_lease_id)?;
+            worker.channels.open(
+                Arc::clone(&worker.sandbox),
+                dir,
+                p,
+                worker.out.clone(),
+                invocation.map(str::to_owned),
+            )
+        }
+        "duplexChannelStop" => worker.channels.stop(parse(method, params)?),
+        "duplexChannelClose" => Ok(worker.channels.close(parse(method, params)?)),
+        other if KNOWN_NOT_IMPLEMENTED.contains(&other) => Err(RpcError {
+            code: code::METHOD_NOT_IMPLEMENTED,
+            message: format!("{other} is not implemented by this plugin"),
+        }),
+        other => Err(RpcError {
+            code: code::METHOD_NOT_FOUND,
+            message: format!("Unknown method: {other}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags() {
+        let c = parse_args(
+            [
+                "--root",
+                "/r",
+                "--bwrap",
+                "/b",
+                "--kill-grace-ms",
+                "5",
+                "--max-output-bytes",
+                "7",
+            ]
+            .into_iter()
+            .map(String::from),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.root, c.bwrap, c.grace, c.max_output),
+            (
+                PathBuf::from("/r"),
+                Some(PathBuf::from("/b")),
+                Duration::from_millis(5),
+                7
+            )
+        );
+        assert_eq!(
+            parse_args(["--nope".to_string()].into_iter()).unwrap_err(),
+            format!("unknown argument \"--nope\"\n{USAGE}")
+        );
+        assert_eq!(
+            parse_args(["--root".to_string()].into_iter()).unwrap_err(),
+            format!("--root needs a value\n{USAGE}")
+        );
+    }
+}

@@ -1,0 +1,450 @@
+//! `environmentSyncIn` / `environmentSyncOut` (contract section 6). The worker itself is not
+//! sandboxed: it copies between host paths given by the host and the lease directory.
+//! Sandbox-side paths are confined to `/workspace` with links read in sandbox terms; each
+//! entry is built in a hidden sibling and renamed into place, so a failure leaves no
+//! half-written target; links copied as links must stay inside the copied tree.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use envrt_runtime_core::DriverError;
+use envrt_runtime_core::sync::{
+    ExcludeSet, SyncFile, SyncKind, SyncOperation, check_post_upload_cwd, confine_to_workspace, normalize_absolute,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::exec::{LeaseRef, check_cwd, run};
+use super::lease::{link_stays_inside, resolve};
+use super::sandbox::{Sandbox, WORKSPACE};
+
+/// Timeout of a post-upload command that does not set its own.
+const POST_UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SyncParams {
+    pub(crate) lease: LeaseRef,
+    operations: Vec<SyncOperation>,
+}
+
+/// Which way files move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// Host → lease.
+    In,
+    /// Lease → host.
+    Out,
+}
+
+/// Applies every operation in order; the first failure stops the call.
+pub(crate) async fn sync(
+    sandbox: &Sandbox,
+    lease_dir: &Path,
+    params: SyncParams,
+    direction: Direction,
+) -> Result<Value, DriverError> {
+    let mut results = Vec::new();
+    for op in params.operations {
+        let excludes = op
+            .files
+            .iter()
+            .map(|f| ExcludeSet::new(&f.exclude))
+            .collect::<Result<Vec<_>, _>>()?;
+        if direction == Direction::Out && !op.post_upload_commands.is_empty() {
+            return Err(DriverError::invalid(
+                "postUploadCommands are only run by environmentSyncIn",
+            ));
+        }
+        let environment_paths = op
+            .files
+            .iter()
+            .map(|f| {
+                let p = match direction {
+                    Direction::In => &f.target_path,
+                    Direction::Out => &f.source_path,
+                };
+                confine_to_workspace(WORKSPACE, p)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for command in &op.post_upload_commands {
+            if let Some(cwd) = &command.cwd {
+                check_post_upload_cwd(cwd, &environment_paths)?;
+            }
+        }
+        for file in &op.files {
+            let host = match direction {
+                Direction::In => &file.source_path,
+                Direction::Out => &file.target_path,
+            };
+            if normalize_absolute(host).is_none() {
+                return Err(DriverError::invalid(format!(
+                    "host path \"{host}\" must be absolute and free of \"..\""
+                )));
+            }
+        }
+        let mut counts = Counts::default();
+        for (file, excludes) in op.files.iter().zip(&excludes) {
+            let lease_dir = lease_dir.to_path_buf();
+            let file = file.clone();
+            let excludes = excludes.clone();
+            let done = tokio::task::spawn_blocking(move || match direction {
+                Direction::In => copy_in(&lease_dir, &file, excludes),
+                Direction::Out => copy_out(&lease_dir, &file, excludes),
+            })
+            .await
+            .map_err(|e| DriverError::other(format!("sync task failed: {e}")))??;
+            counts.files += done.files;
+            counts.bytes += done.bytes;
+        }
+        for command in &op.post_upload_commands {
+            let cwd = check_cwd(lease_dir, command.cwd.as_deref())?;
+            let argv = vec!["/bin/sh".to_owned(), "-c".to_owned(), command.command.clone()];
+            let timeout = command
+                .timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or(POST_UPLOAD_TIMEOUT);
+            let outcome = run(
+                sandbox,
+                lease_dir,
+                &cwd,
+                &[],
+                &argv,
+                None,
+                Some(timeout),
+                64 * 1024,
+                None,
+            )
+            .await?;
+            let failure = if outcome.timed_out {
+                Some("a timeout".to_owned())
+            } else if let Some(sig) = &outcome.signal {
+                Some(format!("signal {sig}"))
+            } else {
+                match outcome.exit_code {
+                    Some(0) => None,
+                    Some(code) => Some(format!("exit code {code}")),
+                    None => Some("no exit code".to_owned()),
+                }
+            };
+            if let Some(outcome) = failure {
+                return Err(DriverError::PostUploadFailed {
+                    command: command.command.clone(),
+                    outcome,
+                });
+            }
+        }
+        results.push(json!({
+            "operationId": op.operation_id,
+            "filesTransferred": counts.files,
+            "bytesTransferred": counts.bytes,
+        }));
+    }
+    Ok(json!({ "operations": results }))
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    files: u64,
+    bytes: u64,
+}
+
+/// Where a copied tree's links are read: on the host as they are, or in sandbox terms.
+enum Source<'a> {
+    Host,
+    Lease(&'a Path),
+}
+
+struct Copier<'a> {
+    source: Source<'a>,
+    follow: bool,
+    excludes: ExcludeSet,
+    target_display: String,
+    ancestors: Vec<(u64, u64)>,
+    counts: Counts,
+}
+
+fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Counts, DriverError> {
+    let target = resolve(lease_dir, &file.target_path, false)?;
+    let mut copier = Copier {
+        source: Source::Host,
+        follow: file.follows_symlinks(),
+        excludes,
+        target_display: file.target_path.clone(),
+        ancestors: Vec::new(),
+        counts: Counts::default(),
+    };
+    let source = PathBuf::from(&file.source_path);
+    check_kind(&source, file)?;
+    if target.sandbox == WORKSPACE {
+        if file.kind == SyncKind::File {
+            return Err(DriverError::invalid("a file cannot replace the workspace root"));
+        }
+        return copier.merge_into_root(&source, lease_dir, None);
+    }
+    copier.place(&source, None, &target.host, file.mode)?;
+    Ok(copier.counts)
+}
+
+fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Counts, DriverError> {
+    let source = resolve(lease_dir, &file.source_path, file.follows_symlinks())?;
+    check_kind(&source.host, file)?;
+    let mut copier = Copier {
+        source: Source::Lease(lease_dir),
+        follow: file.follows_symlinks(),
+        excludes,
+        target_display: file.target_path.clone(),
+        ancestors: Vec::new(),
+        counts: Counts::default(),
+    };
+    copier.place(
+        &source.host,
+        Some(source.sandbox),
+        Path::new(&file.target_path),
+        file.mode,
+    )?;
+    Ok(copier.counts)
+}
+
+fn check_kind(source: &Path, file: &SyncFile) -> Result<(), DriverError> {
+    let meta = if file.follows_symlinks() {
+        fs::metadata(source)
+    } else {
+        fs::symlink_metadata(source)
+    };
+    let meta = meta.map_err(|_| DriverError::SourceMissing {
+        path: file.source_path.clone(),
+    })?;
+    let ok = match file.kind {
+        SyncKind::File => meta.is_file() || meta.file_type().is_symlink(),
+        SyncKind::Directory => meta.is_dir(),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(DriverError::SourceKind {
+            path: file.source_path.clone(),
+            expected: match file.kind {
+                SyncKind::File => "file",
+                SyncKind::Directory => "directory",
+            },
+        })
+    }
+}
+
+fn io(context: &str, path: &Path, e: std::io::Error) -> DriverError {
+    DriverError::io(format!("{context} {}", path.display()), e)
+}
+
+fn staging_name(dir: &Path) -> PathBuf {
+    dir.join(format!(".envrt-sync-{}", uuid::Uuid::new_v4()))
+}
+
+fn remove_any(path: &Path) {
+    // Best effort clean-up of our own staging or trash entry.
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => {
+            let _ = fs::remove_dir_all(path);
+        }
+        Ok(_) => {
+            let _ = fs::remove_file(path);
+        }
+        Err(_) => {}
+    }
+}
+
+/// Renames `staged` onto `target`, replacing whatever is there.
+fn replace(staged: &Path, target: &Path) -> Result<(), DriverError> {
+    let existing = fs::symlink_metadata(target).ok();
+    let staged_is_dir = fs::symlink_metadata(staged).is_ok_and(|m| m.is_dir());
+    let trash = match existing {
+        Some(m) if m.is_dir() || staged_is_dir => {
+            let trash = staging_name(target.parent().unwrap_or(Path::new("/")));
+            fs::rename(target, &trash).map_err(|e| io("Moving aside", target, e))?;
+            Some(trash)
+        }
+        _ => None,
+    };
+    if let Err(e) = fs::rename(staged, target) {
+        if let Some(trash) = &trash {
+            // Put the previous target back: the failure must not lose it.
+            let _ = fs::rename(trash, target);
+        }
+        return Err(io("Renaming into", target, e));
+    }
+    if let Some(trash) = trash {
+        remove_any(&trash);
+    }
+    Ok(())
+}
+
+impl Copier<'_> {
+    /// Builds `source` in a staging sibling of `target`, then renames it into place.
+    fn place(
+        &mut self,
+        source: &Path,
+        sandbox_path: Option<String>,
+        target: &Path,
+        mode: Option<u32>,
+    ) -> Result<(), DriverError> {
+        let parent = target.parent().unwrap_or(Path::new("/"));
+        fs::create_dir_all(parent).map_err(|e| io("Creating", parent, e))?;
+        let staged = staging_name(parent);
+        let name = source
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let built = self.copy_entry(source, sandbox_path, &staged, "", &name, mode);
+        let placed = built.and_then(|()| replace(&staged, target));
+        if placed.is_err() {
+            remove_any(&staged);
+        }
+        placed
+    }
+
+    /// A directory into the workspace root itself: every top-level entry is built aside
+    /// and renamed into place one by one.
+    fn merge_into_root(
+        &mut self,
+        source: &Path,
+        root: &Path,
+        sandbox_path: Option<String>,
+    ) -> Result<Counts, DriverError> {
+        let staged = staging_name(root);
+        let built = self.copy_entry(source, sandbox_path, &staged, "", "", None);
+        let placed = built.and_then(|()| {
+            let entries = fs::read_dir(&staged).map_err(|e| io("Reading", &staged, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| io("Reading", &staged, e))?;
+                replace(&entry.path(), &root.join(entry.file_name()))?;
+            }
+            Ok(())
+        });
+        remove_any(&staged);
+        placed.map(|()| self.counts)
+    }
+
+    fn copy_entry(
+        &mut self,
+        source: &Path,
+        sandbox_path: Option<String>,
+        dest: &Path,
+        rel: &str,
+        name: &str,
+        mode: Option<u32>,
+    ) -> Result<(), DriverError> {
+        let lmeta = fs::symlink_metadata(source).map_err(|e| io("Reading", source, e))?;
+        let (real, sandbox_path, meta) = if lmeta.file_type().is_symlink() {
+            if !self.follow {
+                let target = fs::read_link(source).map_err(|e| io("Reading link", source, e))?;
+                let entry = if rel.is_empty() { name } else { rel };
+                if !link_stays_inside(entry, &target) {
+                    return Err(DriverError::EntryEscapesTarget {
+                        entry: entry.to_owned(),
+                        target: self.target_display.clone(),
+                    });
+                }
+                return symlink(&target, dest).map_err(|e| io("Creating link", dest, e));
+            }
+            match (&self.source, &sandbox_path) {
+                (Source::Lease(lease_dir), Some(path)) => {
+                    let resolved = resolve(lease_dir, path, true)?;
+                    let meta = fs::symlink_metadata(&resolved.host)
+                        .map_err(|_| DriverError::SourceMissing { path: path.clone() })?;
+                    (resolved.host, Some(resolved.sandbox), meta)
+                }
+                _ => {
+                    let missing = || DriverError::SourceMissing {
+                        path: source.display().to_string(),
+                    };
+                    let real = fs::canonicalize(source).map_err(|_| missing())?;
+                    let meta = fs::metadata(&real).map_err(|_| missing())?;
+                    (real, None, meta)
+                }
+            }
+        } else {
+            (source.to_path_buf(), sandbox_path, lmeta)
+        };
+        if meta.is_dir() {
+            let key = (meta.dev(), meta.ino());
+            if self.ancestors.contains(&key) {
+                return Err(DriverError::invalid(format!(
+                    "sync source {} loops back on itself through a symlink",
+                    source.display()
+                )));
+            }
+            fs::create_dir(dest).map_err(|e| io("Creating", dest, e))?;
+            fs::set_permissions(dest, fs::Permissions::from_mode(0o700)).map_err(|e| io("Setting mode of", dest, e))?;
+            self.ancestors.push(key);
+            let mut names: Vec<_> = fs::read_dir(&real)
+                .map_err(|e| io("Reading", &real, e))?
+                .map(|e| e.map(|e| e.file_name()))
+                .collect::<Result<_, _>>()
+                .map_err(|e| io("Reading", &real, e))?;
+            names.sort();
+            for child in names {
+                let child_name = child.to_string_lossy().into_owned();
+                let child_rel = if rel.is_empty() {
+                    child_name.clone()
+                } else {
+                    format!("{rel}/{child_name}")
+                };
+                if self.excludes.is_excluded(&child_rel) {
+                    continue;
+                }
+                let child_sandbox = sandbox_path.as_ref().map(|p| format!("{p}/{child_name}"));
+                self.copy_entry(
+                    &real.join(&child),
+                    child_sandbox,
+                    &dest.join(&child),
+                    &child_rel,
+                    &child_name,
+                    None,
+                )?;
+            }
+            self.ancestors.pop();
+            let final_mode = mode.unwrap_or(meta.mode() & 0o7777);
+            fs::set_permissions(dest, fs::Permissions::from_mode(final_mode))
+                .map_err(|e| io("Setting mode of", dest, e))
+        } else if meta.is_file() {
+            let bytes = copy_file(&real, dest, mode.unwrap_or(meta.mode() & 0o7777))?;
+            self.counts.files += 1;
+            self.counts.bytes += bytes;
+            Ok(())
+        } else {
+            // FIFOs, sockets and devices are not copied (reading a FIFO could block forever).
+            Ok(())
+        }
+    }
+}
+
+/// Copies one regular file; the copy is created 0600 and gets its final mode before it is
+/// renamed anywhere visible.
+fn copy_file(source: &Path, dest: &Path, mode: u32) -> Result<u64, DriverError> {
+    let flags = (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits();
+    let mut input = OpenOptions::new()
+        .read(true)
+        .custom_flags(flags as i32)
+        .open(source)
+        .map_err(|e| io("Opening", source, e))?;
+    let meta = input.metadata().map_err(|e| io("Reading", source, e))?;
+    if !meta.is_file() {
+        return Err(DriverError::invalid(format!(
+            "{} is not a regular file",
+            source.display()
+        )));
+    }
+    let mut output: File = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dest)
+        .map_err(|e| io("Creating", dest, e))?;
+    let bytes = std::io::copy(&mut input, &mut output).map_err(|e| io("Copying to", dest, e))?;
+    output
+        .set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(|e| io("Setting mode of", dest, e))?;
+    Ok(bytes)
+}

@@ -1,0 +1,268 @@
+//! `environmentExecute` and `environmentExecuteBinary` against the real worker and bwrap.
+
+mod common;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use common::*;
+use serde_json::{Value, json};
+
+fn logs(w: &Worker, invocation: &str, stream: &str) -> String {
+    w.notes
+        .iter()
+        .filter(|n| {
+            n["method"] == "execute.log" && n["paperclipInvocationId"] == invocation && n["params"]["stream"] == stream
+        })
+        .map(|n| n["params"]["chunk"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn round_trip_streams_chunks_tagged_with_the_invocation() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let id = w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "/bin/sh", "args": ["-c", "echo out1; echo err1 1>&2; printf 'out2 \\303\\251'; cat"],
+                "stdin": "from-stdin\n", "timeoutMs": 20000}),
+        ),
+    );
+    let r = w.wait_response(id);
+    assert_eq!(
+        r["result"],
+        json!({"exitCode": 0, "signal": null, "timedOut": false, "stdout": "out1\nout2 éfrom-stdin\n", "stderr": "err1\n",
+            "metadata": r["result"]["metadata"].clone()})
+    );
+    assert_eq!(r["result"]["metadata"]["stdoutTruncated"], false);
+    assert_eq!(r["result"]["metadata"]["stderrTruncated"], false);
+    let inv = format!("inv-{id}");
+    assert_eq!(logs(&w, &inv, "stdout"), "out1\nout2 éfrom-stdin\n");
+    assert_eq!(logs(&w, &inv, "stderr"), "err1\n");
+    // Without an invocation on the request, chunks carry no id (as the SDK).
+    w.send_raw(
+        &json!({"jsonrpc": "2.0", "id": 500, "method": "environmentExecute",
+        "params": on_lease(&lease, json!({"command": "echo", "args": ["plain"]}))})
+        .to_string(),
+    );
+    let r = w.wait_response(500);
+    assert_eq!(r["result"]["stdout"], "plain\n");
+    let note = w.wait_note(|n| n["method"] == "execute.log" && n["params"]["chunk"] == "plain\n");
+    assert_eq!(
+        note,
+        json!({"jsonrpc": "2.0", "method": "execute.log", "params": {"stream": "stdout", "chunk": "plain\n"}})
+    );
+}
+
+#[test]
+fn binary_execute_is_byte_exact() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let all: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let r = w.ok(
+        "environmentExecuteBinary",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "cat; printf '\\377\\000' >&2"], "stdin": STANDARD.encode(&all)}),
+        ),
+    );
+    assert_eq!(STANDARD.decode(r["stdout"].as_str().unwrap()).unwrap(), all);
+    assert_eq!(STANDARD.decode(r["stderr"].as_str().unwrap()).unwrap(), vec![0xff, 0]);
+    assert_eq!(r["exitCode"], 0);
+    // Streamed chunks are base64 too and add up to the same bytes.
+    let streamed: Vec<u8> = w
+        .notes
+        .iter()
+        .filter(|n| n["method"] == "execute.log" && n["params"]["stream"] == "stdout")
+        .flat_map(|n| {
+            assert_eq!(n["params"]["encoding"], "base64");
+            STANDARD.decode(n["params"]["chunk"].as_str().unwrap()).unwrap()
+        })
+        .collect();
+    assert_eq!(streamed, all);
+    assert_eq!(
+        w.err(
+            "environmentExecuteBinary",
+            on_lease(&lease, json!({"command": "cat", "stdin": "aGk"}))
+        ),
+        (-32602, "stdin must be a well-formed base64 string".into())
+    );
+}
+
+#[test]
+fn missing_program_is_127_naming_it() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    for program in ["definitely-not-a-program-xyz", "/workspace/nope/prog"] {
+        let r = w.ok("environmentExecute", on_lease(&lease, json!({"command": program})));
+        assert_eq!(r["exitCode"], 127, "{r}");
+        assert!(r["stderr"].as_str().unwrap().contains(program), "{r}");
+        assert_eq!(r["timedOut"], false);
+    }
+}
+
+#[test]
+fn timeout_kills_the_whole_tree_and_keeps_partial_output() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let mark = marker("timeout");
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "echo start; (trap '' TERM; sleep 60) & sleep 60 & wait"],
+                "env": {"MARK": mark}, "timeoutMs": 300}),
+        ),
+    );
+    assert_eq!(r["timedOut"], true, "{r}");
+    assert_eq!(r["exitCode"], Value::Null);
+    assert!(["SIGTERM", "SIGKILL"].contains(&r["signal"].as_str().unwrap()), "{r}");
+    assert_eq!(r["stdout"], "start\n");
+    assert_eq!(
+        processes_with(&mark),
+        Vec::<u32>::new(),
+        "nothing survives once the reply is sent"
+    );
+    // A command that ignores SIGTERM is killed after the grace.
+    let mark = marker("timeout-stubborn");
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "trap '' TERM; echo stubborn; sleep 60; sleep 60"],
+            "env": {"MARK": mark}, "timeoutMs": 200}),
+        ),
+    );
+    assert_eq!(
+        (r["timedOut"].clone(), r["signal"].clone(), r["stdout"].clone()),
+        (json!(true), json!("SIGKILL"), json!("stubborn\n"))
+    );
+    assert_eq!(processes_with(&mark), Vec::<u32>::new());
+}
+
+#[test]
+fn returns_when_the_command_exits_even_if_a_grandchild_holds_stdout() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let mark = marker("grandchild");
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "sleep 60 & echo done"], "env": {"MARK": mark}}),
+        ),
+    );
+    assert_eq!(
+        (r["exitCode"].clone(), r["stdout"].clone(), r["timedOut"].clone()),
+        (json!(0), json!("done\n"), json!(false))
+    );
+    assert_eq!(
+        survivors_after_wait(&mark),
+        Vec::<u32>::new(),
+        "the grandchild died with the sandbox"
+    );
+}
+
+#[test]
+fn each_stream_is_capped_and_flagged() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "head -c 100000 /dev/zero | tr '\\0' a; echo tail >&2"],
+            "maxOutputBytes": 1000}),
+        ),
+    );
+    assert_eq!(r["stdout"].as_str().unwrap(), "a".repeat(1000));
+    assert_eq!(r["metadata"]["stdoutTruncated"], true);
+    assert_eq!(r["stderr"], "tail\n");
+    assert_eq!(r["metadata"]["stderrTruncated"], false);
+    assert_eq!(r["exitCode"], 0);
+}
+
+#[test]
+fn environment_is_isolated() {
+    let mut w = Worker::start_with_env(&[("ENVRT_HOST_SECRET", "hunter2")]);
+    w.ok("initialize", init_params());
+    let lease = w.acquire();
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "env", "env": {"FOO": "bar"}})),
+    );
+    let mut vars: Vec<&str> = r["stdout"].as_str().unwrap().lines().collect();
+    vars.sort();
+    assert_eq!(
+        vars,
+        [
+            "FOO=bar",
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PWD=/workspace"
+        ]
+    );
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "env", "env": {"PATH": "/usr/bin"}})),
+    );
+    assert!(r["stdout"].as_str().unwrap().contains("PATH=/usr/bin\n"), "{r}");
+    assert_eq!(
+        w.err(
+            "environmentExecute",
+            on_lease(&lease, json!({"command": "env", "env": {"A=B": "x"}}))
+        ),
+        (
+            -32602,
+            "Invalid input: environment variable name \"A=B\" is not valid".into()
+        )
+    );
+}
+
+#[test]
+fn cwd_is_confined_to_the_workspace() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "mkdir", "args": ["-p", "sub/dir"]})),
+    );
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "pwd", "cwd": "sub/dir"})),
+    );
+    assert_eq!(r["stdout"], "/workspace/sub/dir\n");
+    let r = w.ok("environmentExecute", on_lease(&lease, json!({"command": "pwd"})));
+    assert_eq!(r["stdout"], "/workspace\n");
+    for bad in ["/etc", "../x", "/workspace/../etc"] {
+        assert_eq!(
+            w.err(
+                "environmentExecute",
+                on_lease(&lease, json!({"command": "pwd", "cwd": bad}))
+            ),
+            (-32602, format!("Path \"{bad}\" is outside the lease workspace."))
+        );
+    }
+    // A link made inside the sandbox cannot lead the cwd out either.
+    w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "ln", "args": ["-s", "/etc", "out"]})),
+    );
+    assert_eq!(
+        w.err(
+            "environmentExecute",
+            on_lease(&lease, json!({"command": "pwd", "cwd": "out"}))
+        ),
+        (-32602, "Path \"out\" is outside the lease workspace.".into())
+    );
+    assert_eq!(
+        w.err(
+            "environmentExecute",
+            on_lease(&lease, json!({"command": "pwd", "cwd": "missing"}))
+        ),
+        (
+            -32602,
+            "Invalid input: cwd \"missing\" is not a directory in the lease workspace".into()
+        )
+    );
+}

@@ -1,0 +1,345 @@
+//! The worker's JSON-RPC surface: handshake, errors, concurrency, start refusal, exits.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::json;
+
+#[test]
+fn handshake_advertises_every_verb_and_both_extensions() {
+    let mut w = Worker::start();
+    let r = w.call("initialize", init_params());
+    assert_eq!(
+        r,
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"ok": true, "supportedMethods": [
+            "health", "shutdown", "environmentValidateConfig", "environmentProbe",
+            "environmentAcquireLease", "environmentResumeLease", "environmentReleaseLease",
+            "environmentDestroyLease", "environmentRealizeWorkspace", "environmentExecute",
+            "environmentExecuteBinary", "environmentSyncIn", "environmentSyncOut",
+            "duplexChannelOpen", "duplexChannelWrite", "duplexChannelStop", "duplexChannelClose",
+            "duplexChannelCloseInput"]}})
+    );
+    assert_eq!(
+        w.err("initialize", init_params()),
+        (-32002, "Worker already initialized".into())
+    );
+    let health = w.ok("health", json!({}));
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["details"]["openChannels"], 0);
+    assert!(health["details"]["bwrap"].as_str().unwrap().starts_with("bubblewrap"));
+}
+
+#[test]
+fn protocol_errors_have_the_sdk_texts_and_do_not_break_the_worker() {
+    let mut w = Worker::ready();
+    assert_eq!(
+        w.err("noSuchMethod", json!({})),
+        (-32601, "Unknown method: noSuchMethod".into())
+    );
+    assert_eq!(
+        w.err("environmentRunnerIngressEndpoint", json!({})),
+        (
+            -32004,
+            "environmentRunnerIngressEndpoint is not implemented by this plugin".into()
+        )
+    );
+    w.send_raw("this is not json");
+    assert_eq!(
+        w.next_line(),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error: Invalid JSON: this is not json"}})
+    );
+    w.send_raw(r#"{"jsonrpc":"1.0","id":99,"method":"health","params":{}}"#);
+    assert_eq!(
+        w.next_line(),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700,
+            "message": "Parse error: Invalid or missing jsonrpc version (expected \"2.0\", got \"1.0\")"}})
+    );
+    // Notifications, responses and null-id requests are ignored; blank lines too.
+    w.send_raw(r#"{"jsonrpc":"2.0","method":"onEvent","params":{}}"#);
+    w.send_raw(r#"{"jsonrpc":"2.0","id":7,"result":null}"#);
+    w.send_raw(r#"{"jsonrpc":"2.0","id":null,"method":"health"}"#);
+    w.send_raw("");
+    // String ids are echoed verbatim.
+    w.send_raw(r#"{"jsonrpc":"2.0","id":"abc","method":"health","params":{}}"#);
+    let r = w.next_line();
+    assert_eq!(r["id"], "abc");
+    assert_eq!(r["result"]["status"], "ok");
+    // Params of the wrong shape are -32602 with the field named.
+    let (code, message) = w.err("environmentExecute", json!({"command": "true"}));
+    assert_eq!(code, -32602);
+    assert!(
+        message.starts_with("Invalid params for environmentExecute: missing field `lease`"),
+        "{message}"
+    );
+    // Validate and probe.
+    assert_eq!(
+        w.ok(
+            "environmentValidateConfig",
+            json!({"driverKey": "sandbox", "config": {"a": 1}})
+        ),
+        json!({"ok": true, "normalizedConfig": {"a": 1}})
+    );
+    assert_eq!(
+        w.ok(
+            "environmentValidateConfig",
+            json!({"driverKey": "sandbox", "config": 3})
+        ),
+        json!({"ok": false, "errors": ["config must be a JSON object"]})
+    );
+    assert_eq!(
+        w.ok(
+            "environmentProbe",
+            json!({"driverKey": "sandbox", "companyId": "co-1", "environmentId": "e", "config": {}})
+        )["ok"],
+        true
+    );
+}
+
+#[test]
+fn requests_are_served_concurrently() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    // A command blocked for good does not hold other calls back.
+    let mark = marker("concurrent");
+    let blocked = w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sleep", "args": ["30"], "env": {"MARK": mark}, "timeoutMs": 20000}),
+        ),
+    );
+    wait_for_process(&mark);
+    let h = w.send("health", json!({}));
+    let reply = w.next_line();
+    assert_eq!(
+        reply["id"],
+        json!(h),
+        "health must be answered while the sleep runs: {reply}"
+    );
+    assert_eq!(reply["result"]["details"]["runningSandboxes"], 1);
+    w.close_stdin();
+    assert_eq!(w.wait_exit(), Some(0));
+    let _ = blocked;
+}
+
+#[test]
+fn stdin_eof_ends_the_worker_and_every_sandboxed_process() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let mark = marker("eof");
+    w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "sleep 60 & sleep 60 & wait"], "env": {"MARK": mark}}),
+        ),
+    );
+    let r = w.call(
+        "duplexChannelOpen",
+        json!({"hostRouteId": "duplex-route-1", "driverKey": "sandbox", "companyId": "co-1", "environmentId": "env-1",
+            "providerLeaseId": lease, "command": ["sh", "-c", format!("read x; : {mark}")]}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    // Two bwraps (outer + namespace init) per sandbox, the shell and two sleepers of the
+    // execute, the channel's shell (blocked reading its stdin).
+    let before = wait_for_processes(&mark, 8);
+    assert!(before.len() >= 8, "sleepers and their sandboxes: {before:?}");
+    w.close_stdin();
+    assert_eq!(w.wait_exit(), Some(0));
+    assert_eq!(survivors_after_wait(&mark), Vec::<u32>::new());
+}
+
+#[test]
+fn a_killed_worker_takes_its_sandboxes_with_it() {
+    // SIGKILL leaves the worker no chance to clean up: bwrap's --die-with-parent does it.
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let mark = marker("sigkill");
+    w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "sleep 60 & sleep 60"], "env": {"MARK": mark}}),
+        ),
+    );
+    wait_for_processes(&mark, 5);
+    w.child.kill().unwrap();
+    w.child.wait().unwrap();
+    assert_eq!(survivors_after_wait(&mark), Vec::<u32>::new());
+}
+
+#[test]
+fn shutdown_replies_then_exits_and_kills_sandboxes() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let mark = marker("shutdown");
+    w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sleep", "args": ["60"], "env": {"MARK": mark}}),
+        ),
+    );
+    wait_for_process(&mark);
+    let id = w.send("shutdown", json!({}));
+    assert_eq!(w.wait_response(id), json!({"jsonrpc": "2.0", "id": id, "result": null}));
+    assert_eq!(w.wait_exit(), Some(0));
+    assert_eq!(survivors_after_wait(&mark), Vec::<u32>::new());
+}
+
+#[test]
+fn refuses_to_start_without_bwrap() {
+    let root = tempfile::tempdir().unwrap();
+    for (path_env, args) in [
+        ("/nonexistent-dir", vec![]),
+        ("/usr/bin:/bin", vec!["--bwrap", "/nonexistent/bwrap"]),
+    ] {
+        let out = Command::new(WORKER)
+            .arg("--root")
+            .arg(root.path())
+            .args(&args)
+            .env_clear()
+            .env("PATH", path_env)
+            .stdin(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(out.stdout.is_empty(), "no protocol output at all");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("install it with `apt-get install bubblewrap`"),
+            "{stderr}"
+        );
+    }
+    let stderr = String::from_utf8(
+        Command::new(WORKER)
+            .env_clear()
+            .env("PATH", "/nonexistent-dir")
+            .arg("--root")
+            .arg(root.path())
+            .output()
+            .unwrap()
+            .stderr,
+    )
+    .unwrap();
+    assert_eq!(
+        stderr,
+        "envrt-sandbox-worker: bwrap was not found on PATH: bwrap (bubblewrap) is required to sandbox commands; install it with `apt-get install bubblewrap`\n"
+    );
+}
+
+#[test]
+fn bad_flags_are_refused() {
+    let out = Command::new(WORKER).arg("--frobnicate").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "unknown argument \"--frobnicate\"\nusage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N]\n"
+    );
+}
+
+#[test]
+fn lease_lifecycle() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    assert!(lease.starts_with("sbx-"));
+    assert!(w.root.path().join(&lease).is_dir());
+    let base = json!({"driverKey": "sandbox", "companyId": "co-1", "environmentId": "env-1", "config": {}});
+    let with = |extra: serde_json::Value| {
+        let mut p = base.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            p[k] = v.clone();
+        }
+        p
+    };
+    // Realize: a path under /workspace is created; one outside is refused.
+    let r = w.ok(
+        "environmentRealizeWorkspace",
+        on_lease(&lease, json!({"workspace": {"remotePath": "/workspace/proj/a"}})),
+    );
+    assert_eq!(
+        r,
+        json!({"cwd": "/workspace/proj/a", "metadata": {"remoteCwd": "/workspace/proj/a"}})
+    );
+    assert!(w.root.path().join(&lease).join("proj/a").is_dir());
+    assert_eq!(
+        w.err(
+            "environmentRealizeWorkspace",
+            on_lease(&lease, json!({"workspace": {"remotePath": "/tmp/x"}}))
+        ),
+        (-32602, "Path \"/tmp/x\" is outside the lease workspace.".into())
+    );
+    assert_eq!(
+        w.ok(
+            "environmentRealizeWorkspace",
+            on_lease(&lease, json!({"workspace": {}}))
+        )["cwd"],
+        "/workspace"
+    );
+    // Resume, release (files kept, resumable), destroy (gone), all idempotent.
+    let resumed = w.ok("environmentResumeLease", with(json!({"providerLeaseId": lease})));
+    assert_eq!(resumed["providerLeaseId"], json!(lease));
+    assert_eq!(
+        w.ok("environmentReleaseLease", with(json!({"providerLeaseId": lease}))),
+        json!({"providerLeaseId": lease, "state": "stopped"})
+    );
+    assert_eq!(
+        w.ok("environmentResumeLease", with(json!({"providerLeaseId": lease})))["providerLeaseId"],
+        json!(lease)
+    );
+    assert_eq!(
+        w.ok("environmentDestroyLease", with(json!({"providerLeaseId": lease}))),
+        json!({"providerLeaseId": lease, "state": "destroyed"})
+    );
+    assert!(!w.root.path().join(&lease).exists());
+    assert_eq!(
+        w.ok("environmentDestroyLease", with(json!({"providerLeaseId": lease}))),
+        json!({"providerLeaseId": lease, "state": "destroyed"})
+    );
+    assert_eq!(
+        w.ok("environmentResumeLease", with(json!({"providerLeaseId": lease}))),
+        json!({"providerLeaseId": null, "metadata": {"gone": true}})
+    );
+    assert_eq!(
+        w.ok("environmentReleaseLease", with(json!({"providerLeaseId": null}))),
+        json!(null)
+    );
+    assert_eq!(
+        w.ok("environmentReleaseLease", with(json!({"providerLeaseId": "../../etc"}))),
+        json!(null)
+    );
+    // Lease-bound verbs on a gone lease name it.
+    assert_eq!(
+        w.err("environmentExecute", on_lease(&lease, json!({"command": "true"}))),
+        (-32002, format!("Lease resource \"{lease}\" does not exist."))
+    );
+    assert_eq!(
+        w.err("environmentExecute", on_lease("../x", json!({"command": "true"}))),
+        (-32002, "Lease resource \"../x\" does not exist.".into())
+    );
+}
+
+#[test]
+fn destroy_kills_the_lease_work() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let mark = marker("destroy");
+    let id = w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sleep", "args": ["60"], "env": {"MARK": mark}}),
+        ),
+    );
+    wait_for_process(&mark);
+    w.ok(
+        "environmentDestroyLease",
+        json!({"driverKey": "sandbox", "companyId": "co-1", "environmentId": "env-1", "config": {}, "providerLeaseId": lease}),
+    );
+    let r = w.wait_response(id);
+    assert_eq!(r["result"]["exitCode"], json!(null), "{r}");
+    assert_eq!(r["result"]["signal"], "SIGKILL");
+    assert_eq!(survivors_after_wait(&mark), Vec::<u32>::new());
+}

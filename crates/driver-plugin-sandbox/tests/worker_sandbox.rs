@@ -1,0 +1,156 @@
+//! The sandbox holds: host files outside the binds are invisible, nothing outside the
+//! workspace is writable, there is no network, host processes are invisible.
+
+mod common;
+
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::{Value, json};
+
+fn run(w: &mut Worker, lease: &str, script: &str) -> Value {
+    w.ok(
+        "environmentExecute",
+        on_lease(
+            lease,
+            json!({"command": "sh", "args": ["-c", script], "timeoutMs": 20000}),
+        ),
+    )
+}
+
+#[test]
+fn host_files_outside_the_binds_cannot_be_read() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    // A secret in the host's /root and one next to the worker's own lease root.
+    let secret_dir = tempfile::tempdir_in("/root").unwrap();
+    let secret = secret_dir.path().join("secret.txt");
+    std::fs::write(&secret, "top secret").unwrap();
+    let beside = w.root.path().join("beside.txt");
+    std::fs::write(&beside, "also secret").unwrap();
+    for path in [
+        secret.display().to_string(),
+        beside.display().to_string(),
+        "/etc/shadow".into(),
+    ] {
+        let r = run(&mut w, &lease, &format!("cat '{path}'"));
+        assert_ne!(r["exitCode"], 0, "{path}: {r}");
+        assert!(
+            r["stderr"].as_str().unwrap().contains("No such file or directory"),
+            "{path}: {r}"
+        );
+        assert_eq!(r["stdout"], "");
+    }
+    let r = run(&mut w, &lease, "ls /");
+    assert_eq!(
+        r["stdout"],
+        "bin\ndev\netc\nlib\nlib64\nproc\nsbin\ntmp\nusr\nworkspace\n"
+    );
+    let r = run(&mut w, &lease, "ls /root /home /work 2>&1; echo rc=$?");
+    assert!(r["stdout"].as_str().unwrap().ends_with("rc=2\n"), "{r}");
+}
+
+#[test]
+fn only_the_workspace_is_writable_and_it_is_the_lease_directory() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    for path in ["/usr/x", "/etc/x", "/bin/x", "/x"] {
+        let r = run(&mut w, &lease, &format!("echo hi > {path}"));
+        assert_ne!(r["exitCode"], 0, "{path} must not be writable: {r}");
+    }
+    let r = run(
+        &mut w,
+        &lease,
+        "echo hi > /workspace/made-inside && echo t > /tmp/scratch && cat /tmp/scratch",
+    );
+    assert_eq!(r["exitCode"], 0, "{r}");
+    assert_eq!(
+        std::fs::read_to_string(w.root.path().join(&lease).join("made-inside")).unwrap(),
+        "hi\n"
+    );
+    // /tmp is private to each command.
+    let r = run(&mut w, &lease, "cat /tmp/scratch");
+    assert_ne!(r["exitCode"], 0);
+    // No capabilities inside.
+    let r = run(&mut w, &lease, "grep CapEff /proc/self/status");
+    assert_eq!(r["stdout"], "CapEff:\t0000000000000000\n");
+}
+
+#[test]
+fn there_is_no_network() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    // Only a loopback interface exists in the sandbox's network namespace.
+    let r = run(&mut w, &lease, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
+    assert_eq!(r["stdout"], "lo\n");
+    // A listener on the host's loopback is unreachable from inside.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "bash", "args": ["-c", format!("echo hello > /dev/tcp/127.0.0.1/{port}")],
+            "timeoutMs": 20000}),
+        ),
+    );
+    assert_ne!(r["exitCode"], 0, "{r}");
+    assert!(listener.accept().is_err(), "nothing connected to the host");
+    // And the outside world is unreachable.
+    let r = run(
+        &mut w,
+        &lease,
+        "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), timeout=5)' 2>&1 | tail -n 1",
+    );
+    assert_eq!(r["stdout"], "OSError: [Errno 101] Network is unreachable\n");
+}
+
+#[test]
+fn host_processes_are_invisible() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let mark = marker("hostproc");
+    let mut host_sleeper = Command::new("sleep")
+        .arg("60")
+        .env("MARK", &mark)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let r = run(
+        &mut w,
+        &lease,
+        &format!(
+            "ls /proc | grep -c '^[0-9]'; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '{mark}'"
+        ),
+    );
+    let _ = host_sleeper.kill();
+    let _ = host_sleeper.wait();
+    let counts: Vec<u32> = r["stdout"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    // bwrap's init, the shell, and the pipeline's own processes: a handful, not the host's.
+    assert!(counts[0] <= 6, "{r}");
+    assert_eq!(counts[1], 0, "the host's marked process is not visible: {r}");
+    let r = run(&mut w, &lease, "echo $$; cat /proc/1/cmdline | tr '\\0' ' '");
+    let out = r["stdout"].as_str().unwrap();
+    assert!(
+        out.starts_with("2\n") && out.contains("bwrap"),
+        "pid 1 is the sandbox's own init: {out}"
+    );
+}
+
+#[test]
+fn large_stderr_is_captured_and_the_protocol_stays_clean() {
+    // Every worker stdout line must parse as JSON (the test reader panics otherwise).
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let r = run(&mut w, &lease, "head -c 300000 /dev/zero | tr '\\0' e >&2; echo ok");
+    assert_eq!(r["stdout"], "ok\n");
+    assert_eq!(r["stderr"].as_str().unwrap(), "e".repeat(300000));
+    assert_eq!(w.ok("health", json!({}))["status"], "ok");
+}
