@@ -17,7 +17,6 @@ pub(crate) const DRIVER_MISSING: &str = "n/a (driver missing)";
 pub(crate) struct Leased {
     pub(crate) runtime: Arc<EnvironmentRuntime>,
     pub(crate) lease: String,
-    #[allow(dead_code)] // TEMP: used by the docker and sandbox rows
     /// The provider's handle (the container id for Docker).
     pub(crate) provider_lease_id: Option<String>,
     /// The environment id, for acquiring more leases.
@@ -85,7 +84,6 @@ impl Leased {
         Ok(took)
     }
 
-    #[allow(dead_code)] // TEMP: used by the docker and sandbox rows
     /// Reads `bytes` of zeros from `head -c` over a duplex channel; returns the time
     /// from opening to the end of output.
     pub(crate) async fn duplex_read(&self, bytes: u64) -> Result<Duration, String> {
@@ -110,7 +108,6 @@ impl Leased {
         Ok(took)
     }
 
-    #[allow(dead_code)] // TEMP: used by the docker and sandbox rows
     /// Writes `bytes` into `cat > /dev/null` over a duplex channel in 64 KiB writes;
     /// returns the time from opening to the command's exit.
     pub(crate) async fn duplex_write(&self, bytes: u64) -> Result<Duration, String> {

@@ -144,7 +144,8 @@ pub(crate) async fn stdout_rows(config: &Config) -> Vec<Row> {
 }
 
 /// One copy contender: how to run it once (into a fresh target), timed.
-type Contender<'a> = Box<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = Result<Duration, String>> + 'a>> + 'a>;
+pub(crate) type Contender<'a> =
+    Box<dyn Fn() -> std::pin::Pin<Box<dyn Future<Output = Result<Duration, String>> + 'a>> + 'a>;
 
 /// Runs every contender `reps` times, rotating the order, clearing `cleanup` after each;
 /// returns each contender's median time in ms.
@@ -210,11 +211,7 @@ async fn local_sync_on(
     big: u64,
     names: &[String; 4],
 ) -> Result<Vec<Row>, String> {
-    let small_src = scratch.join("src-small");
-    baseline::make_small_tree(&small_src, files)?;
-    let big_dir = scratch.join("src-big");
-    std::fs::create_dir_all(&big_dir).map_err(|e| e.to_string())?;
-    baseline::make_big_file(&big_dir.join("big.bin"), big)?;
+    let (small_src, big_dir) = sync_fixtures(scratch, files, big)?;
     let workspace = local.workspace(&local.leased.lease)?;
     let l = &local.leased;
     let cp_dst = scratch.join("cp-dst");
@@ -457,4 +454,14 @@ async fn lease_memory(count: usize) -> Result<f64, String> {
         Some(e) => Err(e),
         None => Ok((after - before).max(0.0) / count as f64),
     }
+}
+
+/// The small-file tree and the big file of the sync rows: `(small tree, dir of big.bin)`.
+pub(crate) fn sync_fixtures(scratch: &Scratch, files: usize, big: u64) -> Result<(PathBuf, PathBuf), String> {
+    let small_src = scratch.join("src-small");
+    baseline::make_small_tree(&small_src, files)?;
+    let big_dir = scratch.join("src-big");
+    std::fs::create_dir_all(&big_dir).map_err(|e| e.to_string())?;
+    baseline::make_big_file(&big_dir.join("big.bin"), big)?;
+    Ok((small_src, big_dir))
 }

@@ -10,6 +10,12 @@
 //! `scale-leases`, `scale-duplex` (a prefix such as `exec` or `sync` selects every group
 //! under it).
 
+// Built without some driver, the helpers only that driver's rows use are unused.
+#![cfg_attr(
+    not(all(feature = "local", feature = "docker", feature = "sandbox")),
+    allow(dead_code, unused_imports)
+)]
+
 mod baseline;
 mod docker;
 mod facade;
@@ -47,7 +53,6 @@ impl Config {
         if self.quick { 300 } else { 2000 }
     }
 
-    #[allow(dead_code)] // TEMP: used by the docker and sandbox rows
     /// Rounds of a slow (tens of ms) execute latency measurement.
     pub(crate) fn slow_exec_rounds(&self) -> usize {
         if self.quick { 40 } else { 200 }
@@ -78,7 +83,6 @@ impl Config {
         1_000
     }
 
-    #[allow(dead_code)] // TEMP: used by the docker and sandbox rows
     /// Open duplex routes in the route row.
     pub(crate) fn routes(&self) -> usize {
         128

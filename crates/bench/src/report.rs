@@ -82,12 +82,10 @@ pub(crate) enum Target {
     RatioAtMost(usize, f64),
     /// ours ÷ baselines\[i\] ≥ min.
     RatioAtLeast(usize, f64),
-    #[allow(dead_code)] // TEMP: used by the docker and sandbox rows
     /// ours ≤ baselines\[i\] + plus (same unit).
     PlusAtMost(usize, f64),
     /// ours ≤ max (same unit).
     AtMost(f64),
-    #[allow(dead_code)] // TEMP: used by the docker and sandbox rows
     /// Every one of these.
     All(Vec<Target>),
 }
