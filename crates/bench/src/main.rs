@@ -70,7 +70,7 @@ impl Config {
 
     /// Repetitions of each copy or throughput measurement (the median is kept).
     pub(crate) fn reps(&self) -> usize {
-        if self.quick { 2 } else { 3 }
+        if self.quick { 3 } else { 5 }
     }
 
     /// Waves of concurrent executes per concurrency level.
