@@ -13,9 +13,10 @@ use envrt_runtime_core::capability::{CapabilityKey, SupportSet};
 use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::sync::confine_to_workspace;
 use envrt_runtime_core::{
-    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError,
-    EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, JsonMap, LeaseContext, LeaseGrant, LeasePolicy,
-    LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease, WorkspaceRequest,
+    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannel,
+    DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, LeaseContext,
+    LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
+    SyncOperation, SyncResult, WorkspaceRequest,
 };
 
 use crate::config::{DockerConfig, EnvConfig, META_WORKSPACE_DIR, lease_workspace};
@@ -53,6 +54,15 @@ impl DockerDriver {
     /// The engine address in use.
     pub fn address(&self) -> &str {
         &self.engine.address
+    }
+
+    /// Whether `image` is present on the engine (the driver never pulls).
+    pub async fn image_exists(&self, image: &str) -> Result<bool, DriverError> {
+        match self.engine.call(self.engine.docker.inspect_image(image)).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(self.engine.error("inspecting an image", e)),
+        }
     }
 
     fn scope_filters(&self) -> HashMap<String, Vec<String>> {
@@ -146,6 +156,40 @@ impl DockerDriver {
             })
     }
 
+    /// The numeric uid and gid of the container's user (recorded at acquire; asked of
+    /// the container otherwise).
+    pub(crate) async fn owner_of(&self, context: &LeaseContext) -> Result<(u64, u64), DriverError> {
+        let meta = &context.lease.metadata;
+        if let (Some(uid), Some(gid)) = (
+            meta.get("uid").and_then(|v| v.as_u64()),
+            meta.get("gid").and_then(|v| v.as_u64()),
+        ) {
+            return Ok((uid, gid));
+        }
+        self.ask_owner(Self::container_of(context)?).await
+    }
+
+    async fn ask_owner(&self, container: &str) -> Result<(u64, u64), DriverError> {
+        let (stdout, stderr, code) = run_script(
+            &self.engine,
+            container,
+            None,
+            "id -u && id -g",
+            &[],
+            "reading the container user",
+        )
+        .await?;
+        let text = String::from_utf8_lossy(&stdout);
+        let mut ids = text.split_whitespace().map(|s| s.parse::<u64>());
+        match (code, ids.next(), ids.next()) {
+            (Some(0), Some(Ok(uid)), Some(Ok(gid))) => Ok((uid, gid)),
+            _ => Err(DriverError::other(format!(
+                "Could not read the container user's ids: {}",
+                String::from_utf8_lossy(&stderr).trim()
+            ))),
+        }
+    }
+
     pub(crate) fn workspace_of(context: &LeaseContext) -> String {
         lease_workspace(&context.lease, context.environment.as_ref())
     }
@@ -171,7 +215,7 @@ impl DockerDriver {
         &self,
         input: &AcquireInput,
         config: &EnvConfig,
-    ) -> Result<(String, String), DriverError> {
+    ) -> Result<(String, String, (u64, u64)), DriverError> {
         let name = container_name(&input.lease_id);
         let mut labels: HashMap<String, String> = self.config.extra_labels.clone().into_iter().collect();
         labels.insert(LABEL_LEASE_ID.into(), input.lease_id.clone());
@@ -238,15 +282,17 @@ impl DockerDriver {
                     String::from_utf8_lossy(&stderr).trim()
                 )));
             }
-            Ok::<(), DriverError>(())
+            self.ask_owner(&id).await
         }
         .await;
-        if let Err(error) = ready {
-            // Nothing of a failed acquire is left behind.
-            let _ = self.remove(&id).await;
-            return Err(error);
+        match ready {
+            Ok(owner) => Ok((id, name, owner)),
+            Err(error) => {
+                // Nothing of a failed acquire is left behind.
+                let _ = self.remove(&id).await;
+                Err(error)
+            }
         }
-        Ok((id, name))
     }
 }
 
@@ -280,8 +326,11 @@ impl EnvironmentDriver for DockerDriver {
 
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         let config = EnvConfig::of(&input.environment)?;
-        let (id, name) = self.create_and_start(input, &config).await?;
-        Ok(self.grant(&id, &name, Some(&config), &config.working_dir))
+        let (id, name, (uid, gid)) = self.create_and_start(input, &config).await?;
+        let mut grant = self.grant(&id, &name, Some(&config), &config.working_dir);
+        grant.metadata.insert("uid".into(), uid.into());
+        grant.metadata.insert("gid".into(), gid.into());
+        Ok(grant)
     }
 
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
@@ -347,6 +396,12 @@ impl EnvironmentDriver for DockerDriver {
         Some(self)
     }
     fn as_execute(&self) -> Option<&dyn Execute> {
+        Some(self)
+    }
+    fn as_sync(&self) -> Option<&dyn FileSync> {
+        Some(self)
+    }
+    fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         Some(self)
     }
 }
@@ -435,6 +490,30 @@ impl Execute for DockerDriver {
         let container = Self::container_of(context)?;
         let workspace = Self::workspace_of(context);
         crate::exec::execute(&self.engine, self.config.kill_grace, container, &workspace, request).await
+    }
+}
+
+#[async_trait]
+impl FileSync for DockerDriver {
+    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        crate::sync_in::sync_in(self, context, operations).await
+    }
+
+    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        crate::sync_out::sync_out(self, context, operations).await
+    }
+}
+
+#[async_trait]
+impl DuplexChannels for DockerDriver {
+    async fn open_duplex_channel(
+        &self,
+        context: &LeaseContext,
+        command: &[String],
+    ) -> Result<Box<dyn DuplexChannel>, DriverError> {
+        let container = Self::container_of(context)?;
+        let workspace = Self::workspace_of(context);
+        crate::duplex::open(&self.engine, self.config.kill_grace, container, &workspace, command).await
     }
 }
 

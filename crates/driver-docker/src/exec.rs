@@ -102,7 +102,7 @@ pub(crate) async fn execute(
     kill_grace: Duration,
     container: &str,
     workspace: &str,
-    request: ExecuteRequest,
+    mut request: ExecuteRequest,
 ) -> Result<ExecuteResult, DriverError> {
     let env = check_request(&request)?;
     let cwd = confine_to_workspace(workspace, request.cwd.as_deref().unwrap_or(workspace))?;
@@ -114,7 +114,7 @@ pub(crate) async fn execute(
     let exec_id = spawned.exec_id;
     let mut output = spawned.output;
     let mut input = spawned.input;
-    let stdin = request.stdin.clone().unwrap_or_default();
+    let stdin = request.stdin.take().unwrap_or_default();
     // Written beside the reader so a command that writes before it reads cannot deadlock;
     // the shutdown is the EOF (an empty stdin gets it at once).
     let writer = tokio::spawn(async move {
@@ -175,10 +175,10 @@ pub(crate) async fn execute(
     metadata.insert("containerId".into(), container.into());
     metadata.insert("execId".into(), exec_id.clone().into());
     if timed_out || exited_with_holders {
-        let pid = collector.await_pid(&mut output, DRAIN).await;
-        match pid {
-            Some(pid) => {
-                let survivors = process::kill_tree(engine, container, pid, kill_grace, timed_out).await?;
+        collector.await_pid(&mut output, DRAIN).await;
+        match collector.demux.target().cloned() {
+            Some(target) => {
+                let survivors = process::kill_tree(engine, container, &target, kill_grace, timed_out).await?;
                 metadata.insert("killedTree".into(), true.into());
                 metadata.insert("survivors".into(), survivors.into());
             }

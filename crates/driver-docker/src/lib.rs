@@ -7,9 +7,11 @@
 //! - **Leases**: a container from the environment's `image` (never pulled), running
 //!   `sleep infinity` under Docker's init (so every orphan is reaped), labelled with
 //!   [`LABEL_LEASE_ID`], [`LABEL_ENVIRONMENT_ID`], [`LABEL_COMPANY_ID`] and
-//!   [`LABEL_MANAGED`]. `ephemeral` leases remove it on release, `reuse_by_environment`
-//!   stops it and resume starts it again, `retain_on_failure` keeps it running after a
-//!   failure. [`DockerDriver::reap_orphans`] removes containers no lease owns.
+//!   [`LABEL_MANAGED`] (plus [`DockerConfig::extra_labels`]). `reuse_by_environment`
+//!   stops it on release and resume starts it again (after checking the lease label);
+//!   `retain_on_failure` keeps it running after a release as failed; every other release
+//!   removes it. Release, destroy and resume treat a vanished container as done (resume
+//!   reports it gone). [`DockerDriver::reap_orphans`] removes containers no lease owns.
 //! - **Execute**: through the exec API. The command runs under a tiny `sh` wrapper that
 //!   reports its pid; a timeout stops the whole process tree from a second exec (`SIGTERM`,
 //!   then `SIGKILL` after [`DockerConfig::kill_grace`]) and checks nothing is left. The call
@@ -17,8 +19,12 @@
 //!   (that process is killed). The image needs a POSIX `sh` with `/proc` mounted.
 //!   Docker reports a command killed by a signal as exit code 128 + n; outside a timeout
 //!   that code is returned as is.
-//! - **Sync**: tar streams through the archive API, built and read on the fly; see
-//!   [`FileSync`](envrt_runtime_core::FileSync).
+//! - **Sync**: tar streams through the archive API, built and read on the fly, never held
+//!   whole. A target is *replaced*: the entry lands in a hidden temporary sibling first and
+//!   is renamed over the target only when complete (the workspace root, which cannot be
+//!   renamed, gets its content replaced), so a failure leaves the old target as it was.
+//!   Uploaded files belong to the container's user. Host-side extraction refuses entries
+//!   with `..` or absolute names and links that lead out of the target.
 //! - **Duplex**: exec attach; output is stdout and stderr in arrival order.
 //!
 //! Environment config (JSON, camelCase): `image` (required), `user`, `workingDir`
@@ -27,11 +33,16 @@
 
 #![forbid(unsafe_code)]
 
+mod archive;
 mod config;
 mod driver;
+mod duplex;
 mod engine;
 mod exec;
+mod extract;
 mod process;
+mod sync_in;
+mod sync_out;
 
 pub use config::{DEFAULT_DOCKER_HOST, DEFAULT_WORKING_DIR, DockerConfig, EnvConfig};
 pub use driver::{DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_LEASE_ID, LABEL_MANAGED};

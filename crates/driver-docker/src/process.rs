@@ -4,11 +4,13 @@
 //!
 //! Every exec is started by runc as a session and process-group leader, so the command's
 //! pid is also its process-group and session id. The wrapper `sh -c` writes
-//! `envrt-pid:<pid>` as the first line of stderr (stripped before anyone sees it), then
-//! `exec`s the command, which keeps that pid. The killer, run as root in the same
-//! container, takes every process whose group or session is that id, and every
-//! descendant of those (so `setsid` children of a live parent are caught too), stops them
-//! all (so nobody forks while it looks), sends the signal, and continues them.
+//! `envrt-pid:<pid> <stdout> <stderr>` (the pid and the identities of its output pipes)
+//! as the first line of stderr (stripped before anyone sees it), then `exec`s the
+//! command, which keeps that pid. The killer, run in the same container as the same user,
+//! takes every process whose group or session is that id, every process that still holds
+//! one of those output pipes (a `setsid` escapee whose parent is gone), and every
+//! descendant of those; it stops them all (so nobody forks while it looks), sends the
+//! signal, and continues them.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -29,7 +31,29 @@ use crate::engine::Engine;
 const WRAPPER_NAME: &str = "envrt-exec";
 const MARKER: &[u8] = b"envrt-pid:";
 /// Longest first stderr line that is still looked at for the marker.
-const MARKER_MAX: usize = 64;
+const MARKER_MAX: usize = 160;
+
+/// What identifies a command's process tree inside its container.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// The command's pid, which is also its process group and session id.
+    pub(crate) pid: u32,
+    /// Its stdout and stderr pipes as `/proc/<pid>/fd` shows them (`pipe:[n]`), if known.
+    pub(crate) pipes: Vec<String>,
+}
+
+impl Target {
+    fn parse(line: &[u8]) -> Option<Target> {
+        let text = std::str::from_utf8(line.strip_prefix(MARKER)?).ok()?;
+        let mut parts = text.split(' ');
+        let pid = parts.next()?.parse::<u32>().ok()?;
+        let pipes = parts
+            .filter(|p| p.starts_with("pipe:[") && p.ends_with(']'))
+            .map(str::to_owned)
+            .collect();
+        Some(Target { pid, pipes })
+    }
+}
 
 /// Output frames of an attached exec.
 pub(crate) type OutputFrames = Pin<Box<dyn Stream<Item = Result<LogOutput, BollardError>> + Send>>;
@@ -55,7 +79,7 @@ pub(crate) async fn spawn(
     let mut cmd = vec![
         "sh".to_owned(),
         "-c".to_owned(),
-        "printf 'envrt-pid:%s\\n' \"$$\" >&2; exec \"$@\"".to_owned(),
+        "printf 'envrt-pid:%s %s %s\\n' \"$$\" \"$(readlink /proc/$$/fd/1 2>/dev/null)\" \"$(readlink /proc/$$/fd/2 2>/dev/null)\" >&2; exec \"$@\"".to_owned(),
         WRAPPER_NAME.to_owned(),
     ];
     cmd.extend(argv.iter().cloned());
@@ -119,13 +143,18 @@ fn exec_error(engine: &Engine, container: &str, doing: &str, error: BollardError
 pub(crate) struct Demux {
     head: Vec<u8>,
     head_done: bool,
-    pid: Option<u32>,
+    target: Option<Target>,
 }
 
 impl Demux {
     /// The command's pid (its process group and session id), once reported.
     pub(crate) fn pid(&self) -> Option<u32> {
-        self.pid
+        self.target.as_ref().map(|t| t.pid)
+    }
+
+    /// The command's tree identity, once reported.
+    pub(crate) fn target(&self) -> Option<&Target> {
+        self.target.as_ref()
     }
 
     /// Feeds one frame; returns the bytes to deliver, if any.
@@ -142,13 +171,10 @@ impl Demux {
                 if let Some(newline) = self.head.iter().position(|b| *b == b'\n') {
                     self.head_done = true;
                     let line = &self.head[..newline];
-                    let pid = line
-                        .strip_prefix(MARKER)
-                        .and_then(|digits| std::str::from_utf8(digits).ok())
-                        .and_then(|digits| digits.parse::<u32>().ok());
-                    let rest = match pid {
-                        Some(pid) => {
-                            self.pid = Some(pid);
+                    let target = Target::parse(line);
+                    let rest = match target {
+                        Some(target) => {
+                            self.target = Some(target);
                             self.head[newline + 1..].to_vec()
                         }
                         None => std::mem::take(&mut self.head),
@@ -202,13 +228,16 @@ pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, D
     Ok(inspected.running == Some(true))
 }
 
-/// The killer script: `$1` is `term`, `kill` or `list`, `$2` the command's pid. Prints the
-/// number of live (non-zombie) processes of the tree it saw last. POSIX `sh` builtins only.
-const KILLER: &str = r#"mode=$1; root=$2; self=$$; ws=$IFS
-snap() { S=""; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$self" ] && continue; { read -r l < "$d/stat"; } 2>/dev/null || continue; r=${l##*) }; IFS=' '; set -- $r; IFS=$ws; S="$S $p:$1:$2:$3:$4"; done; }
+/// The killer script: `$1` is `term`, `kill` or `list`, `$2` the command's pid, `$3` and
+/// `$4` its output pipes (may be empty). Prints the number of live (non-zombie) processes
+/// of the tree it saw last. POSIX `sh` builtins plus `readlink`.
+const KILLER: &str = r#"mode=$1; root=$2; p1=${3:-none}; p2=${4:-none}; self=$$; ws=$IFS
+snap() { S=""; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$self" ] && continue; { read -r l < "$d/stat"; } 2>/dev/null || continue; r=${l##*) }; IFS=' '; set -- $r; IFS=$ws
+  h=0; if [ "$p1$p2" != nonenone ]; then for f in 1 2; do o=$(readlink "$d/fd/$f" 2>/dev/null); [ -n "$o" ] && { [ "$o" = "$p1" ] || [ "$o" = "$p2" ]; } && h=1; done; fi
+  S="$S $p:$1:$2:$3:$4:$h"; done; }
 tree() { snap; T=" "; c=1; while [ $c = 1 ]; do c=0; for e in $S; do IFS=:; set -- $e; IFS=$ws
   case "$T" in *" $1 "*) continue;; esac
-  if [ "$4" = "$root" ] || [ "$5" = "$root" ] || [ "$1" = "$root" ]; then T="$T$1 "; c=1; continue; fi
+  if [ "$4" = "$root" ] || [ "$5" = "$root" ] || [ "$1" = "$root" ] || [ "$6" = 1 ]; then T="$T$1 "; c=1; continue; fi
   case "$T" in *" $3 "*) T="$T$1 "; c=1;; esac; done; done; }
 alive() { n=0; for e in $S; do IFS=:; set -- $e; IFS=$ws; case "$T" in *" $1 "*) [ "$2" != Z ] && n=$((n+1));; esac; done; echo $n; }
 sig() { for p in $T; do kill -$1 $p 2>/dev/null; done; }
@@ -219,14 +248,17 @@ kill) tree; sig STOP; tree; sig STOP; sig KILL; alive;;
 esac
 "#;
 
-async fn killer(engine: &Engine, container: &str, mode: &str, pid: u32) -> Result<u64, DriverError> {
-    let pid = pid.to_string();
+async fn killer(engine: &Engine, container: &str, mode: &str, target: &Target) -> Result<u64, DriverError> {
+    let pid = target.pid.to_string();
+    let pipe = |i: usize| target.pipes.get(i).map(String::as_str).unwrap_or("");
+    // As the container's user, like the command: only the same user may read another
+    // process's open files without CAP_SYS_PTRACE.
     let (stdout, _, code) = run_script(
         engine,
         container,
-        Some("0"),
+        None,
         KILLER,
-        &[mode, &pid],
+        &[mode, &pid, pipe(0), pipe(1)],
         "stopping a command",
     )
     .await?;
@@ -239,22 +271,22 @@ async fn killer(engine: &Engine, container: &str, mode: &str, pid: u32) -> Resul
     }
 }
 
-/// Kills the process tree of the command whose pid is `pid`: `SIGTERM` first and up to
-/// `grace` to go when `graceful`, then `SIGKILL`, then checks that nothing is left.
+/// Kills the process tree of the command identified by `target`: `SIGTERM` first and up
+/// to `grace` to go when `graceful`, then `SIGKILL`, then checks that nothing is left.
 /// Returns how many processes survived (0 unless something is very wrong).
 pub(crate) async fn kill_tree(
     engine: &Engine,
     container: &str,
-    pid: u32,
+    target: &Target,
     grace: Duration,
     graceful: bool,
 ) -> Result<u64, DriverError> {
     if graceful {
         let deadline = Instant::now() + grace;
-        let mut left = killer(engine, container, "term", pid).await?;
+        let mut left = killer(engine, container, "term", target).await?;
         while left > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            left = killer(engine, container, "list", pid).await?;
+            left = killer(engine, container, "list", target).await?;
         }
         if left == 0 {
             return Ok(0);
@@ -262,10 +294,10 @@ pub(crate) async fn kill_tree(
     }
     let mut left = 0;
     for _ in 0..3 {
-        killer(engine, container, "kill", pid).await?;
+        killer(engine, container, "kill", target).await?;
         let deadline = Instant::now() + Duration::from_secs(1);
         loop {
-            left = killer(engine, container, "list", pid).await?;
+            left = killer(engine, container, "list", target).await?;
             if left == 0 || Instant::now() >= deadline {
                 break;
             }
@@ -275,7 +307,7 @@ pub(crate) async fn kill_tree(
             return Ok(0);
         }
     }
-    tracing::warn!(container, pid, left, "processes survived SIGKILL");
+    tracing::warn!(container, pid = target.pid, left, "processes survived SIGKILL");
     Ok(left)
 }
 
@@ -356,7 +388,7 @@ mod tests {
         assert_eq!(d.feed(err(b"partial")), None);
         assert_eq!(d.flush(), Some((OutputStream::Stderr, b"partial".to_vec())));
         let mut d = Demux::default();
-        let long = [b'x'; 100];
+        let long = [b'x'; 200];
         assert_eq!(
             d.feed(LogOutput::StdErr {
                 message: Bytes::copy_from_slice(&long)
@@ -364,7 +396,7 @@ mod tests {
             .unwrap()
             .1
             .len(),
-            100
+            200
         );
         let out = d.feed(LogOutput::StdOut {
             message: Bytes::from_static(b"o"),

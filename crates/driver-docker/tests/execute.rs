@@ -270,3 +270,39 @@ async fn cwd_is_confined_to_the_workspace() {
     .await;
     h.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setsid_escapees_holding_the_output_are_killed_too() {
+    let h = harness_or_skip!();
+    common::bounded(120, async {
+        // A non-root container user: the killer runs as that user.
+        let lease = h
+            .lease(serde_json::json!({"user": "65534:65534"}), Default::default())
+            .await;
+        let n = unique();
+        // The subshell starts a new session and exits at once: its child is re-parented to
+        // init, outside the command's group and session, but still holds stdout.
+        let mut request = ExecuteRequest::new("sh", ["-c", &format!("(setsid sleep {n} &); echo done")]);
+        request.timeout = Some(Duration::from_secs(60));
+        let r = h.runtime.execute(&lease.id, request).await.unwrap();
+        assert_eq!(
+            (r.exit_code, r.stdout.as_slice(), r.timed_out),
+            (Some(0), &b"done\n"[..], false)
+        );
+        assert_eq!(
+            h.processes_matching(&lease, &format!("sleep {n}")).await,
+            Vec::<String>::new()
+        );
+        let mut request = ExecuteRequest::new("sh", ["-c", &format!("(setsid sleep {n}1 &); sleep {n}2")]);
+        request.timeout = Some(Duration::from_millis(800));
+        let r = h.runtime.execute(&lease.id, request).await.unwrap();
+        assert!(r.timed_out);
+        assert_eq!(r.metadata["survivors"], 0);
+        assert_eq!(
+            h.processes_matching(&lease, &format!("sleep {n}")).await,
+            Vec::<String>::new()
+        );
+    })
+    .await;
+    h.finish().await;
+}

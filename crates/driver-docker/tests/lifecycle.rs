@@ -2,7 +2,7 @@
 
 mod common;
 
-use envrt_runtime_core::{DriverError, LeasePolicy, LeaseStatus, RuntimeError, WorkspaceRequest};
+use envrt_runtime_core::{CapabilityKey, DriverError, LeasePolicy, LeaseStatus, RuntimeError, WorkspaceRequest};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,6 +168,38 @@ async fn reap_orphans_removes_only_containers_no_active_lease_owns() {
             .release_lease(&orphan.id, LeaseStatus::Released)
             .await
             .unwrap();
+    })
+    .await;
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capabilities_follow_the_declaration_and_the_config() {
+    let h = harness_or_skip!();
+    common::bounded(120, async {
+        let lease = h.default_lease().await;
+        let caps = h.runtime.resolve_capabilities(&lease.id).await.unwrap().unwrap();
+        for key in CapabilityKey::ALL {
+            let expected = !matches!(
+                key,
+                CapabilityKey::RunnerWebSocketIngress | CapabilityKey::ReusableLeases
+            );
+            assert_eq!(caps.get(key), expected, "{key:?}");
+        }
+        let no_duplex = h.lease(json!({"duplex": false}), LeasePolicy::Ephemeral).await;
+        let caps = h.runtime.resolve_capabilities(&no_duplex.id).await.unwrap().unwrap();
+        assert!(!caps.duplex_command_stream);
+        assert!(caps.native_sync_in && caps.incremental_session_output);
+        let err = h
+            .runtime
+            .open_duplex_channel(&no_duplex.id, &["cat".to_string()])
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "Sandbox lease does not grant the duplex command stream capability."
+        );
     })
     .await;
     h.finish().await;

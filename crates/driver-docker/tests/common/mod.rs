@@ -48,7 +48,19 @@ pub fn scoped_config(run: &str) -> DockerConfig {
 /// `ENVRT_REQUIRE_DOCKER=1`).
 pub async fn harness() -> Option<Harness> {
     let run = uuid::Uuid::new_v4().to_string();
-    match DockerDriver::connect(scoped_config(&run)).await {
+    let require = std::env::var("ENVRT_REQUIRE_DOCKER").as_deref() == Ok("1");
+    let connected = match DockerDriver::connect(scoped_config(&run)).await {
+        Ok(driver) => match driver.image_exists(&image()).await {
+            Ok(true) => Ok(driver),
+            Ok(false) => Err(format!(
+                "image {} is missing (build it with scripts/docker-test-image.sh)",
+                image()
+            )),
+            Err(e) => Err(e.to_string()),
+        },
+        Err(e) => Err(e.to_string()),
+    };
+    match connected {
         Ok(driver) => {
             let driver = Arc::new(driver);
             let runtime = EnvironmentRuntime::new();
@@ -61,10 +73,15 @@ pub async fn harness() -> Option<Harness> {
             })
         }
         Err(error) => {
-            if std::env::var("ENVRT_REQUIRE_DOCKER").as_deref() == Ok("1") {
-                panic!("ENVRT_REQUIRE_DOCKER=1 but no Docker engine answers: {error}");
+            if require {
+                panic!("ENVRT_REQUIRE_DOCKER=1 but no usable Docker engine: {error}");
             }
-            eprintln!("\n*** SKIPPED: no Docker engine ({error}) ***\n");
+            // Straight to the process's stderr, past the test harness's capture.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** SKIPPED: no usable Docker engine ({error}); set ENVRT_REQUIRE_DOCKER=1 to make this a failure ***\n"
+            );
             None
         }
     }

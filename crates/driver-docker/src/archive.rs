@@ -1,0 +1,321 @@
+//! Tar streams for sync: building one from a host tree on a blocking thread while it is
+//! uploaded (see `extract` for the other direction), and what both directions share.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+use bytes::Bytes;
+use envrt_runtime_core::sync::ExcludeSet;
+use envrt_runtime_core::{DriverError, SyncKind};
+use tokio::sync::mpsc;
+
+/// Bytes gathered before a chunk is handed to the upload.
+const CHUNK: usize = 64 * 1024;
+
+/// A `Write` that hands chunks to an async body through a bounded channel (so at most a
+/// few chunks are in memory). Only for blocking threads.
+pub(crate) struct ChannelWriter {
+    tx: mpsc::Sender<Result<Bytes, io::Error>>,
+    buf: Vec<u8>,
+}
+
+impl ChannelWriter {
+    pub(crate) fn new(tx: mpsc::Sender<Result<Bytes, io::Error>>) -> Self {
+        ChannelWriter { tx, buf: Vec::new() }
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            let chunk = Bytes::from(std::mem::take(&mut self.buf));
+            self.tx
+                .blocking_send(Ok(chunk))
+                .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the upload ended"))?;
+        }
+        Ok(())
+    }
+}
+
+/// A failure while building or extracting an archive: a refusal the caller reports as is,
+/// or an I/O error.
+#[derive(Debug)]
+pub(crate) enum ArchiveError {
+    Refused(DriverError),
+    Io(String, io::Error),
+}
+
+impl ArchiveError {
+    pub(crate) fn into_driver(self) -> DriverError {
+        match self {
+            ArchiveError::Refused(e) => e,
+            ArchiveError::Io(context, e) => DriverError::io(context, e),
+        }
+    }
+}
+
+pub(crate) fn io_at(context: impl Into<String>) -> impl FnOnce(io::Error) -> ArchiveError {
+    let context = context.into();
+    move |e| ArchiveError::Io(context, e)
+}
+
+/// Counts of regular files and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) files: u64,
+    pub(crate) bytes: u64,
+}
+
+/// Whether a link at `entry` (relative to the tree root) pointing to `link` stays inside
+/// the tree: absolute links never do; relative ones are resolved lexically against the
+/// link's directory.
+pub(crate) fn link_stays_inside(entry: &Path, link: &Path) -> bool {
+    if link.has_root() {
+        return false;
+    }
+    let mut depth: Vec<&std::ffi::OsStr> = Vec::new();
+    if let Some(parent) = entry.parent() {
+        for c in parent.components() {
+            match c {
+                Component::Normal(p) => depth.push(p),
+                Component::CurDir => {}
+                _ => return false,
+            }
+        }
+    }
+    for c in link.components() {
+        match c {
+            Component::Normal(p) => depth.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if depth.pop().is_none() {
+                    return false;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    true
+}
+
+/// What to put in the archive for one sync entry.
+pub(crate) struct TarPlan {
+    /// Host source path.
+    pub(crate) source: PathBuf,
+    /// Name of the top entry in the archive.
+    pub(crate) top: String,
+    pub(crate) kind: SyncKind,
+    pub(crate) mode: Option<u32>,
+    pub(crate) follow: bool,
+    pub(crate) exclude: ExcludeSet,
+    /// Owner written into every header.
+    pub(crate) uid: u64,
+    pub(crate) gid: u64,
+    /// The sync target as the caller gave it (for messages).
+    pub(crate) target: String,
+}
+
+/// Writes the archive of `plan` to `out`; returns the counts.
+pub(crate) fn build_tar<W: Write>(plan: &TarPlan, out: W) -> Result<Counts, ArchiveError> {
+    let mut builder = tar::Builder::new(out);
+    builder.follow_symlinks(false);
+    let mut counts = Counts::default();
+    let top = PathBuf::from(&plan.top);
+    let meta = stat(&plan.source, plan.follow).map_err(io_at(format!("Reading {}", plan.source.display())))?;
+    let mode = plan.mode.unwrap_or(meta.mode() & 0o7777);
+    match plan.kind {
+        SyncKind::File => add_file(&mut builder, plan, &plan.source, &top, &meta, mode, &mut counts)?,
+        SyncKind::Directory => {
+            let mut seen = BTreeSet::new();
+            seen.insert((meta.dev(), meta.ino()));
+            add_dir_header(&mut builder, plan, &top, &meta, mode)?;
+            walk(
+                &mut builder,
+                plan,
+                &plan.source,
+                &top,
+                Path::new(""),
+                &mut seen,
+                &mut counts,
+            )?;
+        }
+    }
+    let mut out = builder.into_inner().map_err(io_at("Finishing the archive"))?;
+    out.flush().map_err(io_at("Sending the archive"))?;
+    Ok(counts)
+}
+
+fn stat(path: &Path, follow: bool) -> io::Result<fs::Metadata> {
+    if follow {
+        fs::metadata(path)
+    } else {
+        fs::symlink_metadata(path)
+    }
+}
+
+fn header(plan: &TarPlan, meta: &fs::Metadata, mode: u32, kind: tar::EntryType) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_uid(plan.uid);
+    h.set_gid(plan.gid);
+    h.set_mtime(meta.mtime().max(0) as u64);
+    h.set_size(0);
+    h
+}
+
+fn add_dir_header<W: Write>(
+    builder: &mut tar::Builder<W>,
+    plan: &TarPlan,
+    name: &Path,
+    meta: &fs::Metadata,
+    mode: u32,
+) -> Result<(), ArchiveError> {
+    let mut h = header(plan, meta, mode, tar::EntryType::Directory);
+    builder
+        .append_data(&mut h, name, io::empty())
+        .map_err(io_at("Sending the archive"))
+}
+
+fn add_file<W: Write>(
+    builder: &mut tar::Builder<W>,
+    plan: &TarPlan,
+    path: &Path,
+    name: &Path,
+    meta: &fs::Metadata,
+    mode: u32,
+    counts: &mut Counts,
+) -> Result<(), ArchiveError> {
+    let mut h = header(plan, meta, mode, tar::EntryType::Regular);
+    let size = meta.len();
+    h.set_size(size);
+    let file = fs::File::open(path).map_err(io_at(format!("Reading {}", path.display())))?;
+    let mut reader = Exact {
+        inner: file.take(size),
+        left: size,
+        path,
+    };
+    builder
+        .append_data(&mut h, name, &mut reader)
+        .map_err(io_at(format!("Sending {}", path.display())))?;
+    counts.files += 1;
+    counts.bytes += size;
+    Ok(())
+}
+
+/// Reads exactly `left` bytes or fails (a file that shrank while being sent).
+struct Exact<'a, R> {
+    inner: R,
+    left: u64,
+    path: &'a Path,
+}
+
+impl<R: Read> Read for Exact<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let n = self.inner.read(buf)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{} changed while it was being sent", self.path.display()),
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk<W: Write>(
+    builder: &mut tar::Builder<W>,
+    plan: &TarPlan,
+    dir: &Path,
+    top: &Path,
+    relative: &Path,
+    seen: &mut BTreeSet<(u64, u64)>,
+    counts: &mut Counts,
+) -> Result<(), ArchiveError> {
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .map_err(io_at(format!("Reading {}", dir.display())))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(io_at(format!("Reading {}", dir.display())))?;
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
+        let rel = relative.join(&name);
+        if plan.exclude.is_excluded(&rel.to_string_lossy()) {
+            continue;
+        }
+        let link_meta = fs::symlink_metadata(&path).map_err(io_at(format!("Reading {}", path.display())))?;
+        let archived = top.join(&rel);
+        if link_meta.file_type().is_symlink() && !plan.follow {
+            let target = fs::read_link(&path).map_err(io_at(format!("Reading {}", path.display())))?;
+            if !link_stays_inside(&rel, &target) {
+                return Err(ArchiveError::Refused(DriverError::EntryEscapesTarget {
+                    entry: format!("{} -> {}", rel.display(), target.display()),
+                    target: plan.target.clone(),
+                }));
+            }
+            let mut h = header(plan, &link_meta, 0o777, tar::EntryType::Symlink);
+            builder
+                .append_link(&mut h, &archived, &target)
+                .map_err(io_at("Sending the archive"))?;
+            continue;
+        }
+        let meta = if link_meta.file_type().is_symlink() {
+            match fs::metadata(&path) {
+                Ok(meta) => meta,
+                // A dangling link has nothing to copy.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(ArchiveError::Io(format!("Reading {}", path.display()), e)),
+            }
+        } else {
+            link_meta
+        };
+        let mode = meta.mode() & 0o7777;
+        if meta.is_dir() {
+            if !seen.insert((meta.dev(), meta.ino())) {
+                return Err(ArchiveError::Refused(DriverError::invalid(format!(
+                    "Sync source \"{}\" has a symbolic-link loop.",
+                    path.display()
+                ))));
+            }
+            add_dir_header(builder, plan, &archived, &meta, mode)?;
+            walk(builder, plan, &path, top, &rel, seen, counts)?;
+            seen.remove(&(meta.dev(), meta.ino()));
+        } else if meta.is_file() {
+            add_file(builder, plan, &path, &archived, &meta, mode, counts)?;
+        }
+        // Sockets, fifos and devices are not copied.
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_are_checked_against_the_tree_root() {
+        assert!(link_stays_inside(Path::new("a/l"), Path::new("../b")));
+        assert!(link_stays_inside(Path::new("a/l"), Path::new("x/./y")));
+        assert!(!link_stays_inside(Path::new("a/l"), Path::new("../../b")));
+        assert!(!link_stays_inside(Path::new("l"), Path::new("..")));
+        assert!(!link_stays_inside(Path::new("l"), Path::new("/etc/passwd")));
+        assert!(link_stays_inside(Path::new("l"), Path::new(".")));
+    }
+}

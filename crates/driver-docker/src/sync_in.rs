@@ -1,0 +1,331 @@
+//! `sync_in` (host → container, contract section 6) through the archive API.
+//!
+//! Every entry is validated before anything is sent. Each entry is then streamed as a tar
+//! into a hidden sibling of its target (`.envrt-sync-<uuid>`, extracted by the engine),
+//! and only when every entry of the operation has landed are the targets replaced, by
+//! renames inside the container; a failure removes the staged copies and leaves the
+//! targets as they were. A directory target is replaced as a whole (its old content goes);
+//! the workspace root, which cannot be renamed, gets its content replaced instead.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bollard::query_parameters::UploadToContainerOptionsBuilder;
+use envrt_runtime_core::sync::{ExcludeSet, check_post_upload_cwd, confine_to_workspace};
+use envrt_runtime_core::{
+    DriverError, ExecuteRequest, LeaseContext, SyncKind, SyncOperation, SyncOperationResult, SyncResult,
+};
+use tokio::sync::mpsc;
+
+use crate::archive::{ArchiveError, ChannelWriter, TarPlan, build_tar};
+use crate::driver::DockerDriver;
+use crate::process::run_script;
+
+struct Entry {
+    plan: TarPlan,
+    /// Environment-side target (normalized, absolute).
+    target: String,
+    /// Directory the archive is extracted into.
+    parent: String,
+    /// Whether the target is the workspace root (content replaced, not the directory).
+    is_root: bool,
+}
+
+impl Entry {
+    fn staged(&self) -> String {
+        format!("{}/{}", self.parent.trim_end_matches('/'), self.plan.top)
+    }
+}
+
+struct Plan<'a> {
+    operation: &'a SyncOperation,
+    entries: Vec<Entry>,
+    cwds: Vec<Option<String>>,
+}
+
+fn parent_of(path: &str) -> String {
+    match path.rfind('/') {
+        Some(0) | None => "/".to_owned(),
+        Some(i) => path[..i].to_owned(),
+    }
+}
+
+fn validate<'a>(
+    workspace: &str,
+    owner: (u64, u64),
+    operations: &'a [SyncOperation],
+) -> Result<Vec<Plan<'a>>, DriverError> {
+    let mut plans = Vec::with_capacity(operations.len());
+    for operation in operations {
+        let mut entries = Vec::new();
+        for file in &operation.files {
+            let target = confine_to_workspace(workspace, &file.target_path)?;
+            let exclude = ExcludeSet::new(&file.exclude)?;
+            let source = PathBuf::from(&file.source_path);
+            let follow = file.follows_symlinks();
+            let meta = if follow {
+                std::fs::metadata(&source)
+            } else {
+                std::fs::symlink_metadata(&source)
+            };
+            let meta = meta.map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => DriverError::SourceMissing {
+                    path: file.source_path.clone(),
+                },
+                _ => DriverError::io(format!("Reading {}", file.source_path), e),
+            })?;
+            let (ok, expected) = match file.kind {
+                SyncKind::File => (meta.is_file(), "file"),
+                SyncKind::Directory => (meta.is_dir(), "directory"),
+            };
+            if !ok {
+                return Err(DriverError::SourceKind {
+                    path: file.source_path.clone(),
+                    expected,
+                });
+            }
+            let is_root = target == workspace;
+            if is_root && file.kind == SyncKind::File {
+                return Err(DriverError::invalid(format!(
+                    "A file cannot replace the workspace directory \"{workspace}\"."
+                )));
+            }
+            let parent = if is_root { target.clone() } else { parent_of(&target) };
+            entries.push(Entry {
+                plan: TarPlan {
+                    source,
+                    top: format!(".envrt-sync-{}", uuid::Uuid::new_v4().simple()),
+                    kind: file.kind,
+                    mode: file.mode.map(|m| m & 0o7777),
+                    follow,
+                    exclude,
+                    uid: owner.0,
+                    gid: owner.1,
+                    target: file.target_path.clone(),
+                },
+                target,
+                parent,
+                is_root,
+            });
+        }
+        let targets: Vec<String> = entries.iter().map(|e| e.target.clone()).collect();
+        let cwds = operation
+            .post_upload_commands
+            .iter()
+            .map(|c| {
+                c.cwd
+                    .as_deref()
+                    .map(|cwd| check_post_upload_cwd(cwd, &targets))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        plans.push(Plan {
+            operation,
+            entries,
+            cwds,
+        });
+    }
+    Ok(plans)
+}
+
+/// Moves every staged copy into place: `r` entries replace the target; `m` entries
+/// (`m:<octal>` with a mode) replace the content of the workspace root. Arguments come in
+/// triples (kind, staged, target).
+const FINALIZE: &str = r#"set -e
+while [ $# -ge 3 ]; do
+  k=$1; t=$2; d=$3; shift 3
+  case $k in
+  m*)
+    for f in "$d"/* "$d"/.[!.]* "$d"/..?*; do
+      { [ -e "$f" ] || [ -L "$f" ]; } || continue
+      case "$f" in "$d"/.envrt-sync-*) continue;; esac
+      rm -rf -- "$f"
+    done
+    for f in "$t"/* "$t"/.[!.]* "$t"/..?*; do
+      { [ -e "$f" ] || [ -L "$f" ]; } || continue
+      mv -- "$f" "$d"/
+    done
+    m=${k#m}; m=${m#:}
+    if [ -n "$m" ]; then chmod "$m" "$d"; fi
+    rmdir -- "$t";;
+  *)
+    if [ -d "$d" ] && [ ! -L "$d" ]; then rm -rf -- "$d"; elif [ -e "$d" ] || [ -L "$d" ]; then rm -f -- "$d"; fi
+    mv -- "$t" "$d";;
+  esac
+done
+"#;
+
+async fn upload(driver: &DockerDriver, container: &str, entry: &Entry) -> Result<(u64, u64), DriverError> {
+    let (tx, rx) = mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(8);
+    let plan = TarPlan {
+        source: entry.plan.source.clone(),
+        top: entry.plan.top.clone(),
+        kind: entry.plan.kind,
+        mode: entry.plan.mode,
+        follow: entry.plan.follow,
+        exclude: entry.plan.exclude.clone(),
+        uid: entry.plan.uid,
+        gid: entry.plan.gid,
+        target: entry.plan.target.clone(),
+    };
+    let error_tx = tx.clone();
+    let producer = tokio::task::spawn_blocking(move || {
+        let result = build_tar(&plan, ChannelWriter::new(tx));
+        if let Err(e) = &result {
+            // Abort the upload rather than let the engine see a well-formed short archive.
+            let _ = error_tx.blocking_send(Err(std::io::Error::other(format!("{e:?}"))));
+        }
+        result
+    });
+    let body = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    let options = UploadToContainerOptionsBuilder::default().path(&entry.parent).build();
+    let uploaded = driver
+        .engine
+        .docker
+        .upload_to_container(container, Some(options), bollard::body_try_stream(body))
+        .await;
+    let produced = producer
+        .await
+        .map_err(|e| DriverError::other(format!("The archive builder failed: {e}")))?;
+    // A refusal explains itself; otherwise the engine's side of a failure does (the
+    // builder's broken pipe is only its echo).
+    if let Err(ArchiveError::Refused(e)) = produced {
+        return Err(e);
+    }
+    uploaded.map_err(|e| {
+        if crate::engine::is_not_found(&e) {
+            DriverError::ResourceGone {
+                id: container.to_owned(),
+            }
+        } else {
+            driver.engine.error("uploading files", e)
+        }
+    })?;
+    let counts = produced.map_err(ArchiveError::into_driver)?;
+    Ok((counts.files, counts.bytes))
+}
+
+/// Host → container.
+pub(crate) async fn sync_in(
+    driver: &DockerDriver,
+    context: &LeaseContext,
+    operations: &[SyncOperation],
+) -> Result<SyncResult, DriverError> {
+    let container = DockerDriver::container_of(context)?;
+    let workspace = DockerDriver::workspace_of(context);
+    let owner = driver.owner_of(context).await?;
+    let plans = validate(&workspace, owner, operations)?;
+    let mut results = Vec::with_capacity(plans.len());
+    for plan in plans {
+        let mut result = SyncOperationResult {
+            operation_id: plan.operation.operation_id.clone(),
+            ..Default::default()
+        };
+        let parents: Vec<&str> = plan.entries.iter().map(|e| e.parent.as_str()).collect();
+        if !parents.is_empty() {
+            let (_, stderr, code) = run_script(
+                &driver.engine,
+                container,
+                None,
+                "for d; do mkdir -p -- \"$d\" || exit 1; done",
+                &parents,
+                "creating sync target directories",
+            )
+            .await?;
+            if code != Some(0) {
+                return Err(DriverError::other(format!(
+                    "Could not create the sync target directories: {}",
+                    String::from_utf8_lossy(&stderr).trim()
+                )));
+            }
+        }
+        let mut staged = Vec::new();
+        let mut failure = None;
+        for entry in &plan.entries {
+            staged.push(entry.staged());
+            match upload(driver, container, entry).await {
+                Ok((files, bytes)) => {
+                    result.files_transferred += files;
+                    result.bytes_transferred += bytes;
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if failure.is_none() {
+            let mut args: Vec<String> = Vec::new();
+            for entry in &plan.entries {
+                args.push(match (entry.is_root, entry.plan.mode) {
+                    (true, Some(mode)) => format!("m:{mode:o}"),
+                    (true, None) => "m".to_owned(),
+                    (false, _) => "r".to_owned(),
+                });
+                args.push(entry.staged());
+                args.push(entry.target.clone());
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            match run_script(
+                &driver.engine,
+                container,
+                Some("0"),
+                FINALIZE,
+                &args,
+                "placing synced files",
+            )
+            .await
+            {
+                Ok((_, _, Some(0))) => staged.clear(),
+                Ok((_, stderr, _)) => {
+                    failure = Some(DriverError::other(format!(
+                        "Could not move synced files into place: {}",
+                        String::from_utf8_lossy(&stderr).trim()
+                    )))
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        if let Some(error) = failure {
+            if !staged.is_empty() {
+                let args: Vec<&str> = staged.iter().map(String::as_str).collect();
+                let _ = run_script(
+                    &driver.engine,
+                    container,
+                    Some("0"),
+                    "rm -rf -- \"$@\"",
+                    &args,
+                    "cleaning up",
+                )
+                .await;
+            }
+            return Err(error);
+        }
+        for (command, cwd) in plan.operation.post_upload_commands.iter().zip(&plan.cwds) {
+            let mut request = ExecuteRequest::new("sh", ["-c", command.command.as_str()]);
+            request.cwd = Some(cwd.clone().unwrap_or_else(|| workspace.clone()));
+            request.timeout = command.timeout_ms.map(Duration::from_millis);
+            let outcome =
+                crate::exec::execute(&driver.engine, driver.config.kill_grace, container, &workspace, request).await?;
+            let failed = if outcome.timed_out {
+                Some("a timeout".to_owned())
+            } else if let Some(signal) = outcome.signal {
+                Some(format!("signal {signal}"))
+            } else {
+                match outcome.exit_code {
+                    Some(0) => None,
+                    Some(code) => Some(format!("exit code {code}")),
+                    None => Some("an unknown exit".to_owned()),
+                }
+            };
+            if let Some(outcome) = failed {
+                return Err(DriverError::PostUploadFailed {
+                    command: command.command.clone(),
+                    outcome,
+                });
+            }
+        }
+        results.push(result);
+    }
+    Ok(SyncResult { operations: results })
+}
