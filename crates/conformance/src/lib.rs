@@ -178,6 +178,11 @@ impl Suite {
         &self.ctx.key
     }
 
+    /// The prefix every marker of this run carries (processes, paths).
+    pub fn marker_prefix(&self) -> &str {
+        &self.ctx.marker_prefix
+    }
+
     /// The profile the registration used.
     pub fn profile(&self) -> &Profile {
         &self.ctx.profile
@@ -206,6 +211,13 @@ impl Suite {
     /// The names of the registered checks (without the `driver_<key>::` prefix).
     pub fn check_names(&self) -> Vec<&'static str> {
         self.registered().into_iter().map(|c| c.name).collect()
+    }
+
+    /// Runs one registered check directly (no libtest) and returns its outcome; `None` when
+    /// no check of that name is registered for the driver.
+    pub fn run_check(&self, name: &str) -> Option<Result<(), String>> {
+        let check = self.registered().into_iter().find(|c| c.name == name)?;
+        Some((check.run)(&self.ctx))
     }
 
     fn registered(&self) -> Vec<checks::Check> {

@@ -150,15 +150,19 @@ struct TreeWalk<'a, 'b> {
     links: Vec<CopiedLink>,
     /// (device, inode) of the directories on the current path, against link cycles.
     ancestors: Vec<(u64, u64)>,
+    /// (device, inode) of the staging directory, skipped when the source contains it.
+    staging: (u64, u64),
 }
 
 fn stage_tree(spec: &CopySpec<'_>, meta: &fs::Metadata, temp: &Path, counts: &mut Counts) -> Result<(), DriverError> {
     make_dir(temp)?;
+    let staged = fs::symlink_metadata(temp).map_err(|e| io_err("inspect", temp, e))?;
     let mut walk = TreeWalk {
         spec,
         counts,
         links: Vec::new(),
         ancestors: vec![(meta.dev(), meta.ino())],
+        staging: (staged.dev(), staged.ino()),
     };
     walk.copy_dir(spec.source, temp, &mut Vec::new())?;
     for link in &walk.links {
@@ -225,6 +229,10 @@ impl TreeWalk<'_, '_> {
         }
         if meta.is_dir() {
             let id = (meta.dev(), meta.ino());
+            if id == self.staging {
+                // The target lies inside the source: do not copy the copy into itself.
+                return Ok(());
+            }
             if self.ancestors.contains(&id) {
                 return Err(DriverError::invalid(format!(
                     "following links at {} loops back to a parent directory",
@@ -399,13 +407,23 @@ pub(crate) fn rollback(staged: &mut [Staged]) {
 }
 
 /// Creates the missing parents of `target` (mode `0755` less the umask, like `mkdir -p`),
-/// returning those it created, deepest last, so a failed operation can remove them.
-pub(crate) fn create_parents(target: &Path) -> Result<Vec<PathBuf>, DriverError> {
+/// returning those it created, deepest last, so a failed operation can remove them. With
+/// a `floor` (a lease workspace), only directories strictly below it are created: a
+/// workspace removed by a concurrent release is never brought back.
+pub(crate) fn create_parents(target: &Path, floor: Option<&Path>) -> Result<Vec<PathBuf>, DriverError> {
     let mut missing = Vec::new();
     let mut probe = target.parent();
     while let Some(dir) = probe {
         if fs::symlink_metadata(dir).is_ok() {
             break;
+        }
+        if let Some(floor) = floor.filter(|f| !dir.starts_with(f) || dir == *f) {
+            return Err(DriverError::ResourceGone {
+                id: floor
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            });
         }
         missing.push(dir.to_path_buf());
         probe = dir.parent();
@@ -461,5 +479,20 @@ mod tests {
         std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
         assert!(link_escapes(&root, final_root, &at("e"), Path::new("loop")));
         remove_tree(&root).unwrap();
+    }
+
+    #[test]
+    fn parents_are_created_below_the_floor_only() {
+        let base = scratch("floor");
+        let floor = base.join("lease-x");
+        let err = create_parents(&floor.join("a/b/file"), Some(&floor)).unwrap_err();
+        assert_eq!(err.to_string(), "Lease resource \"lease-x\" does not exist.");
+        assert!(!floor.exists());
+        fs::create_dir(&floor).unwrap();
+        let created = create_parents(&floor.join("a/b/file"), Some(&floor)).unwrap();
+        assert_eq!(created, vec![floor.join("a"), floor.join("a/b")]);
+        remove_created(&created);
+        assert!(!floor.join("a").exists());
+        remove_tree(&base).unwrap();
     }
 }

@@ -31,6 +31,9 @@ const DRAIN_IDLE: Duration = Duration::from_millis(200);
 /// Upper bound on the whole drain after the command exits.
 const DRAIN_MAX: Duration = Duration::from_secs(2);
 
+/// How long release and destroy wait for a lease's killed commands to disappear.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// How long the call waits for a killed group to disappear before returning.
 const REAP_WAIT: Duration = Duration::from_millis(200);
 
@@ -78,14 +81,25 @@ impl ProcessTable {
     }
 
     /// Marks the lease closed and sends `SIGKILL` to every process group it still runs;
-    /// commands started later are killed at once until [`reopen`](Self::reopen).
-    pub(crate) fn close(&self, lease: &str) {
-        let mut state = self.state();
-        state.closed.insert(lease.to_owned());
-        if let Some(set) = state.running.get(lease) {
-            for pgid in set {
-                let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
-            }
+    /// commands started later are killed at once until [`reopen`](Self::reopen). Waits
+    /// (bounded) until those groups are gone, so that nothing still writes into the
+    /// workspace while it is removed.
+    pub(crate) async fn close(&self, lease: &str) {
+        let groups: Vec<i32> = {
+            let mut state = self.state();
+            state.closed.insert(lease.to_owned());
+            state
+                .running
+                .get(lease)
+                .map(|s| s.iter().copied().collect())
+                .unwrap_or_default()
+        };
+        for pgid in &groups {
+            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+        }
+        let until = Instant::now() + CLOSE_WAIT;
+        while Instant::now() < until && groups.iter().any(|g| group_alive(*g)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
@@ -98,6 +112,34 @@ impl ProcessTable {
     pub(crate) fn running(&self, lease: &str) -> usize {
         self.state().running.get(lease).map_or(0, HashSet::len)
     }
+}
+
+/// Whether a process group still has a member that is not a zombie. Zombies count for
+/// `kill(-pgid, 0)` but run nothing; whoever inherited them reaps them in its own time.
+fn group_alive(pgid: i32) -> bool {
+    if killpg(Pid::from_raw(pgid), None).is_err() {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // "pid (comm) S ppid pgrp ..."; comm may contain anything, so parse after ')'.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("Z");
+        let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
+        pgrp == Some(pgid) && state != "Z" && state != "X"
+    })
 }
 
 /// Owns one command's process group: `SIGKILL`s it when dropped while armed (the execute
@@ -120,7 +162,7 @@ impl GroupGuard {
     async fn finish(mut self) {
         if self.signal(Signal::SIGKILL) {
             let until = Instant::now() + REAP_WAIT;
-            while killpg(Pid::from_raw(self.pgid), None).is_ok() && Instant::now() < until {
+            while group_alive(self.pgid) && Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         }

@@ -3,6 +3,34 @@
 //! The embedded default driver: commands run as real processes on this host, each lease
 //! owns a private workspace directory, and files move in and out natively.
 //!
+//! ```
+//! use std::sync::Arc;
+//! use envrt_driver_local::{LocalConfig, LocalDriver};
+//! use envrt_runtime_core::{AcquireRequest, Environment, EnvironmentRuntime, ExecuteRequest, LeaseStatus};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! # let root = std::env::temp_dir().join(format!("envrt-local-doc-{}", std::process::id()));
+//! let driver = LocalDriver::new(LocalConfig { root: Some(root.clone()), ..Default::default() })?;
+//! let runtime = EnvironmentRuntime::new();
+//! runtime.register_driver(Arc::new(driver));
+//! runtime.put_environment(Environment::new("env-1", "This host", "local")).await?;
+//! let lease = runtime.acquire_lease(AcquireRequest::new("env-1", "acme")).await?;
+//! let out = runtime.execute(&lease.id, ExecuteRequest::new("echo", ["hello"])).await?;
+//! assert_eq!(out.stdout, b"hello\n");
+//! runtime.release_lease(&lease.id, LeaseStatus::Released).await?; // workspace removed
+//! # std::fs::remove_dir(&root).unwrap();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+//!
+//! ## Capabilities
+//! Static support set: `reusableLeases` (only under `reuse_by_environment`, by the
+//! classifier's narrowing), `nativeSyncIn`, `nativeSyncOut`, `independentControlCommands`,
+//! and the opt-in keys it declares, `incrementalSessionOutput` (the sink streams) and
+//! `concurrentSyncOperations` (sync in and out touch independent paths). Commands are
+//! one-shot, so no `persistentProcessSessions`; no duplex channels (the facade refuses
+//! with `Environment driver "local" does not support duplex channels.`); no runner ingress.
+//!
 //! ## Leases
 //! [`acquire_lease`](EnvironmentDriver::acquire_lease) creates `{root}/lease-{lease id}`
 //! with mode `0700` (`root` from [`LocalConfig::root`], default
@@ -27,8 +55,9 @@
 //! `timed_out` is set. When the command itself exits, whatever it left in its group (a
 //! background grandchild still holding stdout, say) is killed and the call returns. Each
 //! stream is capped (`max_output_bytes`); the sink still sees every chunk. A program that
-//! does not exist exits `127` with `envrt: command not found: NAME` on stderr. Dropping the
-//! execute future kills the group.
+//! does not exist exits `127` with `envrt: command not found: NAME` on stderr (one that
+//! cannot be executed, `126` with `envrt: permission denied: NAME`). Dropping the execute
+//! future kills the group; so do release and destroy for every command of the lease.
 //!
 //! **Environment.** The host's variables are not inherited. A command sees only:
 //! - the host's values of the allow-list [`LocalConfig::env_allowlist`] (default `PATH`,
@@ -67,7 +96,10 @@
 //!
 //! ## Limits
 //! Commands run as the driver's own user with no isolation beyond the working directory:
-//! a command can read anything that user can. Path confinement is checked on the real file
+//! a command can read anything that user can. A descendant that leaves the command's
+//! process group on purpose (`setsid`) is out of reach of the group kill; it cannot hold
+//! the call (after the command exits, its pipes are abandoned once they stay quiet for
+//! 200 ms, 2 s at most), but it survives. Path confinement is checked on the real file
 //! system before each operation; a command racing the driver to swap a directory for a
 //! symlink during a sync is not defended against.
 
@@ -240,10 +272,21 @@ impl LocalDriver {
     }
 
     /// Kills the lease's commands and removes its workspace.
-    fn remove_workspace(&self, lease_id: &str) -> Result<(), DriverError> {
+    async fn remove_workspace(&self, lease_id: &str) -> Result<(), DriverError> {
         let dir = self.workspace_of(lease_id)?;
-        self.processes.close(lease_id);
-        remove_tree(&dir).map_err(|e| DriverError::io(format!("cannot remove workspace {}", dir.display()), e))?;
+        self.processes.close(lease_id).await;
+        let mut attempt = 0;
+        loop {
+            match remove_tree(&dir) {
+                Ok(()) => break,
+                // Something dying may still have added an entry; try again shortly.
+                Err(_) if attempt < 3 => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(DriverError::io(format!("cannot remove workspace {}", dir.display()), e)),
+            }
+        }
         self.processes.reopen(lease_id);
         Ok(())
     }
@@ -276,13 +319,17 @@ impl EnvironmentDriver for LocalDriver {
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
         let lease = &input.context.lease;
         lease_dir_name(&lease.id)?;
-        self.processes.close(&lease.id);
+        self.processes.close(&lease.id).await;
         let keep = match lease.lease_policy {
             LeasePolicy::ReuseByEnvironment => true,
             LeasePolicy::RetainOnFailure => input.status == LeaseStatus::Retained,
             LeasePolicy::Ephemeral | LeasePolicy::ReuseByExecutionWorkspace => false,
         };
-        if keep { Ok(()) } else { self.remove_workspace(&lease.id) }
+        if keep {
+            Ok(())
+        } else {
+            self.remove_workspace(&lease.id).await
+        }
     }
 
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
@@ -334,7 +381,7 @@ impl ResumeLease for LocalDriver {
 #[async_trait]
 impl DestroyLease for LocalDriver {
     async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
-        self.remove_workspace(&context.lease.id)
+        self.remove_workspace(&context.lease.id).await
     }
 }
 

@@ -94,7 +94,11 @@ fn transfer(plans: &[Planned], workspace: &Path, direction: Direction) -> Result
     let mut created: Vec<PathBuf> = Vec::new();
     let outcome = (|| {
         for plan in plans {
-            created.extend(copy::create_parents(&plan.target)?);
+            let floor = match direction {
+                Direction::In => Some(workspace),
+                Direction::Out => None,
+            };
+            created.extend(copy::create_parents(&plan.target, floor)?);
             if let Direction::In = direction {
                 check_no_escape(workspace, &plan.target, &plan.target_shown)?;
             }

@@ -194,6 +194,28 @@ async fn a_grandchild_holding_stdout_does_not_hold_the_call() {
 }
 
 #[tokio::test]
+async fn a_grandchild_that_left_the_group_cannot_hold_the_call_either() {
+    let h = Harness::new().await;
+    let lease = h.lease().await;
+    let nap = unique_sleep();
+    // setsid takes the sleeper out of the command's process group (a documented limit:
+    // the group kill cannot reach it), but it still holds stdout; the call must return.
+    let out = h.sh(&lease, &format!("setsid sleep {nap} & echo done")).await;
+    assert_eq!(out.exit_code, Some(0));
+    assert_eq!(out.stdout, b"done\n");
+    // Clean up the escaped sleeper by its unique marker (a process this test started).
+    for pid in common::processes_with(&nap) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(survivors(&nap).await.is_empty());
+    h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    h.finish();
+}
+
+#[tokio::test]
 async fn output_is_capped_per_stream_with_flags_and_the_sink_sees_everything() {
     let h = Harness::new().await;
     let lease = h.lease().await;

@@ -550,3 +550,28 @@ async fn sync_in_and_out_run_concurrently_on_one_lease() {
     h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     h.finish();
 }
+
+#[tokio::test]
+async fn a_target_inside_its_own_source_does_not_copy_itself() {
+    let h = Harness::new().await;
+    let lease = h.lease().await;
+    let ws = h.workspace(&lease);
+    fs::create_dir(ws.join("data")).unwrap();
+    fs::write(ws.join("data/a"), b"a").unwrap();
+    // Host source = the workspace itself, target inside it.
+    let file = SyncFile::directory(ws.to_string_lossy(), "data/snapshot");
+    let result = sync_in(&h, &lease, &[op("self", vec![file])]).await.unwrap();
+    assert_eq!(result.operations[0].files_transferred, 1);
+    assert_eq!(
+        tree(&ws),
+        [
+            "data",
+            "data/a",
+            "data/snapshot",
+            "data/snapshot/data",
+            "data/snapshot/data/a"
+        ]
+    );
+    h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    h.finish();
+}

@@ -424,7 +424,8 @@ fn post_upload_cwd_refused(ctx: &Ctx) -> Result<(), String> {
 }
 
 fn post_upload_commands(ctx: &Ctx) -> Result<(), String> {
-    let (_host, file) = one_file_source()?;
+    let (host, _file) = one_file_source()?;
+    let source = path_str(host.path());
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
         let workspace = ctx
             .runtime
@@ -441,7 +442,7 @@ fn post_upload_commands(ctx: &Ctx) -> Result<(), String> {
         };
         let operations = vec![SyncOperation {
             operation_id: "post".into(),
-            files: vec![SyncFile::file(&file, format!("{dir}/payload.txt"))],
+            files: vec![SyncFile::directory(&source, &dir)],
             post_upload_commands: vec![
                 command("cat payload.txt > copy.txt"),
                 command("exit 3"),
