@@ -5,6 +5,33 @@
 //! on the worker's stdin and stdout; see `shared/spec/plugin-protocol.md`). A worker
 //! written with `@paperclipai/plugin-sdk` runs under this driver unchanged.
 //!
+//! What the host does, in short (details on each item's docs):
+//! - one worker per [`SandboxDriver`], started from a [`PluginManifest`] with only `PATH`,
+//!   `TZ` and the manifest's variables, forked with `PR_SET_PDEATHSIG` so it never
+//!   outlives the host ([`ParentDeathSignal`]), and with its stdin closing when the host
+//!   goes;
+//! - `initialize` (15 s); `supportedMethods` is read live by every accessor (`as_execute`,
+//!   `as_duplex`, ...), by the capability classifier and before every lifecycle verb, and
+//!   replaced when a restarted worker answers;
+//! - each request carries `paperclipInvocation {id, scope: {companyId}}`; `execute.log`
+//!   notifications whose `paperclipInvocationId` names a running execute reach its sink
+//!   (others are dropped). An `execute.log` may say `"encoding": "base64"` (used by
+//!   workers answering `environmentExecuteBinary`);
+//! - stdout lines that do not parse are logged (first 200 characters) and ignored, lines
+//!   over [`SandboxOptions::max_line_bytes`] are skipped unread, `id: null` answers and
+//!   worker → host requests (answered -32601) never disturb calls;
+//! - a worker exit fails every pending call at once with
+//!   `Worker process exited (code=…, signal=…)` plus the stderr tail, ends every duplex
+//!   route (exit code none, `transport_closed` true), and restarts the worker after
+//!   `1 s · 2^(n-1)` ± 25 % (cap 5 min); after 10 crashes in a row it stays down (a
+//!   worker that ran 60 s resets the count); calls made meanwhile wait for the restart
+//!   within their own timeout;
+//! - duplex routes follow the protocol page: see [`DuplexLimits`] and [`RouteSlots`].
+//!
+//! Errors are [`SandboxError`]s carried inside
+//! [`DriverError::Other`](envrt_runtime_core::DriverError::Other); find them with
+//! [`SandboxError::of`].
+//!
 //! ```no_run
 //! use envrt_driver_plugin_sandbox::{PluginManifest, SandboxDriver, SandboxOptions};
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

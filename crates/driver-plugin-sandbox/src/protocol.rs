@@ -267,6 +267,34 @@ pub fn error_response_line(id: &RequestId, code: i64, message: &str) -> Vec<u8> 
     line
 }
 
+/// Serializes a success response line (with its trailing `\n`).
+pub fn response_line(id: &RequestId, result: Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": JSONRPC_VERSION,
+        "id": id,
+        "result": result,
+    }))
+    .unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// Serializes a notification line (with its trailing `\n`), stamped with the invocation
+/// id of the request it belongs to, if any.
+pub fn notification_line(method: &str, params: Value, invocation_id: Option<&str>) -> Vec<u8> {
+    let mut message = serde_json::json!({
+        "jsonrpc": JSONRPC_VERSION,
+        "method": method,
+        "params": params,
+    });
+    if let Some(id) = invocation_id {
+        message["paperclipInvocationId"] = Value::String(id.to_owned());
+    }
+    let mut line = serde_json::to_vec(&message).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
 /// The `initialize` result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -390,6 +418,36 @@ mod tests {
             Err(LineError::NotJsonRpc)
         );
         assert!(matches!(Incoming::parse(b"not json"), Err(LineError::Json(_))));
+    }
+
+    #[test]
+    fn worker_side_lines_round_trip_through_the_classifier() {
+        let line = response_line(&RequestId::Number(4), serde_json::json!({"status": "ok"}));
+        assert_eq!(
+            Incoming::parse(line.strip_suffix(b"\n").unwrap()).unwrap(),
+            Incoming::Response {
+                id: Some(RequestId::Number(4)),
+                outcome: Ok(serde_json::json!({"status": "ok"}))
+            }
+        );
+        let line = error_response_line(&RequestId::Number(5), codes::WORKER_ERROR, "boom");
+        assert!(matches!(
+            Incoming::parse(line.strip_suffix(b"\n").unwrap()).unwrap(),
+            Incoming::Response { outcome: Err(ErrorObject { code: -32002, ref message, .. }), .. } if message == "boom"
+        ));
+        let line = notification_line(
+            notifications::EXECUTE_LOG,
+            serde_json::json!({"stream": "stdout", "chunk": "a"}),
+            Some("inv-1"),
+        );
+        assert_eq!(
+            Incoming::parse(line.strip_suffix(b"\n").unwrap()).unwrap(),
+            Incoming::Notification {
+                method: "execute.log".into(),
+                params: serde_json::json!({"stream": "stdout", "chunk": "a"}),
+                invocation_id: Some("inv-1".into())
+            }
+        );
     }
 
     #[test]

@@ -1,14 +1,14 @@
 //! Duplex routes on the host, against the scriptable worker: the ceiling, open failures,
 //! the pre-bind hold, half-close, forged and late frames, protocol errors and bounds.
 
-mod common;
+mod host_common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
 use envrt_driver_plugin_sandbox::{DuplexLimits, RouteSlots, SandboxDriver, SandboxOptions};
 use envrt_runtime_core::{DuplexChannel, DuplexExit, EnvironmentRuntime, Lease};
+use host_common::*;
 use serde_json::{Value, json};
 
 async fn setup(mode: &str, options: SandboxOptions) -> (Arc<SandboxDriver>, EnvironmentRuntime, Lease) {
@@ -388,4 +388,30 @@ async fn a_route_past_its_lifetime_ends_and_the_worker_is_told() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     channel.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_late_frame_whose_tombstone_was_evicted_is_still_dropped_quietly() {
+    let options = SandboxOptions {
+        duplex_limits: DuplexLimits {
+            max_tombstones: 1,
+            ..DuplexLimits::default()
+        },
+        ..own_slots(4)
+    };
+    let (driver, runtime, lease) = setup("", options).await;
+    let first = open(&runtime, &lease).await;
+    let (old_route, old_session) = only_route(&driver).await;
+    first.close().await.unwrap();
+    // the second close evicts the first route's tombstone
+    open(&runtime, &lease).await.close().await.unwrap();
+    let pid = driver.worker_pid();
+    emit(
+        &driver,
+        "duplexChannel.data",
+        json!({"hostRouteId": old_route, "workerSessionId": old_session, "chunk": "aGk="}),
+    )
+    .await;
+    assert_eq!(bounded("health", driver.health()).await.unwrap()["status"], "ok");
+    assert_eq!(driver.worker_pid(), pid);
 }

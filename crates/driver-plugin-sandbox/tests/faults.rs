@@ -1,13 +1,13 @@
 //! Faults, with small misbehaving workers (tests/fixtures/script-worker.py): stray and
 //! oversized stdout lines, a worker killed during a call, initialize failures, timeouts.
 
-mod common;
+mod host_common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
 use envrt_driver_plugin_sandbox::{SandboxDriver, SandboxError, SandboxOptions};
 use envrt_runtime_core::{DriverError, ExecuteRequest, RuntimeError};
+use host_common::*;
 use serde_json::json;
 
 fn sandbox_error(err: &RuntimeError) -> &SandboxError {
@@ -243,4 +243,152 @@ async fn binary_execute_is_used_when_advertised() {
     let caps = runtime.resolve_capabilities(&lease.id).await.unwrap().unwrap();
     assert!(caps.independent_control_commands);
     assert!(!caps.duplex_command_stream && !caps.native_sync_in);
+}
+
+#[tokio::test]
+async fn shutdown_escalates_to_sigkill_for_a_worker_that_will_not_leave() {
+    let options = SandboxOptions {
+        kill_grace: Duration::from_millis(200),
+        ..SandboxOptions::default()
+    };
+    let driver = start(script_manifest("stubborn", &[]), options).await;
+    let pid = driver.worker_pid().unwrap();
+    bounded("shutdown", driver.shutdown()).await;
+    assert!(
+        wait_gone(pid, Duration::from_secs(5)).await,
+        "shutdown left the worker running"
+    );
+    let err = driver.health().await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker for plugin \"fault.plugin\" is unavailable: the worker was shut down"
+    );
+}
+
+#[tokio::test]
+async fn a_worker_that_closes_stdout_is_killed_and_its_calls_fail() {
+    let driver = start(script_manifest("close-stdout", &[]), SandboxOptions::default()).await;
+    let pid = driver.worker_pid().unwrap();
+    let err = bounded("health", driver.health()).await.unwrap_err();
+    assert_eq!(err.to_string(), "Worker process exited (code=null, signal=SIGKILL)");
+    assert!(!alive(pid));
+}
+
+#[tokio::test]
+async fn an_unknown_driver_key_is_refused() {
+    let options = SandboxOptions {
+        driver_key: Some("nope".into()),
+        ..SandboxOptions::default()
+    };
+    let err = SandboxDriver::start(script_manifest("", &[]), options)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Invalid plugin manifest: no environmentDrivers entry has driverKey \"nope\""
+    );
+}
+
+#[tokio::test]
+async fn supported_methods_are_replaced_on_restart_and_gate_lifecycle_verbs() {
+    use envrt_runtime_core::{EnvironmentDriver as _, LeaseStatus};
+    let dir = TempDir::new("supported");
+    let file = dir.join("supported");
+    std::fs::write(
+        &file,
+        "health,environmentAcquireLease,environmentReleaseLease,duplexChannelOpen",
+    )
+    .unwrap();
+    let manifest = script_manifest("", &[("SUPPORTED_FILE", file.to_str().unwrap())]);
+    let driver = start(manifest, SandboxOptions::default()).await;
+    assert!(driver.as_duplex().is_some());
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+
+    // the restarted worker advertises less: the driver follows it live
+    std::fs::write(&file, "health,environmentAcquireLease").unwrap();
+    let old_pid = driver.worker_pid().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    bounded("restart", async {
+        while driver.worker_pid().is_none_or(|pid| pid == old_pid) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(!driver.supported_methods().contains("duplexChannelOpen"));
+    assert!(driver.as_duplex().is_none());
+    let Err(err) = runtime.open_duplex_channel(&lease.id, &["cat".to_owned()]).await else {
+        panic!("duplex must be refused once the worker stops advertising it")
+    };
+    assert_eq!(
+        err.to_string(),
+        "Environment driver \"sandbox\" does not support duplex channels."
+    );
+    // release is no longer advertised: it succeeds without being sent
+    runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    let stats = driver.call("test.stats", json!({})).await.unwrap();
+    assert_eq!(stats["calls"].get("environmentReleaseLease"), None, "{stats}");
+    assert_eq!(stats["calls"]["initialize"], 1);
+}
+
+#[tokio::test]
+async fn malformed_results_and_unadvertised_verbs_have_exact_errors() {
+    use envrt_runtime_core::{
+        AcquireRequest, EnvironmentDriver as _, LeaseContext, SyncFile, SyncOperation, Timestamp,
+    };
+    let driver = start(script_manifest("bad-acquire", &[]), SandboxOptions::default()).await;
+    let runtime = runtime_with(driver.clone()).await;
+    let err = runtime
+        .acquire_lease(AcquireRequest::new("env-1", "co-1"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker returned an invalid result for \"environmentAcquireLease\": providerLeaseId is missing"
+    );
+
+    // sync in advertised, sync out not: the verb is never sent
+    let manifest = script_manifest(
+        "",
+        &[(
+            "SUPPORTED",
+            "health,environmentAcquireLease,environmentReleaseLease,environmentSyncIn",
+        )],
+    );
+    let driver = start(manifest, SandboxOptions::default()).await;
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+    // the provider's attested expiry is kept
+    assert_eq!(lease.expires_at, Some(Timestamp(1_893_553_445_678)));
+    let context = LeaseContext {
+        lease: lease.clone(),
+        environment: runtime.environment("env-1").await.unwrap(),
+    };
+    let operations = [SyncOperation {
+        operation_id: "o".into(),
+        files: vec![SyncFile::file("/a", "/b")],
+        post_upload_commands: vec![],
+    }];
+    let err = driver
+        .as_sync()
+        .unwrap()
+        .sync_out(&context, &operations)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Worker for plugin \"fault.plugin\" does not advertise \"environmentSyncOut\"."
+    );
+    let stats = driver.call("test.stats", json!({})).await.unwrap();
+    assert_eq!(stats["calls"].get("environmentSyncOut"), None);
+    // the facade refuses first, from the capability snapshot
+    let err = runtime.sync_out(&lease.id, &operations).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Environment driver \"sandbox\" does not support native file sync."
+    );
 }

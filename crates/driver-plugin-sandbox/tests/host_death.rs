@@ -2,16 +2,19 @@
 //! is this test binary re-run as a child (`host_child`), which starts a worker, reports
 //! its pid and waits to be killed.
 
-mod common;
+mod host_common;
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
 use envrt_driver_plugin_sandbox::{ParentDeathSignal, SandboxOptions};
 use envrt_runtime_core::{ExecuteRequest, OutputStream};
+use host_common::*;
+
+/// A sleep length no other process on the machine uses, to find the sandboxed command.
+const SANDBOX_SLEEP: &str = "1234.5678";
 
 const CHILD_ENV: &str = "ENVRT_SANDBOX_HOST_DEATH_CHILD";
 
@@ -31,10 +34,10 @@ fn host_child() {
         .unwrap();
     runtime.block_on(async move {
         let root = std::env::var("ENVRT_SANDBOX_HOST_DEATH_ROOT").unwrap();
-        let manifest = if kind.starts_with("sdk") {
-            sdk_manifest(std::path::Path::new(&root))
-        } else {
-            script_manifest("", &[])
+        let manifest = match kind.as_str() {
+            "sdk" | "sdk-term" => sdk_manifest(std::path::Path::new(&root)),
+            "reference" => reference_manifest(std::path::Path::new(&root)).unwrap(),
+            _ => script_manifest("", &[]),
         };
         let options = SandboxOptions {
             parent_death_signal: if kind == "sdk-term" {
@@ -46,6 +49,20 @@ fn host_child() {
         };
         let driver = start(manifest, options).await;
         println!("WORKER_PID={}", driver.worker_pid().unwrap());
+        if kind == "reference" {
+            // a sandboxed command the parent finds by its unique argv
+            let env = runtime_with(driver.clone()).await;
+            let lease = acquire(&env).await;
+            let request = ExecuteRequest {
+                sink: Some(Arc::new(|_: OutputStream, chunk: &[u8]| {
+                    if chunk.starts_with(b"started") {
+                        println!("COMMAND_STARTED");
+                    }
+                })),
+                ..ExecuteRequest::new("/bin/sh", ["-c", &format!("echo started; exec sleep {SANDBOX_SLEEP}")])
+            };
+            tokio::spawn(async move { env.execute(&lease.id, request).await });
+        }
         if kind == "sdk-term" {
             let env = runtime_with(driver.clone()).await;
             let lease = acquire(&env).await;
@@ -63,7 +80,22 @@ fn host_child() {
     });
 }
 
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 fn kill_host_and_check(kind: &str) {
+    if kind.starts_with("sdk") {
+        // install once here, not concurrently in two child hosts
+        ensure_sdk_fixture();
+    }
     let root = TempDir::new("host-death");
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["host_child", "--exact", "--nocapture", "--test-threads=1"])
@@ -74,6 +106,8 @@ fn kill_host_and_check(kind: &str) {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    // whatever fails below, the child host does not outlive the test
+    let mut child = KillOnDrop(Some(child));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -84,15 +118,13 @@ fn kill_host_and_check(kind: &str) {
     });
     let expected = if kind == "sdk-term" { 2 } else { 1 };
     let mut pids = Vec::new();
-    while pids.len() < expected {
+    let mut started = kind != "reference";
+    while pids.len() < expected || !started {
         let line = match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(line) => line,
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the child host did not get ready: {e}");
-            }
+            Err(e) => panic!("the child host did not get ready: {e}"),
         };
+        started |= line.contains("COMMAND_STARTED");
         // libtest prints "test host_child ... " on the same line as the first output
         for tag in ["WORKER_PID=", "COMMAND_PID="] {
             if let Some(at) = line.find(tag) {
@@ -100,11 +132,23 @@ fn kill_host_and_check(kind: &str) {
             }
         }
     }
+    if kind == "reference" {
+        // the shell prints, then execs the sleep: wait (bounded) for it to appear
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut sandboxed = pids_with_argv(&["sleep", SANDBOX_SLEEP]);
+        while sandboxed.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            sandboxed = pids_with_argv(&["sleep", SANDBOX_SLEEP]);
+        }
+        assert_eq!(sandboxed.len(), 1, "the sandboxed command runs while the host lives");
+        pids.extend(sandboxed);
+    }
     for pid in &pids {
         assert!(alive(*pid), "{pid} runs while the host lives");
     }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    let mut host = child.0.take().unwrap();
+    host.kill().unwrap(); // SIGKILL
+    host.wait().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -142,4 +186,18 @@ fn a_sigkilled_host_with_term_death_signal_leaves_no_sdk_command_behind() {
         return;
     }
     kill_host_and_check("sdk-term");
+}
+
+/// The reference worker runs commands in `bwrap --die-with-parent` sandboxes: a SIGKILLed
+/// host takes the worker and the sandboxed command with it.
+#[test]
+fn a_sigkilled_host_leaves_no_reference_worker_and_no_sandboxed_process_behind() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    if REFERENCE_WORKER.is_none() {
+        eprintln!("SKIPPED: the envrt-sandbox-worker binary is not part of this build");
+        return;
+    }
+    kill_host_and_check("reference");
 }

@@ -1,17 +1,17 @@
 //! Interop: the host against a real worker written with `@paperclipai/plugin-sdk`
 //! (tests/fixtures/sdk-worker, installed by scripts/install-sdk-fixture.sh).
 
-mod common;
+mod host_common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
 use envrt_driver_plugin_sandbox::SandboxOptions;
 use envrt_runtime_core::{
     DuplexExit, EnvironmentDriver as _, ExecuteRequest, LeaseStatus, OutputStream, SyncFile, SyncOperation,
     WorkspaceRequest,
 };
+use host_common::*;
 
 type Chunks = Vec<(OutputStream, Vec<u8>)>;
 
@@ -131,6 +131,38 @@ async fn execute_streams_execute_log_chunks_to_the_sink() {
     assert_eq!(joined(OutputStream::Stdout), result.stdout);
     assert_eq!(joined(OutputStream::Stderr), result.stderr);
     assert!(seen.len() >= 3, "chunks arrive while the command runs: {seen:?}");
+
+    // proof that chunks arrive while the command runs: it finishes only after the sink
+    // has seen its first line and created the marker it waits for
+    let marker_dir = TempDir::new("sdk-marker");
+    let marker = marker_dir.join("seen");
+    let sink_marker = marker.clone();
+    let request = ExecuteRequest {
+        timeout: Some(Duration::from_secs(20)),
+        sink: Some(Arc::new(move |_: OutputStream, chunk: &[u8]| {
+            if chunk.starts_with(b"ready") {
+                std::fs::write(&sink_marker, b"").unwrap();
+            }
+        })),
+        ..ExecuteRequest::new(
+            "/bin/sh",
+            [
+                "-c".to_owned(),
+                format!(
+                    "echo ready; while [ ! -e '{}' ]; do sleep 0.02; done; echo done",
+                    marker.display()
+                ),
+            ],
+        )
+    };
+    let result = bounded("streaming execute", runtime.execute(&lease.id, request))
+        .await
+        .unwrap();
+    assert!(
+        !result.timed_out,
+        "the sink never saw the first line while the command ran"
+    );
+    assert_eq!(result.stdout, b"ready\ndone\n");
 
     // the cap applies host-side too
     let capped = runtime

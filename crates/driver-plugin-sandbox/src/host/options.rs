@@ -46,8 +46,9 @@ pub enum ParentDeathSignal {
 }
 
 /// Options of [`SandboxDriver::start`](super::SandboxDriver::start). Start from
-/// `SandboxOptions::default()` and change fields.
-#[derive(Clone, Debug)]
+/// `SandboxOptions::default()` and change fields. `Debug` shows the plugin config's keys
+/// only (values may be secrets).
+#[derive(Clone)]
 pub struct SandboxOptions {
     /// Which `environmentDrivers[]` entry this driver is; `None` picks the entry keyed
     /// `sandbox`, else the first. The driver's key is the entry's `driverKey` (`sandbox`
@@ -102,5 +103,40 @@ impl Default for SandboxOptions {
             duplex_limits: DuplexLimits::default(),
             route_slots: RouteSlots::global(),
         }
+    }
+}
+
+impl std::fmt::Debug for SandboxOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxOptions")
+            .field("driver_key", &self.driver_key)
+            .field("config_keys", &self.config.keys().collect::<Vec<_>>())
+            .field("instance_id", &self.instance_id)
+            .field("rpc_timeout", &self.rpc_timeout)
+            .field("initialize_timeout", &self.initialize_timeout)
+            .field("execute_grace", &self.execute_grace)
+            .field("duplex_timeout", &self.duplex_timeout)
+            .field("duplex_close_timeout", &self.duplex_close_timeout)
+            .field("drain_timeout", &self.drain_timeout)
+            .field("kill_grace", &self.kill_grace)
+            .field("max_line_bytes", &self.max_line_bytes)
+            .field("restart", &self.restart)
+            .field("parent_death_signal", &self.parent_death_signal)
+            .field("duplex_limits", &self.duplex_limits)
+            .field("route_slots", &self.route_slots)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_does_not_show_config_values() {
+        let mut options = SandboxOptions::default();
+        options.config.insert("apiToken".into(), "s3cr3t".into());
+        let text = format!("{options:?}");
+        assert!(text.contains("apiToken") && !text.contains("s3cr3t"), "{text}");
     }
 }

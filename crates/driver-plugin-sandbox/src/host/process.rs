@@ -272,7 +272,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// Reads the next line.
     pub(crate) async fn next_line(&mut self) -> io::Result<LineRead> {
         if self.discarding.is_none() && self.buf.last() == Some(&b'\n') {
-            self.buf.clear();
+            if self.buf.capacity() > 1024 * 1024 {
+                // do not keep a huge line's allocation around
+                self.buf = Vec::new();
+            } else {
+                self.buf.clear();
+            }
         }
         loop {
             let available = self.reader.fill_buf().await?;

@@ -114,6 +114,11 @@ pub(crate) fn next_route_id() -> String {
     format!("duplex-route-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
+/// The `<n>` of `duplex-route-<n>`.
+fn route_number(route_id: &str) -> Option<u64> {
+    route_id.strip_prefix("duplex-route-")?.parse().ok()
+}
+
 /// One decoded frame.
 #[derive(Debug)]
 enum Frame {
@@ -233,6 +238,8 @@ struct Table {
     /// (then every late frame for that route id is dropped).
     tombstones: HashMap<String, Option<String>>,
     order: VecDeque<String>,
+    /// The highest route number whose tombstone was evicted.
+    evicted_upto: u64,
 }
 
 /// The route table of one worker manager.
@@ -290,6 +297,9 @@ impl RouteTable {
         while table.order.len() > self.limits.max_tombstones {
             if let Some(old) = table.order.pop_front() {
                 table.tombstones.remove(&old);
+                if let Some(n) = route_number(&old) {
+                    table.evicted_upto = table.evicted_upto.max(n);
+                }
             }
         }
     }
@@ -508,14 +518,7 @@ impl RouteTable {
                 };
                 route.notify.notify_waiters();
                 if ended.is_some() {
-                    table.live.remove(route_id);
-                    if table
-                        .tombstones
-                        .insert(route_id.to_owned(), Some(session.to_owned()))
-                        .is_none()
-                    {
-                        table.order.push_back(route_id.to_owned());
-                    }
+                    self.tombstone(table, route_id, Some(session.to_owned()));
                     let _ = self.closer.send(route);
                 }
                 true
@@ -523,7 +526,9 @@ impl RouteTable {
             None => match table.tombstones.get(route_id) {
                 Some(None) => true,
                 Some(Some(closed_session)) => closed_session == session,
-                None => false,
+                // an id older than every remembered tombstone may be one of ours whose
+                // tombstone was evicted: drop it quietly rather than retire the worker
+                None => route_number(route_id).is_some_and(|n| n <= table.evicted_upto),
             },
         }
     }

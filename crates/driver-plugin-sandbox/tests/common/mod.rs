@@ -1,149 +1,288 @@
-//! Helpers shared by the integration tests: temp dirs, fixture manifests, bounded waits.
+//! Drives the real `envrt-sandbox-worker` binary over raw JSON lines (no host library).
 #![allow(dead_code, unreachable_pub)]
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once};
-use std::time::Duration;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
 
-use envrt_driver_plugin_sandbox::{PluginManifest, SandboxDriver, SandboxOptions};
-use envrt_runtime_core::{AcquireRequest, Environment, EnvironmentRuntime, Lease};
+use serde_json::{Value, json};
 
-/// A directory removed on drop.
-pub struct TempDir(pub PathBuf);
+/// Upper bound of any single wait in these tests.
+pub const BOUND: Duration = Duration::from_secs(30);
 
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        let path = std::env::temp_dir().join(format!("envrt-sbx-test-{tag}-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-    pub fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
+pub const WORKER: &str = env!("CARGO_BIN_EXE_envrt-sandbox-worker");
+
+pub struct Worker {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Value>,
+    next_id: u64,
+    /// Every notification seen so far, in order.
+    pub notes: Vec<Value>,
+    pub root: tempfile::TempDir,
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-/// Installs the SDK fixture's node_modules once (scripts/install-sdk-fixture.sh).
-pub fn ensure_sdk_fixture() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let dir = fixtures().join("sdk-worker");
-        if dir.join("node_modules/@paperclipai/plugin-sdk").exists() {
-            return;
+impl Worker {
+    /// Starts a worker with its own lease root, an environment of `PATH` plus `extra_env`.
+    pub fn start_with_env(extra_env: &[(&str, &str)]) -> Worker {
+        let root = tempfile::tempdir().expect("temp root");
+        let mut command = Command::new(WORKER);
+        command
+            .arg("--root")
+            .arg(root.path())
+            .arg("--kill-grace-ms")
+            .arg("300")
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in extra_env {
+            command.env(k, v);
         }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-sdk-fixture.sh");
-        let status = std::process::Command::new("bash")
-            .arg(script)
-            .status()
-            .expect("run install-sdk-fixture.sh");
-        assert!(
-            status.success(),
-            "scripts/install-sdk-fixture.sh failed: the SDK fixture needs node, npm and the npm registry"
+        let mut child = command.spawn().expect("spawn worker");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let value: Value =
+                    serde_json::from_str(&line).unwrap_or_else(|_| panic!("worker wrote a non-JSON line: {line}"));
+                if tx.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Worker {
+            child,
+            stdin,
+            lines: rx,
+            next_id: 0,
+            notes: Vec::new(),
+            root,
+        }
+    }
+
+    pub fn start() -> Worker {
+        Worker::start_with_env(&[])
+    }
+
+    /// Started and initialized.
+    pub fn ready() -> Worker {
+        let mut w = Worker::start();
+        let r = w.call("initialize", init_params());
+        assert_eq!(r["result"]["ok"], json!(true), "{r}");
+        w
+    }
+
+    pub fn send_raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Sends a request with an invocation id `inv-<id>`; returns its id.
+    pub fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params,
+            "paperclipInvocation": {"id": format!("inv-{id}"), "scope": {"companyId": "co-1"}}});
+        self.send_raw(&msg.to_string());
+        id
+    }
+
+    /// Next line from the worker (bounded).
+    pub fn next_line(&mut self) -> Value {
+        match self.lines.recv_timeout(BOUND) {
+            Ok(v) => v,
+            Err(RecvTimeoutError::Timeout) => panic!("no line from the worker within {BOUND:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("worker stdout closed"),
+        }
+    }
+
+    /// Waits for the response to `id`, keeping notifications in `notes`.
+    pub fn wait_response(&mut self, id: u64) -> Value {
+        let is_response =
+            |v: &Value| v.get("id") == Some(&json!(id)) && (v.get("result").is_some() || v.get("error").is_some());
+        if let Some(i) = self.notes.iter().position(is_response) {
+            return self.notes.remove(i);
+        }
+        let deadline = Instant::now() + BOUND;
+        loop {
+            assert!(Instant::now() < deadline, "no response to {id}");
+            let v = self.next_line();
+            if is_response(&v) {
+                return v;
+            }
+            self.notes.push(v);
+        }
+    }
+
+    pub fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params);
+        self.wait_response(id)
+    }
+
+    /// The `result` of a call, panicking with the whole response otherwise.
+    pub fn ok(&mut self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params);
+        assert!(r.get("error").is_none(), "{method} failed: {r}");
+        r["result"].clone()
+    }
+
+    /// The `error` of a call as (code, message).
+    pub fn err(&mut self, method: &str, params: Value) -> (i64, String) {
+        let r = self.call(method, params);
+        let e = r.get("error").unwrap_or_else(|| panic!("{method} should fail: {r}"));
+        (e["code"].as_i64().unwrap(), e["message"].as_str().unwrap().to_owned())
+    }
+
+    /// Waits for a notification matching `pred` (from `notes` first, then new lines).
+    pub fn wait_note(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(i) = self.notes.iter().position(&pred) {
+            return self.notes.remove(i);
+        }
+        let deadline = Instant::now() + BOUND;
+        loop {
+            assert!(Instant::now() < deadline, "notification not seen");
+            let v = self.next_line();
+            if pred(&v) {
+                return v;
+            }
+            self.notes.push(v);
+        }
+    }
+
+    pub fn acquire(&mut self) -> String {
+        let r = self.ok(
+            "environmentAcquireLease",
+            json!({"driverKey": "sandbox", "companyId": "co-1", "environmentId": "env-1", "config": {}, "runId": "run-1"}),
         );
-    });
-}
-
-/// The SDK fixture's Paperclip manifest plus how to start it, leases under `root`.
-pub fn sdk_manifest(root: &Path) -> PluginManifest {
-    ensure_sdk_fixture();
-    let dir = fixtures().join("sdk-worker");
-    let mut value: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    value["worker"] = serde_json::json!({
-        "command": ["node", dir.join("worker.mjs").to_str().unwrap()],
-        "env": {"ENVRT_FIXTURE_ROOT": root.to_str().unwrap()},
-    });
-    PluginManifest::from_json(&value.to_string()).unwrap()
-}
-
-/// A manifest running the python script worker with `mode` flags and extra env.
-pub fn script_manifest(mode: &str, extra_env: &[(&str, &str)]) -> PluginManifest {
-    let script = fixtures().join("script-worker.py");
-    let mut env = serde_json::Map::new();
-    env.insert("FAULT_MODE".into(), mode.into());
-    for (k, v) in extra_env {
-        env.insert((*k).into(), (*v).into());
+        r["providerLeaseId"].as_str().unwrap().to_owned()
     }
-    let value = serde_json::json!({
-        "id": "fault.plugin",
-        "worker": {"command": [python(), script.to_str().unwrap()], "env": env},
-        "environmentDrivers": [{
-            "driverKey": "sandbox",
-            "kind": "sandbox_provider",
-            "displayName": "Fault sandbox",
-            "sandboxCapabilities": {"duplexCommandStream": true},
-        }],
-    });
-    PluginManifest::from_json(&value.to_string()).unwrap()
-}
 
-/// The system python (not a shim that would add its own environment).
-pub fn python() -> &'static str {
-    if Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
+    /// Closes stdin (the host is gone).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
     }
-}
 
-/// A runtime with `driver` registered and one active environment `env-1` using it.
-pub async fn runtime_with(driver: Arc<SandboxDriver>) -> EnvironmentRuntime {
-    use envrt_runtime_core::EnvironmentDriver as _;
-    let runtime = EnvironmentRuntime::new();
-    let key = driver.key().to_owned();
-    runtime.register_driver(driver);
-    runtime
-        .put_environment(Environment::new("env-1", "Sandbox", key))
-        .await
-        .unwrap();
-    runtime
-}
-
-pub async fn acquire(runtime: &EnvironmentRuntime) -> Lease {
-    let mut request = AcquireRequest::new("env-1", "co-1");
-    request.run_id = Some("run-1".into());
-    runtime.acquire_lease(request).await.unwrap()
-}
-
-pub async fn start(manifest: PluginManifest, options: SandboxOptions) -> Arc<SandboxDriver> {
-    Arc::new(SandboxDriver::start(manifest, options).await.unwrap())
-}
-
-/// Whether a pid is alive (zombies count as dead).
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Ok(status) => !status.lines().any(|l| l.starts_with("State:") && l.contains('Z')),
-        Err(_) => false,
-    }
-}
-
-/// Waits (bounded) until `pid` is gone; returns whether it is.
-pub async fn wait_gone(pid: u32, limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < deadline {
-        if !alive(pid) {
-            return true;
+    /// Waits (bounded) for the worker to exit; its exit code.
+    pub fn wait_exit(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + BOUND;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "worker did not exit");
+            std::thread::sleep(Duration::from_millis(10));
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    !alive(pid)
 }
 
-/// Bounds any await in a test.
-pub async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(60), f)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish within 60 s"))
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stdin = None;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn init_params() -> Value {
+    json!({"manifest": {"id": "envrt.sandbox"}, "config": {}, "instanceInfo": {"instanceId": "i-1", "hostVersion": "0"}, "apiVersion": 1, "databaseNamespace": null})
+}
+
+/// Common params of a lease-bound verb.
+pub fn on_lease(lease: &str, extra: Value) -> Value {
+    let mut p = json!({"driverKey": "sandbox", "companyId": "co-1", "environmentId": "env-1", "config": {},
+        "lease": {"providerLeaseId": lease}});
+    for (k, v) in extra.as_object().unwrap() {
+        p[k] = v.clone();
+    }
+    p
+}
+
+/// A marker unique to this test run.
+pub fn marker(tag: &str) -> String {
+    format!("envrt-test-{tag}-{}-{}", std::process::id(), uuid_like())
+}
+
+fn uuid_like() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{t:x}")
+}
+
+/// Host pids whose environment or command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if status
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        {
+            continue;
+        }
+        for file in ["environ", "cmdline"] {
+            let bytes = std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+            if bytes.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+                found.push(pid);
+                break;
+            }
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until no process carries `marker`; the survivors if some remain.
+pub fn survivors_after_wait(marker: &str) -> Vec<u32> {
+    survivors_within(marker, Duration::from_secs(5))
+}
+
+/// Waits up to `bound` until no process carries `marker`; the survivors if some remain.
+pub fn survivors_within(marker: &str, bound: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + bound;
+    loop {
+        let found = processes_with(marker);
+        if found.is_empty() || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) until some process carries `marker`.
+pub fn wait_for_process(marker: &str) -> Vec<u32> {
+    wait_for_processes(marker, 1)
+}
+
+/// Waits (bounded) until at least `n` processes carry `marker`.
+pub fn wait_for_processes(marker: &str, n: usize) -> Vec<u32> {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let found = processes_with(marker);
+        if found.len() >= n {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "no process with marker {marker} appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
