@@ -2,12 +2,8 @@
 # Idempotent: build the local test image `envrt-test:latest` (no registry pulls)
 # from Debian's busybox-static, via `docker import`.
 #
-<<<<<<< HEAD
-#   usage: build-test-image.sh [--force]
-=======
 #   usage: scripts/docker-test-image.sh [--force]
 #   needs: a running engine (scripts/start-dockerd.sh); installs busybox-static if missing.
->>>>>>> docker
 #
 # Result: rootfs with /bin/busybox + a symlink per applet in /bin, /tmp and
 # /workspace (1777), /etc/passwd|group with root(0) and nobody(65534),
@@ -20,8 +16,6 @@ BUSYBOX="${BUSYBOX:-/bin/busybox}"
 FORCE=0
 [ "${1:-}" = "--force" ] && FORCE=1
 
-<<<<<<< HEAD
-=======
 if ! "$BUSYBOX" --list >/dev/null 2>&1 || ldd "$BUSYBOX" >/dev/null 2>&1; then
     if [ "$BUSYBOX" = /bin/busybox ]; then
         echo "installing busybox-static"
@@ -30,7 +24,6 @@ if ! "$BUSYBOX" --list >/dev/null 2>&1 || ldd "$BUSYBOX" >/dev/null 2>&1; then
         apt-get install -y -qq busybox-static >/dev/null
     fi
 fi
->>>>>>> docker
 if ! "$BUSYBOX" --list >/dev/null 2>&1; then
     echo "$BUSYBOX missing (apt-get install busybox-static)" >&2
     exit 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent: start dockerd in the background unless an engine already answers,
+# Idempotent: install docker.io if missing, start dockerd in the background unless an engine already answers,
 # then wait (bounded) until `docker info` succeeds.
 #
 #   usage: start-dockerd.sh [timeout_seconds]   (default 60)
@@ -13,9 +13,12 @@ set -euo pipefail
 TIMEOUT="${1:-60}"
 LOG="${DOCKERD_LOG:-/tmp/dockerd.log}"
 
-if ! command -v dockerd >/dev/null 2>&1; then
-    echo "dockerd not installed (apt-get install docker.io tini)" >&2
-    exit 1
+# Installs docker.io (which brings docker-init/tini) when missing; needs root and apt.
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
+    echo "installing docker.io"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq docker.io tini >/dev/null
 fi
 
 engine_up() { timeout 10 docker info >/dev/null 2>&1; }

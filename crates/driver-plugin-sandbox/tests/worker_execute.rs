@@ -59,7 +59,8 @@ fn round_trip_streams_chunks_tagged_with_the_invocation() {
 fn binary_execute_is_byte_exact() {
     let mut w = Worker::ready();
     let lease = w.acquire();
-    let all: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    // Far more than a pipe holds each way: stdin is fed while output is drained, no deadlock.
+    let all: Vec<u8> = (0..=255u8).cycle().take(1_000_000).collect();
     let r = w.ok(
         "environmentExecuteBinary",
         on_lease(
@@ -97,9 +98,49 @@ fn missing_program_is_127_naming_it() {
     for program in ["definitely-not-a-program-xyz", "/workspace/nope/prog"] {
         let r = w.ok("environmentExecute", on_lease(&lease, json!({"command": program})));
         assert_eq!(r["exitCode"], 127, "{r}");
-        assert!(r["stderr"].as_str().unwrap().contains(program), "{r}");
+        assert_eq!(r["stderr"], format!("{program}: command not found\n"));
         assert_eq!(r["timedOut"], false);
     }
+}
+
+#[test]
+fn signal_deaths_are_told_apart_from_exit_codes() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "echo before; kill -9 $$"]}),
+        ),
+    );
+    assert_eq!(
+        (
+            r["exitCode"].clone(),
+            r["signal"].clone(),
+            r["timedOut"].clone(),
+            r["stdout"].clone()
+        ),
+        (Value::Null, json!("SIGKILL"), json!(false), json!("before\n"))
+    );
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "sh", "args": ["-c", "kill -TERM $$"]})),
+    );
+    assert_eq!(
+        (r["exitCode"].clone(), r["signal"].clone()),
+        (Value::Null, json!("SIGTERM"))
+    );
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "sh", "args": ["-c", "exit 137"]})),
+    );
+    assert_eq!((r["exitCode"].clone(), r["signal"].clone()), (json!(137), Value::Null));
+    let r = w.ok("environmentExecute", on_lease(&lease, json!({"command": "/workspace"})));
+    assert_eq!(
+        (r["exitCode"].clone(), r["stderr"].clone()),
+        (json!(126), json!("/workspace: permission denied\n"))
+    );
 }
 
 #[test]
@@ -192,6 +233,7 @@ fn environment_is_isolated() {
         "environmentExecute",
         on_lease(&lease, json!({"command": "env", "env": {"FOO": "bar"}})),
     );
+    // PWD is set by bwrap when it enters the cwd.
     let mut vars: Vec<&str> = r["stdout"].as_str().unwrap().lines().collect();
     vars.sort();
     assert_eq!(
@@ -217,6 +259,50 @@ fn environment_is_isolated() {
             "Invalid input: environment variable name \"A=B\" is not valid".into()
         )
     );
+}
+
+#[test]
+fn env_values_stay_off_command_lines() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let secret = marker("secret-value");
+    let id = w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "tr '\\0' ' ' < /proc/1/cmdline; echo; echo \"$TOKEN\""],
+            "env": {"TOKEN": secret}, "stdin": ""}),
+        ),
+    );
+    let r = w.wait_response(id);
+    let lines: Vec<&str> = r["result"]["stdout"].as_str().unwrap().lines().collect();
+    assert!(lines[0].contains("bwrap") && !lines[0].contains(&secret), "{r}");
+    assert_eq!(lines[1], secret);
+    // On the host too: no command line carries the value while a command holds it.
+    let mark = marker("secret-holder");
+    let id = w.send(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sleep", "args": ["30"], "env": {"TOKEN": secret, "MARK": mark}, "timeoutMs": 20000}),
+        ),
+    );
+    wait_for_processes(&mark, 4);
+    let holders = processes_with(&secret);
+    assert!(
+        holders.len() >= 4,
+        "bwrap, its init, the reporter and sleep hold it: {holders:?}"
+    );
+    for pid in holders {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&cmdline).contains(&secret),
+            "pid {pid} shows the value in its command line"
+        );
+    }
+    w.close_stdin();
+    assert_eq!(w.wait_exit(), Some(0));
+    let _ = id;
 }
 
 #[test]
@@ -265,4 +351,28 @@ fn cwd_is_confined_to_the_workspace() {
             "Invalid input: cwd \"missing\" is not a directory in the lease workspace".into()
         )
     );
+}
+
+#[test]
+fn many_concurrent_executes_keep_their_own_output() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let ids: Vec<(u64, usize)> = (0..24)
+        .map(|i| {
+            let id = w.send(
+                "environmentExecute",
+                on_lease(&lease, json!({"command": "sh", "args": ["-c", format!("sleep 0.{}; echo out-{i}; echo err-{i} >&2; exit {i}", (24 - i) % 4)]})),
+            );
+            (id, i)
+        })
+        .collect();
+    for (id, i) in ids {
+        let r = w.wait_response(id);
+        assert_eq!(r["result"]["stdout"], format!("out-{i}\n"), "{r}");
+        assert_eq!(r["result"]["stderr"], format!("err-{i}\n"));
+        assert_eq!(r["result"]["exitCode"], i);
+        let inv = format!("inv-{id}");
+        assert_eq!(logs(&w, &inv, "stdout"), format!("out-{i}\n"));
+    }
+    assert_eq!(w.ok("health", json!({}))["details"]["runningSandboxes"], 0);
 }

@@ -343,3 +343,53 @@ fn destroy_kills_the_lease_work() {
     assert_eq!(r["result"]["signal"], "SIGKILL");
     assert_eq!(survivors_after_wait(&mark), Vec::<u32>::new());
 }
+
+#[test]
+fn a_host_that_stops_reading_does_not_stop_timeouts() {
+    let root = tempfile::tempdir().unwrap();
+    let mut child = Command::new(WORKER)
+        .arg("--root")
+        .arg(root.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut send = |v: serde_json::Value| {
+        use std::io::Write;
+        stdin.write_all(format!("{v}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "environmentAcquireLease", "params": {}}));
+    // The lease id is not known without reading; use a second worker-independent trick:
+    // the lease directory appears under the root.
+    let lease = {
+        let deadline = std::time::Instant::now() + BOUND;
+        loop {
+            if let Some(e) = std::fs::read_dir(root.path()).unwrap().flatten().next() {
+                break e.file_name().to_string_lossy().into_owned();
+            }
+            assert!(std::time::Instant::now() < deadline, "no lease directory");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    let mark = marker("unread");
+    // Far more output than the pipe and the worker's queue hold; nobody reads it.
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "environmentExecute", "paperclipInvocation": {"id": "inv-2"},
+        "params": on_lease(&lease, json!({"command": "yes", "args": [mark], "env": {"MARK": mark}, "timeoutMs": 4000}))}),
+    );
+    wait_for_process(&mark);
+    // By the deadline the worker's stdout pipe and queue are long full.
+    assert_eq!(
+        survivors_within(&mark, std::time::Duration::from_secs(20)),
+        Vec::<u32>::new(),
+        "the timeout fired although stdout is full"
+    );
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -266,7 +266,7 @@ fn escapes_are_refused_with_exact_texts_and_nothing_is_written() {
         "Entry \"sub/bad\" would be written outside the target \"/workspace/t\"."
     );
     assert!(!lease_dir.join("t").exists(), "the failed operation left no target");
-    assert_eq!(leftovers(&lease_dir), Vec::<String>::new());
+    assert_eq!(leftovers(w.root.path()), Vec::<String>::new());
     // An existing target survives a failed replacement untouched.
     std::fs::create_dir(lease_dir.join("t")).unwrap();
     std::fs::write(lease_dir.join("t/keep"), "kept").unwrap();
@@ -278,7 +278,7 @@ fn escapes_are_refused_with_exact_texts_and_nothing_is_written() {
     );
     assert!(r.get("error").is_some());
     assert_eq!(tree(&lease_dir.join("t")), ["keep"]);
-    assert_eq!(leftovers(&lease_dir), Vec::<String>::new());
+    assert_eq!(leftovers(w.root.path()), Vec::<String>::new());
 }
 
 #[test]

@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::exec::decode_strict;
+use super::init::Reported;
 use super::rpc::{Outbound, RpcError};
 use super::sandbox::{Sandbox, WORKSPACE};
 
@@ -153,7 +154,6 @@ impl Channels {
         };
         let kill_wait = kill.clone();
         tokio::spawn(async move {
-            let _tracked = tracked;
             let reader = tokio::spawn({
                 let frames = frames.clone();
                 async move {
@@ -173,7 +173,11 @@ impl Channels {
             };
             // Every data frame goes out before the exit frame (bounded: the namespace is gone).
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), reader).await;
-            let exit_code = if killed { None } else { status.and_then(|s| s.code()) };
+            let exit_code = match (killed || tracked.killed(), tracked.reported()) {
+                (true, _) | (false, Some(Reported::Signaled(_))) => None,
+                (false, Some(Reported::Exited(code))) => Some(code),
+                (false, None) => status.and_then(|s| s.code()),
+            };
             frames.exit(exit_code).await;
         });
         self.lock().insert(

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+use super::init::Reported;
 use super::lease::resolve;
 use super::rpc::{Outbound, RpcError};
 use super::sandbox::{Sandbox, WORKSPACE};
@@ -123,7 +124,7 @@ pub(crate) async fn run(
 ) -> Result<Outcome, DriverError> {
     let started = Instant::now();
     let stdin_mode = if stdin.is_some() { Stdio::piped() } else { Stdio::null() };
-    let (mut child, _tracked) = sandbox
+    let (mut child, tracked) = sandbox
         .spawn(lease_dir, cwd, env, argv, [stdin_mode, Stdio::piped(), Stdio::piped()])
         .map_err(|e| DriverError::io("Starting bwrap", e))?;
     if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
@@ -150,23 +151,27 @@ pub(crate) async fn run(
         carries: [Utf8Carry::default(), Utf8Carry::default()],
         sink,
     };
-    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-    let mut timed_out = false;
-    let mut status = None;
+    // Wait for the exit while streaming output. The deadline covers the whole wait, even a
+    // wait stuck on a host that stopped reading our stdout, so the timeout always fires.
     let mut streams_open = true;
-    while status.is_none() {
-        tokio::select! {
-            chunk = rx.recv(), if streams_open => match chunk {
-                Some((stream, bytes)) => capture.take(stream, &bytes).await,
-                None => streams_open = false,
-            },
-            st = child.wait() => status = Some(st),
-            _ = sleep_until(deadline) => {
-                timed_out = true;
-                break;
+    let wait_exit = async {
+        loop {
+            tokio::select! {
+                chunk = rx.recv(), if streams_open => match chunk {
+                    Some((stream, bytes)) => capture.take(stream, &bytes).await,
+                    None => streams_open = false,
+                },
+                status = child.wait() => return status,
             }
         }
-    }
+    };
+    let (mut status, timed_out) = match timeout {
+        Some(limit) => match tokio::time::timeout(limit, wait_exit).await {
+            Ok(status) => (Some(status), false),
+            Err(_) => (None, true),
+        },
+        None => (Some(wait_exit.await), false),
+    };
     let mut killed_by = None;
     if timed_out {
         let (st, sig) = sandbox.terminate(&mut child).await;
@@ -189,9 +194,15 @@ pub(crate) async fn run(
     let status = status
         .unwrap_or_else(|| Err(std::io::Error::other("no status")))
         .map_err(|e| DriverError::io("Waiting for bwrap", e))?;
-    let (exit_code, signal) = match killed_by {
-        Some(sig) => (None, Some(sig.to_owned())),
-        None => {
+    if killed_by.is_none() && tracked.killed() {
+        killed_by = Some("SIGKILL");
+    }
+    let (exit_code, signal) = match (killed_by, tracked.reported()) {
+        (Some(sig), _) => (None, Some(sig.to_owned())),
+        (None, Some(Reported::Exited(code))) => (Some(code), None),
+        (None, Some(Reported::Signaled(sig))) => (None, Some(signal_name(sig))),
+        (None, None) => {
+            // Nothing reported: bwrap itself failed, or the sandbox was killed from outside.
             use std::os::unix::process::ExitStatusExt;
             match (status.code(), status.signal()) {
                 (Some(code), _) => (Some(code), None),
@@ -230,13 +241,6 @@ impl Capture<'_> {
             emit(sink, Stream::Out, &mut self.carries[0], &[], true).await;
             emit(sink, Stream::Err, &mut self.carries[1], &[], true).await;
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }
 

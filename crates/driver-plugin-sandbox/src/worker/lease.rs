@@ -4,6 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+use rustix::fd::{AsRawFd, OwnedFd};
+use rustix::fs::{Mode, OFlags};
+
 use envrt_runtime_core::DriverError;
 use envrt_runtime_core::sync::confine_to_workspace;
 
@@ -109,7 +112,94 @@ pub(crate) fn resolve(lease_dir: &Path, path: &str, follow_last: bool) -> Result
     })
 }
 
-fn components_below_workspace(normalized: &str) -> Vec<String> {
+/// A directory inside a lease, opened one component at a time from the lease directory
+/// without following any link. Paths made with [`Beneath::join`] go through the open
+/// descriptor, so a link the sandbox swaps in later cannot redirect them.
+#[derive(Debug)]
+pub(crate) struct Beneath {
+    fd: OwnedFd,
+}
+
+impl Beneath {
+    /// Opens `parts` below `lease_dir`, creating missing directories when `create`.
+    pub(crate) fn open(lease_dir: &Path, parts: &[String], create: bool) -> std::io::Result<Beneath> {
+        let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY;
+        let mut fd = rustix::fs::open(lease_dir, flags, Mode::empty())?;
+        for part in parts {
+            if create {
+                match rustix::fs::mkdirat(&fd, part.as_str(), Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            fd = match rustix::fs::openat(&fd, part.as_str(), flags, Mode::empty()) {
+                Ok(next) => next,
+                Err(e) => {
+                    // O_DIRECTORY|O_NOFOLLOW on a link fails with ENOTDIR or ELOOP: report
+                    // a link as ELOOP, so it is told apart from a file in the way.
+                    let is_link = rustix::fs::statat(&fd, part.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                        .is_ok_and(|st| {
+                            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink
+                        });
+                    return Err(if is_link {
+                        rustix::io::Errno::LOOP.into()
+                    } else {
+                        e.into()
+                    });
+                }
+            };
+        }
+        Ok(Beneath { fd })
+    }
+
+    /// Opens a directory given by a path whose last component must not be a link.
+    pub(crate) fn open_path(path: &Path) -> std::io::Result<Beneath> {
+        let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY;
+        Ok(Beneath {
+            fd: rustix::fs::open(path, flags, Mode::empty())?,
+        })
+    }
+
+    /// The directory itself, as a path through its descriptor.
+    pub(crate) fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}/.", self.fd.as_raw_fd()))
+    }
+
+    /// An entry of the directory, as a path through its descriptor.
+    pub(crate) fn join(&self, name: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd())).join(name)
+    }
+}
+
+/// Opens the parent of a resolved path beneath the lease directory; the last component
+/// is returned with it (`None` for `/workspace` itself, whose "parent" is then the
+/// workspace). A link that appeared since the path was resolved is refused as outside.
+pub(crate) fn open_parent(
+    lease_dir: &Path,
+    given: &str,
+    resolved: &Resolved,
+    create: bool,
+) -> Result<(Beneath, Option<String>), DriverError> {
+    let mut parts = components_below_workspace(&resolved.sandbox);
+    let name = parts.pop();
+    Beneath::open(lease_dir, &parts, create)
+        .map(|dir| (dir, name))
+        .map_err(|e| beneath_error(given, e))
+}
+
+/// `ELOOP`/`ENOTDIR` on a no-follow walk mean a link or a file is in the way: the path
+/// does not lead where it was resolved to.
+pub(crate) fn beneath_error(given: &str, e: std::io::Error) -> DriverError {
+    match e.raw_os_error() {
+        Some(code) if code == rustix::io::Errno::LOOP.raw_os_error() => {
+            DriverError::PathOutsideWorkspace { path: given.to_owned() }
+        }
+        _ => DriverError::io(format!("Opening {given} in the lease workspace"), e),
+    }
+}
+
+/// The components of a normalized sandbox path below `/workspace`.
+pub(crate) fn components_below_workspace(normalized: &str) -> Vec<String> {
     normalized
         .strip_prefix(WORKSPACE)
         .unwrap_or("")
@@ -201,6 +291,35 @@ mod tests {
         }
         // The link itself (not followed) is inside: it may be replaced or copied as a link.
         assert_eq!(resolve(lease, "abs-out", false).unwrap().host, lease.join("abs-out"));
+    }
+
+    #[test]
+    fn a_link_swapped_in_after_resolution_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let lease = dir.path();
+        std::fs::create_dir(lease.join("d")).unwrap();
+        // Resolved while `d` was a directory...
+        let resolved = resolve(lease, "d/sub/x", false).unwrap();
+        // ...then the sandbox swaps in a link to a host directory.
+        std::fs::remove_dir(lease.join("d")).unwrap();
+        symlink(outside.path(), lease.join("d")).unwrap();
+        for create in [true, false] {
+            let err = open_parent(lease, "d/sub/x", &resolved, create).unwrap_err();
+            assert_eq!(err.to_string(), "Path \"d/sub/x\" is outside the lease workspace.");
+        }
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "nothing created outside"
+        );
+        // Without links, missing directories are created and entries are reached through
+        // the opened descriptor.
+        std::fs::remove_file(lease.join("d")).unwrap();
+        let (parent, last) = open_parent(lease, "d/sub/x", &resolved, true).unwrap();
+        assert_eq!(last.as_deref(), Some("x"));
+        std::fs::write(parent.join("x"), "in").unwrap();
+        assert_eq!(std::fs::read_to_string(lease.join("d/sub/x")).unwrap(), "in");
     }
 
     #[test]

@@ -22,6 +22,24 @@
 //! prints why on stderr (naming `apt-get install bubblewrap` when it is missing) and exits
 //! with status 2 before reading any request.
 //!
+//! # Commands
+//!
+//! Each command runs in its own `bwrap` sandbox (see the `sandbox` module for the exact
+//! layout: read-only system dirs, a minimal `/etc`, private `/tmp`, `/proc` and `/dev`,
+//! no network, own pid namespace, no capabilities) with the lease directory as the only
+//! writable place at `/workspace`. Inside, the worker binary itself (bound read-only at
+//! `/.envrt-init`, run with the hidden first argument `--sandbox-init`) starts the program
+//! and reports on a status pipe whether it exited or was killed by a signal, so results
+//! carry `signal` exactly (bwrap alone folds a signal death into exit code 128+n). The
+//! environment is only what the request sets, plus `PATH` (default
+//! `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`) and `PWD` (set by bwrap).
+//! A missing program is exit code 127 with `PROGRAM: command not found` on stderr.
+//! Timeout, stop and close send SIGTERM to every process of the sandbox, then after the
+//! grace SIGKILL its pid namespace; the reply is sent only once no process of it is left.
+//!
+//! Duplex channels carry the command's stdout; its stderr is passed through to the
+//! worker's stderr (which the host logs), never mixed into the channel.
+//!
 //! # Protocol
 //!
 //! Newline-delimited JSON-RPC 2.0 on stdin/stdout; stderr carries logs only. Requests are
@@ -41,6 +59,7 @@
 
 mod duplex;
 mod exec;
+mod init;
 mod lease;
 mod rpc;
 mod sandbox;
@@ -148,7 +167,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> 
 
 /// Runs the worker until stdin closes or `shutdown`; the exit code of the process.
 pub fn main() -> ExitCode {
-    let config = match parse_args(std::env::args().skip(1)) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(init::INIT_FLAG) {
+        return init::run(&args[1..]);
+    }
+    let config = match parse_args(args.into_iter()) {
         Ok(c) => c,
         Err(message) => {
             eprintln!("{message}");
@@ -399,8 +422,10 @@ async fn handle(worker: &Worker, method: &str, params: Value, invocation: Option
             let wanted = p.workspace.remote_path.as_deref().unwrap_or(WORKSPACE);
             confine_to_workspace(WORKSPACE, wanted)?;
             let resolved = lease::resolve(&dir, wanted, true)?;
-            std::fs::create_dir_all(&resolved.host)
-                .map_err(|e| DriverError::io(format!("Creating workspace {wanted}"), e))?;
+            // Created one component at a time without following links, so a link swapped in
+            // by a running command cannot make the worker create directories elsewhere.
+            lease::Beneath::open(&dir, &lease::components_below_workspace(&resolved.sandbox), true)
+                .map_err(|e| lease::beneath_error(wanted, e))?;
             Ok(json!({"cwd": resolved.sandbox, "metadata": {"remoteCwd": resolved.sandbox}}))
         }
         "environmentExecute" | "environmentExecuteBinary" => {

@@ -11,11 +11,23 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rustix::fd::{AsRawFd, OwnedFd};
+use rustix::io::FdFlags;
+use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal, kill_process};
 use tokio::process::{Child, Command};
+
+use super::init::{INIT_FLAG, Reported, parse_report};
+
+/// Where the worker binary appears in each sandbox, to run as the command's parent.
+const INIT_PATH: &str = "/.envrt-init";
+
+/// Serializes spawns: the status pipe's write end is inheritable only while one spawn runs.
+static SPAWN_LOCK: Mutex<()> = Mutex::new(());
 
 /// Where the lease directory appears inside the sandbox.
 pub(crate) const WORKSPACE: &str = "/workspace";
@@ -45,7 +57,8 @@ pub(crate) struct Sandbox {
     pub(crate) version: String,
     /// Time between the graceful SIGTERM and the SIGKILL of a sandbox.
     pub(crate) grace: Duration,
-    live: Arc<Mutex<HashMap<u32, PathBuf>>>,
+    live: Arc<Mutex<HashMap<u32, Live>>>,
+    init: PathBuf,
     root_links: Vec<(String, Option<String>)>,
 }
 
@@ -82,7 +95,10 @@ impl Sandbox {
                 _ => None,
             })
             .collect();
+        let init =
+            std::env::current_exe().map_err(|e| format!("envrt-sandbox-worker: cannot find its own binary: {e}"))?;
         let sandbox = Sandbox {
+            init,
             bwrap,
             version,
             grace,
@@ -91,7 +107,7 @@ impl Sandbox {
         };
         let probe_dir = std::env::temp_dir();
         let out = std::process::Command::new(&sandbox.bwrap)
-            .args(sandbox.args(&probe_dir, WORKSPACE, &[]))
+            .args(sandbox.args(&probe_dir, WORKSPACE))
             .arg("true")
             .env_clear()
             .stdin(Stdio::null())
@@ -109,7 +125,7 @@ impl Sandbox {
     }
 
     /// The `bwrap` options (everything before the command).
-    fn args(&self, lease_dir: &Path, cwd: &str, env: &[(String, String)]) -> Vec<String> {
+    fn args(&self, lease_dir: &Path, cwd: &str) -> Vec<String> {
         let mut a: Vec<String> = [
             "--unshare-all",
             "--die-with-parent",
@@ -131,6 +147,11 @@ impl Sandbox {
                 None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
             }
         }
+        a.extend([
+            "--ro-bind".into(),
+            self.init.to_string_lossy().into_owned(),
+            INIT_PATH.into(),
+        ]);
         for etc in ETC_ALLOW {
             a.extend(["--ro-bind-try".into(), etc.to_string(), etc.to_string()]);
         }
@@ -143,20 +164,13 @@ impl Sandbox {
         a.push(WORKSPACE.into());
         // The sandbox's root (where /etc and the mount points live) is read-only too.
         a.extend(["--remount-ro".into(), "/".into()]);
-        a.extend(["--chdir".into(), cwd.to_owned(), "--clearenv".into()]);
-        if !env.iter().any(|(k, _)| k == "PATH") {
-            a.extend(["--setenv".into(), "PATH".into(), SANDBOX_PATH.into()]);
-        }
-        for (k, v) in env {
-            a.extend(["--setenv".into(), k.clone(), v.clone()]);
-        }
-        a.push("--".into());
+        a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
         a
     }
 
-    /// Spawns `argv` in a sandbox over `lease_dir`. The program is started through
-    /// `/bin/sh -c 'exec "$0" "$@"'` so that a missing program is exit code 127 with a
-    /// message naming it, as in a shell. The child is tracked until [`Tracked`] drops.
+    /// Spawns `argv` in a sandbox over `lease_dir`, under the worker binary in its init role
+    /// (see [`super::init`]), which reports how the command ended on a status pipe. The
+    /// child is tracked until [`Tracked`] drops.
     pub(crate) fn spawn(
         &self,
         lease_dir: &Path,
@@ -165,64 +179,101 @@ impl Sandbox {
         argv: &[String],
         [stdin, stdout, stderr]: [Stdio; 3],
     ) -> std::io::Result<(Child, Tracked)> {
+        let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
         let mut command = Command::new(&self.bwrap);
         command
-            .args(self.args(lease_dir, cwd, env))
-            .args(["/bin/sh", "-c", "exec \"$0\" \"$@\""])
+            .args(self.args(lease_dir, cwd))
+            .arg(INIT_PATH)
+            .arg(INIT_FLAG)
+            .arg(status_write.as_raw_fd().to_string())
+            .arg("--")
             .args(argv)
+            // The command's environment is bwrap's own (bwrap passes it on), never its
+            // command line: values must not show in process listings.
             .env_clear()
+            .env("PATH", SANDBOX_PATH)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
             .kill_on_drop(true);
-        let child = command.spawn()?;
+        let child = {
+            let _one_at_a_time = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+            rustix::io::fcntl_setfd(&status_write, FdFlags::empty())?;
+            let child = command.spawn();
+            drop(status_write);
+            child?
+        };
         let pid = child.id().unwrap_or(0);
-        self.live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(pid, lease_dir.to_path_buf());
+        let killed = Arc::new(AtomicBool::new(false));
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            pid,
+            Live {
+                lease_dir: lease_dir.to_path_buf(),
+                killed: killed.clone(),
+            },
+        );
         Ok((
             child,
             Tracked {
                 pid,
                 live: self.live.clone(),
+                status: status_read,
+                killed,
             },
         ))
     }
 
-    /// SIGKILLs every live sandbox (the worker is exiting). Killing the pid namespace's
-    /// init takes every process of the sandbox with it.
+    /// SIGKILLs every live sandbox and reaps them (the worker is exiting). Killing the pid
+    /// namespace's init takes every process of the sandbox with it.
     pub(crate) fn kill_all(&self) {
-        self.kill_where(|_| true);
+        for pid in self.kill_where(|_| true) {
+            if let Some(raw) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+                // Exiting: reap here so no zombie is left to a PID 1 that may not reap; a
+                // reaped pid may be reused, so it leaves the live set at once.
+                if let Ok(Some(_)) = rustix::process::waitpid(Some(raw), rustix::process::WaitOptions::NOHANG) {
+                    self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&pid);
+                }
+            }
+        }
     }
 
-    /// SIGKILLs every sandbox running over `lease_dir` (release and destroy of a lease).
+    /// SIGKILLs every sandbox running over `lease_dir` (release and destroy of a lease);
+    /// their calls report `SIGKILL`.
     pub(crate) fn kill_lease(&self, lease_dir: &Path) {
         self.kill_where(|dir| dir == lease_dir);
     }
 
-    fn kill_where(&self, select: impl Fn(&Path) -> bool) {
+    /// Kills the selected sandboxes and waits (bounded) until each `bwrap` has exited.
+    fn kill_where(&self, select: impl Fn(&Path) -> bool) -> Vec<u32> {
         let pids: Vec<u32> = self
             .live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|(_, dir)| select(dir))
-            .map(|(pid, _)| *pid)
+            .filter(|(_, live)| select(&live.lease_dir))
+            .map(|(pid, live)| {
+                live.killed.store(true, Ordering::SeqCst);
+                *pid
+            })
             .collect();
         for pid in &pids {
-            hard_kill(*pid);
+            kill_namespace(*pid);
         }
-        // Wait (bounded) until the namespaces are gone, so nothing outlives the worker.
-        for _ in 0..200 {
-            if pids
-                .iter()
-                .all(|p| !Path::new(&format!("/proc/{p}/task")).exists() || is_zombie(*p))
-            {
+        let exited = |p: &u32| !Path::new(&format!("/proc/{p}/task")).exists() || is_zombie(*p);
+        for round in 0..200 {
+            if pids.iter().all(exited) {
                 break;
+            }
+            if round == 100 {
+                // bwrap did not exit after its namespace died: kill it too.
+                for pid in pids.iter().filter(|p| !exited(p)) {
+                    signal(*pid, Signal::KILL);
+                }
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        pids
     }
 
     /// How many sandboxes are running.
@@ -239,7 +290,7 @@ impl Sandbox {
         let namespace = ns_init(pid).and_then(|init| pid_namespace(init).map(|ns| (init, ns)));
         if let Some((init, ns)) = &namespace {
             for member in namespace_members(ns) {
-                if member != *init {
+                if member != *init && !is_sandbox_init(member) {
                     signal(member, Signal::TERM);
                 }
             }
@@ -248,18 +299,54 @@ impl Sandbox {
                 return (status, "SIGTERM");
             }
         }
-        hard_kill(pid);
-        let status = child.wait().await;
+        kill_namespace(pid);
+        let status = match tokio::time::timeout(Duration::from_secs(1), child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                signal(pid, Signal::KILL);
+                child.wait().await
+            }
+        };
         wait_namespace_gone(namespace.as_ref().map(|(_, ns)| ns.as_str())).await;
         (status, "SIGKILL")
     }
+}
+
+/// A running sandbox in the live set.
+#[derive(Debug)]
+struct Live {
+    lease_dir: PathBuf,
+    killed: Arc<AtomicBool>,
 }
 
 /// Removes a sandbox from the live set when dropped.
 #[derive(Debug)]
 pub(crate) struct Tracked {
     pid: u32,
-    live: Arc<Mutex<HashMap<u32, PathBuf>>>,
+    live: Arc<Mutex<HashMap<u32, Live>>>,
+    status: OwnedFd,
+    killed: Arc<AtomicBool>,
+}
+
+impl Tracked {
+    /// Whether the sandbox was killed from outside its call (lease release or destroy).
+    pub(crate) fn killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
+
+    /// How the command ended, as its sandbox init reported; call after `bwrap` exited.
+    /// `None` when nothing was reported (bwrap failed, or the sandbox was killed).
+    pub(crate) fn reported(&self) -> Option<Reported> {
+        let mut text = Vec::new();
+        let mut buf = [0u8; 512];
+        while text.len() < 64 * 1024 {
+            match rustix::io::read(&self.status, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => text.extend_from_slice(&buf[..n]),
+            }
+        }
+        parse_report(&String::from_utf8_lossy(&text))
+    }
 }
 
 impl Drop for Tracked {
@@ -280,21 +367,29 @@ fn signal(pid: u32, sig: Signal) {
     }
 }
 
-/// SIGKILLs the namespace init (the kernel then kills the whole namespace) and `bwrap`.
-fn hard_kill(bwrap_pid: u32) {
+/// SIGKILLs the namespace init: the kernel kills the whole namespace, and `bwrap` reaps
+/// its child and exits (killing `bwrap` too would leave the init to a PID 1 that may never
+/// reap it). Without an init yet, `bwrap` itself is killed.
+fn kill_namespace(bwrap_pid: u32) {
     if bwrap_pid == 0 {
         return;
     }
-    if let Some(init) = ns_init(bwrap_pid) {
-        signal(init, Signal::KILL);
+    match ns_init(bwrap_pid) {
+        Some(init) => signal(init, Signal::KILL),
+        None => signal(bwrap_pid, Signal::KILL),
     }
-    signal(bwrap_pid, Signal::KILL);
 }
 
 /// The pid (host view) of the sandbox's namespace init: `bwrap`'s child.
 fn ns_init(bwrap_pid: u32) -> Option<u32> {
     let children = std::fs::read_to_string(format!("/proc/{bwrap_pid}/task/{bwrap_pid}/children")).ok()?;
     children.split_whitespace().next()?.parse().ok()
+}
+
+/// Whether `pid` is the worker binary in its init role (it must outlive the command to
+/// report its status, so the graceful SIGTERM skips it).
+fn is_sandbox_init(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(format!("{INIT_PATH}\0").as_bytes()))
 }
 
 fn pid_namespace(pid: u32) -> Option<String> {

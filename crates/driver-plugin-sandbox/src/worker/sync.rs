@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::exec::{LeaseRef, check_cwd, run};
-use super::lease::{link_stays_inside, resolve};
+use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
 use super::sandbox::{Sandbox, WORKSPACE};
 
 /// Timeout of a post-upload command that does not set its own.
@@ -168,6 +168,11 @@ struct Copier<'a> {
 
 fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Counts, DriverError> {
     let target = resolve(lease_dir, &file.target_path, false)?;
+    let source = PathBuf::from(&file.source_path);
+    check_kind(&source, file)?;
+    if target.sandbox == WORKSPACE && file.kind == SyncKind::File {
+        return Err(DriverError::invalid("a file cannot replace the workspace root"));
+    }
     let mut copier = Copier {
         source: Source::Host,
         follow: file.follows_symlinks(),
@@ -176,21 +181,41 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Co
         ancestors: Vec::new(),
         counts: Counts::default(),
     };
-    let source = PathBuf::from(&file.source_path);
-    check_kind(&source, file)?;
-    if target.sandbox == WORKSPACE {
-        if file.kind == SyncKind::File {
-            return Err(DriverError::invalid("a file cannot replace the workspace root"));
-        }
-        return copier.merge_into_root(&source, lease_dir, None);
-    }
-    copier.place(&source, None, &target.host, file.mode)?;
-    Ok(copier.counts)
+    // Built where the sandbox cannot see it (the lease root, beside the lease
+    // directories), then renamed into a parent opened link-free beneath the lease.
+    let scratch = scratch_dir(lease_dir);
+    let staged = staging_name(&scratch);
+    let name = source
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let placed = copier
+        .copy_entry(&source, None, &staged, "", &name, file.mode)
+        .and_then(|()| open_parent(lease_dir, &file.target_path, &target, true))
+        .and_then(|(parent, last)| match last {
+            Some(last) => replace(&staged, &parent.join(&last), &scratch),
+            None => {
+                let entries = fs::read_dir(&staged).map_err(|e| io("Reading", &staged, e))?;
+                for entry in entries {
+                    let entry = entry.map_err(|e| io("Reading", &staged, e))?;
+                    let entry_name = entry.file_name().to_string_lossy().into_owned();
+                    replace(&entry.path(), &parent.join(&entry_name), &scratch)?;
+                }
+                Ok(())
+            }
+        });
+    remove_any(&staged);
+    placed.map(|()| copier.counts)
 }
 
 fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Counts, DriverError> {
-    let source = resolve(lease_dir, &file.source_path, file.follows_symlinks())?;
-    check_kind(&source.host, file)?;
+    let resolved = resolve(lease_dir, &file.source_path, file.follows_symlinks())?;
+    let (parent, last) = open_parent(lease_dir, &file.source_path, &resolved, false)?;
+    let source = match &last {
+        Some(last) => parent.join(last),
+        None => parent.path(),
+    };
+    check_kind(&source, file)?;
     let mut copier = Copier {
         source: Source::Lease(lease_dir),
         follow: file.follows_symlinks(),
@@ -199,13 +224,30 @@ fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<C
         ancestors: Vec::new(),
         counts: Counts::default(),
     };
-    copier.place(
-        &source.host,
-        Some(source.sandbox),
-        Path::new(&file.target_path),
-        file.mode,
-    )?;
-    Ok(copier.counts)
+    let target = Path::new(&file.target_path);
+    let target_parent = target.parent().unwrap_or(Path::new("/"));
+    fs::create_dir_all(target_parent).map_err(|e| io("Creating", target_parent, e))?;
+    let staged = staging_name(target_parent);
+    let placed = copier
+        .copy_entry(
+            &source,
+            Some(resolved.sandbox),
+            &staged,
+            "",
+            last.as_deref().unwrap_or(""),
+            file.mode,
+        )
+        .and_then(|()| replace(&staged, target, target_parent));
+    if placed.is_err() {
+        remove_any(&staged);
+    }
+    placed.map(|()| copier.counts)
+}
+
+/// The worker's private scratch space for a lease: its root, which is never bound into a
+/// sandbox.
+fn scratch_dir(lease_dir: &Path) -> PathBuf {
+    lease_dir.parent().unwrap_or(Path::new("/")).to_path_buf()
 }
 
 fn check_kind(source: &Path, file: &SyncFile) -> Result<(), DriverError> {
@@ -255,13 +297,14 @@ fn remove_any(path: &Path) {
     }
 }
 
-/// Renames `staged` onto `target`, replacing whatever is there.
-fn replace(staged: &Path, target: &Path) -> Result<(), DriverError> {
+/// Renames `staged` onto `target`, replacing whatever is there; a replaced directory is
+/// moved to `scratch` first and removed there.
+fn replace(staged: &Path, target: &Path, scratch: &Path) -> Result<(), DriverError> {
     let existing = fs::symlink_metadata(target).ok();
     let staged_is_dir = fs::symlink_metadata(staged).is_ok_and(|m| m.is_dir());
     let trash = match existing {
         Some(m) if m.is_dir() || staged_is_dir => {
-            let trash = staging_name(target.parent().unwrap_or(Path::new("/")));
+            let trash = staging_name(scratch);
             fs::rename(target, &trash).map_err(|e| io("Moving aside", target, e))?;
             Some(trash)
         }
@@ -281,51 +324,6 @@ fn replace(staged: &Path, target: &Path) -> Result<(), DriverError> {
 }
 
 impl Copier<'_> {
-    /// Builds `source` in a staging sibling of `target`, then renames it into place.
-    fn place(
-        &mut self,
-        source: &Path,
-        sandbox_path: Option<String>,
-        target: &Path,
-        mode: Option<u32>,
-    ) -> Result<(), DriverError> {
-        let parent = target.parent().unwrap_or(Path::new("/"));
-        fs::create_dir_all(parent).map_err(|e| io("Creating", parent, e))?;
-        let staged = staging_name(parent);
-        let name = source
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let built = self.copy_entry(source, sandbox_path, &staged, "", &name, mode);
-        let placed = built.and_then(|()| replace(&staged, target));
-        if placed.is_err() {
-            remove_any(&staged);
-        }
-        placed
-    }
-
-    /// A directory into the workspace root itself: every top-level entry is built aside
-    /// and renamed into place one by one.
-    fn merge_into_root(
-        &mut self,
-        source: &Path,
-        root: &Path,
-        sandbox_path: Option<String>,
-    ) -> Result<Counts, DriverError> {
-        let staged = staging_name(root);
-        let built = self.copy_entry(source, sandbox_path, &staged, "", "", None);
-        let placed = built.and_then(|()| {
-            let entries = fs::read_dir(&staged).map_err(|e| io("Reading", &staged, e))?;
-            for entry in entries {
-                let entry = entry.map_err(|e| io("Reading", &staged, e))?;
-                replace(&entry.path(), &root.join(entry.file_name()))?;
-            }
-            Ok(())
-        });
-        remove_any(&staged);
-        placed.map(|()| self.counts)
-    }
-
     fn copy_entry(
         &mut self,
         source: &Path,
@@ -336,6 +334,8 @@ impl Copier<'_> {
         mode: Option<u32>,
     ) -> Result<(), DriverError> {
         let lmeta = fs::symlink_metadata(source).map_err(|e| io("Reading", source, e))?;
+        // Keeps a directory opened beneath the lease alive while paths through it are used.
+        let mut _held: Option<Beneath> = None;
         let (real, sandbox_path, meta) = if lmeta.file_type().is_symlink() {
             if !self.follow {
                 let target = fs::read_link(source).map_err(|e| io("Reading link", source, e))?;
@@ -351,9 +351,15 @@ impl Copier<'_> {
             match (&self.source, &sandbox_path) {
                 (Source::Lease(lease_dir), Some(path)) => {
                     let resolved = resolve(lease_dir, path, true)?;
-                    let meta = fs::symlink_metadata(&resolved.host)
-                        .map_err(|_| DriverError::SourceMissing { path: path.clone() })?;
-                    (resolved.host, Some(resolved.sandbox), meta)
+                    let (parent, last) = open_parent(lease_dir, path, &resolved, false)?;
+                    let real = match &last {
+                        Some(last) => parent.join(last),
+                        None => parent.path(),
+                    };
+                    let meta =
+                        fs::symlink_metadata(&real).map_err(|_| DriverError::SourceMissing { path: path.clone() })?;
+                    _held = Some(parent);
+                    (real, Some(resolved.sandbox), meta)
                 }
                 _ => {
                     let missing = || DriverError::SourceMissing {
@@ -378,6 +384,16 @@ impl Copier<'_> {
             fs::create_dir(dest).map_err(|e| io("Creating", dest, e))?;
             fs::set_permissions(dest, fs::Permissions::from_mode(0o700)).map_err(|e| io("Setting mode of", dest, e))?;
             self.ancestors.push(key);
+            // Inside a lease, walk through an opened descriptor so that no link swapped in
+            // later can lead the walk out of the lease.
+            let dir = match self.source {
+                Source::Lease(_) => Some(
+                    Beneath::open_path(&real)
+                        .map_err(|e| beneath_error(&sandbox_path.clone().unwrap_or_default(), e))?,
+                ),
+                Source::Host => None,
+            };
+            let real = dir.as_ref().map(Beneath::path).unwrap_or(real);
             let mut names: Vec<_> = fs::read_dir(&real)
                 .map_err(|e| io("Reading", &real, e))?
                 .map(|e| e.map(|e| e.file_name()))
@@ -395,8 +411,12 @@ impl Copier<'_> {
                     continue;
                 }
                 let child_sandbox = sandbox_path.as_ref().map(|p| format!("{p}/{child_name}"));
+                let child_path = match &dir {
+                    Some(dir) => dir.join(&child_name),
+                    None => real.join(&child),
+                };
                 self.copy_entry(
-                    &real.join(&child),
+                    &child_path,
                     child_sandbox,
                     &dest.join(&child),
                     &child_rel,
