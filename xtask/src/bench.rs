@@ -49,24 +49,19 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         .map(|(feature, _, _)| *feature)
         .collect();
     eprintln!("xtask: drivers present: {features:?}");
+    // One cargo invocation for the bench and the worker, so both share one feature set
+    // and the sandbox crate is compiled once.
     let mut build = cargo();
     build.args(["build", "--release", "-p", "envrt-bench", "--no-default-features"]);
     if !features.is_empty() {
-        build.args(["--features", &features.join(",")]);
+        let qualified: Vec<String> = features.iter().map(|f| format!("envrt-bench/{f}")).collect();
+        build.args(["--features", &qualified.join(",")]);
+    }
+    build.args(["--bin", "envrt-bench"]);
+    if features.contains(&"sandbox") {
+        build.args(["-p", "envrt-driver-plugin-sandbox", "--bin", "envrt-sandbox-worker"]);
     }
     run(build)?;
-    if features.contains(&"sandbox") {
-        let mut worker = cargo();
-        worker.args([
-            "build",
-            "--release",
-            "-p",
-            "envrt-driver-plugin-sandbox",
-            "--bin",
-            "envrt-sandbox-worker",
-        ]);
-        run(worker)?;
-    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"));

@@ -30,7 +30,7 @@ pub(crate) async fn exec_rows(config: &Config) -> Vec<Row> {
 
 /// Row 5 (Docker): duplex read and write vs a bare pipe.
 pub(crate) async fn duplex_rows(config: &Config) -> Vec<Row> {
-    let names = crate::sandbox::duplex_names("docker", config);
+    let names = crate::sandbox::duplex_names("docker", config.docker_stream_bytes());
     #[cfg(feature = "docker")]
     return imp::duplex_rows(config, names).await;
     #[cfg(not(feature = "docker"))]
@@ -215,12 +215,13 @@ mod imp {
             Ok(d) => d,
             Err(e) => return missing("duplex", 5, &names, &e),
         };
-        let bytes = config.stream_bytes();
+        let bytes = config.docker_stream_bytes();
         let cli = format!(
             "docker exec {} head -c {bytes} /dev/zero | cat > /dev/null",
             d.container
         );
-        let rows = crate::sandbox::duplex_measure(&d.leased, config, names, 0.5, Some(("docker exec CLI", &cli))).await;
+        let rows =
+            crate::sandbox::duplex_measure(&d.leased, config, names, 0.5, bytes, Some(("docker exec CLI", &cli))).await;
         d.leased.close().await;
         rows
     }

@@ -313,7 +313,11 @@ pub(crate) async fn scale_exec_rows(config: &Config) -> Vec<Row> {
                 rows.push(
                     Row::new("scale-exec", 7, format!("{name}: throughput"), Figure::ops(ours.0))
                         .baseline("bare spawns", Figure::ops(bare.0))
-                        .target(target),
+                        .target(target)
+                        .note(format!(
+                            "the bench process's resident memory meanwhile: {:.0} MiB (a fork copies its page tables)",
+                            rss_kib() / 1024.0
+                        )),
                 );
                 rows.push(
                     Row::new("scale-exec", 7, format!("{name}: p50 latency"), Figure::ms(ours.1))

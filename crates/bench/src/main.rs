@@ -63,6 +63,12 @@ impl Config {
         if self.quick { 256 << 20 } else { 1 << 30 }
     }
 
+    /// Bytes of the Docker duplex rows: the engine's exec attach moves only tens of MB/s,
+    /// so the quick run uses 64 MiB there.
+    pub(crate) fn docker_stream_bytes(&self) -> u64 {
+        if self.quick { 64 << 20 } else { 1 << 30 }
+    }
+
     /// Files in the small-file sync tree.
     pub(crate) fn small_files(&self) -> usize {
         if self.quick { 2_000 } else { 10_000 }
@@ -140,8 +146,14 @@ fn utc_now() -> String {
 
 async fn run_all(config: &Config) -> Vec<Row> {
     let mut rows = Vec::new();
+    let mut last = std::time::Instant::now();
     let mut section = |name: &str, new: Vec<Row>| {
-        eprintln!("envrt-bench: {name}: {} row(s)", new.len());
+        eprintln!(
+            "envrt-bench: {name}: {} row(s) in {:.1} s",
+            new.len(),
+            last.elapsed().as_secs_f64()
+        );
+        last = std::time::Instant::now();
         rows.extend(new);
     };
     if config.wants("exec-local", 1) {

@@ -294,7 +294,7 @@ pub(crate) fn text_table(rows: &[Row]) -> String {
 
 /// The rows as a Markdown table, with the notes below.
 pub(crate) fn markdown_table(rows: &[Row]) -> String {
-    let mut out = format!("| {} |\n|{}|\n", HEADERS.join(" | "), "---|".repeat(HEADERS.len()));
+    let mut out = format!("| {} |\n|{}\n", HEADERS.join(" | "), "---|".repeat(HEADERS.len()));
     for row in rows {
         let cells = row.cells().map(|c| c.replace('|', "\\|"));
         let _ = writeln!(out, "| {} |", cells.join(" | "));

@@ -11,8 +11,8 @@ use crate::measure::{gbps, interleave, sh};
 use crate::report::{Figure, Row, Target};
 
 /// The names of a driver's two duplex rows.
-pub(crate) fn duplex_names(driver: &str, config: &Config) -> Vec<String> {
-    let mib = config.stream_bytes() >> 20;
+pub(crate) fn duplex_names(driver: &str, bytes: u64) -> Vec<String> {
+    let mib = bytes >> 20;
     vec![
         format!("{driver} duplex read {mib} MiB"),
         format!("{driver} duplex write {mib} MiB"),
@@ -26,6 +26,7 @@ pub(crate) async fn duplex_measure(
     config: &Config,
     names: Vec<String>,
     min_ratio: f64,
+    bytes: u64,
     extra: Option<(&str, &str)>,
 ) -> Vec<Row> {
     let granted = leased
@@ -41,7 +42,6 @@ pub(crate) async fn duplex_measure(
             .map(|n| Row::missing("duplex", 5, n, "n/a (driver grants no duplex yet)"))
             .collect();
     }
-    let bytes = config.stream_bytes();
     let contenders = if extra.is_some() { 4 } else { 3 };
     let extra_script = extra.map(|e| e.1);
     let measured = interleave(contenders, 0, config.reps(), |i| async move {
@@ -96,7 +96,7 @@ pub(crate) async fn exec_rows(config: &Config) -> Vec<Row> {
 
 /// Row 5 (sandbox).
 pub(crate) async fn duplex_rows(config: &Config) -> Vec<Row> {
-    let names = duplex_names("sandbox", config);
+    let names = duplex_names("sandbox", config.stream_bytes());
     #[cfg(feature = "sandbox")]
     return imp::duplex_rows(config, names).await;
     #[cfg(not(feature = "sandbox"))]
@@ -345,7 +345,7 @@ mod imp {
             Ok(o) => o,
             Err(e) => return missing("duplex", 5, &names, &e),
         };
-        let rows = super::duplex_measure(&leased, config, names, 0.3, None).await;
+        let rows = super::duplex_measure(&leased, config, names, 0.3, config.stream_bytes(), None).await;
         close(leased, driver).await;
         rows
     }
