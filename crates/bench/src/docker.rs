@@ -251,7 +251,7 @@ mod imp {
         let (small_src, big_dir) = crate::local::sync_fixtures(&scratch, config.small_files(), config.stream_bytes())?;
         let cid = d.container.as_str();
         let l = &d.leased;
-        let reps = config.reps();
+        let reps = config.docker_reps();
         let host_out = scratch.join("out-dst");
         let host_cp = scratch.join("cp-dst");
         let host_tar = scratch.join("tar-dst");

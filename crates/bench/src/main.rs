@@ -80,6 +80,12 @@ impl Config {
         3
     }
 
+    /// Repetitions of the Docker copy rows (each small-file run into the container's
+    /// overlay takes seconds).
+    pub(crate) fn docker_reps(&self) -> usize {
+        if self.quick { 2 } else { 3 }
+    }
+
     /// Waves of concurrent executes per concurrency level.
     pub(crate) fn waves(&self) -> usize {
         if self.quick { 3 } else { 10 }
@@ -264,4 +270,37 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_selects_by_number_group_or_prefix() {
+        let config = |only: &[&str]| Config {
+            quick: true,
+            only: only.iter().map(|s| s.to_string()).collect(),
+        };
+        assert!(config(&[]).wants("sync-docker", 6));
+        assert!(config(&["6"]).wants("sync-docker", 6));
+        assert!(!config(&["6"]).wants("scale-exec", 7));
+        assert!(config(&["sync"]).wants("sync-local", 6));
+        assert!(!config(&["sync"]).wants("scale-exec", 7));
+        assert!(config(&["exec-local"]).wants("exec-local", 1));
+        assert!(!config(&["exec-local"]).wants("exec-docker", 2));
+        assert!(!config(&["exec-l"]).wants("exec-local", 1));
+    }
+
+    #[test]
+    fn options_parse_and_refuse_unknown_ones() {
+        let args: Vec<String> = ["--quick", "--only", "3", "--json", "/x.json"].map(String::from).into();
+        let (config, json, markdown) = parse(&args).unwrap();
+        assert!(config.quick);
+        assert_eq!(config.only, ["3"]);
+        assert_eq!(json, Some(PathBuf::from("/x.json")));
+        assert_eq!(markdown, None);
+        assert_eq!(parse(&["--only".into()]).unwrap_err(), "--only needs a value");
+        assert_eq!(parse(&["--fast".into()]).unwrap_err(), "unknown option \"--fast\"");
+    }
 }

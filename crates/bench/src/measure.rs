@@ -17,13 +17,18 @@ pub(crate) fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
     sorted[index.min(sorted.len() - 1)].as_secs_f64() * 1e3
 }
 
-/// The median of `values`.
+/// The median of `values` (the mean of the middle two for an even count).
 pub(crate) fn median(values: &mut [f64]) -> f64 {
     if values.is_empty() {
         return f64::NAN;
     }
     values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
+    let mid = values.len() / 2;
+    if values.len() % 2 == 0 {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
 }
 
 /// Latency samples of several contenders, taken interleaved (one run of each per round),
@@ -179,5 +184,45 @@ impl Drop for Scratch {
                     .status();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_medians() {
+        let samples: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile_ms(&samples, 50.0), 51.0);
+        assert_eq!(percentile_ms(&samples, 99.0), 99.0);
+        assert_eq!(percentile_ms(&samples, 100.0), 100.0);
+        assert!(percentile_ms(&[], 50.0).is_nan());
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn quoting_survives_single_quotes() {
+        assert_eq!(q(Path::new("/a b/it's")), r"'/a b/it'\''s'");
+    }
+
+    #[tokio::test]
+    async fn interleave_runs_every_contender_each_round() {
+        let calls = std::sync::Mutex::new(Vec::new());
+        let calls_ref = &calls;
+        let m = interleave(3, 1, 4, |i| async move {
+            calls_ref.lock().unwrap().push(i);
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(m.samples.iter().map(Vec::len).collect::<Vec<_>>(), [4, 4, 4]);
+        let calls = calls.into_inner().unwrap();
+        assert_eq!(calls.len(), 15);
+        // Rounds rotate the order: round 0 starts with 0, round 1 with 1.
+        assert_eq!(&calls[3..9], &[0, 1, 2, 1, 2, 0]);
+        let err = interleave(1, 0, 1, |_| async { Err::<(), _>("boom".to_string()) }).await;
+        assert_eq!(err.err().as_deref(), Some("boom"));
     }
 }

@@ -318,3 +318,70 @@ pub(crate) fn json_report(rows: &[Row], header: Value) -> Value {
     report["rows"] = Value::Array(rows.iter().map(Row::to_json).collect());
     report
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(ours: Figure) -> Row {
+        Row::new("g", 1, "r", ours)
+    }
+
+    #[test]
+    fn ratio_targets_use_ours_over_the_named_baseline() {
+        let r = row(Figure::ms(1.1))
+            .baseline("a", Figure::ms(1.0))
+            .baseline("b", Figure::ms(2.0));
+        assert!(r.clone().target(Target::RatioAtMost(0, 1.10)).met().unwrap());
+        assert!(!r.clone().target(Target::RatioAtMost(0, 1.05)).met().unwrap());
+        assert!(r.clone().target(Target::RatioAtMost(1, 0.75)).met().unwrap());
+        let both = Target::All(vec![Target::RatioAtMost(0, 1.05), Target::RatioAtMost(1, 0.75)]);
+        assert!(!r.clone().target(both).met().unwrap());
+        assert_eq!(r.target(Target::None).met(), None);
+    }
+
+    #[test]
+    fn throughput_additive_and_absolute_targets() {
+        let t = row(Figure::gbps(0.8)).baseline("pipe", Figure::gbps(1.0));
+        assert!(t.clone().target(Target::RatioAtLeast(0, 0.8)).met().unwrap());
+        assert!(!t.target(Target::RatioAtLeast(0, 0.81)).met().unwrap());
+        let s = row(Figure::ms(6.4)).baseline("bwrap", Figure::ms(5.0));
+        assert!(s.clone().target(Target::PlusAtMost(0, 1.5)).met().unwrap());
+        assert!(!s.target(Target::PlusAtMost(0, 1.3)).met().unwrap());
+        assert!(row(Figure::kib(64.0)).target(Target::AtMost(64.0)).met().unwrap());
+        assert!(!row(Figure::kib(64.1)).target(Target::AtMost(64.0)).met().unwrap());
+        // A target naming a baseline that was not measured cannot be met or missed.
+        assert_eq!(row(Figure::ms(1.0)).target(Target::RatioAtMost(3, 1.0)).met(), None);
+    }
+
+    #[test]
+    fn a_missing_row_has_no_verdict_and_says_why() {
+        let r = Row::missing("exec-docker", 2, "docker execute", "n/a (no engine)").target(Target::AtMost(1.0));
+        assert_eq!(r.met(), None);
+        let cells = r.cells();
+        assert_eq!(cells[1], "n/a (no engine)");
+        assert_eq!(cells[5], "—");
+    }
+
+    #[test]
+    fn tables_render_every_row_with_ratios() {
+        let rows = vec![
+            row(Figure::ms(1.5))
+                .baseline("bare", Figure::ms(1.0))
+                .target(Target::RatioAtMost(0, 1.1))
+                .note("a note"),
+        ];
+        let text = text_table(&rows);
+        assert!(text.contains("1.50× bare"), "{text}");
+        assert!(text.contains("| NO"), "{text}");
+        assert!(text.contains("- 1 r: a note"), "{text}");
+        let md = markdown_table(&rows);
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines[1], "|---|---|---|---|---|---|");
+        assert_eq!(lines[2].matches(" | ").count(), 5, "{md}");
+        let json = json_report(&rows, json!({"date": "d"}));
+        assert_eq!(json["rows"][0]["ratios"][0], json!(1.5));
+        assert_eq!(json["rows"][0]["met"], json!(false));
+        assert_eq!(json["date"], json!("d"));
+    }
+}
