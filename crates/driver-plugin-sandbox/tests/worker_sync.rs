@@ -131,6 +131,21 @@ fn sync_in_then_out_round_trip() {
         ["link-in -> sub/b.txt", "sub/", "sub/b.txt"]
     );
     assert_eq!(leftovers(&lease_dir), Vec::<String>::new());
+    // The whole workspace out, by "." and by "/workspace": what landed, no staging debris.
+    for (i, source) in [".", "/workspace"].iter().enumerate() {
+        let whole = dst.path().join(format!("whole{i}"));
+        let r = sync(
+            &mut w,
+            "environmentSyncOut",
+            &lease,
+            json!([{"operationId": "all", "files": [{"sourcePath": source, "targetPath": whole, "kind": "directory"}]}]),
+        );
+        assert_eq!(r["result"]["operations"][0]["filesTransferred"], 1, "{r}");
+        assert_eq!(
+            tree(&whole),
+            ["proj/", "proj/link-in -> sub/b.txt", "proj/sub/", "proj/sub/b.txt"]
+        );
+    }
 }
 
 #[test]
