@@ -1,5 +1,6 @@
 //! Project automation. `cargo xtask` with no arguments lists the tasks.
 
+mod bench;
 mod ci;
 mod conformance;
 mod util;
@@ -21,6 +22,7 @@ tasks:
   setup                  install and start what the tests need (apt packages, dockerd,
                          the test image, the SDK fixture); idempotent
   docker-image           build the local test image envrt-test:latest
+  bench [--quick] [--only ROW]  benchmarks as ratios to baselines (target/bench/latest.json)
 ";
 
 fn main() -> ExitCode {
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(),
         Some("setup") => util::run_script("scripts/setup.sh", &[]),
         Some("conformance") => conformance::run(&args[1..]),
+        Some("bench") => bench::run_bench(&args[1..]),
         Some("docker-image") => util::run_script("scripts/docker-test-image.sh", &[]),
         Some(other) => Err(format!("unknown task {other:?}\n\n{TASKS}")),
         None => {

@@ -1,0 +1,306 @@
+//! `envrt-bench`: measures envrt through its facade against the bare tools a user would
+//! otherwise reach for, in the same run, and prints one table of figures and ratios (and
+//! writes it as JSON). Run it with `cargo xtask bench [--quick] [--only ROW]`.
+//!
+//! ```text
+//! envrt-bench [--quick] [--only ROW]... [--json PATH] [--markdown PATH]
+//! ```
+//! `ROW` is a row number (1–7) or a group key: `exec-local`, `exec-docker`,
+//! `exec-sandbox`, `stdout`, `duplex`, `sync-local`, `sync-docker`, `scale-exec`,
+//! `scale-leases`, `scale-duplex` (a prefix such as `exec` or `sync` selects every group
+//! under it).
+
+// Built without some driver, the helpers only that driver's rows use are unused.
+#![cfg_attr(
+    not(all(feature = "local", feature = "docker", feature = "sandbox")),
+    allow(dead_code, unused_imports)
+)]
+
+mod baseline;
+mod docker;
+mod facade;
+mod local;
+mod measure;
+mod report;
+mod sandbox;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use report::Row;
+use serde_json::json;
+
+/// What to run and how long.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Config {
+    /// The short run (under 3 minutes on 2 cores).
+    pub(crate) quick: bool,
+    /// Row numbers or group keys to run; all when empty.
+    pub(crate) only: Vec<String>,
+}
+
+impl Config {
+    /// Whether a group is selected.
+    pub(crate) fn wants(&self, group: &str, number: u8) -> bool {
+        self.only.is_empty()
+            || self.only.iter().any(|o| {
+                o == group || group.starts_with(&format!("{o}-")) || o.parse::<u8>().is_ok_and(|n| n == number)
+            })
+    }
+
+    /// Rounds of a fast (sub-10 ms) execute latency measurement.
+    pub(crate) fn exec_rounds(&self) -> usize {
+        if self.quick { 300 } else { 2000 }
+    }
+
+    /// Rounds of a slow (tens of ms) execute latency measurement.
+    pub(crate) fn slow_exec_rounds(&self) -> usize {
+        if self.quick { 40 } else { 200 }
+    }
+
+    /// Bytes streamed in the throughput rows.
+    pub(crate) fn stream_bytes(&self) -> u64 {
+        if self.quick { 256 << 20 } else { 1 << 30 }
+    }
+
+    /// Bytes of the Docker duplex rows: the engine's exec attach moves only tens of MB/s,
+    /// so the quick run uses 64 MiB there.
+    pub(crate) fn docker_stream_bytes(&self) -> u64 {
+        if self.quick { 64 << 20 } else { 1 << 30 }
+    }
+
+    /// Files in the small-file sync tree.
+    pub(crate) fn small_files(&self) -> usize {
+        if self.quick { 2_000 } else { 10_000 }
+    }
+
+    /// Repetitions of each copy or throughput measurement (the median is kept).
+    pub(crate) fn reps(&self) -> usize {
+        let _ = self.quick;
+        3
+    }
+
+    /// Repetitions of the Docker copy rows (each small-file run into the container's
+    /// overlay takes seconds).
+    pub(crate) fn docker_reps(&self) -> usize {
+        if self.quick { 2 } else { 3 }
+    }
+
+    /// Waves of concurrent executes per concurrency level.
+    pub(crate) fn waves(&self) -> usize {
+        if self.quick { 3 } else { 10 }
+    }
+
+    /// Open leases in the memory row.
+    pub(crate) fn leases(&self) -> usize {
+        1_000
+    }
+
+    /// Open duplex routes in the route row.
+    pub(crate) fn routes(&self) -> usize {
+        128
+    }
+}
+
+fn parse(args: &[String]) -> Result<(Config, Option<PathBuf>, Option<PathBuf>), String> {
+    let mut config = Config::default();
+    let mut json_path = None;
+    let mut markdown_path = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().cloned().ok_or_else(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--quick" => config.quick = true,
+            "--only" => config.only.push(value()?),
+            "--json" => json_path = Some(PathBuf::from(value()?)),
+            "--markdown" => markdown_path = Some(PathBuf::from(value()?)),
+            other => return Err(format!("unknown option {other:?}")),
+        }
+    }
+    Ok((config, json_path, markdown_path))
+}
+
+fn machine() -> serde_json::Value {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let mem_kib: u64 = read("/proc/meminfo")
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0);
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    json!({
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "memory_gib": (mem_kib as f64 / (1024.0 * 1024.0) * 10.0).round() / 10.0,
+        "kernel": read("/proc/sys/kernel/osrelease").trim(),
+        "cpu": cpu,
+    })
+}
+
+fn utc_now() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+async fn run_all(config: &Config) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut last = std::time::Instant::now();
+    let mut section = |name: &str, new: Vec<Row>| {
+        eprintln!(
+            "envrt-bench: {name}: {} row(s) in {:.1} s",
+            new.len(),
+            last.elapsed().as_secs_f64()
+        );
+        last = std::time::Instant::now();
+        rows.extend(new);
+    };
+    if config.wants("exec-local", 1) {
+        section("exec-local", local::exec_rows(config).await);
+    }
+    if config.wants("exec-docker", 2) {
+        section("exec-docker", docker::exec_rows(config).await);
+    }
+    if config.wants("exec-sandbox", 3) {
+        section("exec-sandbox", sandbox::exec_rows(config).await);
+    }
+    if config.wants("stdout", 4) {
+        section("stdout", local::stdout_rows(config).await);
+    }
+    if config.wants("duplex", 5) {
+        let mut new = docker::duplex_rows(config).await;
+        new.extend(sandbox::duplex_rows(config).await);
+        section("duplex", new);
+    }
+    if config.wants("sync-local", 6) {
+        section("sync-local", local::sync_rows(config).await);
+    }
+    if config.wants("sync-docker", 6) {
+        section("sync-docker", docker::sync_rows(config).await);
+    }
+    if config.wants("scale-exec", 7) {
+        section("scale-exec", local::scale_exec_rows(config).await);
+    }
+    if config.wants("scale-leases", 7) {
+        section("scale-leases", local::lease_memory_rows(config).await);
+    }
+    if config.wants("scale-duplex", 7) {
+        section("scale-duplex", sandbox::route_rows(config).await);
+    }
+    rows
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let child = args.first().map(String::as_str) == Some(local::LEASE_MEMORY_CHILD);
+    let (config, json_path, markdown_path) = match parse(if child { &[] } else { &args }) {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            eprintln!("envrt-bench: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("envrt-bench: cannot start tokio: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.first().map(String::as_str) == Some(local::LEASE_MEMORY_CHILD) {
+        let count = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1000);
+        return match runtime.block_on(local::lease_memory_child(count)) {
+            Ok(kib) => {
+                println!("{kib}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let started = std::time::Instant::now();
+    let date = utc_now();
+    let rows = runtime.block_on(run_all(&config));
+    drop(runtime);
+    let machine = machine();
+    let mode = if config.quick { "quick" } else { "full" };
+    println!(
+        "envrt-bench ({mode}) {date} — {} cores, {} GiB, kernel {}; took {:.0} s\n",
+        machine["nproc"],
+        machine["memory_gib"],
+        machine["kernel"].as_str().unwrap_or(""),
+        started.elapsed().as_secs_f64()
+    );
+    print!("{}", report::text_table(&rows));
+    let header = json!({
+        "date": date,
+        "mode": mode,
+        "only": config.only,
+        "seconds": started.elapsed().as_secs_f64(),
+        "machine": machine,
+    });
+    if let Some(path) = json_path {
+        let report = report::json_report(&rows, header.clone());
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        if let Err(e) = std::fs::write(&path, text + "\n") {
+            eprintln!("envrt-bench: cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(path) = markdown_path {
+        let text = format!(
+            "Measured {date} ({mode} run) on {} cores, {} GiB, kernel {}.\n\n{}",
+            machine["nproc"],
+            machine["memory_gib"],
+            machine["kernel"].as_str().unwrap_or(""),
+            report::markdown_table(&rows)
+        );
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("envrt-bench: cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_selects_by_number_group_or_prefix() {
+        let config = |only: &[&str]| Config {
+            quick: true,
+            only: only.iter().map(|s| s.to_string()).collect(),
+        };
+        assert!(config(&[]).wants("sync-docker", 6));
+        assert!(config(&["6"]).wants("sync-docker", 6));
+        assert!(!config(&["6"]).wants("scale-exec", 7));
+        assert!(config(&["sync"]).wants("sync-local", 6));
+        assert!(!config(&["sync"]).wants("scale-exec", 7));
+        assert!(config(&["exec-local"]).wants("exec-local", 1));
+        assert!(!config(&["exec-local"]).wants("exec-docker", 2));
+        assert!(!config(&["exec-l"]).wants("exec-local", 1));
+    }
+
+    #[test]
+    fn options_parse_and_refuse_unknown_ones() {
+        let args: Vec<String> = ["--quick", "--only", "3", "--json", "/x.json"].map(String::from).into();
+        let (config, json, markdown) = parse(&args).unwrap();
+        assert!(config.quick);
+        assert_eq!(config.only, ["3"]);
+        assert_eq!(json, Some(PathBuf::from("/x.json")));
+        assert_eq!(markdown, None);
+        assert_eq!(parse(&["--only".into()]).unwrap_err(), "--only needs a value");
+        assert_eq!(parse(&["--fast".into()]).unwrap_err(), "unknown option \"--fast\"");
+    }
+}
