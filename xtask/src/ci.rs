@@ -1,6 +1,6 @@
 //! `cargo xtask ci`: if it passes locally, CI is green.
 
-use crate::util::{cargo, run};
+use crate::util::{cargo, run, run_counting};
 
 pub(crate) fn run_all() -> Result<(), String> {
     let mut fmt = cargo();
@@ -26,5 +26,8 @@ pub(crate) fn run_all() -> Result<(), String> {
 
     let mut test = cargo();
     test.args(["test", "--workspace", "--all-features"]);
-    run(test)
+    let (ok, (passed, failed, ignored)) = run_counting(test)?;
+    // One plain closing line over every test binary of the workspace.
+    println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
+    if ok { Ok(()) } else { Err("cargo test failed".into()) }
 }

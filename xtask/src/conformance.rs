@@ -125,7 +125,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 .filter_map(|l| l.strip_prefix("envrt-deviation "))
                 .map(String::from),
         );
-        let (passed, failed) = count(&stdout);
+        let (passed, failed, _) = crate::util::count_results(&stdout);
         rows.push((driver.clone(), passed, failed, output.status.success()));
     }
     print_matrix(&matrix);
@@ -148,23 +148,6 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     } else {
         Err("conformance failed".into())
     }
-}
-
-fn count(stdout: &str) -> (usize, usize) {
-    let mut passed = 0;
-    let mut failed = 0;
-    for line in stdout.lines().filter(|l| l.starts_with("test result:")) {
-        let number = |word: &str| {
-            line.split(';')
-                .find(|part| part.trim_end().ends_with(word))
-                .and_then(|part| part.split_whitespace().rev().nth(1))
-                .and_then(|n| n.parse::<usize>().ok())
-                .unwrap_or(0)
-        };
-        passed += number("passed");
-        failed += number("failed");
-    }
-    (passed, failed)
 }
 
 fn print_matrix(lines: &[String]) {
@@ -201,13 +184,6 @@ fn print_matrix(lines: &[String]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counts_libtest_summaries() {
-        let out =
-            "test result: ok. 5 passed; 0 failed; 0 ignored\ntest result: FAILED. 2 passed; 3 failed; 0 ignored\n";
-        assert_eq!(count(out), (7, 3));
-    }
 
     #[test]
     fn option_errors_are_clear() {

@@ -32,3 +32,58 @@ pub(crate) fn run_script(script: &str, args: &[&str]) -> Result<(), String> {
     command.arg(root().join(script)).args(args).current_dir(root());
     run(command)
 }
+
+/// Sums the `test result:` lines of libtest output: (passed, failed, ignored).
+pub(crate) fn count_results(output: &str) -> (usize, usize, usize) {
+    let mut totals = (0, 0, 0);
+    for line in output.lines().filter(|l| l.starts_with("test result:")) {
+        let number = |word: &str| {
+            line.split(';')
+                .find(|part| part.trim_end().ends_with(word))
+                .and_then(|part| part.split_whitespace().rev().nth(1))
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(0)
+        };
+        totals.0 += number("passed");
+        totals.1 += number("failed");
+        totals.2 += number("ignored");
+    }
+    totals
+}
+
+/// Runs `command` with its stdout passed through line by line, and returns whether it
+/// exited 0 together with the libtest counts seen on its stdout.
+pub(crate) fn run_counting(mut command: Command) -> Result<(bool, (usize, usize, usize)), String> {
+    use std::io::{BufRead, Write};
+    let shown = format!("{command:?}");
+    eprintln!("xtask: running {shown}");
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {shown}: {e}"))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut seen = String::new();
+    let mut out = std::io::stdout().lock();
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| format!("reading {shown}: {e}"))?;
+        let _ = writeln!(out, "{line}");
+        if line.starts_with("test result:") {
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+    }
+    let status = child.wait().map_err(|e| format!("waiting for {shown}: {e}"))?;
+    Ok((status.success(), count_results(&seen)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_libtest_summaries() {
+        let out =
+            "test result: ok. 5 passed; 0 failed; 1 ignored\ntest result: FAILED. 2 passed; 3 failed; 0 ignored\n";
+        assert_eq!(count_results(out), (7, 3, 1));
+    }
+}
