@@ -133,7 +133,7 @@ mod imp {
     use crate::report::{Figure, Row, Target};
 
     /// The `PATH` the worker gives bwrap and every sandboxed command.
-    const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    use envrt_driver_plugin_sandbox::worker::{INIT_PATH, SANDBOX_PATH};
 
     /// The worker binary: beside this one (`cargo xtask bench` builds both), or
     /// `ENVRT_SANDBOX_WORKER`.
@@ -211,58 +211,10 @@ mod imp {
             .collect()
     }
 
-    /// Where the worker binds itself, in its init role, inside each sandbox.
-    const INIT_PATH: &str = "/.envrt-init";
-
-    /// The worker's `bwrap` flags (crates/driver-plugin-sandbox/src/worker/sandbox.rs,
-    /// `Sandbox::args`) over `lease_dir`, cwd `/workspace`, the worker binary bound at
-    /// [`INIT_PATH`] as the worker binds it.
+    /// The worker's own `bwrap` flags over `lease_dir`, the worker binary bound where the
+    /// worker binds it: the baseline runs exactly what the worker runs.
     fn bwrap_args(lease_dir: &Path, worker: &Path) -> Vec<String> {
-        let mut a: Vec<String> = [
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--cap-drop",
-            "ALL",
-            "--hostname",
-            "envrt-sandbox",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-        ]
-        .map(String::from)
-        .into();
-        for dir in ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"] {
-            match std::fs::symlink_metadata(dir) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    if let Ok(target) = std::fs::read_link(dir) {
-                        a.extend(["--symlink".into(), target.display().to_string(), dir.into()]);
-                    }
-                }
-                Ok(m) if m.is_dir() => a.extend(["--ro-bind".into(), dir.into(), dir.into()]),
-                _ => {}
-            }
-        }
-        a.extend(["--ro-bind".into(), worker.display().to_string(), INIT_PATH.into()]);
-        for etc in [
-            "/etc/alternatives",
-            "/etc/ld.so.cache",
-            "/etc/ld.so.conf",
-            "/etc/ld.so.conf.d",
-            "/etc/passwd",
-            "/etc/group",
-            "/etc/nsswitch.conf",
-            "/etc/hosts",
-            "/etc/localtime",
-            "/etc/mime.types",
-        ] {
-            a.extend(["--ro-bind-try".into(), etc.into(), etc.into()]);
-        }
-        a.extend(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind"].map(String::from));
-        a.push(lease_dir.display().to_string());
-        a.push("/workspace".into());
-        a.extend(["--remount-ro", "/", "--chdir", "/workspace", "--"].map(String::from));
-        a
+        envrt_driver_plugin_sandbox::worker::bwrap_options(lease_dir, "/workspace", worker)
     }
 
     /// A bare `bwrap` run of `argv` with the worker's flags and environment, output

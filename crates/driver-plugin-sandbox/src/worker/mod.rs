@@ -65,6 +65,8 @@ mod init;
 mod lease;
 mod rpc;
 mod sandbox;
+
+pub use sandbox::{INIT_PATH, SANDBOX_PATH, bwrap_options};
 mod sync;
 
 use std::path::PathBuf;

@@ -24,7 +24,7 @@ use tokio::process::{Child, Command};
 use super::init::{INIT_FLAG, Reported, parse_report};
 
 /// Where the worker binary appears in each sandbox, to run as the command's parent.
-const INIT_PATH: &str = "/.envrt-init";
+pub const INIT_PATH: &str = "/.envrt-init";
 
 /// Serializes spawns: the status pipe's write end is inheritable only while one spawn runs.
 static SPAWN_LOCK: Mutex<()> = Mutex::new(());
@@ -33,7 +33,7 @@ static SPAWN_LOCK: Mutex<()> = Mutex::new(());
 pub(crate) const WORKSPACE: &str = "/workspace";
 
 /// The only `PATH` a sandboxed command gets unless the request sets its own.
-pub(crate) const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Files and directories of `/etc` bound read-only when they exist on the host.
 const ETC_ALLOW: &[&str] = &[
@@ -85,16 +85,7 @@ impl Sandbox {
             .output()
             .map_err(|e| missing_bwrap_message(&format!("cannot run {}: {e}", bwrap.display())))?;
         let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
-        let root_links = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
-            .iter()
-            .filter_map(|dir| match std::fs::symlink_metadata(dir) {
-                Ok(m) if m.file_type().is_symlink() => std::fs::read_link(dir)
-                    .ok()
-                    .map(|t| (dir.to_string(), Some(t.to_string_lossy().into_owned()))),
-                Ok(m) if m.is_dir() => Some((dir.to_string(), None)),
-                _ => None,
-            })
-            .collect();
+        let root_links = root_layout();
         let init =
             std::env::current_exe().map_err(|e| format!("envrt-sandbox-worker: cannot find its own binary: {e}"))?;
         let sandbox = Sandbox {
@@ -126,46 +117,7 @@ impl Sandbox {
 
     /// The `bwrap` options (everything before the command).
     fn args(&self, lease_dir: &Path, cwd: &str) -> Vec<String> {
-        let mut a: Vec<String> = [
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--cap-drop",
-            "ALL",
-            "--hostname",
-            "envrt-sandbox",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        for (dir, link) in &self.root_links {
-            match link {
-                Some(target) => a.extend(["--symlink".into(), target.clone(), dir.clone()]),
-                None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
-            }
-        }
-        a.extend([
-            "--ro-bind".into(),
-            self.init.to_string_lossy().into_owned(),
-            INIT_PATH.into(),
-        ]);
-        for etc in ETC_ALLOW {
-            a.extend(["--ro-bind-try".into(), etc.to_string(), etc.to_string()]);
-        }
-        a.extend(
-            ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind"]
-                .iter()
-                .map(|s| s.to_string()),
-        );
-        a.push(lease_dir.to_string_lossy().into_owned());
-        a.push(WORKSPACE.into());
-        // The sandbox's root (where /etc and the mount points live) is read-only too.
-        a.extend(["--remount-ro".into(), "/".into()]);
-        a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
-        a
+        options(&self.root_links, &self.init, lease_dir, cwd)
     }
 
     /// Spawns `argv` in a sandbox over `lease_dir`, under the worker binary in its init role
@@ -353,6 +305,72 @@ impl Drop for Tracked {
     fn drop(&mut self) {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.pid);
     }
+}
+
+/// How the host's `/bin`, `/sbin` and `/lib*` look (a link and its target, or a directory),
+/// so the sandbox mirrors them.
+fn root_layout() -> Vec<(String, Option<String>)> {
+    ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
+        .iter()
+        .filter_map(|dir| match std::fs::symlink_metadata(dir) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::read_link(dir)
+                .ok()
+                .map(|t| (dir.to_string(), Some(t.to_string_lossy().into_owned()))),
+            Ok(m) if m.is_dir() => Some((dir.to_string(), None)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `bwrap` options the worker runs every command with (everything before the
+/// command): `lease_dir` as the only writable place at `/workspace`, `init` (the worker
+/// binary) bound at [`INIT_PATH`], working directory `cwd`. Public so that benchmarks
+/// measure a bare `bwrap` with exactly the worker's flags.
+pub fn bwrap_options(lease_dir: &Path, cwd: &str, init: &Path) -> Vec<String> {
+    options(&root_layout(), init, lease_dir, cwd)
+}
+
+fn options(root_links: &[(String, Option<String>)], init: &Path, lease_dir: &Path, cwd: &str) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "envrt-sandbox",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (dir, link) in root_links {
+        match link {
+            Some(target) => a.extend(["--symlink".into(), target.clone(), dir.clone()]),
+            None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
+        }
+    }
+    a.extend([
+        "--ro-bind".into(),
+        init.to_string_lossy().into_owned(),
+        INIT_PATH.into(),
+    ]);
+    for etc in ETC_ALLOW {
+        a.extend(["--ro-bind-try".into(), etc.to_string(), etc.to_string()]);
+    }
+    a.extend(
+        ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    a.push(lease_dir.to_string_lossy().into_owned());
+    a.push(WORKSPACE.into());
+    // The sandbox's root (where /etc and the mount points live) is read-only too.
+    a.extend(["--remount-ro".into(), "/".into()]);
+    a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
+    a
 }
 
 fn find_in_path(name: &str) -> Option<PathBuf> {
