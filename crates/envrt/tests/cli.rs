@@ -218,24 +218,7 @@ fn gc_cleans_up_after_a_killed_holder() {
     let mark = marker();
     let _reaper = Reaper(mark.clone());
     // The holder: an exec whose command runs until killed.
-    let mut holder = s
-        .command(&["exec", "--", "sleep", &mark])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + LIMIT;
-    let lease = loop {
-        let active: Vec<_> = s
-            .leases_json()
-            .into_iter()
-            .filter(|l| l["status"] == "active")
-            .collect();
-        if active.len() == 1 && !sleepers(&mark).is_empty() {
-            break active[0].clone();
-        }
-        assert!(Instant::now() < deadline, "the holder never started its command");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (mut holder, lease) = s.start_holder(&[], &mark);
     assert_eq!(lease["metadata"]["holderPid"], holder.id());
     let workspace = PathBuf::from(lease["metadata"]["workspace"].as_str().unwrap());
     assert!(workspace.is_dir());

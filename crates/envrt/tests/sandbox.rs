@@ -5,8 +5,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Instant;
 
 use common::*;
 
@@ -67,24 +65,7 @@ fn gc_cleans_up_after_a_killed_holder_on_the_sandbox() {
     let Some((s, _)) = sandbox_site() else { return };
     let mark = marker();
     let _reaper = Reaper(mark.clone());
-    let mut holder = s
-        .command(&["exec", "--env-id", "box", "--", "sleep", &mark])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + LIMIT;
-    let lease = loop {
-        let active: Vec<_> = s
-            .leases_json()
-            .into_iter()
-            .filter(|l| l["status"] == "active")
-            .collect();
-        if active.len() == 1 && !sleepers(&mark).is_empty() {
-            break active[0].clone();
-        }
-        assert!(Instant::now() < deadline, "the holder never started its command");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let (mut holder, lease) = s.start_holder(&["--env-id", "box"], &mark);
     holder.kill().unwrap();
     holder.wait().unwrap();
     // The worker dies with its host, and its sandboxes with it.

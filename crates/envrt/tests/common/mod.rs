@@ -96,6 +96,33 @@ impl Site {
         self.run_with(args, None)
     }
 
+    /// Starts `envrt exec [extra…] -- sleep MARK` as a lease holder and waits (bounded)
+    /// until its one lease is active and its command runs; returns the holder and lease.
+    #[allow(clippy::zombie_processes)] // the holder goes back to the caller, which waits for it
+    pub fn start_holder(&self, extra: &[&str], mark: &str) -> (Child, serde_json::Value) {
+        let mut args = vec!["exec"];
+        args.extend_from_slice(extra);
+        args.extend(["--", "sleep", mark]);
+        let mut holder = self.command(&args).stdin(Stdio::null()).spawn().unwrap();
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let active: Vec<_> = self
+                .leases_json()
+                .into_iter()
+                .filter(|l| l["status"] == "active")
+                .collect();
+            if active.len() == 1 && !sleepers(mark).is_empty() {
+                return (holder, active[0].clone());
+            }
+            if Instant::now() >= deadline {
+                let _ = holder.kill();
+                let _ = holder.wait();
+                panic!("the holder never started its command");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn leases_json(&self) -> Vec<serde_json::Value> {
         let out = self.run(&["lease", "list", "--all", "--json"]);
         assert_eq!(out.code, Some(0), "{}", out.stderr);
