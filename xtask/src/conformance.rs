@@ -167,15 +167,16 @@ fn print_matrix(lines: &[String]) {
         .collect();
     let Some((_, first)) = parsed.first() else { return };
     println!("\ncapability matrix (environment snapshot; 1 = granted)");
+    let width = parsed.iter().map(|(d, _)| d.len()).max().unwrap_or(0).max(6) + 2;
     print!("{:<28}", "");
     for (driver, _) in &parsed {
-        print!("{driver:>10}");
+        print!("{driver:>width$}");
     }
     println!();
     for (i, (key, _)) in first.iter().enumerate() {
         print!("{key:<28}");
         for (_, pairs) in &parsed {
-            print!("{:>10}", pairs.get(i).map(|p| p.1.as_str()).unwrap_or("?"));
+            print!("{:>width$}", pairs.get(i).map(|p| p.1.as_str()).unwrap_or("?"));
         }
         println!();
     }
