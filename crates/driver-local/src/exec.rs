@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use envrt_runtime_core::execute::signal_name;
 use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
 use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::unistd::{AccessFlags, Pid, access};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// `PATH` given to commands when the host has none.
@@ -251,6 +251,65 @@ fn spawn_failure(command: &str, error: &io::Error, started: Instant) -> ExecuteR
     }
 }
 
+/// What the call returns when the command could not be started: `ResourceGone` when the
+/// workspace went away under us (a release raced this call), otherwise
+/// [`spawn_failure`]'s result, whose message also goes to the sink.
+fn spawn_error(
+    site: &ExecSite<'_>,
+    request: &ExecuteRequest,
+    error: &io::Error,
+    started: Instant,
+) -> Result<ExecuteResult, DriverError> {
+    if error.kind() == io::ErrorKind::NotFound && !site.cwd.is_dir() {
+        return Err(DriverError::ResourceGone {
+            id: site
+                .workspace
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        });
+    }
+    let result = spawn_failure(&request.command, error, started);
+    if let Some(sink) = &request.sink {
+        sink.on_chunk(OutputStream::Stderr, &result.stderr);
+    }
+    Ok(result)
+}
+
+/// The file to execute for `name`, searched the way `execvp` in the child would search it:
+/// a name with a `/` is taken as it is (relative to the command's cwd); otherwise the first
+/// `dir/name` on the command's own `path` that is a regular file we may execute, an empty
+/// or relative entry counting from `cwd`. Nothing found is `NotFound`, unless a candidate
+/// was a regular file without execute permission (`PermissionDenied`, as `execvp` reports).
+///
+/// Handing the standard library a path instead of a bare name lets it start the command
+/// with `posix_spawn` (a `vfork`-style clone): given a bare name while the child's
+/// environment sets `PATH`, it falls back to `fork` + `execvp`, which copies the page
+/// tables of the whole host process and serializes concurrent spawns.
+fn find_program(name: &str, path: &str, cwd: &Path) -> io::Result<PathBuf> {
+    if name.contains('/') {
+        return Ok(PathBuf::from(name));
+    }
+    let mut denied = false;
+    for dir in path.split(':') {
+        let candidate = cwd.join(if dir.is_empty() { "." } else { dir }).join(name);
+        match std::fs::metadata(&candidate) {
+            Ok(meta) if meta.is_file() => {
+                if access(&candidate, AccessFlags::X_OK).is_ok() {
+                    return Ok(candidate);
+                }
+                denied = true;
+            }
+            _ => {}
+        }
+    }
+    Err(if denied {
+        io::Error::from(io::ErrorKind::PermissionDenied)
+    } else {
+        io::Error::from(io::ErrorKind::NotFound)
+    })
+}
+
 async fn read_some<R: AsyncRead + Unpin>(reader: Option<&mut R>, buf: &mut [u8]) -> io::Result<usize> {
     match reader {
         Some(reader) => reader.read(buf).await,
@@ -299,11 +358,18 @@ impl<R: AsyncRead + Unpin> Capture<R> {
 pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
     validate(&request)?;
     let started = Instant::now();
-    let mut command = tokio::process::Command::new(&request.command);
+    let env = command_env(site, &request);
+    let path = env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
+    let program = match find_program(&request.command, path, site.cwd) {
+        Ok(program) => program,
+        Err(error) => return spawn_error(site, &request, &error, started),
+    };
+    let mut command = tokio::process::Command::new(program);
     command
+        .arg0(&request.command)
         .args(&request.args)
         .env_clear()
-        .envs(command_env(site, &request))
+        .envs(env)
         .current_dir(site.cwd)
         .stdin(if request.stdin.is_some() {
             Stdio::piped()
@@ -316,23 +382,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
         .kill_on_drop(true);
     let mut child = match command.spawn() {
         Ok(child) => child,
-        Err(error) if error.kind() == io::ErrorKind::NotFound && !site.cwd.is_dir() => {
-            // The workspace went away under us (a release raced this call).
-            return Err(DriverError::ResourceGone {
-                id: site
-                    .workspace
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            });
-        }
-        Err(error) => {
-            let result = spawn_failure(&request.command, &error, started);
-            if let Some(sink) = &request.sink {
-                sink.on_chunk(OutputStream::Stderr, &result.stderr);
-            }
-            return Ok(result);
-        }
+        Err(error) => return spawn_error(site, &request, &error, started),
     };
     let pid = child
         .id()
