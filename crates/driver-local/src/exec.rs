@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use envrt_runtime_core::execute::signal_name;
 use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
+use nix::fcntl::{FcntlArg, fcntl};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::{AccessFlags, Pid, access};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -20,8 +22,17 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 /// `PATH` given to commands when the host has none.
 pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Size of each read from a command's stdout or stderr.
+/// Size of each read from a command's stdout or stderr, to begin with (the default pipe
+/// buffer's size).
 const READ_CHUNK: usize = 64 * 1024;
+
+/// Once a read fills [`READ_CHUNK`] (the command writes in bulk), the stream's pipe is
+/// enlarged to this (`F_SETPIPE_SZ`; the host may refuse, which costs only speed) and
+/// read this much at a time: fewer wake-ups per byte and a producer that blocks less.
+/// Commands with little output never pay for it, so that many concurrent executes
+/// neither hold large buffers nor eat into the user's pipe-page allowance
+/// (`/proc/sys/fs/pipe-user-pages-soft`).
+const BULK_READ_CHUNK: usize = 1024 * 1024;
 
 /// After the command exits, how long the readers wait for more output while the pipes
 /// stay silent; each chunk restarts it. Only a process that escaped the group can keep a
@@ -325,7 +336,7 @@ struct Capture<R> {
     stream: OutputStream,
 }
 
-impl<R: AsyncRead + Unpin> Capture<R> {
+impl<R: AsyncRead + AsFd + Unpin> Capture<R> {
     fn new(reader: Option<R>, stream: OutputStream, cap: usize) -> Self {
         Capture {
             reader,
@@ -333,6 +344,15 @@ impl<R: AsyncRead + Unpin> Capture<R> {
             kept: CappedBuffer::new(cap),
             stream,
         }
+    }
+
+    /// Switches the stream to bulk reads (see [`BULK_READ_CHUNK`]).
+    fn go_bulk(&mut self) {
+        if let Some(reader) = &self.reader {
+            // Failure (EPERM past the user's pipe allowance, an old kernel) costs only speed.
+            let _ = fcntl(reader, FcntlArg::F_SETPIPE_SZ(BULK_READ_CHUNK as i32));
+        }
+        self.buf.resize(BULK_READ_CHUNK, 0);
     }
 
     /// Applies the outcome of one read; returns whether bytes came.
@@ -347,6 +367,9 @@ impl<R: AsyncRead + Unpin> Capture<R> {
                 self.kept.push(chunk);
                 if let Some(sink) = sink {
                     sink.on_chunk(self.stream, chunk);
+                }
+                if n == self.buf.len() && n < BULK_READ_CHUNK {
+                    self.go_bulk();
                 }
                 true
             }
