@@ -163,21 +163,34 @@ struct GroupGuard {
 }
 
 impl GroupGuard {
-    /// Signals the whole group; true when at least one process received it.
-    fn signal(&self, signal: Signal) -> bool {
-        killpg(Pid::from_raw(self.pgid), signal).is_ok()
-    }
-
-    /// Kills what is left of the group after the direct child exited, and waits (briefly,
-    /// bounded) until the group is gone.
-    async fn finish(mut self) {
-        if self.signal(Signal::SIGKILL) {
-            let until = Instant::now() + REAP_WAIT;
-            while group_alive(self.pgid) && Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
+    /// Leaves the process table without killing: the group was already reaped.
+    fn disarm(mut self) {
         self.armed = false;
+    }
+}
+
+/// Signals a whole process group; true when at least one process received it.
+fn signal_group(pgid: i32, signal: Signal) -> bool {
+    killpg(Pid::from_raw(pgid), signal).is_ok()
+}
+
+/// Kills what is left of the group after the direct child exited, and waits (briefly,
+/// bounded) until the group is gone.
+async fn reap_group(pgid: i32) {
+    if signal_group(pgid, Signal::SIGKILL) {
+        let until = Instant::now() + REAP_WAIT;
+        while group_alive(pgid) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// Aborts the task when dropped (the execute future was dropped).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -378,7 +391,7 @@ impl<R: AsyncRead + AsFd + Unpin> Capture<R> {
 }
 
 /// Runs `request` at `site` to completion, timeout or kill.
-pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
     validate(&request)?;
     let started = Instant::now();
     let env = command_env(site, &request);
@@ -403,7 +416,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = match command.spawn() {
+    let child = match command.spawn() {
         Ok(child) => child,
         Err(error) => return spawn_error(site, &request, &error, started),
     };
@@ -411,6 +424,34 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
         .id()
         .ok_or_else(|| DriverError::other("the command exited before its pid was read"))? as i32;
     let guard = site.table.register(site.lease_key, pid);
+    // The command is supervised (waited for, its output read, its timeout applied) on a
+    // task of its own, which runs on the runtime's worker threads whoever awaits this call:
+    // awaited from a `block_on` thread, every chunk of output would otherwise be a wake-up
+    // handed from the thread that polls the I/O driver to that one. This future keeps the
+    // group's guard: dropped, it kills the group at once and aborts the task.
+    let mut task = AbortOnDrop(tokio::spawn(supervise(child, pid, request, site.kill_grace, started)));
+    match (&mut task.0).await {
+        Ok(outcome) => {
+            if outcome.is_ok() {
+                guard.disarm();
+            }
+            outcome
+        }
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Err(DriverError::other(format!("the command's supervisor ended: {error}"))),
+    }
+}
+
+/// Waits for the command in process group `pgid`, feeding its stdin, capturing its output
+/// and applying the request's timeout; then kills and reaps what is left of the group and
+/// drains the pipes.
+async fn supervise(
+    mut child: tokio::process::Child,
+    pgid: i32,
+    mut request: ExecuteRequest,
+    kill_grace: Duration,
+    started: Instant,
+) -> Result<ExecuteResult, DriverError> {
     let sink = request.sink.clone();
     let sink = sink.as_deref();
     let cap = request.output_limit();
@@ -444,12 +485,12 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
             }
             () = &mut timer, if timer_armed => {
                 if timed_out {
-                    guard.signal(Signal::SIGKILL);
+                    signal_group(pgid, Signal::SIGKILL);
                     timer_armed = false;
                 } else {
                     timed_out = true;
-                    guard.signal(Signal::SIGTERM);
-                    match tokio::time::Instant::now().checked_add(site.kill_grace) {
+                    signal_group(pgid, Signal::SIGTERM);
+                    match tokio::time::Instant::now().checked_add(kill_grace) {
                         Some(at) => timer.as_mut().reset(at),
                         None => timer_armed = false,
                     }
@@ -463,7 +504,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
 
     // The direct child is gone: kill whatever it left in its group (a background
     // grandchild holding a pipe), then drain what the pipes still hold.
-    guard.finish().await;
+    reap_group(pgid).await;
     let drain_end = tokio::time::Instant::now() + DRAIN_MAX;
     timer.as_mut().reset(tokio::time::Instant::now() + DRAIN_IDLE);
     while out.reader.is_some() || err.reader.is_some() {
@@ -486,7 +527,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
     let (stdout, stdout_truncated) = out.kept.into_parts();
     let (stderr, stderr_truncated) = err.kept.into_parts();
     let mut metadata = envrt_runtime_core::JsonMap::new();
-    metadata.insert("pid".into(), pid.into());
+    metadata.insert("pid".into(), pgid.into());
     Ok(ExecuteResult {
         exit_code: status.code(),
         signal: status.signal().map(signal_name),

@@ -364,6 +364,25 @@ async fn dropping_the_execute_future_kills_the_group() {
     h.finish();
 }
 
+/// The command is supervised on a task of its own; a sink that panics there still panics
+/// the call, and the command's group is killed and leaves the process table.
+#[tokio::test]
+async fn a_panicking_sink_panics_the_call_and_kills_the_group() {
+    let h = Harness::new().await;
+    let lease = h.lease().await;
+    let nap = unique_sleep();
+    let script = format!("echo first; sleep {nap}");
+    let mut request = ExecuteRequest::new("sh", ["-c", script.as_str()]);
+    request.sink = Some(Arc::new(|_: OutputStream, _: &[u8]| panic!("sink-panic-marker")));
+    let call = std::panic::AssertUnwindSafe(h.runtime.execute(&lease.id, request));
+    let panic = bounded(futures::FutureExt::catch_unwind(call)).await.unwrap_err();
+    assert_eq!(panic.downcast_ref::<&str>(), Some(&"sink-panic-marker"));
+    assert!(survivors(&nap).await.is_empty());
+    assert_eq!(h.driver.running_commands(&lease.id), 0);
+    h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    h.finish();
+}
+
 #[tokio::test]
 async fn the_sink_receives_output_while_the_command_runs() {
     let h = Harness::new().await;
