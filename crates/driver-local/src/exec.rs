@@ -334,9 +334,10 @@ fn find_program(name: &str, path: &str, cwd: &Path) -> io::Result<PathBuf> {
     })
 }
 
-async fn read_some<R: AsyncRead + Unpin>(reader: Option<&mut R>, buf: &mut [u8]) -> io::Result<usize> {
+/// One read into `buf`'s spare capacity (`buf` is empty: its bytes are never zeroed).
+async fn read_some<R: AsyncRead + Unpin>(reader: Option<&mut R>, buf: &mut Vec<u8>) -> io::Result<usize> {
     match reader {
-        Some(reader) => reader.read(buf).await,
+        Some(reader) => reader.read_buf(buf).await,
         None => std::future::pending().await,
     }
 }
@@ -344,6 +345,7 @@ async fn read_some<R: AsyncRead + Unpin>(reader: Option<&mut R>, buf: &mut [u8])
 /// One output stream being captured.
 struct Capture<R> {
     reader: Option<R>,
+    /// Empty between reads; its capacity is the size of the next read.
     buf: Vec<u8>,
     kept: CappedBuffer,
     stream: OutputStream,
@@ -353,7 +355,7 @@ impl<R: AsyncRead + AsFd + Unpin> Capture<R> {
     fn new(reader: Option<R>, stream: OutputStream, cap: usize) -> Self {
         Capture {
             reader,
-            buf: vec![0; READ_CHUNK],
+            buf: Vec::with_capacity(READ_CHUNK),
             kept: CappedBuffer::new(cap),
             stream,
         }
@@ -365,7 +367,7 @@ impl<R: AsyncRead + AsFd + Unpin> Capture<R> {
             // Failure (EPERM past the user's pipe allowance, an old kernel) costs only speed.
             let _ = fcntl(reader, FcntlArg::F_SETPIPE_SZ(BULK_READ_CHUNK as i32));
         }
-        self.buf.resize(BULK_READ_CHUNK, 0);
+        self.buf.reserve_exact(BULK_READ_CHUNK);
     }
 
     /// Applies the outcome of one read; returns whether bytes came.
@@ -376,12 +378,14 @@ impl<R: AsyncRead + AsFd + Unpin> Capture<R> {
                 false
             }
             Ok(n) => {
-                let chunk = &self.buf[..n];
+                let chunk = &self.buf[..];
                 self.kept.push(chunk);
                 if let Some(sink) = sink {
                     sink.on_chunk(self.stream, chunk);
                 }
-                if n == self.buf.len() && n < BULK_READ_CHUNK {
+                let full = n >= self.buf.capacity();
+                self.buf.clear();
+                if full && n < BULK_READ_CHUNK {
                     self.go_bulk();
                 }
                 true
