@@ -4,6 +4,7 @@
 //! the call ends or its future is dropped.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::OsStr;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use envrt_runtime_core::execute::signal_name;
 use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
+use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, fcntl};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::{AccessFlags, Pid, access};
@@ -21,6 +23,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// `PATH` given to commands when the host has none.
 pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The shell that runs a file found on `PATH` that has no `#!` line, as `execvp` does.
+const SCRIPT_SHELL: &str = "/bin/sh";
 
 /// Size of each read from a command's stdout or stderr, to begin with (the default pipe
 /// buffer's size).
@@ -404,24 +409,37 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
         Ok(program) => program,
         Err(error) => return spawn_error(site, &request, &error, started),
     };
-    let mut command = tokio::process::Command::new(program);
-    command
-        .arg0(&request.command)
-        .args(&request.args)
-        .env_clear()
-        .envs(env)
-        .current_dir(site.cwd)
-        .stdin(if request.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let child = match command.spawn() {
+    let spawn = |program: &Path, argv: &[&OsStr]| {
+        let mut command = tokio::process::Command::new(program);
+        command
+            .arg0(argv[0])
+            .args(&argv[1..])
+            .args(&request.args)
+            .env_clear()
+            .envs(&env)
+            .current_dir(site.cwd)
+            .stdin(if request.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+    };
+    let child = match spawn(&program, &[OsStr::new(&request.command)]) {
         Ok(child) => child,
+        // A file found on PATH without a `#!` line: `execvp` runs such a file with the shell
+        // (`/bin/sh FILE ARGS...`), and so did the driver when it let `execvp` search.
+        Err(error) if error.raw_os_error() == Some(Errno::ENOEXEC as i32) && !request.command.contains('/') => {
+            let shell = Path::new(SCRIPT_SHELL);
+            match spawn(shell, &[shell.as_os_str(), program.as_os_str()]) {
+                Ok(child) => child,
+                Err(error) => return spawn_error(site, &request, &error, started),
+            }
+        }
         Err(error) => return spawn_error(site, &request, &error, started),
     };
     let pid = child

@@ -153,6 +153,24 @@ async fn the_program_is_found_on_the_commands_own_path_and_keeps_its_name() {
     // A name with a '/' is not looked up; it runs relative to the cwd.
     let out = h.run(&lease, &format!("./c/{tool}"), &["z"]).await;
     assert_eq!((out.exit_code, out.stdout), (Some(0), b"from-c 1\n".to_vec()));
+    // An executable without a `#!` line found on the path runs with /bin/sh, as execvp
+    // does it (`/bin/sh FILE ARGS...`); named with a '/', it cannot be executed.
+    std::fs::create_dir_all(ws.join("d")).unwrap();
+    let bare = ws.join("d").join(&tool);
+    std::fs::write(&bare, "echo \"plain $0 $#\"\n").unwrap();
+    std::fs::set_permissions(&bare, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = h.execute(&lease, with_path(format!("{}/d", ws.display()))).await;
+    assert_eq!(out.exit_code, Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("plain {} 2\n", bare.display())
+    );
+    let out = h.run(&lease, &format!("./d/{tool}"), &[]).await;
+    assert_eq!(out.exit_code, Some(126));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!("envrt: cannot execute ./d/{tool}: Exec format error (os error 8)\n")
+    );
     h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     h.finish();
 }
