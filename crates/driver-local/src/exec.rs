@@ -8,24 +8,23 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use envrt_runtime_core::execute::signal_name;
+
+use crate::program::{SCRIPT_SHELL, find_program};
 use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, fcntl};
 use nix::sys::signal::{Signal, killpg};
-use nix::unistd::{AccessFlags, Pid, access};
+use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// `PATH` given to commands when the host has none.
 pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// The shell that runs a file found on `PATH` that has no `#!` line, as `execvp` does.
-const SCRIPT_SHELL: &str = "/bin/sh";
 
 /// Size of each read from a command's stdout or stderr, to begin with (the default pipe
 /// buffer's size).
@@ -303,40 +302,6 @@ fn spawn_error(
         sink.on_chunk(OutputStream::Stderr, &result.stderr);
     }
     Ok(result)
-}
-
-/// The file to execute for `name`, searched the way `execvp` in the child would search it:
-/// a name with a `/` is taken as it is (relative to the command's cwd); otherwise the first
-/// `dir/name` on the command's own `path` that is a regular file we may execute, an empty
-/// or relative entry counting from `cwd`. Nothing found is `NotFound`, unless a candidate
-/// was a regular file without execute permission (`PermissionDenied`, as `execvp` reports).
-///
-/// Handing the standard library a path instead of a bare name lets it start the command
-/// with `posix_spawn` (a `vfork`-style clone): given a bare name while the child's
-/// environment sets `PATH`, it falls back to `fork` + `execvp`, which copies the page
-/// tables of the whole host process and serializes concurrent spawns.
-fn find_program(name: &str, path: &str, cwd: &Path) -> io::Result<PathBuf> {
-    if name.contains('/') {
-        return Ok(PathBuf::from(name));
-    }
-    let mut denied = false;
-    for dir in path.split(':') {
-        let candidate = cwd.join(if dir.is_empty() { "." } else { dir }).join(name);
-        match std::fs::metadata(&candidate) {
-            Ok(meta) if meta.is_file() => {
-                if access(&candidate, AccessFlags::X_OK).is_ok() {
-                    return Ok(candidate);
-                }
-                denied = true;
-            }
-            _ => {}
-        }
-    }
-    Err(if denied {
-        io::Error::from(io::ErrorKind::PermissionDenied)
-    } else {
-        io::Error::from(io::ErrorKind::NotFound)
-    })
 }
 
 /// One read into `buf`'s spare capacity (`buf` is empty: its bytes are never zeroed).
