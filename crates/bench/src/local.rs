@@ -315,7 +315,7 @@ pub(crate) async fn scale_exec_rows(config: &Config) -> Vec<Row> {
                         .baseline("bare spawns", Figure::ops(bare.0))
                         .target(target)
                         .note(format!(
-                            "the bench process's resident memory meanwhile: {:.0} MiB (a fork copies its page tables)",
+                            "the bench process's resident memory meanwhile: {:.0} MiB",
                             rss_kib() / 1024.0
                         )),
                 );

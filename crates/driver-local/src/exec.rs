@@ -4,7 +4,9 @@
 //! the call ends or its future is dropped.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::OsStr;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -12,7 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use envrt_runtime_core::execute::signal_name;
+
+use crate::program::{SCRIPT_SHELL, find_program};
 use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, fcntl};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -20,8 +26,17 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 /// `PATH` given to commands when the host has none.
 pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Size of each read from a command's stdout or stderr.
+/// Size of each read from a command's stdout or stderr, to begin with (the default pipe
+/// buffer's size).
 const READ_CHUNK: usize = 64 * 1024;
+
+/// Once a read fills [`READ_CHUNK`] (the command writes in bulk), the stream's pipe is
+/// enlarged to this (`F_SETPIPE_SZ`; the host may refuse, which costs only speed) and
+/// read this much at a time: fewer wake-ups per byte and a producer that blocks less.
+/// Commands with little output never pay for it, so that many concurrent executes
+/// neither hold large buffers nor eat into the user's pipe-page allowance
+/// (`/proc/sys/fs/pipe-user-pages-soft`).
+const BULK_READ_CHUNK: usize = 1024 * 1024;
 
 /// After the command exits, how long the readers wait for more output while the pipes
 /// stay silent; each chunk restarts it. Only a process that escaped the group can keep a
@@ -152,21 +167,34 @@ struct GroupGuard {
 }
 
 impl GroupGuard {
-    /// Signals the whole group; true when at least one process received it.
-    fn signal(&self, signal: Signal) -> bool {
-        killpg(Pid::from_raw(self.pgid), signal).is_ok()
-    }
-
-    /// Kills what is left of the group after the direct child exited, and waits (briefly,
-    /// bounded) until the group is gone.
-    async fn finish(mut self) {
-        if self.signal(Signal::SIGKILL) {
-            let until = Instant::now() + REAP_WAIT;
-            while group_alive(self.pgid) && Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
+    /// Leaves the process table without killing: the group was already reaped.
+    fn disarm(mut self) {
         self.armed = false;
+    }
+}
+
+/// Signals a whole process group; true when at least one process received it.
+fn signal_group(pgid: i32, signal: Signal) -> bool {
+    killpg(Pid::from_raw(pgid), signal).is_ok()
+}
+
+/// Kills what is left of the group after the direct child exited, and waits (briefly,
+/// bounded) until the group is gone.
+async fn reap_group(pgid: i32) {
+    if signal_group(pgid, Signal::SIGKILL) {
+        let until = Instant::now() + REAP_WAIT;
+        while group_alive(pgid) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// Aborts the task when dropped (the execute future was dropped).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -251,9 +279,35 @@ fn spawn_failure(command: &str, error: &io::Error, started: Instant) -> ExecuteR
     }
 }
 
-async fn read_some<R: AsyncRead + Unpin>(reader: Option<&mut R>, buf: &mut [u8]) -> io::Result<usize> {
+/// What the call returns when the command could not be started: `ResourceGone` when the
+/// workspace went away under us (a release raced this call), otherwise
+/// [`spawn_failure`]'s result, whose message also goes to the sink.
+fn spawn_error(
+    site: &ExecSite<'_>,
+    request: &ExecuteRequest,
+    error: &io::Error,
+    started: Instant,
+) -> Result<ExecuteResult, DriverError> {
+    if error.kind() == io::ErrorKind::NotFound && !site.cwd.is_dir() {
+        return Err(DriverError::ResourceGone {
+            id: site
+                .workspace
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        });
+    }
+    let result = spawn_failure(&request.command, error, started);
+    if let Some(sink) = &request.sink {
+        sink.on_chunk(OutputStream::Stderr, &result.stderr);
+    }
+    Ok(result)
+}
+
+/// One read into `buf`'s spare capacity (`buf` is empty: its bytes are never zeroed).
+async fn read_some<R: AsyncRead + Unpin>(reader: Option<&mut R>, buf: &mut Vec<u8>) -> io::Result<usize> {
     match reader {
-        Some(reader) => reader.read(buf).await,
+        Some(reader) => reader.read_buf(buf).await,
         None => std::future::pending().await,
     }
 }
@@ -261,19 +315,29 @@ async fn read_some<R: AsyncRead + Unpin>(reader: Option<&mut R>, buf: &mut [u8])
 /// One output stream being captured.
 struct Capture<R> {
     reader: Option<R>,
+    /// Empty between reads; its capacity is the size of the next read.
     buf: Vec<u8>,
     kept: CappedBuffer,
     stream: OutputStream,
 }
 
-impl<R: AsyncRead + Unpin> Capture<R> {
+impl<R: AsyncRead + AsFd + Unpin> Capture<R> {
     fn new(reader: Option<R>, stream: OutputStream, cap: usize) -> Self {
         Capture {
             reader,
-            buf: vec![0; READ_CHUNK],
+            buf: Vec::with_capacity(READ_CHUNK),
             kept: CappedBuffer::new(cap),
             stream,
         }
+    }
+
+    /// Switches the stream to bulk reads (see [`BULK_READ_CHUNK`]).
+    fn go_bulk(&mut self) {
+        if let Some(reader) = &self.reader {
+            // Failure (EPERM past the user's pipe allowance, an old kernel) costs only speed.
+            let _ = fcntl(reader, FcntlArg::F_SETPIPE_SZ(BULK_READ_CHUNK as i32));
+        }
+        self.buf.reserve_exact(BULK_READ_CHUNK);
     }
 
     /// Applies the outcome of one read; returns whether bytes came.
@@ -284,10 +348,15 @@ impl<R: AsyncRead + Unpin> Capture<R> {
                 false
             }
             Ok(n) => {
-                let chunk = &self.buf[..n];
+                let chunk = &self.buf[..];
                 self.kept.push(chunk);
                 if let Some(sink) = sink {
                     sink.on_chunk(self.stream, chunk);
+                }
+                let full = n >= self.buf.capacity();
+                self.buf.clear();
+                if full && n < BULK_READ_CHUNK {
+                    self.go_bulk();
                 }
                 true
             }
@@ -296,48 +365,80 @@ impl<R: AsyncRead + Unpin> Capture<R> {
 }
 
 /// Runs `request` at `site` to completion, timeout or kill.
-pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
     validate(&request)?;
     let started = Instant::now();
-    let mut command = tokio::process::Command::new(&request.command);
-    command
-        .args(&request.args)
-        .env_clear()
-        .envs(command_env(site, &request))
-        .current_dir(site.cwd)
-        .stdin(if request.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match command.spawn() {
+    let env = command_env(site, &request);
+    let path = env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
+    let program = match find_program(&request.command, path, site.cwd) {
+        Ok(program) => program,
+        Err(error) => return spawn_error(site, &request, &error, started),
+    };
+    let spawn = |program: &Path, argv: &[&OsStr]| {
+        let mut command = tokio::process::Command::new(program);
+        command
+            .arg0(argv[0])
+            .args(&argv[1..])
+            .args(&request.args)
+            .env_clear()
+            .envs(&env)
+            .current_dir(site.cwd)
+            .stdin(if request.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+    };
+    let child = match spawn(&program, &[OsStr::new(&request.command)]) {
         Ok(child) => child,
-        Err(error) if error.kind() == io::ErrorKind::NotFound && !site.cwd.is_dir() => {
-            // The workspace went away under us (a release raced this call).
-            return Err(DriverError::ResourceGone {
-                id: site
-                    .workspace
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            });
-        }
-        Err(error) => {
-            let result = spawn_failure(&request.command, &error, started);
-            if let Some(sink) = &request.sink {
-                sink.on_chunk(OutputStream::Stderr, &result.stderr);
+        // A file found on PATH without a `#!` line: `execvp` runs such a file with the shell
+        // (`/bin/sh FILE ARGS...`), and so did the driver when it let `execvp` search.
+        Err(error) if error.raw_os_error() == Some(Errno::ENOEXEC as i32) && !request.command.contains('/') => {
+            let shell = Path::new(SCRIPT_SHELL);
+            match spawn(shell, &[shell.as_os_str(), program.as_os_str()]) {
+                Ok(child) => child,
+                Err(error) => return spawn_error(site, &request, &error, started),
             }
-            return Ok(result);
         }
+        Err(error) => return spawn_error(site, &request, &error, started),
     };
     let pid = child
         .id()
         .ok_or_else(|| DriverError::other("the command exited before its pid was read"))? as i32;
     let guard = site.table.register(site.lease_key, pid);
+    // The command is supervised (waited for, its output read, its timeout applied) on a
+    // task of its own, which runs on the runtime's worker threads whoever awaits this call:
+    // awaited from a `block_on` thread, every chunk of output would otherwise be a wake-up
+    // handed from the thread that polls the I/O driver to that one. This future keeps the
+    // group's guard: dropped, it kills the group at once and aborts the task.
+    let mut task = AbortOnDrop(tokio::spawn(supervise(child, pid, request, site.kill_grace, started)));
+    match (&mut task.0).await {
+        Ok(outcome) => {
+            if outcome.is_ok() {
+                guard.disarm();
+            }
+            outcome
+        }
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Err(DriverError::other(format!("the command's supervisor ended: {error}"))),
+    }
+}
+
+/// Waits for the command in process group `pgid`, feeding its stdin, capturing its output
+/// and applying the request's timeout; then kills and reaps what is left of the group and
+/// drains the pipes.
+async fn supervise(
+    mut child: tokio::process::Child,
+    pgid: i32,
+    mut request: ExecuteRequest,
+    kill_grace: Duration,
+    started: Instant,
+) -> Result<ExecuteResult, DriverError> {
     let sink = request.sink.clone();
     let sink = sink.as_deref();
     let cap = request.output_limit();
@@ -371,12 +472,12 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
             }
             () = &mut timer, if timer_armed => {
                 if timed_out {
-                    guard.signal(Signal::SIGKILL);
+                    signal_group(pgid, Signal::SIGKILL);
                     timer_armed = false;
                 } else {
                     timed_out = true;
-                    guard.signal(Signal::SIGTERM);
-                    match tokio::time::Instant::now().checked_add(site.kill_grace) {
+                    signal_group(pgid, Signal::SIGTERM);
+                    match tokio::time::Instant::now().checked_add(kill_grace) {
                         Some(at) => timer.as_mut().reset(at),
                         None => timer_armed = false,
                     }
@@ -390,7 +491,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
 
     // The direct child is gone: kill whatever it left in its group (a background
     // grandchild holding a pipe), then drain what the pipes still hold.
-    guard.finish().await;
+    reap_group(pgid).await;
     let drain_end = tokio::time::Instant::now() + DRAIN_MAX;
     timer.as_mut().reset(tokio::time::Instant::now() + DRAIN_IDLE);
     while out.reader.is_some() || err.reader.is_some() {
@@ -413,7 +514,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, mut request: ExecuteRequest) -> Res
     let (stdout, stdout_truncated) = out.kept.into_parts();
     let (stderr, stderr_truncated) = err.kept.into_parts();
     let mut metadata = envrt_runtime_core::JsonMap::new();
-    metadata.insert("pid".into(), pid.into());
+    metadata.insert("pid".into(), pgid.into());
     Ok(ExecuteResult {
         exit_code: status.code(),
         signal: status.signal().map(signal_name),

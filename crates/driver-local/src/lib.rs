@@ -119,6 +119,7 @@ use envrt_runtime_core::{
 
 mod copy;
 mod exec;
+mod program;
 mod sync;
 mod workspace;
 

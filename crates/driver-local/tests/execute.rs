@@ -101,6 +101,80 @@ async fn a_missing_program_exits_127_naming_it() {
     h.finish();
 }
 
+/// The driver looks the program up on the command's own `PATH` (to hand the spawn an
+/// absolute path); what the program sees and which file runs stay as `execvp` has them.
+#[tokio::test]
+async fn the_program_is_found_on_the_commands_own_path_and_keeps_its_name() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = Harness::new().await;
+    let lease = h.lease().await;
+    let ws = h.workspace(&lease);
+    // argv[0] is the name given, not the path the driver found.
+    let out = h.sh(&lease, "tr '\\0' '\\n' < /proc/$$/cmdline | head -n 1").await;
+    assert_eq!(out.exit_code, Some(0));
+    assert_eq!(out.stdout, b"sh\n");
+
+    // a/tool is a directory, b/tool a file without execute bits, c/tool the program.
+    let tool = marker("tool");
+    std::fs::create_dir_all(ws.join("a").join(&tool)).unwrap();
+    std::fs::create_dir_all(ws.join("b")).unwrap();
+    std::fs::write(ws.join("b").join(&tool), "#!/bin/sh\necho from-b\n").unwrap();
+    std::fs::create_dir_all(ws.join("c")).unwrap();
+    let program = ws.join("c").join(&tool);
+    std::fs::write(&program, "#!/bin/sh\necho \"from-c $#\"\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let with_path = |path: String| {
+        let mut request = ExecuteRequest::new(tool.as_str(), ["x", "y"]);
+        request.env.insert("PATH".into(), path.into());
+        request
+    };
+    let path = format!("{0}/a:{0}/b:{0}/c:/usr/bin:/bin", ws.display());
+    let out = h.execute(&lease, with_path(path)).await;
+    assert_eq!((out.exit_code, out.stdout), (Some(0), b"from-c 2\n".to_vec()));
+    // A relative entry counts from the command's cwd.
+    let out = h.execute(&lease, with_path("a:c".into())).await;
+    assert_eq!((out.exit_code, out.stdout), (Some(0), b"from-c 2\n".to_vec()));
+    // Only a non-executable file on the path: 126, as a shell says it.
+    let out = h.execute(&lease, with_path(format!("{0}/a:{0}/b", ws.display()))).await;
+    assert_eq!(out.exit_code, Some(126));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!("envrt: permission denied: {tool}\n")
+    );
+    // Not on the command's path (the host's does not count): 127.
+    let out = h
+        .execute(&lease, with_path(format!("{}/a:/usr/bin:/bin", ws.display())))
+        .await;
+    assert_eq!(out.exit_code, Some(127));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!("envrt: command not found: {tool}\n")
+    );
+    // A name with a '/' is not looked up; it runs relative to the cwd.
+    let out = h.run(&lease, &format!("./c/{tool}"), &["z"]).await;
+    assert_eq!((out.exit_code, out.stdout), (Some(0), b"from-c 1\n".to_vec()));
+    // An executable without a `#!` line found on the path runs with /bin/sh, as execvp
+    // does it (`/bin/sh FILE ARGS...`); named with a '/', it cannot be executed.
+    std::fs::create_dir_all(ws.join("d")).unwrap();
+    let bare = ws.join("d").join(&tool);
+    std::fs::write(&bare, "echo \"plain $0 $#\"\n").unwrap();
+    std::fs::set_permissions(&bare, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = h.execute(&lease, with_path(format!("{}/d", ws.display()))).await;
+    assert_eq!(out.exit_code, Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("plain {} 2\n", bare.display())
+    );
+    let out = h.run(&lease, &format!("./d/{tool}"), &[]).await;
+    assert_eq!(out.exit_code, Some(126));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!("envrt: cannot execute ./d/{tool}: Exec format error (os error 8)\n")
+    );
+    h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    h.finish();
+}
+
 #[tokio::test]
 async fn a_signal_is_reported_by_name() {
     let h = Harness::new().await;
@@ -302,6 +376,25 @@ async fn dropping_the_execute_future_kills_the_group() {
     // Give it a bounded chance to start, then drop it.
     let dropped = tokio::time::timeout(Duration::from_millis(300), run).await;
     assert!(dropped.is_err(), "the command cannot have finished");
+    assert!(survivors(&nap).await.is_empty());
+    assert_eq!(h.driver.running_commands(&lease.id), 0);
+    h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    h.finish();
+}
+
+/// The command is supervised on a task of its own; a sink that panics there still panics
+/// the call, and the command's group is killed and leaves the process table.
+#[tokio::test]
+async fn a_panicking_sink_panics_the_call_and_kills_the_group() {
+    let h = Harness::new().await;
+    let lease = h.lease().await;
+    let nap = unique_sleep();
+    let script = format!("echo first; sleep {nap}");
+    let mut request = ExecuteRequest::new("sh", ["-c", script.as_str()]);
+    request.sink = Some(Arc::new(|_: OutputStream, _: &[u8]| panic!("sink-panic-marker")));
+    let call = std::panic::AssertUnwindSafe(h.runtime.execute(&lease.id, request));
+    let panic = bounded(futures::FutureExt::catch_unwind(call)).await.unwrap_err();
+    assert_eq!(panic.downcast_ref::<&str>(), Some(&"sink-panic-marker"));
     assert!(survivors(&nap).await.is_empty());
     assert_eq!(h.driver.running_commands(&lease.id), 0);
     h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
