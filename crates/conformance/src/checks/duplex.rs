@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use envrt_runtime_core::{DuplexChannel, LeasePolicy};
+use envrt_runtime_core::{DuplexChannel, Lease, LeasePolicy};
 use proptest::prelude::*;
 
 use super::{Check, has_duplex_granted, property};
@@ -21,8 +21,13 @@ fn has_half_close(p: &crate::Profile) -> bool {
     has_duplex_granted(p) && p.half_close
 }
 
-fn argv(parts: &[&str]) -> Vec<String> {
-    parts.iter().map(|s| s.to_string()).collect()
+/// Opens a channel to `argv` on the lease; a failure becomes the check's message.
+async fn open(ctx: &Ctx, lease: &Lease, argv: &[&str]) -> Result<Box<dyn DuplexChannel>, String> {
+    let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+    ctx.runtime
+        .open_duplex_channel(&lease.id, &argv)
+        .await
+        .map_err(|e| format!("open: {e}"))
 }
 
 async fn read_all(channel: &dyn DuplexChannel) -> Result<Vec<u8>, String> {
@@ -62,11 +67,7 @@ fn chunks_roundtrip(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease_blocking(LeasePolicy::Ephemeral, |lease| {
         property(ctx, chunks, |chunks| {
             ctx.block_on(async {
-                let channel = ctx
-                    .runtime
-                    .open_duplex_channel(&lease.id, &argv(&["cat"]))
-                    .await
-                    .map_err(|e| format!("open: {e}"))?;
+                let channel = open(ctx, &lease, &["cat"]).await?;
                 let expected: Vec<u8> = chunks.concat();
                 let half_close = ctx.profile.half_close;
                 let outcome = async {
@@ -107,11 +108,7 @@ fn chunks_roundtrip(ctx: &Ctx) -> Result<(), String> {
 
 fn close_input_ends_cat(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
-        let channel = ctx
-            .runtime
-            .open_duplex_channel(&lease.id, &argv(&["cat"]))
-            .await
-            .map_err(|e| format!("open: {e}"))?;
+        let channel = open(ctx, &lease, &["cat"]).await?;
         let outcome = async {
             channel.close_input().await.map_err(|e| format!("close_input: {e}"))?;
             ensure_eq(
@@ -129,11 +126,7 @@ fn close_input_ends_cat(ctx: &Ctx) -> Result<(), String> {
 
 fn exit_code(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
-        let channel = ctx
-            .runtime
-            .open_duplex_channel(&lease.id, &argv(&["sh", "-c", "exit 7"]))
-            .await
-            .map_err(|e| format!("open: {e}"))?;
+        let channel = open(ctx, &lease, &["sh", "-c", "exit 7"]).await?;
         let outcome = wait_exit(channel.as_ref()).await;
         let _ = channel.close().await;
         ensure_eq(outcome?, Some(7), "exit code")
@@ -142,11 +135,7 @@ fn exit_code(ctx: &Ctx) -> Result<(), String> {
 
 fn late_reader(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
-        let channel = ctx
-            .runtime
-            .open_duplex_channel(&lease.id, &argv(&["sh", "-c", "printf hello; printf ' world'"]))
-            .await
-            .map_err(|e| format!("open: {e}"))?;
+        let channel = open(ctx, &lease, &["sh", "-c", "printf hello; printf ' world'"]).await?;
         // Let the command finish before anyone reads.
         let exit = wait_exit(channel.as_ref()).await;
         let got = read_all(channel.as_ref()).await;
@@ -162,11 +151,7 @@ fn late_reader(ctx: &Ctx) -> Result<(), String> {
 
 fn close_idempotent(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
-        let channel = ctx
-            .runtime
-            .open_duplex_channel(&lease.id, &argv(&["cat"]))
-            .await
-            .map_err(|e| format!("open: {e}"))?;
+        let channel = open(ctx, &lease, &["cat"]).await?;
         channel.close().await.map_err(|e| format!("close #1: {e}"))?;
         channel.close().await.map_err(|e| format!("close #2: {e}"))?;
         ensure(channel.write(b"late").await.is_err(), || {
