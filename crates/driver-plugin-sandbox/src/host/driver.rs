@@ -8,7 +8,6 @@ use std::time::Instant;
 use async_trait::async_trait;
 use base64::Engine as _;
 use envrt_runtime_core::capability::{self, CapabilityKey, ClassifierInput, SupportSet, VerbSet};
-use envrt_runtime_core::sync::{check_post_upload_cwd, normalize_absolute};
 use envrt_runtime_core::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, CappedBuffer, DestroyLease, DriverError,
     DuplexChannel, DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap,
@@ -225,32 +224,8 @@ impl SandboxDriver {
         operations: &[SyncOperation],
     ) -> Result<SyncResult, DriverError> {
         self.require(method)?;
-        // Relative targets are relative to the lease's remote working directory, when the
-        // worker told it at acquire (`remoteCwd`); without it only the worker can judge
-        // them, and it does so before copying anything.
         let remote_cwd = context.lease.metadata.get("remoteCwd").and_then(|v| v.as_str());
-        for operation in operations {
-            let mut targets = Vec::new();
-            let mut all_known = true;
-            for file in &operation.files {
-                let absolute = match (file.target_path.starts_with('/'), remote_cwd) {
-                    (true, _) => normalize_absolute(&file.target_path),
-                    (false, Some(base)) => normalize_absolute(&format!("{base}/{}", file.target_path)),
-                    (false, None) => None,
-                };
-                match absolute {
-                    Some(target) => targets.push(target),
-                    None => all_known = false,
-                }
-            }
-            for cwd in operation.post_upload_commands.iter().filter_map(|c| c.cwd.as_deref()) {
-                if all_known {
-                    check_post_upload_cwd(cwd, &targets)?;
-                } else if normalize_absolute(cwd).is_none() {
-                    return Err(DriverError::PostUploadCwd { cwd: cwd.to_owned() });
-                }
-            }
-        }
+        super::post_upload::check_cwds(operations, remote_cwd)?;
         let mut params = self.with_lease(context);
         params.insert(
             "operations".into(),

@@ -7,6 +7,7 @@ mod driver;
 mod error;
 mod manifest;
 mod options;
+mod post_upload;
 mod process;
 mod routes;
 mod supervisor;
