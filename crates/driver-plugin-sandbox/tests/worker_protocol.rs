@@ -111,14 +111,26 @@ fn requests_are_served_concurrently() {
         ),
     );
     wait_for_process(&mark);
-    let h = w.send("health", json!({}));
-    let reply = w.next_line();
-    assert_eq!(
-        reply["id"],
-        json!(h),
-        "health must be answered while the sleep runs: {reply}"
-    );
-    assert_eq!(reply["result"]["details"]["runningSandboxes"], 1);
+    // The sandbox is visible in /proc a moment before the worker has recorded its pid:
+    // ask again (bounded) until health counts it; every ask must be answered meanwhile.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let h = w.send("health", json!({}));
+        let reply = w.next_line();
+        assert_eq!(
+            reply["id"],
+            json!(h),
+            "health must be answered while the sleep runs: {reply}"
+        );
+        if reply["result"]["details"]["runningSandboxes"] == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "health never counted the running sandbox: {reply}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     w.close_stdin();
     assert_eq!(w.wait_exit(), Some(0));
     let _ = blocked;
