@@ -118,12 +118,7 @@ impl DockerChannel {
     }
 
     async fn known_target(&self) -> Option<Target> {
-        let mut target = self.target.clone();
-        let found = tokio::time::timeout(PID_WAIT, target.wait_for(|t| t.is_some())).await;
-        match found {
-            Ok(Ok(t)) => t.clone(),
-            _ => self.target.borrow().clone(),
-        }
+        wait_for_target(self.target.clone()).await
     }
 
     /// Kills the command's tree if it still runs.
@@ -243,24 +238,41 @@ impl DuplexChannel for DockerChannel {
     }
 }
 
+/// The command's process group and pipes, once the wrapper reported them (bounded wait).
+async fn wait_for_target(mut target: watch::Receiver<Option<Target>>) -> Option<Target> {
+    let found = tokio::time::timeout(PID_WAIT, target.wait_for(|t| t.is_some()))
+        .await
+        .ok()
+        .and_then(|r| r.ok().and_then(|t| t.clone()));
+    found.or_else(|| target.borrow().clone())
+}
+
 impl Drop for DockerChannel {
     fn drop(&mut self) {
-        self.pump.abort();
+        let pump = self.pump.abort_handle();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            pump.abort();
+            return;
+        };
         if self.is_closed() {
+            pump.abort();
             return;
         }
-        // Dropped without close: still kill the command, in the background.
+        // Dropped without close: still kill the command, in the background. The pump
+        // keeps running until the wrapper's pid report is in, which may come after the
+        // first output the caller read.
         let shared = self.shared.clone();
-        let target = self.target.borrow().clone();
-        if let (Ok(handle), Some(target)) = (tokio::runtime::Handle::try_current(), target) {
-            handle.spawn(async move {
-                if process::is_running(&shared.engine, &shared.exec_id)
-                    .await
-                    .unwrap_or(false)
-                {
-                    let _ = process::kill_tree(&shared.engine, &shared.container, &target, shared.grace, false).await;
-                }
-            });
-        }
+        let target = self.target.clone();
+        handle.spawn(async move {
+            let target = wait_for_target(target).await;
+            pump.abort();
+            let Some(target) = target else { return };
+            if process::is_running(&shared.engine, &shared.exec_id)
+                .await
+                .unwrap_or(false)
+            {
+                let _ = process::kill_tree(&shared.engine, &shared.container, &target, shared.grace, false).await;
+            }
+        });
     }
 }
