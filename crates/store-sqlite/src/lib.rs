@@ -7,6 +7,9 @@
 //!
 //! - the database runs in WAL mode with a busy timeout, so readers never block writers and
 //!   a writer waits for another one instead of failing;
+//! - opening takes turns with other openers through an exclusive `flock` on a sidecar
+//!   file `<db>.lock` and starts over on `SQLITE_BUSY`, so any number of processes may
+//!   create, switch to WAL and migrate one brand-new database at once;
 //! - every write is one `BEGIN IMMEDIATE` transaction, so it takes the write lock up front
 //!   and cannot deadlock on a lock upgrade;
 //! - each record is stored whole, as the JSON of the core type, next to indexed columns

@@ -2,7 +2,7 @@
 //! blocks; the async wrapper runs it on the blocking pool.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use envrt_runtime_core::{Environment, Lease, LeaseFilter, StoreError};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params, params_from_iter};
@@ -37,39 +37,110 @@ fn err(message: impl Into<String>, source: rusqlite::Error) -> StoreError {
 }
 
 /// Opens the database, sets WAL and the busy timeout, and creates or checks the schema.
+///
+/// Any number of processes may do this at once on a brand-new file. Switching a new
+/// database to WAL needs an exclusive lock and SQLite does not wait for it (the busy
+/// handler is not called there): a second opener reading the fresh file makes the switch
+/// fail with "database is locked". So openers take turns through an exclusive `flock` on
+/// a sidecar file (`<db>.lock`, never the database itself: closing another descriptor of
+/// the database would drop SQLite's own POSIX locks), and an opener that still meets
+/// `SQLITE_BUSY` (a peer without the sidecar, a read-only directory) starts over with a
+/// short backoff. Both waits end at `busy_timeout`.
 pub(crate) fn open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let deadline = Instant::now() + busy_timeout;
+    let _turn = open_lock(path, deadline);
+    let mut delay = Duration::from_millis(1);
+    loop {
+        match open_once(path, busy_timeout) {
+            Err(Failure::Busy(_)) if Instant::now() < deadline => {
+                std::thread::sleep(delay.min(deadline.saturating_duration_since(Instant::now())));
+                delay = (delay * 2).min(Duration::from_millis(50));
+            }
+            Err(Failure::Busy(e)) | Err(Failure::Other(e)) => return Err(e),
+            Ok(connection) => return Ok(connection),
+        }
+    }
+}
+
+/// The exclusive turn at opening `path`, held until the returned file is dropped; `None`
+/// when the sidecar cannot be made (the retry on `SQLITE_BUSY` still covers that case)
+/// or the turn did not come before `deadline`.
+fn open_lock(path: &Path, deadline: Instant) -> Option<std::fs::File> {
+    let mut name = path.file_name()?.to_os_string();
+    name.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.with_file_name(name))
+        .ok()?;
+    let mut delay = Duration::from_millis(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Some(file),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(20));
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Why one attempt at opening failed.
+enum Failure {
+    /// Another connection held a lock SQLite would not wait for: worth another attempt.
+    Busy(StoreError),
+    /// Anything else: final.
+    Other(StoreError),
+}
+
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+fn open_once(path: &Path, busy_timeout: Duration) -> Result<Connection, Failure> {
     let shown = path.display();
-    let context = || format!("cannot open \"{shown}\"");
-    let mut connection = Connection::open(path).map_err(|e| err(context(), e))?;
-    connection.busy_timeout(busy_timeout).map_err(|e| err(context(), e))?;
+    let fail = |e: rusqlite::Error| {
+        let busy = is_busy(&e);
+        let error = err(format!("cannot open \"{shown}\""), e);
+        if busy {
+            Failure::Busy(error)
+        } else {
+            Failure::Other(error)
+        }
+    };
+    let mut connection = Connection::open(path).map_err(fail)?;
+    connection.busy_timeout(busy_timeout).map_err(fail)?;
     // WAL lets readers run beside a writer; the setting is stored in the file, so only the
     // first opener actually switches it. NORMAL sync is durable across process crashes.
     let mode: String = connection
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(|e| err(context(), e))?;
+        .map_err(fail)?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::new(format!(
+        return Err(Failure::Other(StoreError::new(format!(
             "cannot open \"{shown}\": the database refused WAL mode (journal mode is {mode})"
-        )));
+        ))));
     }
-    connection
-        .execute_batch("PRAGMA synchronous = NORMAL;")
-        .map_err(|e| err(context(), e))?;
+    connection.execute_batch("PRAGMA synchronous = NORMAL;").map_err(fail)?;
     let tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| err(context(), e))?;
+        .map_err(fail)?;
     let version: i64 = tx
         .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .map_err(|e| err(context(), e))?;
+        .map_err(fail)?;
     if version > SCHEMA_VERSION {
-        return Err(StoreError::new(format!(
+        return Err(Failure::Other(StoreError::new(format!(
             "\"{shown}\" has schema version {version}, newer than the {SCHEMA_VERSION} this envrt understands"
-        )));
+        ))));
     }
-    tx.execute_batch(SCHEMA).map_err(|e| err(context(), e))?;
+    tx.execute_batch(SCHEMA).map_err(fail)?;
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))
-        .map_err(|e| err(context(), e))?;
-    tx.commit().map_err(|e| err(context(), e))?;
+        .map_err(fail)?;
+    tx.commit().map_err(fail)?;
     Ok(connection)
 }
 
