@@ -58,7 +58,7 @@ impl DockerDriver {
 
     /// Whether `image` is present on the engine (the driver never pulls).
     pub async fn image_exists(&self, image: &str) -> Result<bool, DriverError> {
-        match self.engine.call(self.engine.docker.inspect_image(image)).await {
+        match self.engine.retry(|| self.engine.docker.inspect_image(image)).await {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(self.engine.error("inspecting an image", e)),
@@ -80,7 +80,7 @@ impl DockerDriver {
             .build();
         let list = self
             .engine
-            .call(self.engine.docker.list_containers(Some(options)))
+            .retry(|| self.engine.docker.list_containers(Some(options.clone())))
             .await
             .map_err(|e| self.engine.error("listing containers", e))?;
         Ok(list
@@ -111,7 +111,7 @@ impl DockerDriver {
         let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
         match self
             .engine
-            .call(self.engine.docker.remove_container(id, Some(options)))
+            .retry(|| self.engine.docker.remove_container(id, Some(options.clone())))
             .await
         {
             Ok(()) => Ok(()),
@@ -127,7 +127,11 @@ impl DockerDriver {
         let Some(id) = context.lease.provider_lease_id.as_deref() else {
             return Ok(None);
         };
-        let inspected = match self.engine.call(self.engine.docker.inspect_container(id, None)).await {
+        let inspected = match self
+            .engine
+            .retry(|| self.engine.docker.inspect_container(id, None))
+            .await
+        {
             Ok(inspected) => inspected,
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(self.engine.error("inspecting a container", e)),
@@ -351,7 +355,7 @@ impl EnvironmentDriver for DockerDriver {
                 let options = StopContainerOptionsBuilder::default().t(1).build();
                 match self
                     .engine
-                    .call(self.engine.docker.stop_container(&id, Some(options)))
+                    .retry(|| self.engine.docker.stop_container(&id, Some(options.clone())))
                     .await
                 {
                     Ok(()) => Ok(()),

@@ -205,7 +205,7 @@ pub(crate) async fn exit_code(engine: &Engine, exec_id: &str) -> Result<Option<i
     let mut delay = Duration::from_millis(5);
     loop {
         let inspected = engine
-            .call(engine.docker.inspect_exec(exec_id))
+            .retry(|| engine.docker.inspect_exec(exec_id))
             .await
             .map_err(|e| engine.error("inspecting a command", e))?;
         if inspected.running != Some(true) {
@@ -222,7 +222,7 @@ pub(crate) async fn exit_code(engine: &Engine, exec_id: &str) -> Result<Option<i
 /// Whether the exec's own process is still running.
 pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, DriverError> {
     let inspected = engine
-        .call(engine.docker.inspect_exec(exec_id))
+        .retry(|| engine.docker.inspect_exec(exec_id))
         .await
         .map_err(|e| engine.error("inspecting a command", e))?;
     Ok(inspected.running == Some(true))
@@ -253,7 +253,7 @@ async fn killer(engine: &Engine, container: &str, mode: &str, target: &Target) -
     let pipe = |i: usize| target.pipes.get(i).map(String::as_str).unwrap_or("");
     // As the container's user, like the command: only the same user may read another
     // process's open files without CAP_SYS_PTRACE.
-    let (stdout, _, code) = run_script(
+    let (stdout, _, code) = run_repeatable_script(
         engine,
         container,
         None,
@@ -312,7 +312,9 @@ pub(crate) async fn kill_tree(
 }
 
 /// Runs `sh -c script args...` as the container's user with no stdin, bounded by the API
-/// timeout; returns (stdout, stderr, exit code). For the driver's own small steps.
+/// timeout (longer while the engine is slow but still answers pings); returns (stdout,
+/// stderr, exit code). For the driver's own small steps. Sent once: see
+/// [`run_repeatable_script`] for scripts that may run twice.
 pub(crate) async fn run_script(
     engine: &Engine,
     container: &str,
@@ -334,7 +336,8 @@ pub(crate) async fn run_script(
     };
     let mut spawned = start(engine, container, config, doing).await?;
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    let deadline = Instant::now() + engine.api_timeout;
+    let ceiling = Instant::now() + engine.patience();
+    let mut deadline = Instant::now() + engine.api_timeout;
     loop {
         match tokio::time::timeout_at(deadline, spawned.output.next()).await {
             Ok(Some(Ok(LogOutput::StdOut { message }))) => stdout.extend_from_slice(&message),
@@ -342,11 +345,40 @@ pub(crate) async fn run_script(
             Ok(Some(Ok(_))) => {}
             Ok(Some(Err(e))) => return Err(engine.error(doing, e)),
             Ok(None) => break,
+            // Slow but alive: keep reading.
+            Err(_) if Instant::now() < ceiling && engine.answers().await => {
+                deadline = (Instant::now() + engine.api_timeout).min(ceiling);
+            }
             Err(_) => return Err(engine.error(doing, BollardError::RequestTimeoutError)),
         }
     }
     let code = exit_code(engine, &spawned.exec_id).await?;
     Ok((stdout, stderr, code))
+}
+
+/// [`run_script`] for a script that may safely run more than once (it only reads, or
+/// converges, like the killer): run again, with a short backoff for up to the API
+/// timeout, when the engine's connection could not be made or broke on the way.
+pub(crate) async fn run_repeatable_script(
+    engine: &Engine,
+    container: &str,
+    user: Option<&str>,
+    script: &str,
+    args: &[&str],
+    doing: &str,
+) -> Result<(Vec<u8>, Vec<u8>, Option<i64>), DriverError> {
+    let deadline = Instant::now() + engine.api_timeout;
+    let mut delay = Duration::from_millis(10);
+    loop {
+        match run_script(engine, container, user, script, args, doing).await {
+            Err(e) if crate::engine::is_repeatable(&e) && Instant::now() < deadline => {
+                tracing::debug!(container, doing, error = %e, "a repeatable script lost its connection: running it again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Resolves, inside the container, the deepest existing ancestor of each path with
@@ -376,7 +408,7 @@ pub(crate) async fn ensure_resolves_inside(
     }
     let mut args = vec![workspace];
     args.extend(paths.iter().map(|(_, resolved)| *resolved));
-    let (stdout, stderr, code) = run_script(
+    let (stdout, stderr, code) = run_repeatable_script(
         engine,
         container,
         None,

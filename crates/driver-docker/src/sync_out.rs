@@ -143,7 +143,11 @@ async fn download(
     let engine = &driver.engine;
     let options = ContainerArchiveInfoOptionsBuilder::default().path(path).build();
     let stat = match engine
-        .call(engine.docker.get_container_archive_info(container, Some(options)))
+        .retry(|| {
+            engine
+                .docker
+                .get_container_archive_info(container, Some(options.clone()))
+        })
         .await
     {
         Ok(stat) => stat,
