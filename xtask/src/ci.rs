@@ -1,6 +1,8 @@
-//! `cargo xtask ci`: if it passes locally, CI is green.
+//! `cargo xtask ci`: if it passes locally, CI is green. Every test binary runs even after
+//! a failure, and every failure is listed at the end.
 
-use crate::util::{cargo, run, run_counting};
+use crate::testlog;
+use crate::util::{cargo, run};
 
 pub(crate) fn run_all() -> Result<(), String> {
     let mut fmt = cargo();
@@ -25,9 +27,17 @@ pub(crate) fn run_all() -> Result<(), String> {
     run(doc)?;
 
     let mut test = cargo();
-    test.args(["test", "--workspace", "--all-features"]);
-    let (ok, (passed, failed, ignored)) = run_counting(test)?;
+    test.args(["test", "--workspace", "--all-features", "--no-fail-fast"]);
+    let (ok, output) = testlog::run_merged(&test, true)?;
+    let report = testlog::parse(&output);
+    if !report.failures.is_empty() {
+        println!("\nfailed tests, by test binary:");
+        testlog::print_failures(&report.failures);
+    }
     // One plain closing line over every test binary of the workspace.
-    println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
+    println!(
+        "tests: {} passed, {} failed, {} skipped",
+        report.passed, report.failed, report.ignored
+    );
     if ok { Ok(()) } else { Err("cargo test failed".into()) }
 }

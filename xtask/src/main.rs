@@ -3,6 +3,8 @@
 mod bench;
 mod ci;
 mod conformance;
+mod stress;
+mod testlog;
 mod util;
 
 use std::process::ExitCode;
@@ -23,6 +25,12 @@ tasks:
                          the test image, the SDK fixture); idempotent
   docker-image           build the local test image envrt-test:latest
   bench [--quick] [--only ROW]  benchmarks as ratios to baselines (target/bench/latest.json)
+  stress [options]       the test suite N times (built once); lists each test that failed
+                         at least once, how often and what it said; fails on any failure
+      --runs N                            runs (default 10)
+      --load                              keep every core busy with a CPU hog meanwhile
+      -p CRATE / --test NAME              only these (passed to cargo test; repeatable)
+      -- ARGS                             passed to the test binaries
 ";
 
 fn main() -> ExitCode {
@@ -33,6 +41,8 @@ fn main() -> ExitCode {
         Some("setup") => util::run_script("scripts/setup.sh", &[]),
         Some("conformance") => conformance::run(&args[1..]),
         Some("bench") => bench::run_bench(&args[1..]),
+        Some("stress") => stress::run_stress(&args[1..]),
+        Some(stress::HOG_TASK) => return stress::hog(),
         Some("docker-image") => util::run_script("scripts/docker-test-image.sh", &[]),
         Some(other) => Err(format!("unknown task {other:?}\n\n{TASKS}")),
         None => {
@@ -54,14 +64,7 @@ fn demo() -> Result<(), String> {
     let mut build = util::cargo();
     build.args(["build", "--quiet", "-p", "envrt", "--bin", "envrt"]);
     util::run(build)?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| util::root().join("target"));
-    let target = if target.is_absolute() {
-        target
-    } else {
-        util::root().join(target)
-    };
+    let target = util::target_dir();
     let mut script = std::process::Command::new("sh");
     script
         .arg(util::root().join("crates/envrt/scripts/main-job.sh"))

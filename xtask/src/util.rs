@@ -9,6 +9,18 @@ pub(crate) fn root() -> PathBuf {
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
+/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the root) or `target`.
+pub(crate) fn target_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    if target.is_absolute() {
+        target
+    } else {
+        root().join(target)
+    }
+}
+
 pub(crate) fn cargo() -> Command {
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     command.current_dir(root());
@@ -49,31 +61,6 @@ pub(crate) fn count_results(output: &str) -> (usize, usize, usize) {
         totals.2 += number("ignored");
     }
     totals
-}
-
-/// Runs `command` with its stdout passed through line by line, and returns whether it
-/// exited 0 together with the libtest counts seen on its stdout.
-pub(crate) fn run_counting(mut command: Command) -> Result<(bool, (usize, usize, usize)), String> {
-    use std::io::{BufRead, Write};
-    let shown = format!("{command:?}");
-    eprintln!("xtask: running {shown}");
-    let mut child = command
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start {shown}: {e}"))?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let mut seen = String::new();
-    let mut out = std::io::stdout().lock();
-    for line in std::io::BufReader::new(stdout).lines() {
-        let line = line.map_err(|e| format!("reading {shown}: {e}"))?;
-        let _ = writeln!(out, "{line}");
-        if line.starts_with("test result:") {
-            seen.push_str(&line);
-            seen.push('\n');
-        }
-    }
-    let status = child.wait().map_err(|e| format!("waiting for {shown}: {e}"))?;
-    Ok((status.success(), count_results(&seen)))
 }
 
 #[cfg(test)]
