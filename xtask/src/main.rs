@@ -3,6 +3,7 @@
 mod bench;
 mod ci;
 mod conformance;
+mod soak;
 mod stress;
 mod testlog;
 mod util;
@@ -31,6 +32,13 @@ tasks:
       --load                              keep every core busy with a CPU hog meanwhile
       -p CRATE / --test NAME              only these (passed to cargo test; repeatable)
       -- ARGS                             passed to the test binaries
+  soak [options]         lease cycles at volume per driver from 16 tasks, plus envrt CLI
+                         holders (1 % SIGKILLed, then collected by envrt gc); counts leaked
+                         processes, containers, sandboxes, workspaces and active store rows
+                         (all must be 0) and prints p50/p99 per operation
+      --leases N                          lease cycles per driver (default 1000)
+      --driver local|docker|sandbox|all   (default all)
+      --tasks N / --cli N                 concurrent tasks (16) / CLI holders (leases/10)
 ";
 
 fn main() -> ExitCode {
@@ -41,6 +49,7 @@ fn main() -> ExitCode {
         Some("setup") => util::run_script("scripts/setup.sh", &[]),
         Some("conformance") => conformance::run(&args[1..]),
         Some("bench") => bench::run_bench(&args[1..]),
+        Some("soak") => soak::run_soak(&args[1..]),
         Some("stress") => stress::run_stress(&args[1..]),
         Some(stress::HOG_TASK) => return stress::hog(),
         Some("docker-image") => util::run_script("scripts/docker-test-image.sh", &[]),

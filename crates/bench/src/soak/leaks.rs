@@ -1,0 +1,167 @@
+//! What a soak left behind: processes, containers, sandboxes, workspaces and active store
+//! rows, each found by the scratch directory or run label that scopes it (so another run
+//! on the same machine never counts).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use envrt_runtime_core::{LeaseFilter, LeaseStatus, LeaseStore};
+use envrt_store_sqlite::SqliteStore;
+
+use crate::cli::state_dir;
+use crate::drivers::RUN_LABEL;
+
+/// Counts per kind, and a line per thing found.
+#[derive(Debug, Default)]
+pub(crate) struct Leaks {
+    pub(crate) processes: usize,
+    pub(crate) containers: usize,
+    pub(crate) sandboxes: usize,
+    pub(crate) workspaces: usize,
+    pub(crate) active_rows: usize,
+    pub(crate) details: Vec<String>,
+}
+
+impl Leaks {
+    pub(crate) fn total(&self) -> usize {
+        self.processes + self.containers + self.sandboxes + self.workspaces + self.active_rows
+    }
+}
+
+/// How long processes and containers get to go away after the last release.
+const SETTLE: Duration = Duration::from_secs(15);
+
+pub(crate) async fn count(key: &str, scratch: &Path, run: &str) -> Leaks {
+    let mut leaks = Leaks::default();
+    let deadline = Instant::now() + SETTLE;
+    let processes = loop {
+        let found = processes_under(scratch);
+        if found.is_empty() || Instant::now() >= deadline {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    leaks.processes = processes.len();
+    leaks
+        .details
+        .extend(processes.into_iter().map(|p| format!("process {p}")));
+
+    if key == "docker" {
+        let cli_state = format!("envrt.cli-state={}", state_dir(scratch).display());
+        for filter in [format!("{RUN_LABEL}={run}"), cli_state] {
+            let ids = containers(&filter);
+            leaks.containers += ids.len();
+            leaks
+                .details
+                .extend(ids.into_iter().map(|id| format!("container {id} ({filter})")));
+        }
+    }
+    for dir in [scratch.join("sandbox"), state_dir(scratch).join("sandbox")] {
+        let entries = entries(&dir);
+        leaks.sandboxes += entries.len();
+        leaks
+            .details
+            .extend(entries.into_iter().map(|e| format!("sandbox dir {e}")));
+    }
+    for dir in [scratch.join("local"), state_dir(scratch).join("workspaces")] {
+        let entries = entries(&dir);
+        leaks.workspaces += entries.len();
+        leaks
+            .details
+            .extend(entries.into_iter().map(|e| format!("workspace {e}")));
+    }
+    for db in [scratch.join("state/leases.db"), state_dir(scratch).join("leases.db")] {
+        if !db.exists() {
+            continue;
+        }
+        match active_rows(&db).await {
+            Ok(ids) => {
+                leaks.active_rows += ids.len();
+                leaks.details.extend(
+                    ids.into_iter()
+                        .map(|id| format!("active lease {id} in {}", db.display())),
+                );
+            }
+            Err(e) => {
+                leaks.active_rows += 1;
+                leaks.details.push(format!("cannot read {}: {e}", db.display()));
+            }
+        }
+    }
+    leaks
+}
+
+/// Live processes (not zombies, not this one) whose command line, working directory or
+/// `HOME` names something under `scratch`.
+fn processes_under(scratch: &Path) -> Vec<String> {
+    let me = std::process::id();
+    let needle = scratch.as_os_str().as_encoded_bytes();
+    let mut home = b"HOME=".to_vec();
+    home.extend_from_slice(needle);
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.rsplit(") ").next().is_some_and(|rest| rest.starts_with('Z')) {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let by_cmdline = cmdline.windows(needle.len().max(1)).any(|w| w == needle);
+        let by_cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(scratch));
+        let by_home = std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var.starts_with(&home)));
+        if by_cmdline || by_cwd || by_home {
+            let shown = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            found.push(format!("{pid}: {}", shown.trim()));
+        }
+    }
+    found
+}
+
+/// Container ids (running or not) matching a docker `label=` filter.
+fn containers(label: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--no-trunc", "--filter", &format!("label={label}")])
+        .output();
+    match out {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
+        Ok(out) => vec![format!(
+            "(docker ps failed: {})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )],
+        Err(e) => vec![format!("(docker ps failed: {e})")],
+    }
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => entries.flatten().map(|e| e.path().display().to_string()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+async fn active_rows(db: &Path) -> Result<Vec<String>, String> {
+    let store = SqliteStore::open(db).await.map_err(|e| e.to_string())?;
+    let filter = LeaseFilter {
+        statuses: vec![LeaseStatus::Active, LeaseStatus::PendingCleanup],
+        ..Default::default()
+    };
+    Ok(store
+        .list_leases(&filter)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|l| l.id)
+        .collect())
+}

@@ -1,0 +1,26 @@
+//! `cargo xtask soak [--leases N] [--driver local|docker|sandbox|all] [...]`: builds the
+//! `envrt` CLI, the reference sandbox worker and the soak binary (crates/bench), then runs
+//! the soak, which exits non-zero on any leak or error.
+
+use crate::util::{cargo, run};
+
+pub(crate) fn run_soak(args: &[String]) -> Result<(), String> {
+    // The soak finds these beside itself, in the same target directory.
+    let mut cli = cargo();
+    cli.args(["build", "--quiet", "-p", "envrt", "--bin", "envrt", "--all-features"]);
+    run(cli)?;
+    let mut worker = cargo();
+    worker.args([
+        "build",
+        "--quiet",
+        "-p",
+        "envrt-driver-plugin-sandbox",
+        "--bin",
+        "envrt-sandbox-worker",
+    ]);
+    run(worker)?;
+    let mut soak = cargo();
+    soak.args(["run", "--quiet", "-p", "envrt-bench", "--bin", "soak", "--"])
+        .args(args);
+    run(soak)
+}
