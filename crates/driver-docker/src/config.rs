@@ -20,12 +20,12 @@ pub struct DockerConfig {
     /// Engine address (`unix:///path`, `tcp://host:port`, `http://host:port`); else
     /// `DOCKER_HOST`; else [`DEFAULT_DOCKER_HOST`].
     pub host: Option<String>,
-    /// Bound on connecting (the first version/ping exchange), and on the liveness ping
-    /// asked when a request is slow. Default 5 s.
+    /// Bound on connecting (the first version/ping exchange). Default 5 s.
     pub connect_timeout: Duration,
     /// Bound on each control request (create, start, inspect, remove, exec set-up) before
-    /// the engine is pinged: while it answers, a slow request is waited for in further steps
-    /// of this length, up to `transfer_timeout`. Default 30 s.
+    /// the engine is pinged (bounded by the longer of this and `connect_timeout`): while it
+    /// answers, a slow request is waited for in further steps of this length, up to
+    /// `transfer_timeout`. Default 30 s.
     pub api_timeout: Duration,
     /// Bound on one archive transfer (sync in or out of one entry). Default 10 min.
     pub transfer_timeout: Duration,

@@ -30,7 +30,8 @@ pub(crate) struct Engine {
     pub(crate) docker: Docker,
     pub(crate) address: String,
     pub(crate) api_timeout: Duration,
-    /// Bound on the liveness ping asked when a request is slow.
+    /// Bound on the liveness ping asked when a request is slow (the longer of the connect
+    /// and API timeouts).
     ping_timeout: Duration,
     /// Longest a single request is waited for while the engine still answers pings.
     patience: Duration,
@@ -135,7 +136,8 @@ impl Engine {
             docker,
             address,
             api_timeout: config.api_timeout,
-            ping_timeout: config.connect_timeout,
+            // A loaded engine answers a ping slowly too: as long as a request may take.
+            ping_timeout: config.connect_timeout.max(config.api_timeout),
             patience: config.transfer_timeout.max(config.api_timeout),
         })
     }
@@ -197,7 +199,7 @@ impl Engine {
         self.patience
     }
 
-    /// Whether the engine answers a ping within the connect timeout.
+    /// Whether the engine answers a ping within the ping bound.
     pub(crate) async fn answers(&self) -> bool {
         matches!(
             tokio::time::timeout(self.ping_timeout, self.docker.ping()).await,
