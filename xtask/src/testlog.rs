@@ -127,9 +127,28 @@ fn rerun_target(line: &str) -> Option<String> {
     Some(rest.strip_suffix('`').unwrap_or(rest).to_owned())
 }
 
+/// `thread 'name' (1234) panicked at ...` without the thread id, which differs from run
+/// to run, so the same failure reads the same every time.
+fn without_thread_id(line: &str) -> String {
+    let Some(rest) = line.strip_prefix("thread '") else {
+        return line.to_owned();
+    };
+    let Some(quote) = rest.find("' (") else {
+        return line.to_owned();
+    };
+    let after = &rest[quote + 3..];
+    match after.find(')') {
+        Some(close) if close > 0 && after[..close].bytes().all(|b| b.is_ascii_digit()) => {
+            format!("thread '{}'{}", &rest[..quote], &after[close + 1..])
+        }
+        _ => line.to_owned(),
+    }
+}
+
 /// Ends a failure section: its text becomes the message of its pending failure.
 fn close(section: &mut Option<(String, Vec<&str>)>, pending: &mut Vec<(String, String)>) {
     let Some((name, lines)) = section.take() else { return };
+    let lines: Vec<String> = lines.into_iter().map(without_thread_id).collect();
     let message = lines.join("\n").trim().to_owned();
     match pending.iter_mut().find(|(t, _)| *t == name) {
         Some((_, m)) => *m = message,
@@ -269,7 +288,7 @@ error: 3 targets failed:
                 Failure {
                     target: "-p ftx --test t1".into(),
                     test: "a".into(),
-                    message: "out a\n\nthread 'a' (9648) panicked at tests/t1.rs:2:29:\nassertion `left == right` failed: one is not two\n  left: 1\n right: 2".into(),
+                    message: "out a\n\nthread 'a' panicked at tests/t1.rs:2:29:\nassertion `left == right` failed: one is not two\n  left: 1\n right: 2".into(),
                 },
                 Failure {
                     target: "-p envrt-store-sqlite --test open_race".into(),
@@ -283,6 +302,19 @@ error: 3 targets failed:
                 },
             ]
         );
+    }
+
+    #[test]
+    fn thread_ids_are_dropped_from_panic_lines() {
+        assert_eq!(
+            without_thread_id("thread 'x::y' (3367) panicked at a.rs:1:2:"),
+            "thread 'x::y' panicked at a.rs:1:2:"
+        );
+        assert_eq!(
+            without_thread_id("thread 'x' (abc) panicked"),
+            "thread 'x' (abc) panicked"
+        );
+        assert_eq!(without_thread_id("no thread"), "no thread");
     }
 
     #[test]
