@@ -3,6 +3,8 @@
 
 use std::error::Error as StdError;
 
+mod kind;
+
 /// A boxed error source.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
