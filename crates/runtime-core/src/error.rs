@@ -94,6 +94,21 @@ pub enum RuntimeError {
         /// The lease id.
         id: String,
     },
+    /// An acquire asked for an expiry the driver cannot guarantee (it attested none, or a
+    /// later one); the lease was released again (fail closed).
+    #[error("Environment driver \"{key}\" does not support lease expiry.")]
+    ExpiryUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// The lease is past its expiry; no operation but release and destroy is taken.
+    #[error("Lease \"{id}\" expired at {expires_at}.")]
+    LeaseExpired {
+        /// The lease id.
+        id: String,
+        /// When it expired.
+        expires_at: crate::model::Timestamp,
+    },
     /// A release was asked with a status that does not end a lease.
     #[error("A lease cannot be released with status \"{status}\"; use released, failed or expired.")]
     InvalidReleaseStatus {

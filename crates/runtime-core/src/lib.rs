@@ -37,6 +37,7 @@ pub mod secret;
 pub mod store;
 pub mod sync;
 pub mod testkit;
+mod time;
 
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{

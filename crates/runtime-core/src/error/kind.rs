@@ -23,6 +23,8 @@ impl RuntimeError {
             RuntimeError::LeaseNotActive { .. } => "lease_not_active",
             RuntimeError::LeaseGone { .. } => "lease_gone",
             RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",
+            RuntimeError::ExpiryUnsupported { .. } => "expiry_unsupported",
+            RuntimeError::LeaseExpired { .. } => "lease_expired",
             RuntimeError::Driver(error) => error.kind(),
             RuntimeError::Store(_) => "store",
         }

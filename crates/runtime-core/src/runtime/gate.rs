@@ -6,14 +6,16 @@
 //! 1. the driver has the group, else the operation's `does not support` refusal;
 //! 2. the lease's snapshot grants the capability (fail closed: a snapshot that cannot be
 //!    resolved denies it), else the operation's capability refusal;
-//! 3. the lease is active, else `Lease "{id}" is not active (status: {status}).`
+//! 3. the lease is not past its expiry, else `Lease "{id}" expired at {expires_at}.`
+//!    (every operation but destroy, which is clean-up);
+//! 4. the lease is active, else `Lease "{id}" is not active (status: {status}).`
 //!
 //! Nothing reaches the driver until all three hold.
 
 use crate::capability::{CapabilityKey, CapabilitySnapshot};
 use crate::driver::{CapabilityInput, EnvironmentDriver};
 use crate::error::{DriverError, RuntimeError};
-use crate::model::{Lease, LeaseStatus};
+use crate::model::{Lease, LeaseStatus, Timestamp};
 
 use super::Resolved;
 
@@ -120,8 +122,17 @@ pub(super) async fn gate<'a, G: ?Sized + 'a>(
     if !extra(found) {
         return Err((rule.denied)(resolved.key.clone(), None));
     }
+    let lease = &resolved.context.lease;
+    if operation != Operation::Destroy
+        && let Some(expires_at) = lease.expires_at.filter(|at| *at <= Timestamp::now())
+    {
+        return Err(RuntimeError::LeaseExpired {
+            id: lease.id.clone(),
+            expires_at,
+        });
+    }
     if rule.needs_active {
-        require_active(&resolved.context.lease)?;
+        require_active(lease)?;
     }
     Ok(found)
 }

@@ -1,9 +1,11 @@
 //! The lease life cycle: acquire, resume, release (one lease or a whole run) and destroy,
 //! with the status each ends in and what is recorded when a provider clean-up fails.
 
-use crate::driver::{AcquireInput, LeaseContext, LeaseGrant, ReleaseInput};
+use crate::driver::{AcquireInput, EnvironmentDriver, LeaseContext, LeaseGrant, ReleaseInput};
 use crate::error::RuntimeError;
-use crate::model::{CleanupStatus, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
+use crate::model::{
+    CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp,
+};
 use crate::store::LeaseFilter;
 
 use super::gate::{Operation, gate};
@@ -28,6 +30,10 @@ pub struct AcquireRequest {
     pub requested_cwd: Option<String>,
     /// Metadata stored on the lease.
     pub metadata: JsonMap,
+    /// The latest time the lease may live until. The driver must attest an expiry at or
+    /// before it; otherwise the lease is released at once and the acquire fails with
+    /// [`RuntimeError::ExpiryUnsupported`] (fail closed).
+    pub requested_expires_at: Option<Timestamp>,
 }
 
 impl AcquireRequest {
@@ -87,6 +93,12 @@ impl EnvironmentRuntime {
                     name: environment.name.clone(),
                 });
             }
+            if let Some(requested) = request.requested_expires_at
+                && requested <= Timestamp::now()
+            {
+                let message = format!("the requested expiry {requested} has already passed");
+                return Err(crate::DriverError::invalid(message).into());
+            }
             let input = AcquireInput {
                 lease_id: uuid::Uuid::new_v4().to_string(),
                 environment: environment.clone(),
@@ -97,6 +109,7 @@ impl EnvironmentRuntime {
                 policy: request.policy,
                 requested_cwd: request.requested_cwd.clone(),
                 metadata: request.metadata.clone(),
+                requested_expires_at: request.requested_expires_at,
             };
             tracing::Span::current().record("lease_id", input.lease_id.as_str());
             let grant = driver.acquire_lease(&input).await?;
@@ -121,6 +134,11 @@ impl EnvironmentRuntime {
                 metadata: request.metadata,
             };
             apply_grant(&mut lease, grant, &environment.driver);
+            if let Some(requested) = request.requested_expires_at
+                && lease.expires_at.is_none_or(|granted| granted > requested)
+            {
+                return self.refuse_unbounded(driver.as_ref(), lease, environment).await;
+            }
             if let Err(error) = self.store.put_lease(&lease).await {
                 // Do not leak the resource of a lease nobody can find again.
                 let release = ReleaseInput {
@@ -136,6 +154,63 @@ impl EnvironmentRuntime {
             Ok(lease)
         })
         .await
+    }
+
+    /// Fail closed on an expiry the driver did not guarantee: end the resource at once
+    /// (destroy where the driver can, else release) and refuse the acquire. When that
+    /// clean-up fails the lease is kept as `pending_cleanup`, so `release` or `gc` retries.
+    async fn refuse_unbounded(
+        &self,
+        driver: &dyn EnvironmentDriver,
+        mut lease: Lease,
+        environment: Environment,
+    ) -> Result<Lease, RuntimeError> {
+        let key = environment.driver.clone();
+        let context = LeaseContext {
+            lease: lease.clone(),
+            environment: Some(environment),
+        };
+        let ended = match driver.as_destroy() {
+            Some(destroy) => destroy.destroy_lease(&context).await,
+            None => {
+                let release = ReleaseInput {
+                    context,
+                    status: LeaseStatus::Released,
+                };
+                driver.release_lease(&release).await
+            }
+        };
+        if ended.is_err() {
+            lease.status = LeaseStatus::PendingCleanup;
+            lease.cleanup_status = Some(CleanupStatus::Failed);
+            lease.failure_reason = Some("release_cleanup_failed".into());
+            self.store.put_lease(&lease).await?;
+        }
+        Err(RuntimeError::ExpiryUnsupported { key })
+    }
+
+    /// Releases, with status `expired`, every active lease whose expiry has passed, each
+    /// in isolation (what `gc` and a watchdog call).
+    pub async fn release_expired(&self) -> Result<ReleaseReport, RuntimeError> {
+        let filter = LeaseFilter {
+            statuses: vec![LeaseStatus::Active],
+            ..Default::default()
+        };
+        let now = Timestamp::now();
+        let mut report = ReleaseReport::default();
+        for lease in self.store.list_leases(&filter).await? {
+            if lease.expires_at.is_none_or(|at| at > now) {
+                continue;
+            }
+            match self.release_lease(&lease.id, LeaseStatus::Expired).await {
+                Ok(lease) => report.released.push(lease),
+                Err(error) => report.failures.push(LeaseFailure {
+                    lease_id: lease.id,
+                    error,
+                }),
+            }
+        }
+        Ok(report)
     }
 
     /// Resumes a reusable lease; needs the driver's resume and `reusableLeases`.
