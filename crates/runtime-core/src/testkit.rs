@@ -100,6 +100,12 @@ impl ProbeDriver {
         *self.expiry.lock().unwrap() = expiry;
     }
 
+    /// Makes the resource of `lease_id` gone, as if it died outside envrt: resume answers
+    /// that it no longer exists.
+    pub fn kill_resource(&self, lease_id: &str) {
+        self.destroyed.lock().unwrap().insert(lease_id.to_owned());
+    }
+
     /// How many times `operation` was called.
     pub fn calls(&self, operation: &str) -> usize {
         self.calls.lock().unwrap().get(operation).copied().unwrap_or(0)

@@ -1,6 +1,8 @@
 //! The lease life cycle: acquire, resume, release (one lease or a whole run) and destroy,
 //! with the status each ends in and what is recorded when a provider clean-up fails.
 
+use std::sync::Arc;
+
 use crate::driver::{AcquireInput, EnvironmentDriver, LeaseContext, LeaseGrant, ReleaseInput};
 use crate::error::RuntimeError;
 use crate::model::{
@@ -65,6 +67,16 @@ pub struct ReleaseReport {
     pub failures: Vec<LeaseFailure>,
 }
 
+impl ReleaseReport {
+    /// Adds one lease's outcome.
+    pub(super) fn record(&mut self, lease_id: String, outcome: Result<Lease, RuntimeError>) {
+        match outcome {
+            Ok(lease) => self.released.push(lease),
+            Err(error) => self.failures.push(LeaseFailure { lease_id, error }),
+        }
+    }
+}
+
 impl EnvironmentRuntime {
     /// Records a failed provider clean-up (`pending_cleanup`, to be retried by release or
     /// destroy) and returns the driver's error.
@@ -76,23 +88,55 @@ impl EnvironmentRuntime {
         Err(error.into())
     }
 
-    /// Acquires a lease on an environment, through `environment.driver`.
+    /// Acquires a lease on an environment, through `environment.driver`, or hands over a
+    /// ready lease when a warm pool matches the request (see [`start_pool`](Self::start_pool)).
     pub async fn acquire_lease(&self, request: AcquireRequest) -> Result<Lease, RuntimeError> {
         traced("acquire_lease", "", async {
-            let environment = self
-                .store
-                .get_environment(&request.environment_id)
+            if let Some(lease) = self.pools.take(&request) {
+                // The same checks as a fresh acquire, so a pool never outlives its rules.
+                match self.check_acquirable(&request.environment_id).await {
+                    Ok(_) => {
+                        tracing::Span::current().record("lease_id", lease.id.as_str());
+                        return self.hand_over(lease, request).await;
+                    }
+                    Err(error) => {
+                        let _ = self.release_lease(&lease.id, LeaseStatus::Released).await;
+                        return Err(error);
+                    }
+                }
+            }
+            self.acquire_fresh(request).await
+        })
+        .await
+    }
+
+    /// The environment an acquire is for, with its driver, once it is known, registered and
+    /// active.
+    async fn check_acquirable(
+        &self,
+        environment_id: &str,
+    ) -> Result<(Environment, Arc<dyn EnvironmentDriver>), RuntimeError> {
+        let environment =
+            self.store
+                .get_environment(environment_id)
                 .await?
                 .ok_or_else(|| RuntimeError::EnvironmentNotFound {
-                    id: request.environment_id.clone(),
+                    id: environment_id.to_owned(),
                 })?;
-            tracing::Span::current().record("driver", environment.driver.as_str());
-            let driver = self.registered(&environment.driver)?;
-            if environment.status != EnvironmentStatus::Active {
-                return Err(RuntimeError::EnvironmentNotActive {
-                    name: environment.name.clone(),
-                });
-            }
+        tracing::Span::current().record("driver", environment.driver.as_str());
+        let driver = self.registered(&environment.driver)?;
+        if environment.status != EnvironmentStatus::Active {
+            return Err(RuntimeError::EnvironmentNotActive {
+                name: environment.name.clone(),
+            });
+        }
+        Ok((environment, driver))
+    }
+
+    /// Acquires a new lease through the driver, never from a pool.
+    pub(super) async fn acquire_fresh(&self, request: AcquireRequest) -> Result<Lease, RuntimeError> {
+        {
+            let (environment, driver) = self.check_acquirable(&request.environment_id).await?;
             if let Some(requested) = request.requested_expires_at
                 && requested <= Timestamp::now()
             {
@@ -152,8 +196,7 @@ impl EnvironmentRuntime {
                 return Err(error.into());
             }
             Ok(lease)
-        })
-        .await
+        }
     }
 
     /// Fail closed on an expiry the driver did not guarantee: end the resource at once
@@ -202,13 +245,8 @@ impl EnvironmentRuntime {
             if lease.expires_at.is_none_or(|at| at > now) {
                 continue;
             }
-            match self.release_lease(&lease.id, LeaseStatus::Expired).await {
-                Ok(lease) => report.released.push(lease),
-                Err(error) => report.failures.push(LeaseFailure {
-                    lease_id: lease.id,
-                    error,
-                }),
-            }
+            let outcome = self.release_lease(&lease.id, LeaseStatus::Expired).await;
+            report.record(lease.id, outcome);
         }
         Ok(report)
     }
@@ -306,13 +344,8 @@ impl EnvironmentRuntime {
         };
         let mut report = ReleaseReport::default();
         for lease in self.store.list_leases(&filter).await? {
-            match self.release_lease(&lease.id, status).await {
-                Ok(lease) => report.released.push(lease),
-                Err(error) => report.failures.push(LeaseFailure {
-                    lease_id: lease.id,
-                    error,
-                }),
-            }
+            let outcome = self.release_lease(&lease.id, status).await;
+            report.record(lease.id, outcome);
         }
         Ok(report)
     }

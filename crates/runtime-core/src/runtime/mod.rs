@@ -1,11 +1,13 @@
 //! The `EnvironmentRuntime` facade (contract section 3): the registry of drivers by key,
 //! the lease store, and the way every lease operation finds its driver. The operations
 //! themselves live in [`lifecycle`] (acquire, resume, release, destroy) and [`operations`]
-//! (realize, execute, sync, duplex, capabilities); both pass the one [`gate`].
+//! (realize, execute, sync, duplex, capabilities); both pass the one [`gate`]. Warm pools
+//! are in [`pool`].
 
 mod gate;
 mod lifecycle;
 mod operations;
+mod pool;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -20,12 +22,14 @@ use crate::model::{Environment, Lease, resolve_driver_key};
 use crate::store::{LeaseFilter, LeaseStore, MemoryStore};
 
 pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport};
+pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
 
 /// The facade: a registry of drivers by key plus a lease store. Every operation resolves
 /// the lease's driver key, then checks in the contract's order before calling the driver.
 pub struct EnvironmentRuntime {
     drivers: RwLock<HashMap<String, Arc<dyn EnvironmentDriver>>>,
     store: Arc<dyn LeaseStore>,
+    pools: pool::Pools,
 }
 
 impl Default for EnvironmentRuntime {
@@ -60,6 +64,7 @@ impl EnvironmentRuntime {
         EnvironmentRuntime {
             drivers: RwLock::new(HashMap::new()),
             store,
+            pools: pool::Pools::default(),
         }
     }
 
