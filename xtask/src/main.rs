@@ -6,6 +6,8 @@ mod conformance;
 mod soak;
 mod stress;
 mod testlog;
+#[cfg(test)]
+mod tidy;
 mod util;
 
 use std::process::ExitCode;

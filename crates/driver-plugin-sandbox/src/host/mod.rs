@@ -11,7 +11,6 @@ mod post_upload;
 mod process;
 mod routes;
 mod supervisor;
-mod timefmt;
 
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;
