@@ -21,10 +21,7 @@ pub fn processes_with_marker_in(proc: &Path, marker: &str) -> Result<Vec<u32>, S
         Ok(own) if !own.is_empty() => {}
         Ok(_) => return Err(format!("{} shows no command line for this process", proc.display())),
         Err(e) => {
-            return Err(format!(
-                "{} does not show this process ({me}): {e}",
-                proc.display()
-            ));
+            return Err(format!("{} does not show this process ({me}): {e}", proc.display()));
         }
     }
     let needle = marker.as_bytes();
@@ -48,10 +45,16 @@ mod tests {
     fn an_unreadable_proc_is_an_error_not_an_empty_answer() {
         let missing = Path::new("/nonexistent-proc-for-envrt");
         let error = processes_with_marker_in(missing, "x").unwrap_err();
-        assert!(error.starts_with("/nonexistent-proc-for-envrt cannot be read: "), "{error}");
+        assert!(
+            error.starts_with("/nonexistent-proc-for-envrt cannot be read: "),
+            "{error}"
+        );
         let empty = tempfile::tempdir().unwrap();
         let error = processes_with_marker_in(empty.path(), "x").unwrap_err();
         assert!(error.contains("does not show this process"), "{error}");
-        assert_eq!(processes_with_marker_in(Path::new("/proc"), "no-such-marker-xyzzy"), Ok(vec![]));
+        assert_eq!(
+            processes_with_marker_in(Path::new("/proc"), "no-such-marker-xyzzy"),
+            Ok(vec![])
+        );
     }
 }

@@ -50,10 +50,9 @@ pub(crate) fn run_guarded(ctx: &Arc<Ctx>, check: Check, trial_name: String) -> T
                     deadline.as_secs_f64()
                 )),
             ),
-            Err(RecvTimeoutError::Disconnected) => (
-                Status::Failed,
-                Some(format!("{} ended without a result", check.name)),
-            ),
+            Err(RecvTimeoutError::Disconnected) => {
+                (Status::Failed, Some(format!("{} ended without a result", check.name)))
+            }
         },
     };
     let elapsed = started.elapsed().as_millis().min(u128::from(u64::MAX)) as u64;

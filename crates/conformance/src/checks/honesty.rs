@@ -334,7 +334,9 @@ fn duplex_shape(ctx: &Ctx) -> Result<(), String> {
             }
             Ok(channel) => {
                 let _ = channel.close().await;
-                Err(format!("a channel opened without the group or the grant (group: {group}, granted: {granted})"))
+                Err(format!(
+                    "a channel opened without the group or the grant (group: {group}, granted: {granted})"
+                ))
             }
         }
     })
@@ -355,7 +357,11 @@ fn verbs_match_groups(ctx: &Ctx) -> Result<(), String> {
         ("resume", inner.as_resume().is_some(), &["environmentResumeLease"]),
         ("destroy", inner.as_destroy().is_some(), &["environmentDestroyLease"]),
         ("execute", inner.as_execute().is_some(), &["environmentExecute"]),
-        ("sync", inner.as_sync().is_some(), &["environmentSyncIn", "environmentSyncOut"]),
+        (
+            "sync",
+            inner.as_sync().is_some(),
+            &["environmentSyncIn", "environmentSyncOut"],
+        ),
         ("duplex", inner.as_duplex().is_some(), &["duplexChannelOpen"]),
     ];
     let mut wrong = Vec::new();

@@ -32,7 +32,9 @@ fn cwd_subdirectory(ctx: &Ctx) -> Result<(), String> {
             request.cwd = Some(cwd.clone());
             let result = ctx.exec(&lease, request).await?;
             ensure_eq(result.exit_code, Some(0), &format!("exit code of pwd in {cwd:?}"))?;
-            let seen = String::from_utf8_lossy(&result.stdout).trim_end_matches('\n').to_owned();
+            let seen = String::from_utf8_lossy(&result.stdout)
+                .trim_end_matches('\n')
+                .to_owned();
             ensure(seen.ends_with(&format!("/{dir}")), || {
                 format!("pwd with cwd {cwd:?} printed {seen:?}")
             })?;
@@ -66,10 +68,7 @@ fn env_with_equals(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
         let script: String = vars.keys().map(|k| format!(" \"${k}\"")).collect();
         let mut request = ExecuteRequest::new("sh", ["-c".to_string(), format!("printf '%s\\n'{script}")]);
-        request.env = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), EnvValue::from(*v)))
-            .collect();
+        request.env = vars.iter().map(|(k, v)| (k.to_string(), EnvValue::from(*v))).collect();
         let result = ctx.exec(&lease, request).await?;
         let expected: String = vars.values().map(|v| format!("{v}\n")).collect();
         ensure_eq(
@@ -102,7 +101,12 @@ fn listing(root: &Path) -> std::io::Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir)? {
             let path = entry?.path();
-            let rel = path.strip_prefix(root).expect("under root").as_os_str().as_bytes().to_vec();
+            let rel = path
+                .strip_prefix(root)
+                .expect("under root")
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
             if std::fs::symlink_metadata(&path)?.is_dir() {
                 stack.push(path);
                 out.insert(rel, None);
@@ -145,11 +149,7 @@ fn non_utf8_names(ctx: &Ctx) -> Result<(), String> {
         ensure_eq(result.operations[0].files_transferred, 4, "files transferred in")?;
         if ctx.profile.has_execute {
             let count = ctx.sh(&lease, &format!("find '{target}' -type f | wc -l")).await?;
-            ensure_eq(
-                String::from_utf8_lossy(&count).trim(),
-                "4",
-                "files in the environment",
-            )?;
+            ensure_eq(String::from_utf8_lossy(&count).trim(), "4", "files in the environment")?;
         }
         let back = host.path().join("back");
         ctx.runtime

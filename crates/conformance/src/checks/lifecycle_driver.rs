@@ -11,13 +11,13 @@ use super::{Check, Checked, always, has_destroy};
 use crate::context::{Ctx, ensure, ensure_eq};
 
 pub(super) const CHECKS: &[Check] = &[
-    Check::new(
-        "lifecycle_driver_release_after_end",
-        always,
-        release_after_end,
-    ),
+    Check::new("lifecycle_driver_release_after_end", always, release_after_end),
     Check::new("lifecycle_driver_unknown_lease", always, unknown_lease),
-    Check::new("lifecycle_driver_resume_after_release", has_resume, resume_after_release),
+    Check::new(
+        "lifecycle_driver_resume_after_release",
+        has_resume,
+        resume_after_release,
+    ),
     Check::maybe(
         "lifecycle_ephemeral_release_frees_resource",
         always,

@@ -190,7 +190,9 @@ fn host_sampler(dir: PathBuf, done: Arc<AtomicBool>) -> std::thread::JoinHandle<
             while let Some(d) = stack.pop() {
                 let Ok(entries) = std::fs::read_dir(&d) else { continue };
                 for entry in entries.flatten() {
-                    let Ok(meta) = entry.path().symlink_metadata() else { continue };
+                    let Ok(meta) = entry.path().symlink_metadata() else {
+                        continue;
+                    };
                     if meta.is_dir() {
                         stack.push(entry.path());
                     } else if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
