@@ -1,7 +1,8 @@
-//! A tracing subscriber that watches every span and event of the process (every thread,
-//! every level) for given strings, so a check can prove that a secret never reaches the
-//! driver's tracing output. It is installed as the global default the first time a check
-//! asks for it; it formats nothing unless a [`Watch`] is open.
+//! A tracing subscriber and a `log` logger that watch every span, event and log record of
+//! the process (every thread, every level) for given strings, so a check can prove that a
+//! secret never reaches the driver's tracing or log output (a driver's dependencies, such
+//! as an HTTP client, often log with `log`). Both are installed as the global default the
+//! first time a check asks for them; they format nothing unless a [`Watch`] is open.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -90,6 +91,37 @@ impl Subscriber for CaptureSubscriber {
 
 static INSTALLED: OnceLock<Result<Arc<Shared>, String>> = OnceLock::new();
 
+/// The `log` side: forwards every record to the shared state while a watch is open.
+struct CaptureLogger;
+
+static LOGGER: CaptureLogger = CaptureLogger;
+
+impl log::Log for CaptureLogger {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        INSTALLED
+            .get()
+            .and_then(|s| s.as_ref().ok())
+            .is_some_and(|s| s.open.load(Ordering::Acquire) > 0)
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        let Some(Ok(shared)) = INSTALLED.get() else { return };
+        if shared.open.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let text = record.args().to_string();
+        let watches = shared.watches.lock().unwrap().clone();
+        for watch in watches {
+            let mut seen = watch.seen.lock().unwrap();
+            for (i, needle) in watch.needles.iter().enumerate() {
+                if text.contains(needle.as_str()) {
+                    seen[i].push(format!("log {} {}", record.target(), record.level()));
+                }
+            }
+        }
+    }
+    fn flush(&self) {}
+}
+
 fn shared() -> Result<Arc<Shared>, String> {
     INSTALLED
         .get_or_init(|| {
@@ -99,8 +131,10 @@ fn shared() -> Result<Arc<Shared>, String> {
                 next_id: AtomicU64::new(1),
             };
             tracing::subscriber::set_global_default(subscriber)
-                .map(|()| shared)
-                .map_err(|_| "another global tracing subscriber is installed in this process".to_owned())
+                .map_err(|_| "another global tracing subscriber is installed in this process".to_owned())?;
+            log::set_logger(&LOGGER)
+                .map_err(|_| "another global `log` logger is installed in this process".to_owned())?;
+            Ok(shared)
         })
         .clone()
 }
@@ -123,6 +157,7 @@ impl Watch {
         });
         shared.watches.lock().unwrap().push(state.clone());
         shared.open.fetch_add(1, Ordering::AcqRel);
+        log::set_max_level(log::LevelFilter::Trace);
         tracing::callsite::rebuild_interest_cache();
         Ok(Watch { shared, state })
     }
@@ -140,7 +175,9 @@ impl Drop for Watch {
             .lock()
             .unwrap()
             .retain(|w| !Arc::ptr_eq(w, &self.state));
-        self.shared.open.fetch_sub(1, Ordering::AcqRel);
+        if self.shared.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            log::set_max_level(log::LevelFilter::Off);
+        }
     }
 }
 
@@ -150,17 +187,25 @@ mod tests {
 
     #[test]
     fn sees_needles_in_events_and_spans_on_any_thread() {
-        let watch = Watch::open(vec!["needle-one".into(), "needle-two".into(), "absent".into()]).unwrap();
+        let watch = Watch::open(vec![
+            "needle-one".into(),
+            "needle-two".into(),
+            "absent".into(),
+            "needle-three".into(),
+        ])
+        .unwrap();
         std::thread::spawn(|| {
             tracing::trace!(value = "xx needle-one xx", "an event");
             let span = tracing::debug_span!("a span", field = tracing::field::Empty);
             span.record("field", "needle-two");
+            log::debug!(target: "some_client", "body {{\"Env\":[\"TOKEN=needle-three\"]}}");
         })
         .join()
         .unwrap();
         assert_eq!(watch.seen(0).len(), 1, "{:?}", watch.seen(0));
         assert_eq!(watch.seen(1).len(), 1, "{:?}", watch.seen(1));
         assert!(watch.seen(2).is_empty());
+        assert_eq!(watch.seen(3), ["log some_client DEBUG"]);
         drop(watch);
         let later = Watch::open(vec!["needle-one".into()]).unwrap();
         assert!(later.seen(0).is_empty(), "a new watch starts empty");

@@ -121,7 +121,7 @@ fn listing(root: &Path) -> std::io::Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
 fn shown(listing: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Vec<String> {
     listing
         .iter()
-        .map(|(k, v)| format!("{}{}", String::from_utf8_lossy(k), if v.is_none() { "/" } else { "" }))
+        .map(|(k, v)| format!("{}{}", k.escape_ascii(), if v.is_none() { "/" } else { "" }))
         .collect()
 }
 

@@ -25,7 +25,11 @@ fn secrets_not_logged(ctx: &Ctx) -> Result<Checked, String> {
         let secret = ctx.marker("logged-secret");
         let watch = match Watch::open(vec![secret.clone(), lease.id.clone()]) {
             Ok(watch) => watch,
-            Err(why) => return Ok(Checked::NotChecked(format!("cannot capture tracing output: {why}"))),
+            Err(why) => {
+                return Ok(Checked::NotChecked(format!(
+                    "cannot capture tracing and log output: {why}"
+                )));
+            }
         };
         let request = |command: &str, args: &[&str]| {
             let mut request = ExecuteRequest::new(command, args.iter().copied());
@@ -57,7 +61,7 @@ fn secrets_not_logged(ctx: &Ctx) -> Result<Checked, String> {
         drop(watch);
         ensure(seen_secret.is_empty(), || {
             format!(
-                "a secret env value appeared in the tracing output {} time(s), in: {:?}",
+                "a secret env value appeared in the tracing or log output {} time(s), in: {:?}",
                 seen_secret.len(),
                 seen_secret
             )

@@ -22,7 +22,7 @@ use envrt_runtime_core::{
 /// One broken promise.
 #[allow(dead_code, reason = "each test binary uses some of the faults")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// None: the honest local driver behind the same wrapper.
     Honest,
     /// Grants duplexCommandStream, then fails every open.
@@ -66,7 +66,7 @@ pub enum Fault {
 }
 
 /// The local driver with one fault.
-pub struct Faulty {
+pub(crate) struct Faulty {
     inner: LocalDriver,
     fault: Fault,
     key: String,
@@ -309,7 +309,7 @@ impl DuplexChannels for Faulty {
 }
 
 /// The local resource probe: a lease's workspace directory exists.
-pub fn workspace_probe() -> ResourceProbe {
+pub(crate) fn workspace_probe() -> ResourceProbe {
     Arc::new(|lease: &Lease| -> ResourceFuture {
         let dir = lease
             .metadata
@@ -324,7 +324,7 @@ pub fn workspace_probe() -> ResourceProbe {
 }
 
 /// A target for `fault` with its workspaces under `root`, 8 cases, the workspace probe.
-pub fn target(fault: Fault, root: &Path) -> impl std::future::Future<Output = Result<Target, String>> {
+pub(crate) fn target(fault: Fault, root: &Path) -> impl std::future::Future<Output = Result<Target, String>> {
     let root = root.to_path_buf();
     async move {
         let inner = LocalDriver::new(LocalConfig {
@@ -347,6 +347,6 @@ pub fn target(fault: Fault, root: &Path) -> impl std::future::Future<Output = Re
 }
 
 /// A suite for `fault`.
-pub fn suite(fault: Fault, root: &Path) -> Suite {
+pub(crate) fn suite(fault: Fault, root: &Path) -> Suite {
     Suite::build(|| target(fault, root)).expect("suite")
 }
