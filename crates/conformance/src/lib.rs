@@ -7,6 +7,12 @@
 //! the exact refusal and the driver is never called; present ⇒ no refusal). Trials are
 //! named `driver_<key>::<check>`.
 //!
+//! Every check runs on its own thread under a deadline ([`Target::with_deadline`],
+//! `ENVRT_CONFORMANCE_DEADLINE`): a hang or a panic is a failure naming the check and the
+//! suite goes on. A check that cannot look (no probe, `/proc` unreadable) reports
+//! [`Status::NotChecked`] instead of passing. A run writes one JSON document
+//! ([`RunReport`]) to `ENVRT_CONFORMANCE_REPORT`.
+//!
 //! Run it from a test target with `harness = false`:
 //!
 //! ```no_run
