@@ -112,6 +112,15 @@ fn a_resume_that_hands_out_ghosts() {
     );
 }
 
+#[test]
+fn a_destroy_that_fails_when_the_resource_is_gone() {
+    let message = failure_of(Fault::DestroyFailsWhenGone, "lifecycle_driver_unknown_lease");
+    assert!(
+        message.starts_with("the driver's destroy_lease of a lease it never issued failed: "),
+        "{message}"
+    );
+}
+
 // Class 2: valid inputs sent positively.
 
 #[test]
@@ -201,6 +210,15 @@ fn synced_files_world_readable_while_written() {
     let message = failure_of(Fault::LooseWhileWriting, "sync_in_mode_never_looser");
     assert!(
         message.starts_with("files were readable with a looser mode than 0600 while the sync wrote them"),
+        "{message}"
+    );
+}
+
+#[test]
+fn host_files_world_readable_while_synced_out() {
+    let message = failure_of(Fault::LooseWhileWritingOut, "sync_out_mode_never_looser");
+    assert!(
+        message.starts_with("host files were readable with a looser mode than 0600 while the sync wrote them"),
         "{message}"
     );
 }
@@ -339,6 +357,7 @@ fn the_honest_driver_passes_the_same_checks() {
         "execute_concurrent_overlap",
         "execute_secrets_not_logged",
         "sync_in_mode_never_looser",
+        "sync_out_mode_never_looser",
         "honesty_realize",
         "execute_argv_roundtrip",
         "execute_cwd_confined",

@@ -105,8 +105,20 @@ fn unknown_lease(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |live| async move {
         let mut context = context_of(ctx, &live.id).await?;
         let mut ghost: Lease = context.lease.clone();
-        ghost.id = sibling_id(&ghost.id);
-        ghost.provider_lease_id = ghost.provider_lease_id.as_deref().map(sibling_id);
+        ghost.id = sibling_id(&live.id);
+        ghost.provider_lease_id = live.provider_lease_id.as_deref().map(sibling_id);
+        // Metadata naming the live lease (a workspace path, a container id) names the
+        // ghost instead, so nothing of the call can reach the live resource by accident.
+        let mut swaps = vec![(live.id.clone(), ghost.id.clone())];
+        if let (Some(live_provider), Some(ghost_provider)) = (&live.provider_lease_id, &ghost.provider_lease_id) {
+            swaps.push((live_provider.clone(), ghost_provider.clone()));
+        }
+        for value in ghost.metadata.values_mut() {
+            if let Some(text) = value.as_str() {
+                let swapped = swaps.iter().fold(text.to_owned(), |t, (from, to)| t.replace(from, to));
+                *value = swapped.into();
+            }
+        }
         context.lease = ghost;
         driver_release(ctx, &context, "a lease it never issued").await?;
         driver_destroy(ctx, &context, "a lease it never issued").await?;

@@ -41,6 +41,8 @@ pub(crate) enum Fault {
     EphemeralReleaseKeepsWorkspace,
     /// Class 1: resume hands out a grant even when the workspace is gone.
     ResumesGhosts,
+    /// Class 1: destroy fails when the workspace is already gone.
+    DestroyFailsWhenGone,
     /// Class 2: a relative subdirectory cwd is ignored (the command runs at the root).
     IgnoresSubdirCwd,
     /// Class 2: env values are cut at their first `=`.
@@ -57,6 +59,8 @@ pub(crate) enum Fault {
     LogsSecrets,
     /// Class 5: writes synced files world-readable first and tightens the mode later.
     LooseWhileWriting,
+    /// Class 5: the same on the host side of a sync out.
+    LooseWhileWritingOut,
     /// Class 6: realize never returns.
     BlocksInRealize,
     /// Class 6: panics when asked to run a program that does not exist.
@@ -112,7 +116,7 @@ impl EnvironmentDriver for Faulty {
         Some(self)
     }
     fn as_destroy(&self) -> Option<&dyn DestroyLease> {
-        self.inner.as_destroy()
+        Some(self)
     }
     fn as_realize(&self) -> Option<&dyn RealizeWorkspace> {
         Some(self)
@@ -158,6 +162,24 @@ impl ResumeLease for Faulty {
             }));
         }
         Ok(resumed)
+    }
+}
+
+#[async_trait]
+impl DestroyLease for Faulty {
+    async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
+        let workspace = context.lease.metadata.get("workspace").and_then(|v| v.as_str());
+        if self.has(Fault::DestroyFailsWhenGone) && workspace.is_none_or(|w| !Path::new(w).exists()) {
+            return Err(DriverError::other(format!(
+                "no workspace for lease {}",
+                context.lease.id
+            )));
+        }
+        self.inner
+            .as_destroy()
+            .expect("local destroys")
+            .destroy_lease(context)
+            .await
     }
 }
 
@@ -283,6 +305,16 @@ impl FileSync for Faulty {
         Ok(result)
     }
     async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        if self.has(Fault::LooseWhileWritingOut) {
+            let files = operations.iter().flat_map(|o| &o.files);
+            for file in files.filter(|f| f.kind == SyncKind::File && f.mode.is_some()) {
+                let source = workspace_of(context).join(&file.source_path);
+                std::fs::copy(&source, &file.target_path).map_err(|e| DriverError::io("copy", e))?;
+                std::fs::set_permissions(&file.target_path, std::fs::Permissions::from_mode(0o644))
+                    .map_err(|e| DriverError::io("chmod", e))?;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         self.inner
             .as_sync()
             .expect("local syncs")
