@@ -100,7 +100,8 @@ fn operation(files: Vec<SyncFile>) -> Vec<SyncOperation> {
 }
 
 /// While large 0600 files are synced in, a loop inside the environment looks for any file
-/// under the target directory with group or other bits.
+/// in the (fresh) workspace with group or other bits: the targets and any staging files
+/// beside them.
 fn sync_in_mode(ctx: &Ctx) -> Result<Checked, String> {
     let host = tempfile::tempdir().map_err(|e| e.to_string())?;
     let sources = host_sources(host.path())?;
@@ -110,7 +111,10 @@ fn sync_in_mode(ctx: &Ctx) -> Result<Checked, String> {
         let control = ctx
             .sh(
                 &lease,
-                &format!("mkdir -p '{dir}' '{dir}.control' && touch '{dir}.control/f' && chmod 644 '{dir}.control/f' && find '{dir}.control' -type f -perm /077"),
+                &format!(
+                    "mkdir -p '{dir}' '{dir}.control' && touch '{dir}.control/f' && chmod 644 '{dir}.control/f' \
+                     && find '{dir}.control' -type f -perm /077 && rm -r '{dir}.control'"
+                ),
             )
             .await;
         if !control.as_ref().is_ok_and(|out| !out.is_empty()) {
@@ -119,7 +123,8 @@ fn sync_in_mode(ctx: &Ctx) -> Result<Checked, String> {
             )));
         }
         let sampler = format!(
-            "touch '{dir}.started'; while [ ! -e '{dir}.done' ]; do find '{dir}' -type f -perm /077; done; exit 0"
+            "touch '{dir}.started'; while [ ! -e '{dir}.done' ]; do \
+             find . -type f -perm /077 ! -name '{dir}.started' ! -name '{dir}.done'; done; exit 0"
         );
         let mut request = ExecuteRequest::new("sh", ["-c".to_string(), sampler]);
         request.timeout = Some(Duration::from_secs(60));
