@@ -21,9 +21,12 @@ tasks:
   ci                     fmt check, clippy -D warnings, doc -Dwarnings, every test
   conformance [options]  the conformance kit against built-in drivers or a plugin worker
       --driver local|docker|sandbox|all   (default all)
-      --worker COMMAND --manifest FILE    run the kit against an external plugin worker
+      --manifest FILE [--worker COMMAND]  run the kit against an external plugin worker (its
+                                          manifest; the command defaults to the manifest's
+                                          worker.command, or `node` + entrypoints.worker)
       --cases N                           property-test cases per check
-      --report PATH                       JSON report (default target/conformance/report.json)
+      --deadline SECONDS                  per-check deadline (default 300)
+      --report PATH                       one JSON report (default target/conformance/report.json)
   setup                  install and start what the tests need (apt packages, dockerd,
                          the test image, the SDK fixture); idempotent
   docker-image           build the local test image envrt-test:latest

@@ -11,7 +11,7 @@ use envrt_runtime_core::{
 };
 
 use crate::recorder::Recorder;
-use crate::{LeftoversProbe, Target};
+use crate::{LeftoversProbe, ResourceProbe, Target};
 
 /// What the driver offers: its optional groups and its snapshots.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,6 +38,9 @@ pub struct Profile {
     pub binary_safe: bool,
     /// Whether duplex channels can half-close.
     pub half_close: bool,
+    /// Whether the driver's declaration withholds `duplexCommandStream` (then a duplex group
+    /// with the capability refusal is the expected shape).
+    pub duplex_withheld: bool,
 }
 
 /// The shared state of a suite run.
@@ -59,6 +62,10 @@ pub struct Ctx {
     /// Property-test cases.
     pub cases: u32,
     pub(crate) leftovers: Option<LeftoversProbe>,
+    pub(crate) resource: Option<ResourceProbe>,
+    pub(crate) proc_root: std::path::PathBuf,
+    /// How long one check may take.
+    pub deadline: std::time::Duration,
     pub(crate) only: Option<Vec<&'static str>>,
     pub(crate) deviations: Vec<(&'static str, String)>,
     handle: tokio::runtime::Handle,
@@ -93,10 +100,14 @@ impl Ctx {
                 has_duplex: inner.as_duplex().is_some(),
                 binary_safe: target.binary_safe,
                 half_close: target.half_close,
+                duplex_withheld: target.duplex_withheld,
                 ..Default::default()
             },
             cases: target.cases.max(1),
             leftovers: target.leftovers,
+            resource: target.resource,
+            proc_root: target.proc_root,
+            deadline: target.deadline.unwrap_or(crate::runner::DEFAULT_DEADLINE),
             only: target.only,
             deviations: target.deviations,
             handle,
@@ -120,6 +131,11 @@ impl Ctx {
         snapshot
             .map_err(|e| format!("lease capabilities: {e}"))?
             .ok_or_else(|| "the driver is not registered".to_owned())
+    }
+
+    /// The processes whose command line carries `marker`, or why none can be seen.
+    pub fn processes(&self, marker: &str) -> Result<Vec<u32>, String> {
+        crate::procs::processes_with_marker_in(&self.proc_root, marker)
     }
 
     /// Runs a future to completion on the suite's runtime.

@@ -7,6 +7,12 @@
 //! the exact refusal and the driver is never called; present ⇒ no refusal). Trials are
 //! named `driver_<key>::<check>`.
 //!
+//! Every check runs on its own thread under a deadline ([`Target::with_deadline`],
+//! `ENVRT_CONFORMANCE_DEADLINE`): a hang or a panic is a failure naming the check and the
+//! suite goes on. A check that cannot look (no probe, `/proc` unreadable) reports
+//! [`Status::NotChecked`] instead of passing. A run writes one JSON document
+//! ([`RunReport`]) to `ENVRT_CONFORMANCE_REPORT`.
+//!
 //! Run it from a test target with `harness = false`:
 //!
 //! ```no_run
@@ -25,28 +31,39 @@
 
 #![forbid(unsafe_code)]
 
+mod capture;
 mod checks;
 mod context;
 mod procs;
 mod recorder;
 mod report;
+mod runner;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use envrt_runtime_core::{CapabilitySnapshot, EnvironmentDriver, EnvironmentRuntime, JsonMap};
+use envrt_runtime_core::{CapabilitySnapshot, EnvironmentDriver, EnvironmentRuntime, JsonMap, Lease};
 
 pub use context::{Ctx, Profile};
-pub use procs::processes_with_marker;
+pub use procs::{processes_with_marker, processes_with_marker_in};
 pub use recorder::Recorder;
-pub use report::{Report, TrialOutcome};
+pub use report::{NotStarted, Report, RunReport, Status, TrialOutcome, report_not_started};
 
 /// A future returning what is left behind (containers, directories, ...), one line each.
 pub type LeftoversFuture = Pin<Box<dyn Future<Output = Result<Vec<String>, String>> + Send>>;
 
 /// A driver-specific look for leftovers after the suite (empty = clean).
 pub type LeftoversProbe = Arc<dyn Fn() -> LeftoversFuture + Send + Sync>;
+
+/// A future answering whether a lease's backend resource (workspace directory, container,
+/// sandbox directory, ...) still exists.
+pub type ResourceFuture = Pin<Box<dyn Future<Output = Result<bool, String>> + Send>>;
+
+/// A driver-specific look at the backend: does the resource of this lease still exist?
+/// Used to check that an ephemeral release really frees it, before any destroy.
+pub type ResourceProbe = Arc<dyn Fn(&Lease) -> ResourceFuture + Send + Sync>;
 
 /// The driver under test and how to test it.
 #[derive(Clone)]
@@ -62,9 +79,20 @@ pub struct Target {
     pub binary_safe: bool,
     /// Driver-specific leftovers after the suite.
     pub leftovers: Option<LeftoversProbe>,
+    /// Driver-specific look at one lease's backend resource.
+    pub resource: Option<ResourceProbe>,
+    /// How long one check may take before it is reported as failed and abandoned
+    /// (`ENVRT_CONFORMANCE_DEADLINE` overrides it; 300 s when neither is set).
+    pub deadline: Option<Duration>,
+    /// Where the process checks look for processes (`/proc`).
+    pub proc_root: std::path::PathBuf,
     /// Whether duplex channels can close the command's input (half-close). Without it
     /// the round trip reads back exactly what was written and closes the channel.
     pub half_close: bool,
+    /// Whether the driver's declaration withholds `duplexCommandStream` although it has a
+    /// duplex group (a plugin manifest without the opt-in); then the capability refusal is
+    /// the expected answer, otherwise a group that never grants is reported.
+    pub duplex_withheld: bool,
     /// When set, only checks whose name starts with one of these prefixes run.
     pub only: Option<Vec<&'static str>>,
     /// Documented deviations: checks that are registered but reported as ignored, each
@@ -81,7 +109,11 @@ impl Target {
             cases: 16,
             binary_safe: true,
             leftovers: None,
+            resource: None,
+            deadline: None,
+            proc_root: "/proc".into(),
             half_close: true,
+            duplex_withheld: false,
             only: None,
             deviations: Vec::new(),
         }
@@ -117,6 +149,12 @@ impl Target {
         self
     }
 
+    /// Declares that the driver's declaration withholds `duplexCommandStream`.
+    pub fn duplex_withheld_by_declaration(mut self) -> Self {
+        self.duplex_withheld = true;
+        self
+    }
+
     /// Declares that duplex channels cannot half-close.
     pub fn without_half_close(mut self) -> Self {
         self.half_close = false;
@@ -128,12 +166,38 @@ impl Target {
         self.leftovers = Some(probe);
         self
     }
+
+    /// Adds a resource probe (does a lease's backend resource still exist?).
+    pub fn with_resource_probe(mut self, probe: ResourceProbe) -> Self {
+        self.resource = Some(probe);
+        self
+    }
+
+    /// Looks for processes under `proc_root` instead of `/proc` (a test of the kit points
+    /// it at an unreadable place to see "not checked").
+    pub fn with_proc_root(mut self, proc_root: impl Into<std::path::PathBuf>) -> Self {
+        self.proc_root = proc_root.into();
+        self
+    }
+
+    /// Sets the per-check deadline.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
 }
 
 /// Runs several suites as one libtest run (main trials of all, then the clean-up trials
-/// of all), printing each capability matrix line first and appending each report to
-/// `ENVRT_CONFORMANCE_REPORT` when set. Returns whether everything passed.
+/// of all), printing each capability matrix line first; writes ONE JSON document
+/// ([`RunReport`]) to `ENVRT_CONFORMANCE_REPORT` when set. Returns whether everything
+/// passed.
 pub fn run_suites(suites: Vec<Suite>) -> bool {
+    run_suites_with(suites, Vec::new())
+}
+
+/// [`run_suites`], also reporting suites that could not start (each printed with its
+/// reason and written to the report; one that is not `skipped` fails the run).
+pub fn run_suites_with(suites: Vec<Suite>, not_started: Vec<NotStarted>) -> bool {
     let args = libtest_mimic::Arguments::from_args();
     for suite in &suites {
         println!("{}", report::matrix_line(&suite.ctx));
@@ -141,16 +205,24 @@ pub fn run_suites(suites: Vec<Suite>) -> bool {
             println!("envrt-deviation driver_{}::{check}: {reason}", suite.ctx.key);
         }
     }
+    for n in &not_started {
+        report::print_not_started(&n.suite, &n.reason, n.skipped);
+    }
     let main = libtest_mimic::run(&args, suites.iter().flat_map(Suite::trials).collect());
     let cleanup = libtest_mimic::run(&args, suites.iter().flat_map(Suite::cleanup_trials).collect());
-    let passed = !main.has_failed() && !cleanup.has_failed();
-    if let Ok(path) = std::env::var("ENVRT_CONFORMANCE_REPORT") {
-        for suite in &suites {
-            if let Err(e) = suite.report().append_to(&path) {
-                eprintln!("cannot write the conformance report to {path}: {e}");
-            }
+    let reports: Vec<Report> = suites.iter().map(Suite::report).collect();
+    for trial in reports.iter().flat_map(|r| &r.trials) {
+        if trial.status == Status::NotChecked {
+            println!(
+                "envrt-not-checked {}: {}",
+                trial.name,
+                trial.message.as_deref().unwrap_or("")
+            );
         }
     }
+    let run = RunReport::new(reports, not_started);
+    report::write_env_report(&run);
+    let passed = !main.has_failed() && !cleanup.has_failed() && run.passed;
     for suite in suites {
         drop(suite.ctx);
         if let Ok(tokio) = Arc::try_unwrap(suite.tokio) {
@@ -187,6 +259,9 @@ impl Suite {
             .and_then(|v| v.parse().ok())
         {
             target.cases = cases;
+        }
+        if let Some(deadline) = runner::deadline_from_env()? {
+            target.deadline = Some(deadline);
         }
         let ctx = tokio.block_on(Ctx::prepare(target, tokio.handle().clone()))?;
         Ok(Suite {
@@ -236,11 +311,57 @@ impl Suite {
         self.registered().into_iter().map(|c| c.name).collect()
     }
 
-    /// Runs one registered check directly (no libtest) and returns its outcome; `None` when
-    /// no check of that name is registered for the driver.
+    /// Runs one registered check directly (no libtest), guarded by the deadline like every
+    /// trial, and returns its outcome: `Ok(())` for passed (and for not checked), the
+    /// failure text otherwise; `None` when no check of that name is registered.
     pub fn run_check(&self, name: &str) -> Option<Result<(), String>> {
+        let outcome = self.run_check_outcome(name)?;
+        Some(match outcome.status {
+            Status::Failed => Err(outcome.message.unwrap_or_default()),
+            _ => Ok(()),
+        })
+    }
+
+    /// Runs one registered check directly and returns its full outcome (status, message).
+    pub fn run_check_outcome(&self, name: &str) -> Option<TrialOutcome> {
         let check = self.registered().into_iter().find(|c| c.name == name)?;
-        Some((check.run)(&self.ctx))
+        let outcome = runner::run_guarded(&self.ctx, check, self.trial_name(check.name));
+        self.report.lock().unwrap().push(outcome.clone());
+        Some(outcome)
+    }
+
+    /// Runs every registered check (main, then clean-up) directly, without libtest, each
+    /// guarded by the deadline, and returns the report.
+    pub fn run_all(&self) -> Report {
+        let checks = self.registered();
+        for phase in [checks::Phase::Main, checks::Phase::AfterSuite] {
+            for check in checks.iter().filter(|c| c.phase == phase) {
+                let outcome = if self.deviation(check.name).is_some() {
+                    self.ignored(check.name)
+                } else {
+                    runner::run_guarded(&self.ctx, *check, self.trial_name(check.name))
+                };
+                self.report.lock().unwrap().push(outcome);
+            }
+        }
+        self.report()
+    }
+
+    fn trial_name(&self, check: &str) -> String {
+        format!("driver_{}::{check}", self.ctx.key)
+    }
+
+    fn deviation(&self, check: &str) -> Option<&String> {
+        self.ctx.deviations.iter().find(|(c, _)| *c == check).map(|(_, r)| r)
+    }
+
+    fn ignored(&self, check: &str) -> TrialOutcome {
+        TrialOutcome::new(
+            self.trial_name(check),
+            Status::Ignored,
+            self.deviation(check).cloned(),
+            0,
+        )
     }
 
     fn registered(&self) -> Vec<checks::Check> {
@@ -263,19 +384,22 @@ impl Suite {
             .map(|check| {
                 let ctx = self.ctx.clone();
                 let report = self.report.clone();
-                let name = format!("driver_{}::{}", ctx.key, check.name);
+                let name = self.trial_name(check.name);
+                if self.deviation(check.name).is_some() {
+                    // Not run, but in the report as ignored with its reason.
+                    report.lock().unwrap().push(self.ignored(check.name));
+                    return libtest_mimic::Trial::test(name, || Ok(())).with_ignored_flag(true);
+                }
                 let trial_name = name.clone();
-                let deviates = ctx.deviations.iter().any(|(c, _)| *c == check.name);
                 libtest_mimic::Trial::test(name, move || {
-                    let outcome = (check.run)(&ctx);
-                    report.lock().unwrap().push(TrialOutcome {
-                        name: trial_name,
-                        passed: outcome.is_ok(),
-                        message: outcome.as_ref().err().cloned(),
-                    });
-                    outcome.map_err(Into::into)
+                    let outcome = runner::run_guarded(&ctx, check, trial_name);
+                    let result = match outcome.status {
+                        Status::Failed => Err(outcome.message.clone().unwrap_or_default().into()),
+                        _ => Ok(()),
+                    };
+                    report.lock().unwrap().push(outcome);
+                    result
                 })
-                .with_ignored_flag(deviates)
             })
             .collect()
     }
@@ -287,8 +411,10 @@ impl Suite {
         run_suites(vec![self])
     }
 
-    fn report(&self) -> Report {
-        let trials = self.report.lock().unwrap().clone();
+    /// The report of what ran so far (trials sorted by name).
+    pub fn report(&self) -> Report {
+        let mut trials = self.report.lock().unwrap().clone();
+        trials.sort_by(|a, b| a.name.cmp(&b.name));
         Report {
             driver: self.ctx.key.clone(),
             capabilities: self.ctx.profile.environment,

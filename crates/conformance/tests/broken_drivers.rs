@@ -1,184 +1,38 @@
 //! The kit catches broken drivers: deliberately faulty wrappers around the real local
-//! driver, each of which must make exactly the check that guards its fault fail, naming
-//! it, while the honest driver passes that check.
+//! driver (see `broken/mod.rs`), each of which must make the check that guards its fault
+//! fail, naming it, while the honest driver passes that check. At least one fault per
+//! class the kit guards: life cycle behind the facade, inputs sent positively, duplex
+//! shape, concurrency, unobserved channels, the kit itself, probes that cannot look.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+mod broken;
 
-use async_trait::async_trait;
-use envrt_conformance::{Suite, Target};
-use envrt_driver_local::{LocalConfig, LocalDriver};
-use envrt_runtime_core::capability::VerbSet;
-use envrt_runtime_core::driver::*;
-use envrt_runtime_core::{CapabilitySnapshot, DriverError, ExecuteRequest, ExecuteResult, SyncOperation, SyncResult};
+use std::time::Duration;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fault {
-    /// Grants duplexCommandStream, then fails every open.
-    ClaimsDuplexButRefuses,
-    /// Refuses a `..` sync target with its own words instead of the exact error.
-    WrongRefusalText,
-    /// Leaves a process carrying the command line behind a timeout.
-    LeaksProcessPastTimeout,
-    /// Drops the last byte of stdin.
-    DropsStdinByte,
-    /// Writes a `..` sync target outside the workspace instead of refusing it.
-    WritesOutsideTarget,
-}
-
-struct Faulty {
-    inner: LocalDriver,
-    fault: Fault,
-}
-
-#[async_trait]
-impl EnvironmentDriver for Faulty {
-    fn key(&self) -> &str {
-        match self.fault {
-            Fault::ClaimsDuplexButRefuses => "faulty_duplex",
-            Fault::WrongRefusalText => "faulty_text",
-            Fault::LeaksProcessPastTimeout => "faulty_leak",
-            Fault::DropsStdinByte => "faulty_stdin",
-            Fault::WritesOutsideTarget => "faulty_escape",
-        }
-    }
-    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
-        let mut grant = self.inner.acquire_lease(input).await?;
-        // The facade writes metadata.driver only when absent; make it ours.
-        grant.metadata.insert("driver".into(), self.key().into());
-        Ok(grant)
-    }
-    async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
-        self.inner.release_lease(input).await
-    }
-    async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
-        let mut snapshot = self.inner.resolve_capabilities(input).await?;
-        if self.fault == Fault::ClaimsDuplexButRefuses {
-            snapshot.duplex_command_stream = true;
-        }
-        Ok(snapshot)
-    }
-    fn as_resume(&self) -> Option<&dyn ResumeLease> {
-        self.inner.as_resume()
-    }
-    fn as_destroy(&self) -> Option<&dyn DestroyLease> {
-        self.inner.as_destroy()
-    }
-    fn as_realize(&self) -> Option<&dyn RealizeWorkspace> {
-        self.inner.as_realize()
-    }
-    fn as_execute(&self) -> Option<&dyn Execute> {
-        Some(self)
-    }
-    fn as_sync(&self) -> Option<&dyn FileSync> {
-        Some(self)
-    }
-    fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
-        (self.fault == Fault::ClaimsDuplexButRefuses).then_some(self as _)
-    }
-    fn verified_verbs(&self) -> VerbSet {
-        let mut verbs = self.inner.verified_verbs();
-        if self.fault == Fault::ClaimsDuplexButRefuses {
-            verbs.insert("duplexChannelOpen".into());
-        }
-        verbs
-    }
-}
-
-#[async_trait]
-impl Execute for Faulty {
-    async fn execute(&self, context: &LeaseContext, mut request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
-        let inner = self.inner.as_execute().expect("local executes");
-        match self.fault {
-            Fault::DropsStdinByte => {
-                if let Some(stdin) = request.stdin.as_mut() {
-                    stdin.pop();
-                }
-            }
-            Fault::LeaksProcessPastTimeout if request.timeout.is_some() => {
-                // A sibling outside the command's process group, carrying its argv.
-                let mut argv = vec!["-c".to_string(), "sleep 30".to_string()];
-                argv.extend(request.args.iter().skip(2).cloned());
-                let _ = std::process::Command::new("setsid").arg("sh").args(&argv).spawn();
-            }
-            _ => {}
-        }
-        inner.execute(context, request).await
-    }
-}
-
-fn workspace_of(context: &LeaseContext) -> PathBuf {
-    PathBuf::from(
-        context.lease.metadata["workspace"]
-            .as_str()
-            .expect("local lease workspace"),
-    )
-}
-
-#[async_trait]
-impl FileSync for Faulty {
-    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        let escaping = operations
-            .iter()
-            .flat_map(|o| &o.files)
-            .find(|f| f.target_path.starts_with("../"));
-        match (self.fault, escaping) {
-            (Fault::WrongRefusalText, Some(_)) => Err(DriverError::invalid("bad path")),
-            (Fault::WritesOutsideTarget, Some(file)) => {
-                let outside = workspace_of(context).join(&file.target_path);
-                std::fs::copy(&file.source_path, &outside).map_err(|e| DriverError::io("copy", e))?;
-                Ok(SyncResult::default())
-            }
-            _ => {
-                self.inner
-                    .as_sync()
-                    .expect("local syncs")
-                    .sync_in(context, operations)
-                    .await
-            }
-        }
-    }
-    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        self.inner
-            .as_sync()
-            .expect("local syncs")
-            .sync_out(context, operations)
-            .await
-    }
-}
-
-#[async_trait]
-impl DuplexChannels for Faulty {
-    async fn open_duplex_channel(
-        &self,
-        _context: &LeaseContext,
-        _command: &[String],
-    ) -> Result<Box<dyn DuplexChannel>, DriverError> {
-        Err(DriverError::other("duplex is not really here"))
-    }
-}
-
-fn suite(fault: Fault, root: &std::path::Path) -> Suite {
-    let root = root.to_path_buf();
-    Suite::build(move || async move {
-        let inner = LocalDriver::new(LocalConfig {
-            root: Some(root),
-            ..LocalConfig::default()
-        })
-        .map_err(|e| e.to_string())?;
-        Ok(Target::new(Arc::new(Faulty { inner, fault })).with_cases(8))
-    })
-    .expect("suite")
-}
+use broken::{Fault, suite};
+use envrt_conformance::{Status, Suite};
 
 /// Runs `check` against the faulty driver and returns its failure text.
 fn failure_of(fault: Fault, check: &str) -> String {
     let root = tempfile::tempdir().unwrap();
     let suite = suite(fault, root.path());
-    match suite.run_check(check) {
-        Some(Ok(())) => panic!("{fault:?}: {check} passed against a broken driver"),
-        Some(Err(message)) => message,
+    match suite.run_check_outcome(check) {
+        Some(outcome) if outcome.status == Status::Failed => {
+            let message = outcome.message.unwrap_or_default();
+            assert_eq!(outcome.name, format!("driver_{}::{check}", suite.key()));
+            message
+        }
+        Some(outcome) => panic!("{fault:?}: {check} ended {:?} against a broken driver", outcome.status),
         None => panic!("{fault:?}: {check} is not registered"),
+    }
+}
+
+/// The honest driver behind the same wrapper passes `checks`.
+fn honest_passes(checks: &[&str]) {
+    let root = tempfile::tempdir().unwrap();
+    let suite = suite(Fault::Honest, root.path());
+    for check in checks {
+        let outcome = suite.run_check_outcome(check).expect("registered");
+        assert_eq!(outcome.status, Status::Passed, "{check}: {:?}", outcome.message);
     }
 }
 
@@ -225,24 +79,289 @@ fn writes_outside_a_sync_target() {
     assert!(message.starts_with("accepted; expected the refusal"), "{message}");
 }
 
+// Class 1: the lease life cycle behind the facade.
+
 #[test]
-fn the_honest_driver_passes_the_same_checks() {
+fn a_second_release_on_the_driver_fails() {
+    let message = failure_of(Fault::ReleaseNotIdempotent, "lifecycle_driver_release_after_end");
+    assert!(
+        message.starts_with("the driver's release_lease of an ended lease (#1) failed: "),
+        "{message}"
+    );
+    assert!(message.ends_with("was already released"), "{message}");
+}
+
+#[test]
+fn an_ephemeral_release_that_keeps_the_workspace() {
+    let message = failure_of(
+        Fault::EphemeralReleaseKeepsWorkspace,
+        "lifecycle_ephemeral_release_frees_resource",
+    );
+    assert_eq!(
+        message,
+        "an ephemeral lease's resource still exists after its release (before any destroy)"
+    );
+}
+
+#[test]
+fn a_resume_that_hands_out_ghosts() {
+    let message = failure_of(Fault::ResumesGhosts, "lifecycle_driver_resume_after_release");
+    assert!(
+        message.starts_with("the driver resumed a released ephemeral lease"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_destroy_that_fails_when_the_resource_is_gone() {
+    let message = failure_of(Fault::DestroyFailsWhenGone, "lifecycle_driver_unknown_lease");
+    assert!(
+        message.starts_with("the driver's destroy_lease of a lease it never issued failed: "),
+        "{message}"
+    );
+}
+
+// Class 2: valid inputs sent positively.
+
+#[test]
+fn a_subdirectory_cwd_ignored() {
+    let message = failure_of(Fault::IgnoresSubdirCwd, "execute_cwd_subdirectory");
+    assert!(message.starts_with("pwd with cwd "), "{message}");
+}
+
+#[test]
+fn env_values_cut_at_equals() {
+    let message = failure_of(Fault::CutsEnvAtEquals, "execute_env_values_with_equals");
+    assert!(
+        message.starts_with("values containing = seen by the command: expected \"a=b\\n=\\n"),
+        "{message}"
+    );
+}
+
+#[test]
+fn empty_directories_dropped() {
+    let message = failure_of(Fault::DropsEmptyDirs, "sync_empty_directories");
+    assert!(
+        message.starts_with("an empty directory is missing in the environment"),
+        "{message}"
+    );
+}
+
+// Class 3: duplex shape.
+
+#[test]
+fn a_duplex_group_never_granted() {
+    // The facade's refusal text is right, so the old check passes...
+    let root = tempfile::tempdir().unwrap();
+    let faulty = suite(Fault::DuplexNeverGranted, root.path());
+    assert_eq!(faulty.run_check("honesty_duplex"), Some(Ok(())));
+    // ...and the shape check names the fault.
+    let message = failure_of(Fault::DuplexNeverGranted, "honesty_duplex_shape");
+    assert!(
+        message
+            .starts_with("the driver has a duplex group and verifies duplexChannelOpen, but the lease does not grant"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_duplex_refusal_in_the_drivers_own_words() {
+    let message = failure_of(Fault::DuplexOwnRefusalText, "honesty_duplex_shape");
+    assert_eq!(
+        message,
+        "the driver answered with a refusal text of its own (\"Environment driver \\\"faulty_duplexownrefusaltext\\\" \
+         does not support duplex channels.\") on a lease that grants duplexCommandStream"
+    );
+}
+
+// Class 4: what happens at the same time.
+
+#[test]
+fn executes_serialized_behind_a_lock() {
+    let root = tempfile::tempdir().unwrap();
+    let faulty = suite(Fault::SerializesExecutes, root.path());
+    assert_eq!(
+        faulty.run_check("execute_concurrent"),
+        Some(Ok(())),
+        "outputs alone pass"
+    );
+    let message = failure_of(Fault::SerializesExecutes, "execute_concurrent_overlap");
+    assert!(
+        message.ends_with("the two commands did not run at the same time"),
+        "{message}"
+    );
+}
+
+// Class 5: unobserved channels.
+
+#[test]
+fn secrets_in_the_tracing_output() {
+    let message = failure_of(Fault::LogsSecrets, "execute_secrets_not_logged");
+    assert!(
+        message.starts_with("a secret env value appeared in the tracing or log output"),
+        "{message}"
+    );
+    // Where it was seen: the faulty driver's own event.
+    assert!(message.contains("broken_drivers::broken DEBUG"), "{message}");
+}
+
+#[test]
+fn synced_files_world_readable_while_written() {
+    let message = failure_of(Fault::LooseWhileWriting, "sync_in_mode_never_looser");
+    assert!(
+        message.starts_with("files were readable with a looser mode than 0600 while the sync wrote them"),
+        "{message}"
+    );
+}
+
+#[test]
+fn host_files_world_readable_while_synced_out() {
+    let message = failure_of(Fault::LooseWhileWritingOut, "sync_out_mode_never_looser");
+    assert!(
+        message.starts_with("host files were readable with a looser mode than 0600 while the sync wrote them"),
+        "{message}"
+    );
+}
+
+// Class 6: the kit itself.
+
+#[test]
+fn a_driver_that_blocks_forever_fails_one_check_and_the_suite_goes_on() {
     let root = tempfile::tempdir().unwrap();
     let suite = Suite::build(|| async {
-        let driver = LocalDriver::new(LocalConfig {
-            root: Some(root.path().to_path_buf()),
-            ..LocalConfig::default()
-        })
-        .map_err(|e| e.to_string())?;
-        Ok(Target::new(Arc::new(driver)).with_cases(8))
+        Ok(broken::target(Fault::BlocksInRealize, root.path())
+            .await?
+            .with_deadline(Duration::from_secs(3))
+            .only(&["honesty_", "cleanup_no_process"]))
     })
     .unwrap();
-    for check in [
+    let report = suite.run_all();
+    let realize = report
+        .trials
+        .iter()
+        .find(|t| t.name.ends_with("::honesty_realize"))
+        .expect("reported");
+    assert_eq!(realize.status, Status::Failed);
+    assert_eq!(
+        realize.message.as_deref(),
+        Some("honesty_realize did not finish within its deadline of 3 s; it was abandoned")
+    );
+    assert!(!report.passed);
+    // Every other check ran, after the hang, and passed.
+    let names = suite.check_names();
+    assert_eq!(report.trials.len(), names.len());
+    for trial in report.trials.iter().filter(|t| !t.name.ends_with("::honesty_realize")) {
+        assert_eq!(trial.status, Status::Passed, "{trial:?}");
+    }
+}
+
+#[test]
+fn a_panicking_check_is_a_failure_in_the_report() {
+    let root = tempfile::tempdir().unwrap();
+    let suite = Suite::build(|| async {
+        Ok(broken::target(Fault::PanicsOnMissingProgram, root.path())
+            .await?
+            .only(&["execute_missing_program", "execute_stdout_stderr_apart"]))
+    })
+    .unwrap();
+    let report = suite.run_all();
+    assert!(!report.passed);
+    let json = serde_json::to_value(&report).unwrap();
+    let trials = json["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 2);
+    let missing = &trials[0];
+    assert_eq!(
+        missing["name"],
+        "driver_faulty_panicsonmissingprogram::execute_missing_program"
+    );
+    assert_eq!(missing["status"], "failed");
+    assert_eq!(missing["passed"], false);
+    assert_eq!(
+        missing["message"],
+        "execute_missing_program panicked: the faulty driver cannot bear a missing program"
+    );
+    assert_eq!(trials[1]["status"], "passed");
+}
+
+#[test]
+fn each_check_reports_its_own_promise() {
+    // A cwd outside the workspace is execute_cwd_confined's promise, not the secrets'.
+    let root = tempfile::tempdir().unwrap();
+    let faulty = suite(Fault::AcceptsOutsideCwd, root.path());
+    assert_eq!(faulty.run_check("execute_secrets_absent"), Some(Ok(())));
+    let message = failure_of(Fault::AcceptsOutsideCwd, "execute_cwd_confined");
+    assert_eq!(message, "cwd ../outside accepted");
+}
+
+// Class 8: probes that cannot look.
+
+#[test]
+fn probes_that_cannot_look_report_not_checked() {
+    let root = tempfile::tempdir().unwrap();
+    let blind = Suite::build(|| async {
+        let mut target = broken::target(Fault::LeaksProcessPastTimeout, root.path())
+            .await?
+            .with_proc_root("/nonexistent-proc");
+        target.resource = None;
+        Ok(target)
+    })
+    .unwrap();
+    let expect = |check: &str, why: &str| {
+        let outcome = blind.run_check_outcome(check).expect("registered");
+        assert_eq!(outcome.status, Status::NotChecked, "{check}: {outcome:?}");
+        let message = outcome.message.unwrap();
+        assert!(message.starts_with(why), "{check}: {message}");
+    };
+    expect(
+        "execute_timeout_kills_tree",
+        "the command behaved, but survivors cannot be looked for: /nonexistent-proc cannot be read",
+    );
+    for pid in envrt_conformance::processes_with_marker(blind.marker_prefix()) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    expect(
+        "cleanup_no_process",
+        "cannot look for processes: /nonexistent-proc cannot be read",
+    );
+    expect(
+        "cleanup_no_driver_leftovers",
+        "the target has no leftovers probe (Target::with_leftovers)",
+    );
+    expect(
+        "lifecycle_ephemeral_release_frees_resource",
+        "the target has no resource probe (Target::with_resource_probe)",
+    );
+    let report = blind.report();
+    assert!(report.passed, "not checked is not a failure");
+    let json = serde_json::to_string(&report).unwrap();
+    assert!(json.contains("\"status\":\"notChecked\""), "{json}");
+}
+
+#[test]
+fn the_honest_driver_passes_the_same_checks() {
+    honest_passes(&[
         "honesty_duplex",
+        "honesty_duplex_shape",
         "sync_in_refuses_parent_target",
         "execute_timeout_kills_tree",
         "execute_stdin_roundtrip",
-    ] {
-        assert_eq!(suite.run_check(check), Some(Ok(())), "{check}");
-    }
+        "lifecycle_driver_release_after_end",
+        "lifecycle_ephemeral_release_frees_resource",
+        "lifecycle_driver_resume_after_release",
+        "lifecycle_driver_unknown_lease",
+        "execute_cwd_subdirectory",
+        "execute_env_values_with_equals",
+        "sync_empty_directories",
+        "execute_concurrent_overlap",
+        "execute_secrets_not_logged",
+        "sync_in_mode_never_looser",
+        "sync_out_mode_never_looser",
+        "honesty_realize",
+        "execute_argv_roundtrip",
+        "execute_cwd_confined",
+        "execute_secrets_absent",
+        "cleanup_no_process",
+    ]);
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use envrt_conformance::{LeftoversFuture, Suite, Target};
+use envrt_conformance::{LeftoversFuture, ResourceFuture, Suite, Target, report_not_started};
 use envrt_driver_docker::{DockerConfig, DockerDriver};
 use serde_json::json;
 
@@ -38,15 +38,38 @@ fn main() {
                     .collect())
             })
         });
+        // A lease's resource is its container (found by the lease label, running or not).
+        let probe = driver.clone();
+        let resource = Arc::new(move |lease: &envrt_runtime_core::Lease| -> ResourceFuture {
+            let probe = probe.clone();
+            let id = lease.id.clone();
+            Box::pin(async move {
+                let containers = probe.managed_containers().await.map_err(|e| e.to_string())?;
+                Ok(containers.iter().any(|(_, lease)| *lease == id))
+            })
+        });
         let config = json!({"image": IMAGE}).as_object().cloned().unwrap_or_default();
         Ok(Target::new(driver)
             .with_config(config)
             .with_cases(8)
             .with_leftovers(leftovers)
+            .with_resource_probe(resource)
             .with_deviation(
                 "execute_signal_reported",
                 "the Engine API reports a command killed by signal n as exit code 128+n, \
                  indistinguishable from `exit 128+n`; only timeouts report the signal",
+            )
+            .with_deviation(
+                "execute_secrets_not_logged",
+                "KNOWN BUG (found by this check; remove after the fix): secret env values go into \
+                 the exec-create request body, which bollard logs with the `log` crate \
+                 (bollard::docker DEBUG \"{payload}\" and TRACE \"request: ...\"), so they \
+                 show in any debug log",
+            )
+            .with_deviation(
+                "sync_non_utf8_names",
+                "KNOWN BUG (fix in flight, remove after merge): Docker sync replaces the non-UTF-8 \
+                 bytes of file names with U+FFFD (caf\\xe9.txt comes back as caf\\xef\\xbf\\xbd.txt)",
             ))
     });
     match built {
@@ -55,9 +78,11 @@ fn main() {
             eprintln!(
                 "\n*** SKIPPED: the Docker conformance suite: {error} (set ENVRT_REQUIRE_DOCKER=1 to fail instead) ***\n"
             );
+            report_not_started("driver_docker", &error, true);
         }
         Err(error) => {
             eprintln!("ENVRT_REQUIRE_DOCKER=1 but the Docker driver cannot run: {error}");
+            report_not_started("driver_docker", &error, false);
             std::process::exit(101);
         }
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use envrt_conformance::{LeftoversFuture, Suite, Target};
+use envrt_conformance::{LeftoversFuture, ResourceFuture, Suite, Target};
 use envrt_driver_local::{LocalConfig, LocalDriver};
 
 fn main() {
@@ -28,7 +28,21 @@ fn main() {
                     .collect())
             })
         });
-        Ok(Target::new(Arc::new(driver)).with_leftovers(leftovers))
+        // A lease's resource is its workspace directory.
+        let resource = Arc::new(|lease: &envrt_runtime_core::Lease| -> ResourceFuture {
+            let dir = lease
+                .metadata
+                .get("workspace")
+                .and_then(|v| v.as_str())
+                .map(String::from);
+            Box::pin(async move {
+                let dir = dir.ok_or("the lease has no metadata.workspace")?;
+                Ok(std::path::Path::new(&dir).exists())
+            })
+        });
+        Ok(Target::new(Arc::new(driver))
+            .with_leftovers(leftovers)
+            .with_resource_probe(resource))
     })
     .expect("the local driver starts");
     let passed = suite.run();

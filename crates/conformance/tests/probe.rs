@@ -18,8 +18,15 @@ const PROBE_CHECKS: &[&str] = &[
 
 fn suite(key: &'static str, shape: ProbeShape, declaration: Option<CapabilityDeclaration>) -> Suite {
     Suite::build(|| async move {
+        // Without a declaration the opt-in duplexCommandStream is withheld.
+        let withheld = declaration.is_none_or(|d| d.duplex_command_stream != Some(true));
         let driver = Arc::new(ProbeDriver::new(key, shape, declaration));
-        Ok(Target::new(driver).only(PROBE_CHECKS))
+        let target = Target::new(driver).only(PROBE_CHECKS);
+        Ok(if withheld {
+            target.duplex_withheld_by_declaration()
+        } else {
+            target
+        })
     })
     .expect("probe suite")
 }

@@ -1,13 +1,17 @@
 //! The conformance suite against the plugin `sandbox` driver (`cargo xtask conformance
 //! --driver sandbox`): the bubblewrap reference worker, and the worker written with
-//! `@paperclipai/plugin-sdk` (text-only execute, no half-close). With
-//! `ENVRT_WORKER_COMMAND` and `ENVRT_WORKER_MANIFEST` set (`cargo xtask conformance
-//! --worker … --manifest …`), the suite runs against that external worker instead.
+//! `@paperclipai/plugin-sdk` (text-only execute, no half-close), loaded from its manifest
+//! as Paperclip publishes it (`entrypoints.worker`, run with `node`). With
+//! `ENVRT_WORKER_MANIFEST` set (`cargo xtask conformance --manifest … [--worker …]`), the
+//! suite runs against that external worker instead: `ENVRT_WORKER_COMMAND` gives its argv,
+//! or the manifest's own `worker.command` / `entrypoints.worker` does.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use envrt_conformance::{LeftoversFuture, LeftoversProbe, Suite, Target, run_suites};
+use envrt_conformance::{
+    LeftoversFuture, LeftoversProbe, NotStarted, ResourceFuture, ResourceProbe, Suite, Target, run_suites_with,
+};
 use envrt_driver_plugin_sandbox::{PluginManifest, SandboxDriver, SandboxOptions};
 
 const CRATE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../driver-plugin-sandbox");
@@ -30,7 +34,25 @@ fn leftovers_in(root: PathBuf) -> LeftoversProbe {
     })
 }
 
+/// A lease's resource is the directory named by its provider lease id under the root
+/// (both the reference worker and the SDK fixture lay leases out that way).
+fn lease_dir_probe(root: PathBuf) -> ResourceProbe {
+    Arc::new(move |lease: &envrt_runtime_core::Lease| -> ResourceFuture {
+        let dir = lease.provider_lease_id.as_ref().map(|id| root.join(id));
+        Box::pin(async move {
+            let dir = dir.ok_or("the lease has no provider lease id")?;
+            Ok(dir.exists())
+        })
+    })
+}
+
 async fn target_for(manifest: PluginManifest, root: Option<PathBuf>) -> Result<Target, String> {
+    let withheld = manifest
+        .environment_drivers
+        .first()
+        .and_then(|d| d.sandbox_capabilities)
+        .and_then(|c| c.duplex_command_stream)
+        != Some(true);
     let driver = SandboxDriver::start(manifest, SandboxOptions::default())
         .await
         .map_err(|e| e.to_string())?;
@@ -42,8 +64,13 @@ async fn target_for(manifest: PluginManifest, root: Option<PathBuf>) -> Result<T
     if !methods.contains("duplexChannelCloseInput") {
         target = target.without_half_close();
     }
+    if withheld {
+        target = target.duplex_withheld_by_declaration();
+    }
     if let Some(root) = root {
-        target = target.with_leftovers(leftovers_in(root));
+        target = target
+            .with_leftovers(leftovers_in(root.clone()))
+            .with_resource_probe(lease_dir_probe(root));
     }
     Ok(target)
 }
@@ -84,7 +111,14 @@ fn reference_manifest(root: &Path, extra_args: &[&str]) -> Result<PluginManifest
 fn reference_suite(root: &Path) -> Result<Suite, String> {
     let manifest = reference_manifest(root, &[])?;
     let root = root.to_path_buf();
-    Suite::build(|| target_for(manifest, Some(root)))
+    Suite::build(|| async {
+        Ok(target_for(manifest, Some(root)).await?.with_deviation(
+            "sync_non_utf8_names",
+            "KNOWN BUG (fix in flight, remove after merge): the reference worker's sync out looks \
+             up non-UTF-8 file names lossily (`Reading /proc/self/fd/N/caf\u{fffd}.txt: No such \
+             file or directory`)",
+        ))
+    })
 }
 
 /// The capability refusals: the reference worker whose manifest does not declare
@@ -127,11 +161,9 @@ fn sdk_suite(root: &Path) -> Result<Suite, String> {
             "the SDK fixture is not installed; run {CRATE}/scripts/install-sdk-fixture.sh"
         ));
     }
-    // The fixture's manifest is Paperclip's (entrypoints, no `worker`): say how to start it.
-    let text = std::fs::read_to_string(format!("{fixture}/manifest.json")).map_err(|e| e.to_string())?;
-    let mut json: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    json["worker"] = serde_json::json!({"command": ["node", format!("{fixture}/worker.mjs")]});
-    let mut manifest = PluginManifest::from_json(&json.to_string()).map_err(|e| e.to_string())?;
+    // The fixture's manifest is as Paperclip publishes it (entrypoints.worker, no
+    // `worker` object): loaded unchanged, it runs `node <fixture>/worker.mjs`.
+    let mut manifest = PluginManifest::load(format!("{fixture}/manifest.json")).map_err(|e| e.to_string())?;
     manifest
         .worker
         .env
@@ -140,44 +172,57 @@ fn sdk_suite(root: &Path) -> Result<Suite, String> {
     Suite::build(|| target_for(manifest, Some(root)))
 }
 
-fn external_suite(command: &str, manifest_path: &str) -> Result<Suite, String> {
+fn external_suite(command: Option<&str>, manifest_path: &str) -> Result<Suite, String> {
     let mut manifest = PluginManifest::load(manifest_path).map_err(|e| e.to_string())?;
-    manifest.worker.command = command.split_whitespace().map(String::from).collect();
+    if let Some(command) = command {
+        // The manifest's declared worker environment (worker.env) is kept.
+        manifest.worker.command = command.split_whitespace().map(String::from).collect();
+    }
     Suite::build(|| target_for(manifest, None))
 }
 
 fn main() {
+    let external = std::env::var("ENVRT_WORKER_MANIFEST").ok();
     // An external worker was asked for explicitly: never skip it.
-    let required = std::env::var("ENVRT_WORKER_COMMAND").is_ok()
+    let required = external.is_some()
         || ["ENVRT_REQUIRE_DOCKER", "ENVRT_REQUIRE_SANDBOX"]
             .iter()
             .any(|v| std::env::var(v).as_deref() == Ok("1"));
     let roots = [0; 3].map(|_| tempfile::tempdir().expect("root"));
-    let mut suites: Vec<Result<Suite, String>> = match (
-        std::env::var("ENVRT_WORKER_COMMAND"),
-        std::env::var("ENVRT_WORKER_MANIFEST"),
-    ) {
-        (Ok(command), Ok(manifest)) => vec![external_suite(&command, &manifest)],
-        _ => vec![reference_suite(roots[0].path()), sdk_suite(roots[1].path())],
+    let mut suites: Vec<(&str, Result<Suite, String>)> = match &external {
+        Some(manifest) => {
+            let command = std::env::var("ENVRT_WORKER_COMMAND").ok();
+            vec![("external worker", external_suite(command.as_deref(), manifest))]
+        }
+        None => vec![
+            ("driver_sandbox (reference worker)", reference_suite(roots[0].path())),
+            ("driver_fixture (SDK worker)", sdk_suite(roots[1].path())),
+        ],
     };
-    if std::env::var("ENVRT_WORKER_COMMAND").is_err() {
+    if external.is_none() {
         match refusal_suites(roots[2].path()) {
-            Ok(pair) => suites.extend(pair.map(Ok)),
-            Err(error) => suites.push(Err(error)),
+            Ok(pair) => suites.extend(pair.map(|s| ("refusal suites", Ok(s)))),
+            Err(error) => suites.push(("refusal suites", Err(error))),
         }
     }
     let mut ready = Vec::new();
-    for suite in suites {
+    let mut not_started = Vec::new();
+    for (name, suite) in suites {
         match suite {
             Ok(suite) => ready.push(suite),
-            Err(error) if required => {
-                eprintln!("the sandbox conformance suite cannot run: {error}");
-                std::process::exit(101);
+            Err(reason) => {
+                if !required {
+                    eprintln!("\n*** SKIPPED: {name}: {reason} ***\n");
+                }
+                not_started.push(NotStarted {
+                    suite: name.to_owned(),
+                    reason,
+                    skipped: !required,
+                });
             }
-            Err(error) => eprintln!("\n*** SKIPPED: a sandbox conformance suite: {error} ***\n"),
         }
     }
-    let passed = run_suites(ready);
+    let passed = run_suites_with(ready, not_started);
     drop(roots);
     std::process::exit(if passed { 0 } else { 101 });
 }

@@ -1,15 +1,15 @@
-//! After the suite: nothing of it is left behind.
+//! After the suite: nothing of it is left behind. A look that cannot be made (no
+//! leftovers probe, `/proc` unreadable) is reported as "not checked", never as a pass.
 
 use envrt_runtime_core::{LeaseFilter, LeaseStatus};
 
-use super::{Check, always};
+use super::{Check, Checked, always};
 use crate::context::{Ctx, ensure};
-use crate::procs::processes_with_marker;
 
 pub(super) const CHECKS: &[Check] = &[
     Check::new("cleanup_no_active_lease", always, no_active_lease).after_suite(),
-    Check::new("cleanup_no_process", always, no_process).after_suite(),
-    Check::new("cleanup_no_driver_leftovers", always, no_leftovers).after_suite(),
+    Check::maybe("cleanup_no_process", always, no_process).after_suite(),
+    Check::maybe("cleanup_no_driver_leftovers", always, no_leftovers).after_suite(),
 ];
 
 fn no_active_lease(ctx: &Ctx) -> Result<(), String> {
@@ -28,22 +28,29 @@ fn no_active_lease(ctx: &Ctx) -> Result<(), String> {
     })
 }
 
-fn no_process(ctx: &Ctx) -> Result<(), String> {
-    let mut left = processes_with_marker(&ctx.marker_prefix);
+fn no_process(ctx: &Ctx) -> Result<Checked, String> {
+    let look = || ctx.processes(&ctx.marker_prefix);
+    let mut left = match look() {
+        Ok(left) => left,
+        Err(why) => return Ok(Checked::NotChecked(format!("cannot look for processes: {why}"))),
+    };
     for _ in 0..30 {
         if left.is_empty() {
-            return Ok(());
+            return Ok(Checked::Yes);
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
-        left = processes_with_marker(&ctx.marker_prefix);
+        left = look().unwrap_or_default();
     }
     Err(format!("processes of the suite survive: {left:?}"))
 }
 
-fn no_leftovers(ctx: &Ctx) -> Result<(), String> {
+fn no_leftovers(ctx: &Ctx) -> Result<Checked, String> {
     let Some(probe) = ctx.leftovers.clone() else {
-        return Ok(());
+        return Ok(Checked::NotChecked(
+            "the target has no leftovers probe (Target::with_leftovers)".into(),
+        ));
     };
     let left = ctx.block_on(probe())?;
-    ensure(left.is_empty(), || format!("left behind: {left:?}"))
+    ensure(left.is_empty(), || format!("left behind: {left:?}"))?;
+    Ok(Checked::Yes)
 }

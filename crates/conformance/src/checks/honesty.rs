@@ -18,6 +18,8 @@ pub(super) const CHECKS: &[Check] = &[
     Check::new("honesty_sync_out", always, sync_out),
     Check::new("honesty_supports_sync", always, supports_sync),
     Check::new("honesty_duplex", always, duplex),
+    Check::new("honesty_duplex_shape", always, duplex_shape),
+    Check::new("honesty_verbs_match_groups", always, verbs_match_groups),
     Check::new("honesty_snapshot_has_nine_keys", always, nine_keys),
     Check::new("honesty_unknown_lease", always, unknown_lease),
 ];
@@ -278,4 +280,100 @@ fn unknown_lease(ctx: &Ctx) -> Result<(), String> {
             "error text",
         )
     })
+}
+
+/// Pins which refusal each duplex shape must produce, by variant and not only by text:
+/// - no duplex group: the method refusal (`DuplexUnsupported`);
+/// - a group whose capability the driver's declaration withholds: the capability refusal
+///   (`DuplexNotGranted`, not caused by a failing resolution);
+/// - a group the driver verifies but never grants while nothing withholds it: a fault (the
+///   caller gets the capability refusal where the contract wants the method refusal);
+/// - granted: the channel opens, and a driver error never carries a refusal text of its
+///   own (`does not support duplex` / `does not grant the duplex`).
+fn duplex_shape(ctx: &Ctx) -> Result<(), String> {
+    let inner = ctx.recorder.inner();
+    let group = inner.as_duplex().is_some();
+    let verified = inner.verified_verbs().contains("duplexChannelOpen");
+    ensure(group == verified, || {
+        if group {
+            "the driver has a duplex group but does not verify duplexChannelOpen, so it can never \
+             grant duplexCommandStream: callers get the capability refusal where the contract wants \
+             the method refusal"
+                .into()
+        } else {
+            "the driver verifies duplexChannelOpen but has no duplex group".into()
+        }
+    })?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let granted = snapshot_of(ctx, &lease).await?.duplex_command_stream;
+        ensure(!group || granted || ctx.profile.duplex_withheld, || {
+            "the driver has a duplex group and verifies duplexChannelOpen, but the lease does not \
+             grant duplexCommandStream and no declaration withholds it: a driver that never grants \
+             duplex must not have the group (the contract wants the method refusal)"
+                .into()
+        })?;
+        let argv = vec!["cat".to_string()];
+        match ctx.runtime.open_duplex_channel(&lease.id, &argv).await {
+            Err(RuntimeError::DuplexUnsupported { .. }) if !group => Ok(()),
+            Err(RuntimeError::DuplexNotGranted { cause: None }) if group && !granted => Ok(()),
+            Err(RuntimeError::DuplexNotGranted { cause: Some(cause) }) => Err(format!(
+                "the capability resolution failed during the duplex gate: {cause}"
+            )),
+            Err(RuntimeError::Driver(e)) if looks_like_refusal(&e.to_string()) => Err(format!(
+                "the driver answered with a refusal text of its own ({:?}) on a lease that {} \
+                 duplexCommandStream",
+                e.to_string(),
+                if granted { "grants" } else { "does not grant" }
+            )),
+            Err(other) => Err(format!(
+                "wrong refusal for this shape (group: {group}, granted: {granted}): {other} ({other:?})"
+            )),
+            Ok(channel) if group && granted => {
+                let _ = channel.close().await;
+                Ok(())
+            }
+            Ok(channel) => {
+                let _ = channel.close().await;
+                Err(format!(
+                    "a channel opened without the group or the grant (group: {group}, granted: {granted})"
+                ))
+            }
+        }
+    })
+}
+
+fn looks_like_refusal(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    text.contains("does not support duplex") || text.contains("does not grant the duplex")
+}
+
+/// The optional groups and the verified verbs tell the same story: a verified verb with no
+/// group behind it (or a group whose verb is not verified) makes the classifier and the
+/// facade disagree.
+fn verbs_match_groups(ctx: &Ctx) -> Result<(), String> {
+    let inner = ctx.recorder.inner();
+    let verbs = inner.verified_verbs();
+    let groups: [(&str, bool, &[&str]); 5] = [
+        ("resume", inner.as_resume().is_some(), &["environmentResumeLease"]),
+        ("destroy", inner.as_destroy().is_some(), &["environmentDestroyLease"]),
+        ("execute", inner.as_execute().is_some(), &["environmentExecute"]),
+        (
+            "sync",
+            inner.as_sync().is_some(),
+            &["environmentSyncIn", "environmentSyncOut"],
+        ),
+        ("duplex", inner.as_duplex().is_some(), &["duplexChannelOpen"]),
+    ];
+    let mut wrong = Vec::new();
+    for (group, present, names) in groups {
+        for name in names {
+            if verbs.contains(*name) && !present {
+                wrong.push(format!("{name} is verified but there is no {group} group"));
+            }
+            if present && !verbs.contains(*name) {
+                wrong.push(format!("the {group} group exists but {name} is not verified"));
+            }
+        }
+    }
+    ensure(wrong.is_empty(), || wrong.join("; "))
 }

@@ -7,8 +7,12 @@ mod cleanup;
 mod duplex;
 mod execute;
 mod honesty;
+mod inputs;
 mod lifecycle;
+mod lifecycle_driver;
+mod observe;
 mod sync;
+mod tree;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -16,12 +20,28 @@ pub(crate) enum Phase {
     AfterSuite,
 }
 
+/// What a check that can also fail to look found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// It looked and the promise holds.
+    Yes,
+    /// It could not look; the text says why.
+    NotChecked(String),
+}
+
+/// A check's body: most only pass or fail; some can also report that they could not look.
+#[derive(Clone, Copy)]
+pub(crate) enum Body {
+    Plain(fn(&Ctx) -> Result<(), String>),
+    Maybe(fn(&Ctx) -> Result<Checked, String>),
+}
+
 #[derive(Clone, Copy)]
 pub(crate) struct Check {
     pub(crate) name: &'static str,
     pub(crate) phase: Phase,
     pub(crate) needs: fn(&Profile) -> bool,
-    pub(crate) run: fn(&Ctx) -> Result<(), String>,
+    pub(crate) body: Body,
 }
 
 impl Check {
@@ -34,7 +54,29 @@ impl Check {
             name,
             phase: Phase::Main,
             needs,
-            run,
+            body: Body::Plain(run),
+        }
+    }
+
+    /// A check that may report "not checked".
+    pub(crate) const fn maybe(
+        name: &'static str,
+        needs: fn(&Profile) -> bool,
+        run: fn(&Ctx) -> Result<Checked, String>,
+    ) -> Self {
+        Check {
+            name,
+            phase: Phase::Main,
+            needs,
+            body: Body::Maybe(run),
+        }
+    }
+
+    /// Runs the body on the calling thread.
+    pub(crate) fn call(&self, ctx: &Ctx) -> Result<Checked, String> {
+        match self.body {
+            Body::Plain(run) => run(ctx).map(|()| Checked::Yes),
+            Body::Maybe(run) => run(ctx),
         }
     }
 
@@ -54,9 +96,12 @@ pub(crate) fn all() -> Vec<Check> {
     [
         honesty::CHECKS,
         lifecycle::CHECKS,
+        lifecycle_driver::CHECKS,
         execute::CHECKS,
+        inputs::CHECKS,
         sync::CHECKS,
         duplex::CHECKS,
+        observe::CHECKS,
         cleanup::CHECKS,
     ]
     .concat()

@@ -3,14 +3,13 @@
 //! operations leave no half-written target, excludes, modes, post-upload commands.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use envrt_runtime_core::{Lease, LeasePolicy, SyncFile, SyncOperation, WorkspaceRequest, sync::PostUploadCommand};
-use proptest::prelude::*;
-
+use super::tree::{Node, inconsistency, read_tree, tree, write_tree};
 use super::{Check, has_sync_and_execute, has_sync_both, property};
 use crate::context::{Ctx, ensure, ensure_eq};
+use envrt_runtime_core::{Lease, LeasePolicy, SyncFile, SyncOperation, WorkspaceRequest, sync::PostUploadCommand};
 
 pub(super) const CHECKS: &[Check] = &[
     Check::new("sync_tree_roundtrip", has_sync_both, tree_roundtrip),
@@ -42,116 +41,6 @@ fn has_post_upload(p: &crate::Profile) -> bool {
     has_sync_and_execute(p) && p.has_realize
 }
 
-/// One generated entry: a relative path and what is there.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Node {
-    Dir,
-    File { content: Vec<u8>, mode: u32 },
-    Link(String),
-}
-
-fn name() -> impl Strategy<Value = String> {
-    proptest::string::string_regex("[a-zA-Z0-9_ éüß-]{1,8}")
-        .expect("valid regex")
-        .prop_filter("not . or ..", |s| {
-            s != "." && s != ".." && !s.starts_with(' ') && !s.ends_with(' ')
-        })
-}
-
-fn tree() -> impl Strategy<Value = BTreeMap<String, Node>> {
-    let file = (
-        proptest::collection::vec(any::<u8>(), 0..2048),
-        prop_oneof![Just(0o644u32), Just(0o600), Just(0o755), Just(0o700), Just(0o444)],
-    )
-        .prop_map(|(content, mode)| Node::File { content, mode });
-    let entry = (proptest::collection::vec(name(), 1..4), file, any::<bool>());
-    proptest::collection::vec(entry, 1..12).prop_map(|entries| {
-        let mut tree = BTreeMap::new();
-        for (segments, node, as_dir) in entries {
-            // Every parent is a directory; skip paths that collide with a file.
-            let mut prefix = String::new();
-            let mut ok = true;
-            for segment in &segments[..segments.len() - 1] {
-                prefix = if prefix.is_empty() {
-                    segment.clone()
-                } else {
-                    format!("{prefix}/{segment}")
-                };
-                match tree.get(&prefix) {
-                    None => {
-                        tree.insert(prefix.clone(), Node::Dir);
-                    }
-                    Some(Node::Dir) => {}
-                    Some(_) => ok = false,
-                }
-            }
-            let path = segments.join("/");
-            if ok && !tree.contains_key(&path) {
-                tree.insert(path, if as_dir { Node::Dir } else { node });
-            }
-        }
-        // A relative link to the first file, beside it, when there is one.
-        let first_file = tree
-            .iter()
-            .find(|(_, n)| matches!(n, Node::File { .. }))
-            .map(|(p, _)| p.clone());
-        if let Some(file) = first_file {
-            let (dir, base) = match file.rsplit_once('/') {
-                Some((d, b)) => (format!("{d}/"), b.to_owned()),
-                None => (String::new(), file.clone()),
-            };
-            tree.entry(format!("{dir}link-to-{base}")).or_insert(Node::Link(base));
-        }
-        tree
-    })
-}
-
-fn write_tree(root: &Path, tree: &BTreeMap<String, Node>) -> std::io::Result<()> {
-    std::fs::create_dir_all(root)?;
-    for (path, node) in tree {
-        let full = root.join(path);
-        match node {
-            Node::Dir => std::fs::create_dir_all(&full)?,
-            Node::File { content, mode } => {
-                std::fs::write(&full, content)?;
-                std::fs::set_permissions(&full, std::fs::Permissions::from_mode(*mode))?;
-            }
-            Node::Link(target) => symlink(target, &full)?,
-        }
-    }
-    Ok(())
-}
-
-fn read_tree(root: &Path) -> std::io::Result<BTreeMap<String, Node>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            let path = entry.path();
-            let rel = path
-                .strip_prefix(root)
-                .expect("under root")
-                .to_string_lossy()
-                .into_owned();
-            let meta = std::fs::symlink_metadata(&path)?;
-            let node = if meta.file_type().is_symlink() {
-                Node::Link(std::fs::read_link(&path)?.to_string_lossy().into_owned())
-            } else if meta.is_dir() {
-                stack.push(path.clone());
-                Node::Dir
-            } else {
-                Node::File {
-                    content: std::fs::read(&path)?,
-                    mode: meta.permissions().mode() & 0o7777,
-                }
-            };
-            out.insert(rel, node);
-        }
-    }
-    Ok(out)
-}
-
 fn op(id: &str, files: Vec<SyncFile>) -> Vec<SyncOperation> {
     vec![SyncOperation {
         operation_id: id.into(),
@@ -174,6 +63,9 @@ fn path_str(path: &Path) -> String {
 fn tree_roundtrip(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease_blocking(LeasePolicy::Ephemeral, |lease| {
         property(ctx, tree(), |tree| {
+            if let Some(why) = inconsistency(&tree) {
+                return Err(format!("the kit generated an inconsistent tree (a kit bug): {why}"));
+            }
             let host = host_dir()?;
             let source = host.path().join("source");
             write_tree(&source, &tree).map_err(|e| format!("writing the tree: {e}"))?;

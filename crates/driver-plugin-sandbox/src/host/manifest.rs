@@ -1,4 +1,12 @@
 //! The host-side plugin manifest: which worker to start and which drivers it provides.
+//!
+//! Two forms are accepted. The host form names the worker's argv in a `worker` object
+//! (`{"worker": {"command": [...], "env": {...}}}`). The form Paperclip plugins publish
+//! (`PaperclipPluginManifestV1` of `@paperclipai/plugin-sdk`) has no `worker` object but
+//! `entrypoints.worker`, a script path relative to the plugin's folder, which Paperclip
+//! runs with `node`; [`PluginManifest::load`] resolves it against the manifest file's
+//! folder. Either form may carry `worker.env`, the environment the manifest declares for
+//! its worker, which the host passes beside `PATH` and `TZ`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,7 +24,9 @@ use super::error::SandboxError;
 pub struct PluginManifest {
     /// The plugin id (used in errors and logs).
     pub id: String,
-    /// How to start the worker.
+    /// How to start the worker. Filled from `entrypoints.worker` (run with `node`) when the
+    /// manifest has no `worker.command`.
+    #[serde(default)]
     pub worker: WorkerCommand,
     /// The drivers this plugin provides.
     #[serde(default)]
@@ -27,10 +37,11 @@ pub struct PluginManifest {
 }
 
 /// How to start a worker process.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerCommand {
     /// argv; element 0 is the program (resolved through the worker's `PATH`).
+    #[serde(default)]
     pub command: Vec<String>,
     /// Extra environment variables for the worker, beside `PATH` and `TZ`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -66,21 +77,64 @@ pub struct EnvironmentDriverEntry {
 }
 
 impl PluginManifest {
-    /// Parses a manifest from JSON text.
+    /// Parses a manifest from JSON text; a published `entrypoints.worker` stays relative
+    /// to the current directory (use [`load`](Self::load) to resolve it against the
+    /// manifest's folder).
     pub fn from_json(text: &str) -> Result<PluginManifest, SandboxError> {
-        let manifest: PluginManifest =
-            serde_json::from_str(text).map_err(|e| SandboxError::Manifest { message: e.to_string() })?;
+        Self::from_json_in(text, None)
+    }
+
+    /// Parses a manifest from JSON text whose relative `entrypoints.worker` lies under
+    /// `folder`.
+    pub fn from_json_in(text: &str, folder: Option<&Path>) -> Result<PluginManifest, SandboxError> {
+        let invalid = |e: serde_json::Error| SandboxError::Manifest { message: e.to_string() };
+        let value: Value = serde_json::from_str(text).map_err(invalid)?;
+        let has_worker_object = value.get("worker").is_some();
+        let mut manifest: PluginManifest = serde_json::from_value(value).map_err(invalid)?;
+        if manifest.worker.command.is_empty() {
+            if let Some(entry) = manifest.worker_entrypoint()? {
+                let script = match folder {
+                    Some(folder) if Path::new(&entry).is_relative() => {
+                        folder.join(&entry).to_string_lossy().into_owned()
+                    }
+                    _ => entry,
+                };
+                manifest.worker.command = vec!["node".into(), script];
+            } else if !has_worker_object {
+                return Err(SandboxError::Manifest {
+                    message: "the manifest names no worker: give worker.command or entrypoints.worker".into(),
+                });
+            }
+        }
         manifest.validate()?;
         Ok(manifest)
     }
 
-    /// Loads a manifest file.
+    /// `entrypoints.worker` of a published manifest, when present.
+    fn worker_entrypoint(&self) -> Result<Option<String>, SandboxError> {
+        let Some(entrypoints) = self.extra.get("entrypoints") else {
+            return Ok(None);
+        };
+        match entrypoints.get("worker") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(path)) if !path.is_empty() => Ok(Some(path.clone())),
+            Some(_) => Err(SandboxError::Manifest {
+                message: "entrypoints.worker must be a non-empty path".into(),
+            }),
+        }
+    }
+
+    /// Loads a manifest file; a published `entrypoints.worker` is resolved against the
+    /// file's folder.
     pub fn load(path: impl AsRef<Path>) -> Result<PluginManifest, SandboxError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| SandboxError::Manifest {
             message: format!("cannot read {}: {e}", path.display()),
         })?;
-        Self::from_json(&text)
+        let folder = std::fs::canonicalize(path)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf));
+        Self::from_json_in(&text, folder.as_deref())
     }
 
     /// Checks what the host relies on: a non-empty id and worker argv.
@@ -139,11 +193,58 @@ mod tests {
             err.to_string(),
             "Invalid plugin manifest: worker.command must name a program"
         );
-        let err = PluginManifest::from_json(r#"{"id":"p"}"#).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("Invalid plugin manifest: missing field `worker`"),
-            "{err}"
+        let err = PluginManifest::from_json(r#"{"id":"p","apiVersion":1}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Invalid plugin manifest: the manifest names no worker: give worker.command or entrypoints.worker"
+        );
+        let err = PluginManifest::from_json(r#"{"id":"p","entrypoints":{"worker":7}}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Invalid plugin manifest: entrypoints.worker must be a non-empty path"
+        );
+    }
+
+    /// The form Paperclip plugins publish: `entrypoints.worker`, no `worker` object.
+    #[test]
+    fn accepts_the_published_form_and_runs_the_entrypoint_with_node() {
+        let text = r#"{"id":"acme.sandbox","apiVersion":1,"version":"1.0.0","displayName":"Acme",
+            "description":"d","author":"a","categories":["automation"],
+            "capabilities":["environment.drivers.register"],
+            "entrypoints":{"worker":"dist/worker.js"},
+            "environmentDrivers":[{"driverKey":"acme","kind":"sandbox_provider","displayName":"Acme"}]}"#;
+        let m = PluginManifest::from_json(text).unwrap();
+        assert_eq!(m.worker.command, ["node", "dist/worker.js"]);
+        assert!(m.worker.env.is_empty());
+        assert_eq!(m.to_wire()["entrypoints"]["worker"], "dist/worker.js");
+        let m = PluginManifest::from_json_in(text, Some(Path::new("/opt/acme"))).unwrap();
+        assert_eq!(m.worker.command, ["node", "/opt/acme/dist/worker.js"]);
+        // A declared worker environment rides along with the published form.
+        let with_env = text.replacen('{', r#"{"worker":{"env":{"ACME_REGION":"eu"}},"#, 1);
+        let m = PluginManifest::from_json_in(&with_env, Some(Path::new("/opt/acme"))).unwrap();
+        assert_eq!(m.worker.command, ["node", "/opt/acme/dist/worker.js"]);
+        assert_eq!(m.worker.env["ACME_REGION"], "eu");
+        // An explicit command wins over the entrypoint.
+        let explicit = text.replacen('{', r#"{"worker":{"command":["deno","run","w.ts"]},"#, 1);
+        assert_eq!(
+            PluginManifest::from_json(&explicit).unwrap().worker.command,
+            ["deno", "run", "w.ts"]
+        );
+    }
+
+    #[test]
+    fn load_resolves_the_entrypoint_against_the_manifests_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("manifest.json");
+        std::fs::write(&path, r#"{"id":"p","entrypoints":{"worker":"worker.mjs"}}"#).unwrap();
+        let m = PluginManifest::load(&path).unwrap();
+        let folder = std::fs::canonicalize(dir.path()).unwrap();
+        assert_eq!(
+            m.worker.command,
+            [
+                "node".to_string(),
+                folder.join("worker.mjs").to_string_lossy().into_owned()
+            ]
         );
     }
 }

@@ -1,0 +1,384 @@
+//! Deliberately faulty drivers for the kit's own tests: a wrapper around the real local
+//! driver that breaks exactly one promise at a time. The faults are ours, one or more per
+//! class the kit guards; each must make the check that guards it fail, naming it, while
+//! the honest local driver passes that check.
+
+use std::collections::HashSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use envrt_conformance::{ResourceFuture, ResourceProbe, Suite, Target};
+use envrt_driver_local::{LocalConfig, LocalDriver};
+use envrt_runtime_core::capability::VerbSet;
+use envrt_runtime_core::driver::*;
+use envrt_runtime_core::{
+    CapabilitySnapshot, DriverError, ExecuteRequest, ExecuteResult, Lease, LeasePolicy, SyncKind, SyncOperation,
+    SyncResult,
+};
+
+/// One broken promise.
+#[allow(dead_code, reason = "each test binary uses some of the faults")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// None: the honest local driver behind the same wrapper.
+    Honest,
+    /// Grants duplexCommandStream, then fails every open.
+    ClaimsDuplexButRefuses,
+    /// Refuses a `..` sync target with its own words instead of the exact error.
+    WrongRefusalText,
+    /// Leaves a process carrying the command line behind a timeout.
+    LeaksProcessPastTimeout,
+    /// Drops the last byte of stdin.
+    DropsStdinByte,
+    /// Writes a `..` sync target outside the workspace instead of refusing it.
+    WritesOutsideTarget,
+    /// Class 1: a second release of the same lease fails.
+    ReleaseNotIdempotent,
+    /// Class 1: an ephemeral release keeps the workspace (only destroy removes it).
+    EphemeralReleaseKeepsWorkspace,
+    /// Class 1: resume hands out a grant even when the workspace is gone.
+    ResumesGhosts,
+    /// Class 1: destroy fails when the workspace is already gone.
+    DestroyFailsWhenGone,
+    /// Class 2: a relative subdirectory cwd is ignored (the command runs at the root).
+    IgnoresSubdirCwd,
+    /// Class 2: env values are cut at their first `=`.
+    CutsEnvAtEquals,
+    /// Class 2: empty directories of a synced tree are dropped.
+    DropsEmptyDirs,
+    /// Class 3: a duplex group that is verified but never granted.
+    DuplexNeverGranted,
+    /// Class 3: grants duplex, then answers opens with the method refusal's text.
+    DuplexOwnRefusalText,
+    /// Class 4: runs one command at a time (a global lock around execute).
+    SerializesExecutes,
+    /// Class 5: logs env values, secrets included, to tracing.
+    LogsSecrets,
+    /// Class 5: writes synced files world-readable first and tightens the mode later.
+    LooseWhileWriting,
+    /// Class 5: the same on the host side of a sync out.
+    LooseWhileWritingOut,
+    /// Class 6: realize never returns.
+    BlocksInRealize,
+    /// Class 6: panics when asked to run a program that does not exist.
+    PanicsOnMissingProgram,
+    /// Class 6: accepts a cwd outside the workspace (runs at the workspace root).
+    AcceptsOutsideCwd,
+}
+
+/// The local driver with one fault.
+pub(crate) struct Faulty {
+    inner: LocalDriver,
+    fault: Fault,
+    key: String,
+    released: Mutex<HashSet<String>>,
+    one_at_a_time: tokio::sync::Mutex<()>,
+}
+
+impl Faulty {
+    fn has(&self, fault: Fault) -> bool {
+        self.fault == fault
+    }
+}
+
+#[async_trait]
+impl EnvironmentDriver for Faulty {
+    fn key(&self) -> &str {
+        &self.key
+    }
+    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+        let mut grant = self.inner.acquire_lease(input).await?;
+        // The facade writes metadata.driver only when absent; make it ours.
+        grant.metadata.insert("driver".into(), self.key().into());
+        Ok(grant)
+    }
+    async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
+        let lease = &input.context.lease;
+        if self.has(Fault::ReleaseNotIdempotent) && !self.released.lock().unwrap().insert(lease.id.clone()) {
+            return Err(DriverError::other(format!("lease {} was already released", lease.id)));
+        }
+        if self.has(Fault::EphemeralReleaseKeepsWorkspace) && lease.lease_policy == LeasePolicy::Ephemeral {
+            return Ok(());
+        }
+        self.inner.release_lease(input).await
+    }
+    async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
+        let mut snapshot = self.inner.resolve_capabilities(input).await?;
+        if self.has(Fault::ClaimsDuplexButRefuses) || self.has(Fault::DuplexOwnRefusalText) {
+            snapshot.duplex_command_stream = true;
+        }
+        Ok(snapshot)
+    }
+    fn as_resume(&self) -> Option<&dyn ResumeLease> {
+        Some(self)
+    }
+    fn as_destroy(&self) -> Option<&dyn DestroyLease> {
+        Some(self)
+    }
+    fn as_realize(&self) -> Option<&dyn RealizeWorkspace> {
+        Some(self)
+    }
+    fn as_execute(&self) -> Option<&dyn Execute> {
+        Some(self)
+    }
+    fn as_sync(&self) -> Option<&dyn FileSync> {
+        Some(self)
+    }
+    fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
+        let duplex = [
+            Fault::ClaimsDuplexButRefuses,
+            Fault::DuplexNeverGranted,
+            Fault::DuplexOwnRefusalText,
+        ];
+        duplex.contains(&self.fault).then_some(self as _)
+    }
+    fn verified_verbs(&self) -> VerbSet {
+        let mut verbs = self.inner.verified_verbs();
+        if self.as_duplex().is_some() {
+            verbs.insert("duplexChannelOpen".into());
+        }
+        verbs
+    }
+}
+
+#[async_trait]
+impl ResumeLease for Faulty {
+    async fn resume_lease(&self, context: &LeaseContext) -> Result<Option<LeaseGrant>, DriverError> {
+        let resumed = self
+            .inner
+            .as_resume()
+            .expect("local resumes")
+            .resume_lease(context)
+            .await?;
+        if resumed.is_none() && self.has(Fault::ResumesGhosts) {
+            return Ok(Some(LeaseGrant {
+                provider: Some("local".into()),
+                provider_lease_id: context.lease.provider_lease_id.clone(),
+                metadata: context.lease.metadata.clone(),
+                expires_at: None,
+            }));
+        }
+        Ok(resumed)
+    }
+}
+
+#[async_trait]
+impl DestroyLease for Faulty {
+    async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
+        let workspace = context.lease.metadata.get("workspace").and_then(|v| v.as_str());
+        if self.has(Fault::DestroyFailsWhenGone) && workspace.is_none_or(|w| !Path::new(w).exists()) {
+            return Err(DriverError::other(format!(
+                "no workspace for lease {}",
+                context.lease.id
+            )));
+        }
+        self.inner
+            .as_destroy()
+            .expect("local destroys")
+            .destroy_lease(context)
+            .await
+    }
+}
+
+#[async_trait]
+impl RealizeWorkspace for Faulty {
+    async fn realize_workspace(
+        &self,
+        context: &LeaseContext,
+        request: &WorkspaceRequest,
+    ) -> Result<RealizedWorkspace, DriverError> {
+        if self.has(Fault::BlocksInRealize) {
+            futures::future::pending::<()>().await;
+        }
+        let inner = self.inner.as_realize().expect("local realizes");
+        inner.realize_workspace(context, request).await
+    }
+}
+
+#[async_trait]
+impl Execute for Faulty {
+    async fn execute(&self, context: &LeaseContext, mut request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+        let inner = self.inner.as_execute().expect("local executes");
+        let _turn = if self.has(Fault::SerializesExecutes) {
+            Some(self.one_at_a_time.lock().await)
+        } else {
+            None
+        };
+        match self.fault {
+            Fault::DropsStdinByte => {
+                if let Some(stdin) = request.stdin.as_mut() {
+                    stdin.pop();
+                }
+            }
+            Fault::LeaksProcessPastTimeout if request.timeout.is_some() => {
+                // A sibling outside the command's process group, carrying its argv.
+                let mut argv = vec!["-c".to_string(), "sleep 30".to_string()];
+                argv.extend(request.args.iter().skip(2).cloned());
+                let _ = std::process::Command::new("setsid").arg("sh").args(&argv).spawn();
+            }
+            Fault::IgnoresSubdirCwd if request.cwd.as_deref().is_some_and(|c| !c.starts_with("..")) => {
+                request.cwd = None;
+            }
+            Fault::AcceptsOutsideCwd if request.cwd.as_deref().is_some_and(|c| c.starts_with("..")) => {
+                request.cwd = None;
+            }
+            Fault::CutsEnvAtEquals => {
+                for value in request.env.values_mut() {
+                    if let Some((head, _)) = value.expose().split_once('=') {
+                        *value = head.to_owned().into();
+                    }
+                }
+            }
+            Fault::LogsSecrets => {
+                let values: Vec<&str> = request.env.values().map(|v| v.expose()).collect();
+                tracing::debug!(command = %request.command, env = ?values, "faulty driver executes");
+            }
+            Fault::PanicsOnMissingProgram if request.command.contains("no-such-program") => {
+                panic!("the faulty driver cannot bear a missing program");
+            }
+            _ => {}
+        }
+        inner.execute(context, request).await
+    }
+}
+
+fn workspace_of(context: &LeaseContext) -> PathBuf {
+    PathBuf::from(
+        context.lease.metadata["workspace"]
+            .as_str()
+            .expect("local lease workspace"),
+    )
+}
+
+/// Removes every empty directory under `dir` (deepest first), keeping `dir`.
+fn remove_empty_dirs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            remove_empty_dirs(&path);
+            let _ = std::fs::remove_dir(&path);
+        }
+    }
+}
+
+#[async_trait]
+impl FileSync for Faulty {
+    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let files = || operations.iter().flat_map(|o| &o.files);
+        let escaping = files().find(|f| f.target_path.starts_with("../"));
+        match (self.fault, escaping) {
+            (Fault::WrongRefusalText, Some(_)) => return Err(DriverError::invalid("bad path")),
+            (Fault::WritesOutsideTarget, Some(file)) => {
+                let outside = workspace_of(context).join(&file.target_path);
+                std::fs::copy(&file.source_path, &outside).map_err(|e| DriverError::io("copy", e))?;
+                return Ok(SyncResult::default());
+            }
+            _ => {}
+        }
+        if self.has(Fault::LooseWhileWriting) {
+            for file in files().filter(|f| f.kind == SyncKind::File && f.mode.is_some()) {
+                let target = workspace_of(context).join(&file.target_path);
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| DriverError::io("mkdir", e))?;
+                }
+                std::fs::copy(&file.source_path, &target).map_err(|e| DriverError::io("copy", e))?;
+                std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644))
+                    .map_err(|e| DriverError::io("chmod", e))?;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let result = self
+            .inner
+            .as_sync()
+            .expect("local syncs")
+            .sync_in(context, operations)
+            .await?;
+        if self.has(Fault::DropsEmptyDirs) {
+            for file in files().filter(|f| f.kind == SyncKind::Directory) {
+                remove_empty_dirs(&workspace_of(context).join(&file.target_path));
+            }
+        }
+        Ok(result)
+    }
+    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        if self.has(Fault::LooseWhileWritingOut) {
+            let files = operations.iter().flat_map(|o| &o.files);
+            for file in files.filter(|f| f.kind == SyncKind::File && f.mode.is_some()) {
+                let source = workspace_of(context).join(&file.source_path);
+                std::fs::copy(&source, &file.target_path).map_err(|e| DriverError::io("copy", e))?;
+                std::fs::set_permissions(&file.target_path, std::fs::Permissions::from_mode(0o644))
+                    .map_err(|e| DriverError::io("chmod", e))?;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        self.inner
+            .as_sync()
+            .expect("local syncs")
+            .sync_out(context, operations)
+            .await
+    }
+}
+
+#[async_trait]
+impl DuplexChannels for Faulty {
+    async fn open_duplex_channel(
+        &self,
+        _context: &LeaseContext,
+        _command: &[String],
+    ) -> Result<Box<dyn DuplexChannel>, DriverError> {
+        if self.has(Fault::DuplexOwnRefusalText) {
+            return Err(DriverError::other(format!(
+                "Environment driver \"{}\" does not support duplex channels.",
+                self.key
+            )));
+        }
+        Err(DriverError::other("duplex is not really here"))
+    }
+}
+
+/// The local resource probe: a lease's workspace directory exists.
+pub(crate) fn workspace_probe() -> ResourceProbe {
+    Arc::new(|lease: &Lease| -> ResourceFuture {
+        let dir = lease
+            .metadata
+            .get("workspace")
+            .and_then(|v| v.as_str())
+            .map(String::from);
+        Box::pin(async move {
+            let dir = dir.ok_or("the lease has no metadata.workspace")?;
+            Ok(Path::new(&dir).exists())
+        })
+    })
+}
+
+/// A target for `fault` with its workspaces under `root`, 8 cases, the workspace probe.
+pub(crate) fn target(fault: Fault, root: &Path) -> impl std::future::Future<Output = Result<Target, String>> {
+    let root = root.to_path_buf();
+    async move {
+        let inner = LocalDriver::new(LocalConfig {
+            root: Some(root),
+            ..LocalConfig::default()
+        })
+        .map_err(|e| e.to_string())?;
+        let key = format!("faulty_{fault:?}").to_lowercase();
+        let driver = Faulty {
+            inner,
+            fault,
+            key,
+            released: Mutex::new(HashSet::new()),
+            one_at_a_time: tokio::sync::Mutex::new(()),
+        };
+        Ok(Target::new(Arc::new(driver))
+            .with_cases(8)
+            .with_resource_probe(workspace_probe()))
+    }
+}
+
+/// A suite for `fault`.
+pub(crate) fn suite(fault: Fault, root: &Path) -> Suite {
+    Suite::build(|| target(fault, root)).expect("suite")
+}
