@@ -37,6 +37,7 @@ pub mod secret;
 pub mod store;
 pub mod sync;
 pub mod testkit;
+pub mod tree;
 
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{
