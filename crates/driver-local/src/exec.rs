@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use envrt_runtime_core::execute::signal_name;
 
+use crate::containment::{self, Containment};
 use crate::program::{SCRIPT_SHELL, find_program};
 use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
 use nix::errno::Errno;
@@ -81,6 +82,7 @@ impl ProcessTable {
             table: Arc::clone(self),
             lease: lease.to_owned(),
             pgid,
+            cgroup: None,
             armed: true,
         }
     }
@@ -163,6 +165,8 @@ struct GroupGuard {
     table: Arc<ProcessTable>,
     lease: String,
     pgid: i32,
+    /// The command's own cgroup, when it has one: killed too.
+    cgroup: Option<std::path::PathBuf>,
     armed: bool,
 }
 
@@ -202,6 +206,10 @@ impl Drop for GroupGuard {
     fn drop(&mut self) {
         if self.armed {
             let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
+            if let Some(cgroup) = &self.cgroup {
+                // No waiting in a destructor: the lease's release removes the empty cgroup.
+                let _ = std::fs::write(cgroup.join("cgroup.kill"), "1");
+            }
         }
         self.table.deregister(&self.lease, self.pgid);
     }
@@ -221,6 +229,8 @@ pub(crate) struct ExecSite<'a> {
     pub(crate) kill_grace: Duration,
     /// Host variables passed through.
     pub(crate) env_allowlist: &'a [String],
+    /// Where the command's processes are contained.
+    pub(crate) containment: &'a Containment,
 }
 
 /// Checks the request for what `execve` cannot take, without ever echoing an env value.
@@ -374,10 +384,41 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
         Ok(program) => program,
         Err(error) => return spawn_error(site, &request, &error, started),
     };
+    // Contained commands start through the join script, which `exec`s the command by the
+    // name given, so the shell's lookup on the command's own PATH finds the same file and
+    // argv[0] is unchanged. A program that cannot run is started directly, so that its
+    // failure reads as always.
+    let runnable = std::fs::metadata(&program).is_ok_and(|m| m.is_file())
+        && nix::unistd::access(&program, nix::unistd::AccessFlags::X_OK).is_ok();
+    let cgroup = if runnable {
+        site.containment.prepare(site.lease_key)
+    } else {
+        None
+    };
+    let procs = cgroup.as_ref().map(|c| c.join("cgroup.procs"));
     let spawn = |program: &Path, argv: &[&OsStr]| {
-        let mut command = tokio::process::Command::new(program);
+        let mut command = match &procs {
+            // Joins the cgroup, then becomes the program (see `containment`).
+            Some(procs) => {
+                let mut c = tokio::process::Command::new(SCRIPT_SHELL);
+                c.arg0("sh")
+                    .args([
+                        OsStr::new("-c"),
+                        OsStr::new(containment::JOIN_SCRIPT),
+                        OsStr::new("envrt-join"),
+                    ])
+                    .arg(procs)
+                    .arg(if env.contains_key("PWD") { "keep" } else { "drop" })
+                    .arg(argv[0]);
+                c
+            }
+            None => {
+                let mut c = tokio::process::Command::new(program);
+                c.arg0(argv[0]);
+                c
+            }
+        };
         command
-            .arg0(argv[0])
             .args(&argv[1..])
             .args(&request.args)
             .env_clear()
@@ -405,18 +446,31 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
                 Err(error) => return spawn_error(site, &request, &error, started),
             }
         }
-        Err(error) => return spawn_error(site, &request, &error, started),
+        Err(error) => {
+            if let Some(cgroup) = &cgroup {
+                let _ = std::fs::remove_dir(cgroup);
+            }
+            return spawn_error(site, &request, &error, started);
+        }
     };
     let pid = child
         .id()
         .ok_or_else(|| DriverError::other("the command exited before its pid was read"))? as i32;
-    let guard = site.table.register(site.lease_key, pid);
+    let mut guard = site.table.register(site.lease_key, pid);
+    guard.cgroup = cgroup.clone();
     // The command is supervised (waited for, its output read, its timeout applied) on a
     // task of its own, which runs on the runtime's worker threads whoever awaits this call:
     // awaited from a `block_on` thread, every chunk of output would otherwise be a wake-up
     // handed from the thread that polls the I/O driver to that one. This future keeps the
     // group's guard: dropped, it kills the group at once and aborts the task.
-    let mut task = AbortOnDrop(tokio::spawn(supervise(child, pid, request, site.kill_grace, started)));
+    let mut task = AbortOnDrop(tokio::spawn(supervise(
+        child,
+        pid,
+        cgroup,
+        request,
+        site.kill_grace,
+        started,
+    )));
     match (&mut task.0).await {
         Ok(outcome) => {
             if outcome.is_ok() {
@@ -435,6 +489,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
 async fn supervise(
     mut child: tokio::process::Child,
     pgid: i32,
+    cgroup: Option<std::path::PathBuf>,
     mut request: ExecuteRequest,
     kill_grace: Duration,
     started: Instant,
@@ -473,6 +528,9 @@ async fn supervise(
             () = &mut timer, if timer_armed => {
                 if timed_out {
                     signal_group(pgid, Signal::SIGKILL);
+                    if let Some(cgroup) = &cgroup {
+                        let _ = std::fs::write(cgroup.join("cgroup.kill"), "1");
+                    }
                     timer_armed = false;
                 } else {
                     timed_out = true;
@@ -490,8 +548,12 @@ async fn supervise(
     };
 
     // The direct child is gone: kill whatever it left in its group (a background
-    // grandchild holding a pipe), then drain what the pipes still hold.
+    // grandchild holding a pipe) and in its cgroup (what left the group with `setsid`),
+    // then drain what the pipes still hold.
     reap_group(pgid).await;
+    if let Some(cgroup) = &cgroup {
+        containment::kill_command(cgroup).await;
+    }
     let drain_end = tokio::time::Instant::now() + DRAIN_MAX;
     timer.as_mut().reset(tokio::time::Instant::now() + DRAIN_IDLE);
     while out.reader.is_some() || err.reader.is_some() {

@@ -117,6 +117,7 @@ use envrt_runtime_core::{
     RealizedWorkspace, ReleaseInput, ResumeLease, SyncOperation, SyncResult, WorkspaceRequest,
 };
 
+mod containment;
 mod copy;
 mod exec;
 mod program;
@@ -146,6 +147,10 @@ pub struct LocalConfig {
     /// Host environment variables passed through to commands when set; default `PATH`,
     /// `LANG`, `LC_ALL`, `LC_CTYPE`, `TZ`.
     pub env_allowlist: Vec<String>,
+    /// Contain each lease's processes in cgroups of their own where cgroup v2 is mounted
+    /// and writable; default true. When false, or unavailable, the driver falls back to
+    /// process groups plus a `/proc` scan on release (see [`LocalDriver::containment`]).
+    pub cgroups: bool,
 }
 
 impl Default for LocalConfig {
@@ -157,6 +162,7 @@ impl Default for LocalConfig {
                 .into_iter()
                 .map(String::from)
                 .collect(),
+            cgroups: true,
         }
     }
 }
@@ -167,6 +173,7 @@ pub struct LocalDriver {
     root: PathBuf,
     config: LocalConfig,
     processes: Arc<ProcessTable>,
+    containment: containment::Containment,
 }
 
 impl LocalDriver {
@@ -198,10 +205,12 @@ impl LocalDriver {
             )));
         }
         path_str(&root)?;
+        let containment = containment::Containment::detect(config.cgroups);
         Ok(LocalDriver {
             root,
             config,
             processes: Arc::new(ProcessTable::default()),
+            containment,
         })
     }
 
@@ -213,6 +222,12 @@ impl LocalDriver {
     /// The workspace directory of a lease (whether or not it exists).
     pub fn workspace_of(&self, lease_id: &str) -> Result<PathBuf, DriverError> {
         Ok(self.root.join(lease_dir_name(lease_id)?))
+    }
+
+    /// How this driver contains what a lease's commands start: `cgroup v2 under PATH`, or
+    /// `process groups and a /proc scan on release`.
+    pub fn containment(&self) -> String {
+        self.containment.describe()
     }
 
     /// How many commands a lease is running right now.
@@ -275,7 +290,7 @@ impl LocalDriver {
     /// Kills the lease's commands and removes its workspace.
     async fn remove_workspace(&self, lease_id: &str) -> Result<(), DriverError> {
         let dir = self.workspace_of(lease_id)?;
-        self.processes.close(lease_id).await;
+        self.stop_everything(lease_id).await?;
         let mut attempt = 0;
         loop {
             match remove_tree(&dir) {
@@ -299,6 +314,19 @@ impl LocalDriver {
     pub(crate) fn config(&self) -> &LocalConfig {
         &self.config
     }
+
+    pub(crate) fn containment_mode(&self) -> &containment::Containment {
+        &self.containment
+    }
+
+    /// Kills everything the lease still runs: its process groups, then its cgroups (or,
+    /// without them, every process tied to its workspace).
+    async fn stop_everything(&self, lease_id: &str) -> Result<(), DriverError> {
+        let dir = self.workspace_of(lease_id)?;
+        self.processes.close(lease_id).await;
+        self.containment.kill_lease(lease_id, &dir).await;
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -320,7 +348,7 @@ impl EnvironmentDriver for LocalDriver {
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
         let lease = &input.context.lease;
         lease_dir_name(&lease.id)?;
-        self.processes.close(&lease.id).await;
+        self.stop_everything(&lease.id).await?;
         let keep = match lease.lease_policy {
             LeasePolicy::ReuseByEnvironment => true,
             LeasePolicy::RetainOnFailure => input.status == LeaseStatus::Retained,
@@ -435,6 +463,7 @@ impl Execute for LocalDriver {
             table: &self.processes,
             kill_grace: self.config.kill_grace,
             env_allowlist: &self.config.env_allowlist,
+            containment: &self.containment,
         };
         exec::run(&site, request).await
     }
