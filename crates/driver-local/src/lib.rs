@@ -133,6 +133,13 @@ fn default_root() -> PathBuf {
     std::env::temp_dir().join(format!("envrt-local-{}", nix::unistd::geteuid().as_raw()))
 }
 
+/// How a local driver with [`LocalConfig::cgroups`] = `cgroups` would contain its
+/// commands on this machine: `cgroup v2 under PATH`, or `process groups and a /proc scan
+/// on release` (for `envrt caps` / `envrt doctor`).
+pub fn describe_containment(cgroups: bool) -> String {
+    containment::Containment::detect(cgroups).describe()
+}
+
 /// The registry key of this driver.
 pub const DRIVER_KEY: &str = "local";
 

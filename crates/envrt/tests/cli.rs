@@ -290,6 +290,33 @@ fn gc_kills_an_escaped_setsid_child_of_a_killed_holder() {
     assert_eq!(survivors(&mark), Vec::<u32>::new(), "the holder's command survived gc");
 }
 
+/// `caps --json` and `doctor` say what an environment enforces (issue 11).
+#[test]
+fn caps_and_doctor_show_what_an_environment_enforces() {
+    let s = Site::new();
+    let out = s.run(&["caps", "--json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let columns: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let local = &columns[0]["enforces"];
+    assert_eq!(
+        local["isolation"],
+        "none: commands run as this user, with its access to everything"
+    );
+    let processes = local["processes"].as_str().unwrap();
+    assert!(
+        processes.starts_with("cgroup v2 under ") || processes == "process groups and a /proc scan on release",
+        "{processes}"
+    );
+    let doctor = s.run(&["doctor"]);
+    assert!(
+        doctor
+            .stdout_text()
+            .contains("ok      isolation (optional): local (local): isolation=none"),
+        "{}",
+        doctor.stdout_text()
+    );
+}
+
 #[test]
 fn caps_shows_the_nine_keys_of_every_configured_environment() {
     let s = Site::new();

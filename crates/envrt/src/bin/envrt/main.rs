@@ -13,6 +13,7 @@ mod cp;
 mod doctor;
 mod error;
 mod exec;
+mod isolation;
 mod lease;
 mod orphans;
 mod shell;
