@@ -94,14 +94,25 @@
 //! - `realize_workspace` ignores `local_path`; `remote_path` is created inside the
 //!   workspace.
 //!
+//! ## Containment
+//! Where a cgroup v2 hierarchy is mounted and writable (as root, or with a delegated
+//! subtree), every command starts inside a cgroup of its own under
+//! `{cgroup2 mount}/envrt-local/lease-{id}/`, so whatever it forks (a `setsid` daemon
+//! included) is killed when the command exits or times out, and on release, destroy and
+//! `envrt gc`. Otherwise the driver falls back to the process-group kill plus, on release
+//! and destroy, a `/proc` scan for processes whose `HOME` is the workspace or whose working
+//! directory lies in it; a descendant that leaves the group, the workspace and its `HOME`
+//! then survives. [`LocalDriver::containment`] says which applies ([`LocalConfig::cgroups`]
+//! turns cgroups off).
+//!
 //! ## Limits
 //! Commands run as the driver's own user with no isolation beyond the working directory:
-//! a command can read anything that user can. A descendant that leaves the command's
-//! process group on purpose (`setsid`) is out of reach of the group kill; it cannot hold
-//! the call (after the command exits, its pipes are abandoned once they stay quiet for
-//! 200 ms, 2 s at most), but it survives. Path confinement is checked on the real file
-//! system before each operation; a command racing the driver to swap a directory for a
-//! symlink during a sync is not defended against.
+//! a command can read and write anything that user can, and every variable of a request
+//! (`LD_PRELOAD` included) reaches it and whatever it starts. See `docs/security.md`.
+//! Path confinement is checked on the real file system before each operation; a command
+//! racing the driver to swap a directory for a symlink during a sync is not defended
+//! against. Synced trees deeper than
+//! [`MAX_TREE_DEPTH`](envrt_runtime_core::tree::MAX_TREE_DEPTH) levels are refused.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
