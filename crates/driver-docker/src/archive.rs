@@ -137,6 +137,33 @@ pub(crate) fn build_tar<W: Write>(plan: &TarPlan, out: W) -> Result<Counts, Arch
     match plan.kind {
         SyncKind::File => add_file(&mut builder, plan, &plan.source, &top, &meta, mode, &mut counts)?,
         SyncKind::Directory => {
+            if !plan.follow {
+                // Links copied as links must not lead out of the target together either
+                // (`a/d0 -> ..` then `up2 -> a/d0/../..`): resolved before anything is sent.
+                // Each link alone first (its refusal names the link's text), in the order
+                // a depth-first walk meets them.
+                let source_shown = plan.source.to_string_lossy();
+                let skip = |rel: &str| plan.exclude.is_excluded(rel);
+                let links =
+                    tree::find_links_except(&plan.source, &source_shown, &skip).map_err(ArchiveError::Refused)?;
+                for (relative, text) in &links.links {
+                    let relative: PathBuf = relative.iter().collect();
+                    if !link_stays_inside(&relative, text) {
+                        return Err(ArchiveError::Refused(DriverError::EntryEscapesTarget {
+                            entry: format!("{} -> {}", relative.display(), text.display()),
+                            target: plan.target.clone(),
+                        }));
+                    }
+                }
+                tree::check_tree_links_except(
+                    &plan.source,
+                    Path::new(&plan.target),
+                    &source_shown,
+                    &plan.target,
+                    &skip,
+                )
+                .map_err(ArchiveError::Refused)?;
+            }
             add_dir_header(&mut builder, plan, &top, &meta, mode)?;
             walk(
                 &mut builder,

@@ -308,6 +308,16 @@ mod tests {
                 raw_tar(&[("top/", Directory, b"", None), ("top/h", Link, b"", Some("../x"))]),
                 "Entry \"h => ../x\" would be written outside the target \"out\".",
             ),
+            // Each link stays inside alone; together `up2` leads two levels out.
+            (
+                raw_tar(&[
+                    ("top/", Directory, b"", None),
+                    ("top/a/", Directory, b"", None),
+                    ("top/a/d0", Symlink, b"", Some("..")),
+                    ("top/up2", Symlink, b"", Some("a/d0/../..")),
+                ]),
+                "Entry \"up2\" would be written outside the target \"out\".",
+            ),
         ];
         for (bytes, expected) in cases {
             assert_eq!(try_extract(&bytes, &target).unwrap_err(), expected);

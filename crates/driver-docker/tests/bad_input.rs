@@ -48,7 +48,7 @@ fn names(dir: &Path) -> Vec<Vec<u8>> {
 /// the container.
 fn deep_script(root: &str, depth: usize) -> String {
     format!(
-        "set -e; mkdir -p {root}; cd {root}; i=0; while [ $i -lt {depth} ]; do mkdir d; cd d; i=$((i+1)); done; echo bottom > f"
+        "set -e; p={root}; i=0; while [ $i -lt {depth} ]; do p=$p/d; i=$((i+1)); done; mkdir -p $p; echo bottom > $p/f"
     )
 }
 
@@ -92,6 +92,24 @@ async fn a_link_chain_built_in_the_container_is_refused_on_sync_out_and_nothing_
             .await
             .unwrap();
         assert_eq!(std::fs::read_link(target.join("a/d0")).unwrap(), Path::new(".."));
+        // The same chain on the host is refused on the way in, before anything is sent.
+        let src = host.path().join("chain");
+        std::fs::create_dir_all(src.join("a")).unwrap();
+        std::os::unix::fs::symlink("..", src.join("a/d0")).unwrap();
+        std::os::unix::fs::symlink("a/d0/../..", src.join("up2")).unwrap();
+        let err = sync_in(&h, &lease, vec![SyncFile::directory(s(&src), "in")])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Entry \"up2\" would be written outside the target \"in\"."
+        );
+        // Excluded, the link is not sent and the rest lands.
+        let mut file = SyncFile::directory(s(&src), "in");
+        file.exclude = vec!["up2".into()];
+        sync_in(&h, &lease, vec![file]).await.unwrap();
+        let r = h.sh(&lease, "ls -A in; readlink in/a/d0").await;
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "a\n..\n");
         h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     })
     .await;

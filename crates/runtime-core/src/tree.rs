@@ -120,6 +120,16 @@ pub struct TreeLinks {
 /// Lists every symbolic link below `root` without following any, iteratively; a tree
 /// deeper than [`MAX_TREE_DEPTH`] is refused with [`too_deep`]`(source_shown)`.
 pub fn find_links(root: &Path, source_shown: &str) -> Result<TreeLinks, DriverError> {
+    find_links_except(root, source_shown, &|_| false)
+}
+
+/// [`find_links`], leaving out every entry (and everything below a directory) whose
+/// `/`-joined relative path `skip` accepts (a sync's exclude globs).
+pub fn find_links_except(
+    root: &Path,
+    source_shown: &str,
+    skip: &dyn Fn(&str) -> bool,
+) -> Result<TreeLinks, DriverError> {
     let io = |what: &Path, e| DriverError::io(format!("cannot read {}", what.display()), e);
     let mut found = TreeLinks::default();
     let mut pending: Vec<Vec<OsString>> = vec![Vec::new()];
@@ -133,6 +143,9 @@ pub fn find_links(root: &Path, source_shown: &str) -> Result<TreeLinks, DriverEr
             let kind = entry.file_type().map_err(|e| io(&entry.path(), e))?;
             let mut child = relative.clone();
             child.push(entry.file_name());
+            if skip(&shown(&child)) {
+                continue;
+            }
             if kind.is_symlink() {
                 let text = fs::read_link(entry.path()).map_err(|e| io(&entry.path(), e))?;
                 found.links.push((child, text));
@@ -156,11 +169,23 @@ pub fn check_tree_links(
     source_shown: &str,
     target_shown: &str,
 ) -> Result<(), DriverError> {
+    check_tree_links_except(root, final_root, source_shown, target_shown, &|_| false)
+}
+
+/// [`check_tree_links`] over the entries `skip` does not leave out (see
+/// [`find_links_except`]): for a source tree about to be sent, checked before sending.
+pub fn check_tree_links_except(
+    root: &Path,
+    final_root: &Path,
+    source_shown: &str,
+    target_shown: &str,
+    skip: &dyn Fn(&str) -> bool,
+) -> Result<(), DriverError> {
     let meta = fs::symlink_metadata(root).map_err(|e| DriverError::io(format!("cannot read {}", root.display()), e))?;
     if !meta.is_dir() {
         return Ok(());
     }
-    for (relative, text) in find_links(root, source_shown)?.links {
+    for (relative, text) in find_links_except(root, source_shown, skip)?.links {
         if link_escapes(root, final_root, &relative, &text) {
             return Err(DriverError::EntryEscapesTarget {
                 entry: shown(&relative),
