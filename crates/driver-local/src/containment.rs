@@ -120,7 +120,13 @@ impl Containment {
             Some(dir) => {
                 if dir.is_dir() {
                     kill_cgroup(&dir).await;
-                    remove_cgroup_tree(&dir);
+                    // A cgroup whose last process is still exiting cannot be removed yet.
+                    for _ in 0..5 {
+                        if remove_cgroup_tree(&dir) {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
                 }
             }
             None => {
@@ -154,8 +160,8 @@ fn populated(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Removes a cgroup and its (empty) children, deepest first.
-fn remove_cgroup_tree(dir: &Path) {
+/// Removes a cgroup and its (empty) children, deepest first; whether it is gone.
+fn remove_cgroup_tree(dir: &Path) -> bool {
     if let Ok(entries) = fs::read_dir(dir) {
         for entry in entries.flatten() {
             if entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -163,7 +169,7 @@ fn remove_cgroup_tree(dir: &Path) {
             }
         }
     }
-    let _ = fs::remove_dir(dir);
+    fs::remove_dir(dir).is_ok() || !dir.exists()
 }
 
 /// Whether process `pid` was started for `workspace`: its initial `HOME` is the
