@@ -117,3 +117,50 @@ async fn a_reused_lease_keeps_its_workspace_but_not_its_escaped_processes() {
     h.runtime.destroy_lease(&lease.id).await.unwrap();
     h.finish();
 }
+
+#[tokio::test]
+async fn without_cgroups_the_release_scan_still_kills_a_setsid_child_tied_to_the_workspace() {
+    let h = Harness::with_config(envrt_driver_local::LocalConfig {
+        cgroups: false,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(h.driver.containment(), "process groups and a /proc scan on release");
+    for destroy in [false, true] {
+        let lease = h.lease().await;
+        // One sleeper keeps HOME, the other only its cwd in the workspace.
+        let (home, cwd) = (unique_sleep(), unique_sleep());
+        let script =
+            format!("setsid sleep {home} & mkdir -p sub && cd sub && setsid env -u HOME sleep {cwd} & sleep 3600");
+        let end = async {
+            if destroy {
+                h.runtime.destroy_lease(&lease.id).await.unwrap();
+            } else {
+                h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+            }
+        };
+        let wait_both = async {
+            wait_for(&home).await;
+            wait_for(&cwd).await;
+            end.await;
+        };
+        let call = async {
+            let _ = h
+                .runtime
+                .execute(&lease.id, ExecuteRequest::new("sh", ["-c", &script]))
+                .await;
+        };
+        tokio::time::timeout(Duration::from_secs(30), async { tokio::join!(call, wait_both) })
+            .await
+            .expect("the call did not end with its lease");
+        assert!(
+            survivors(&home).await.is_empty(),
+            "HOME-tied sleeper survived (destroy: {destroy})"
+        );
+        assert!(
+            survivors(&cwd).await.is_empty(),
+            "cwd-tied sleeper survived (destroy: {destroy})"
+        );
+    }
+    h.finish();
+}
