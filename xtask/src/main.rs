@@ -3,6 +3,8 @@
 mod bench;
 mod ci;
 mod conformance;
+#[cfg(test)]
+mod tidy;
 mod util;
 
 use std::process::ExitCode;

@@ -131,11 +131,13 @@ use envrt_runtime_core::{
 mod containment;
 mod copy;
 mod exec;
+mod groups;
 mod program;
 mod sync;
 mod workspace;
 
-use exec::{ExecSite, ProcessTable};
+use exec::ExecSite;
+use groups::ProcessTable;
 use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree, resolve_in_workspace};
 
 /// `{temp dir}/envrt-local-{effective uid}`: one root per user, so that no user can

@@ -6,7 +6,7 @@
 //!
 //! The `sandbox` driver: a sandbox provider runs as a plugin worker process and the host
 //! talks to it with the Paperclip plugin worker protocol (newline-delimited JSON-RPC 2.0
-//! on the worker's stdin and stdout; see `shared/spec/plugin-protocol.md`). A worker
+//! on the worker's stdin and stdout; see `docs/plugin-protocol.md` in the repository). A worker
 //! written with `@paperclipai/plugin-sdk` runs under this driver unchanged.
 //!
 //! What the host does, in short (details on each item's docs):

@@ -1,4 +1,4 @@
-//! The plugin worker wire protocol (`shared/spec/plugin-protocol.md`): newline-delimited
+//! The plugin worker wire protocol (`docs/plugin-protocol.md` in the repository): newline-delimited
 //! JSON-RPC 2.0 envelopes, method and notification names, error codes, and the shapes of
 //! the messages the host inspects. Host and worker both use these types.
 //!

@@ -506,3 +506,91 @@ fn output_streams_while_the_command_runs() {
     child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert_eq!(stderr, "err-first\n");
 }
+
+#[test]
+fn json_reports_the_result_and_envrt_exits_0_when_the_command_ran() {
+    let s = Site::new();
+    let out = s.run(&[
+        "exec",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "printf out; printf '\\377' >&2; exit 3",
+    ]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document on stdout");
+    assert_eq!(doc["exitCode"], 3);
+    assert_eq!(doc["signal"], serde_json::Value::Null);
+    assert_eq!(doc["timedOut"], false);
+    assert_eq!(doc["stdout"], "out");
+    assert_eq!(doc["stdoutEncoding"], "utf8");
+    assert_eq!(doc["stderr"], "/w==");
+    assert_eq!(doc["stderrEncoding"], "base64");
+    assert!(doc["durationMs"].as_f64().unwrap() > 0.0);
+
+    let timed = s.run(&["exec", "--json", "--timeout", "300ms", "--", "sleep", "30"]);
+    assert_eq!(timed.code, Some(0), "{}", timed.stderr);
+    let doc: serde_json::Value = serde_json::from_slice(&timed.stdout).unwrap();
+    assert_eq!(doc["timedOut"], true);
+    assert_eq!(doc["exitCode"], serde_json::Value::Null);
+
+    let capped = s.run(&["exec", "--json", "--max-output", "4", "--", "echo", "0123456789"]);
+    let doc: serde_json::Value = serde_json::from_slice(&capped.stdout).unwrap();
+    assert_eq!(doc["stdout"], "0123");
+    assert_eq!(doc["stdoutTruncated"], true);
+}
+
+#[test]
+fn json_errors_are_typed_on_stdout_and_keep_the_exit_code() {
+    let s = Site::new();
+    let out = s.run(&["exec", "--json", "--cwd", "../outside", "--", "true"]);
+    assert_eq!(out.code, Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON error on stdout");
+    assert_eq!(doc["error"]["kind"], "path_outside_workspace");
+    assert_eq!(
+        doc["error"]["message"],
+        "Path \"../outside\" is outside the lease workspace."
+    );
+    assert_eq!(doc["error"]["exitCode"], 2);
+    assert_eq!(out.stderr, "Path \"../outside\" is outside the lease workspace.\n");
+
+    let usage = s.run(&["exec", "--json", "--timeout", "soon", "--", "true"]);
+    assert_eq!(usage.code, Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&usage.stdout).unwrap();
+    assert_eq!(doc["error"]["kind"], "usage");
+}
+
+#[test]
+fn timeouts_take_human_durations() {
+    let s = Site::new();
+    let out = s.run(&["exec", "--timeout", "500ms", "--", "sleep", "30"]);
+    assert_eq!(out.code, Some(124), "{}", out.stderr);
+    let bad = s.run(&["exec", "--timeout", "1x", "--", "true"]);
+    assert_eq!(bad.code, Some(2));
+    assert_eq!(
+        bad.stderr,
+        "envrt: --timeout expects a positive duration such as 90, 1.5, 500ms, 1s, 2m or 1h30m, got \"1x\"\n"
+    );
+}
+
+#[test]
+fn env_files_reach_the_command_and_later_flags_win() {
+    let s = Site::new();
+    let file = s.path().join("secrets.env");
+    std::fs::write(&file, "# credentials\nAPI_TOKEN=tok=en-123\nOTHER=two\n").unwrap();
+    let out = s.run(&[
+        "exec",
+        "--env-file",
+        file.to_str().unwrap(),
+        "-e",
+        "OTHER=from-flag",
+        "--",
+        "sh",
+        "-c",
+        "printf '%s|%s' \"$API_TOKEN\" \"$OTHER\"",
+    ]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // `-e` comes after the file and wins.
+    assert_eq!(out.stdout_text(), "tok=en-123|from-flag");
+}

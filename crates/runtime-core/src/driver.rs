@@ -32,6 +32,12 @@ pub struct AcquireInput {
     pub requested_cwd: Option<String>,
     /// Caller metadata, merged into the lease metadata.
     pub metadata: JsonMap,
+    /// The latest time the lease may live until (Paperclip's `requestedExpiresAt`). A
+    /// driver that can bound its resource MUST end it at or before this time, even when
+    /// the program that acquired it is gone, and MUST return the real expiry in
+    /// [`LeaseGrant::expires_at`]; a driver that cannot MUST return none, and the facade
+    /// then releases the lease and refuses the acquire.
+    pub requested_expires_at: Option<Timestamp>,
 }
 
 /// What a driver returns from acquire or resume.

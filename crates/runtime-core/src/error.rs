@@ -3,6 +3,8 @@
 
 use std::error::Error as StdError;
 
+mod kind;
+
 /// A boxed error source.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
@@ -91,6 +93,21 @@ pub enum RuntimeError {
     LeaseGone {
         /// The lease id.
         id: String,
+    },
+    /// An acquire asked for an expiry the driver cannot guarantee (it attested none, or a
+    /// later one); the lease was released again (fail closed).
+    #[error("Environment driver \"{key}\" does not support lease expiry.")]
+    ExpiryUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// The lease is past its expiry; no operation but release and destroy is taken.
+    #[error("Lease \"{id}\" expired at {expires_at}.")]
+    LeaseExpired {
+        /// The lease id.
+        id: String,
+        /// When it expired.
+        expires_at: crate::model::Timestamp,
     },
     /// A release was asked with a status that does not end a lease.
     #[error("A lease cannot be released with status \"{status}\"; use released, failed or expired.")]

@@ -37,6 +37,7 @@ pub mod secret;
 pub mod store;
 pub mod sync;
 pub mod testkit;
+mod time;
 pub mod tree;
 
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
@@ -48,7 +49,7 @@ pub use driver::{
 pub use error::{DriverError, RuntimeError, StoreError};
 pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
-pub use runtime::{AcquireRequest, EnvironmentRuntime, LeaseFailure, ReleaseReport};
+pub use runtime::{AcquireRequest, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, ReleaseReport};
 pub use secret::{EnvValue, Secret};
 pub use store::{LeaseFilter, LeaseStore, MemoryStore};
 pub use sync::{SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult};

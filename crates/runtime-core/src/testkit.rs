@@ -11,6 +11,7 @@ use crate::capability::{CapabilityDeclaration, CapabilityKey, CapabilitySnapshot
 use crate::driver::*;
 use crate::error::DriverError;
 use crate::execute::{ExecuteRequest, ExecuteResult};
+use crate::model::Timestamp;
 use crate::sync::{SyncOperation, SyncOperationResult, SyncResult};
 
 /// Which optional groups a [`ProbeDriver`] has.
@@ -44,6 +45,18 @@ impl ProbeShape {
     }
 }
 
+/// How a [`ProbeDriver`] answers a requested expiry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProbeExpiry {
+    /// It attests exactly the requested expiry.
+    #[default]
+    Honour,
+    /// It attests none (it cannot bound its resource).
+    Unbounded,
+    /// It attests one second later than requested (a dishonest driver).
+    Late,
+}
+
 /// A driver whose optional groups, declaration and failures are configurable, and which
 /// records every call it receives.
 pub struct ProbeDriver {
@@ -52,6 +65,7 @@ pub struct ProbeDriver {
     declaration: Option<CapabilityDeclaration>,
     fail_capabilities: AtomicBool,
     fail_release: AtomicBool,
+    expiry: Mutex<ProbeExpiry>,
     calls: Mutex<BTreeMap<&'static str, usize>>,
     destroyed: Mutex<std::collections::BTreeSet<String>>,
 }
@@ -65,6 +79,7 @@ impl ProbeDriver {
             declaration,
             fail_capabilities: AtomicBool::new(false),
             fail_release: AtomicBool::new(false),
+            expiry: Mutex::new(ProbeExpiry::Honour),
             calls: Mutex::new(BTreeMap::new()),
             destroyed: Mutex::new(Default::default()),
         }
@@ -78,6 +93,17 @@ impl ProbeDriver {
     /// Makes `release_lease` fail (or succeed again).
     pub fn set_fail_release(&self, fail: bool) {
         self.fail_release.store(fail, Ordering::SeqCst);
+    }
+
+    /// How `acquire_lease` answers a requested expiry.
+    pub fn set_expiry(&self, expiry: ProbeExpiry) {
+        *self.expiry.lock().unwrap() = expiry;
+    }
+
+    /// Makes the resource of `lease_id` gone, as if it died outside envrt: resume answers
+    /// that it no longer exists.
+    pub fn kill_resource(&self, lease_id: &str) {
+        self.destroyed.lock().unwrap().insert(lease_id.to_owned());
     }
 
     /// How many times `operation` was called.
@@ -109,9 +135,16 @@ impl EnvironmentDriver for ProbeDriver {
 
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         self.record("acquire_lease");
+        let expiry = *self.expiry.lock().unwrap();
+        let expires_at = input.requested_expires_at.and_then(|at| match expiry {
+            ProbeExpiry::Honour => Some(at),
+            ProbeExpiry::Unbounded => None,
+            ProbeExpiry::Late => Some(Timestamp(at.0 + 1000)),
+        });
         Ok(LeaseGrant {
             provider: Some("probe".into()),
             provider_lease_id: Some(format!("probe-{}", input.lease_id)),
+            expires_at,
             ..Default::default()
         })
     }

@@ -1,3 +1,5 @@
+//! Unit tests of the SQLite lease store: round trips, filters, WAL mode and schema, corrupt or foreign files, missing folders.
+
 use super::*;
 use envrt_runtime_core::{
     Environment, EnvironmentRuntime, Lease, LeaseFilter, LeasePolicy, LeaseStatus, LeaseStore, Timestamp,

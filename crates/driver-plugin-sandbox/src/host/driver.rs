@@ -22,7 +22,6 @@ use super::error::SandboxError;
 use super::manifest::PluginManifest;
 use super::options::SandboxOptions;
 use super::supervisor::Supervisor;
-use super::timefmt::{format_rfc3339, parse_rfc3339};
 use crate::protocol::methods;
 
 /// The driver key used when the manifest names none.
@@ -168,7 +167,7 @@ impl SandboxDriver {
         object.insert("providerLeaseId".into(), json!(lease.provider_lease_id));
         object.insert("metadata".into(), Value::Object(lease.metadata.clone()));
         if let Some(expires) = lease.expires_at {
-            object.insert("expiresAt".into(), json!(format_rfc3339(expires.0)));
+            object.insert("expiresAt".into(), json!(expires.to_rfc3339()));
         }
         params.insert("lease".into(), Value::Object(object));
         params
@@ -194,9 +193,9 @@ impl SandboxDriver {
             Some(_) => return Err(invalid("metadata must be an object")),
         };
         let expires_at = match result.get("expiresAt") {
-            Some(Value::String(text)) => Some(Timestamp(
-                parse_rfc3339(text).ok_or_else(|| invalid("expiresAt is not an RFC 3339 time"))?,
-            )),
+            Some(Value::String(text)) => {
+                Some(Timestamp::parse_rfc3339(text).ok_or_else(|| invalid("expiresAt is not an RFC 3339 time"))?)
+            }
             Some(Value::Number(n)) => n.as_u64().map(Timestamp),
             _ => None,
         };

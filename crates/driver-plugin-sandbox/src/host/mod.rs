@@ -12,7 +12,6 @@ mod process;
 mod routes;
 mod supervisor;
 mod sync_out;
-mod timefmt;
 
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;

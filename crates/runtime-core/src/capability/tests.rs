@@ -1,3 +1,5 @@
+//! Unit tests of the capability classifier: support sets, verified verbs, declarations, narrowing and wire names.
+
 use super::*;
 use serde_json::json;
 

@@ -37,6 +37,23 @@ impl From<envrt::StoreError> for CliError {
 }
 
 impl CliError {
+    /// A stable machine-readable class: `usage`, `failure`, or the runtime error's own
+    /// [`kind`](RuntimeError::kind).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            CliError::Usage(_) => "usage",
+            CliError::Failure(_) => "failure",
+            CliError::Runtime(e) => e.kind(),
+        }
+    }
+
+    /// The error as the JSON document `--json` prints: `{"error": {kind, message, exitCode}}`.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {"kind": self.kind(), "message": self.to_string(), "exitCode": self.exit_code()}
+        })
+    }
+
     /// 2 for refusals and usage errors, 1 for failures.
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
@@ -87,5 +104,20 @@ mod tests {
         assert_eq!(store.to_string(), "Lease store error: disk full");
         assert_eq!(CliError::Usage("u".into()).exit_code(), 2);
         assert_eq!(CliError::Failure("f".into()).exit_code(), 1);
+    }
+
+    #[test]
+    fn json_errors_carry_kind_message_and_exit_code() {
+        let refusal = CliError::Runtime(RuntimeError::DuplexUnsupported { key: "local".into() });
+        assert_eq!(
+            refusal.to_json(),
+            serde_json::json!({"error": {
+                "kind": "duplex_unsupported",
+                "message": "Environment driver \"local\" does not support duplex channels.",
+                "exitCode": 2
+            }})
+        );
+        assert_eq!(CliError::Usage("u".into()).kind(), "usage");
+        assert_eq!(CliError::Failure("f".into()).to_json()["error"]["exitCode"], 1);
     }
 }

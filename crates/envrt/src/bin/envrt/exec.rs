@@ -34,9 +34,21 @@ pub(crate) struct ExecArgs {
     /// An environment variable for the command (repeatable).
     #[arg(short = 'e', long = "env", value_name = "K=V")]
     env: Vec<String>,
-    /// Kill the command's whole process tree after this many seconds (exit 124).
-    #[arg(long, value_name = "SECS")]
-    timeout: Option<f64>,
+    /// Read environment variables from a file of `K=V` lines (repeatable; blank lines and
+    /// `#` comments are skipped). Its values are secrets: they never show in envrt's argv,
+    /// errors or logs, so use it rather than `-e` for credentials.
+    #[arg(long, value_name = "FILE")]
+    env_file: Vec<std::path::PathBuf>,
+    /// Kill the command's whole process tree after this long (exit 124): `90`, `1.5`,
+    /// `500ms`, `1s`, `2m`, `1h30m`.
+    #[arg(long, value_name = "DURATION")]
+    timeout: Option<String>,
+    /// Print one JSON document with the whole result (exit code, signal, timeout,
+    /// output and truncation per stream, duration) instead of streaming the output; envrt
+    /// then exits 0 whenever the command ran, and on its own errors prints
+    /// `{"error": {"kind", "message", "exitCode"}}` and exits 1 or 2.
+    #[arg(long)]
+    json: bool,
     /// Print at most this many bytes of each stream (the rest is dropped, with a note).
     #[arg(long, value_name = "BYTES")]
     max_output: Option<usize>,
@@ -65,15 +77,43 @@ pub(crate) fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, EnvValue>, 
     Ok(out)
 }
 
-/// Parses `--timeout`.
-pub(crate) fn parse_timeout(secs: Option<f64>) -> Result<Option<Duration>, CliError> {
-    match secs {
-        None => Ok(None),
-        Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Some(Duration::from_secs_f64(s))),
-        Some(s) => Err(CliError::Usage(format!(
-            "envrt: --timeout must be a positive number of seconds, got {s}"
-        ))),
+/// Reads `--env-file` files into `env` as secret values; a later file or `-e` wins.
+pub(crate) fn read_env_files(
+    files: &[std::path::PathBuf],
+    env: &mut BTreeMap<String, EnvValue>,
+) -> Result<(), CliError> {
+    for file in files {
+        let text = std::fs::read(file)
+            .map_err(|e| CliError::Usage(format!("envrt: cannot read --env-file {}: {e}", file.display())))?;
+        let text = String::from_utf8(text)
+            .map_err(|_| CliError::Usage(format!("envrt: --env-file {} is not UTF-8 text", file.display())))?;
+        for (index, line) in text.lines().enumerate() {
+            let line = line.trim_start();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            // The line itself is never echoed: it may hold a secret.
+            match line.split_once('=') {
+                Some((key, value)) if !key.is_empty() && !key.contains(char::is_whitespace) => {
+                    env.insert(key.to_owned(), EnvValue::Secret(envrt::Secret::new(value.to_owned())));
+                }
+                _ => {
+                    return Err(CliError::Usage(format!(
+                        "envrt: --env-file {} line {}: expected NAME=VALUE",
+                        file.display(),
+                        index + 1
+                    )));
+                }
+            }
+        }
     }
+    Ok(())
+}
+
+/// Parses `--timeout`.
+pub(crate) fn parse_timeout(raw: Option<&str>) -> Result<Option<Duration>, CliError> {
+    raw.map(|raw| crate::duration::parse_duration("--timeout", raw))
+        .transpose()
 }
 
 /// Writes output to our stdout/stderr as it arrives, at most `cap` bytes per stream.
@@ -143,6 +183,33 @@ impl OutputSink for Printer {
     fn on_chunk(&self, stream: OutputStream, chunk: &[u8]) {
         self.emit(stream, chunk);
     }
+}
+
+/// One stream's output for `--json`: text when it is UTF-8, else base64.
+fn output_json(bytes: &[u8]) -> (serde_json::Value, &'static str) {
+    use base64::Engine as _;
+    match std::str::from_utf8(bytes) {
+        Ok(text) => (text.into(), "utf8"),
+        Err(_) => (base64::engine::general_purpose::STANDARD.encode(bytes).into(), "base64"),
+    }
+}
+
+/// The whole result as the JSON document `--json` prints.
+pub(crate) fn result_json(result: &ExecuteResult) -> serde_json::Value {
+    let (stdout, stdout_encoding) = output_json(&result.stdout);
+    let (stderr, stderr_encoding) = output_json(&result.stderr);
+    serde_json::json!({
+        "exitCode": result.exit_code,
+        "signal": result.signal,
+        "timedOut": result.timed_out,
+        "stdout": stdout,
+        "stdoutEncoding": stdout_encoding,
+        "stdoutTruncated": result.stdout_truncated,
+        "stderr": stderr,
+        "stderrEncoding": stderr_encoding,
+        "stderrTruncated": result.stderr_truncated,
+        "durationMs": result.duration.as_secs_f64() * 1000.0,
+    })
 }
 
 /// The number of a signal name (`SIGKILL` → 9), via the core's naming.
@@ -217,8 +284,19 @@ impl Interrupts {
 }
 
 pub(crate) async fn run(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
-    let env = parse_env(&args.env)?;
-    let timeout = parse_timeout(args.timeout)?;
+    let json = args.json;
+    let outcome = run_exec(paths, args).await;
+    if json && let Err(error) = &outcome {
+        println!("{}", error.to_json());
+    }
+    outcome
+}
+
+async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
+    let mut env = BTreeMap::new();
+    read_env_files(&args.env_file, &mut env)?;
+    env.extend(parse_env(&args.env)?);
+    let timeout = parse_timeout(args.timeout.as_deref())?;
     // Before any lease exists: a refused stdin leaves nothing to clean up.
     let stdin = if args.no_stdin {
         None
@@ -255,6 +333,7 @@ async fn run_on(
     interrupts: &mut Interrupts,
 ) -> Result<u8, CliError> {
     let printer = Arc::new(Printer::new(args.max_output.unwrap_or(usize::MAX)));
+    let json = args.json;
     let mut command = args.command.into_iter();
     let program = command.next().unwrap_or_default();
     let request = ExecuteRequest {
@@ -267,7 +346,7 @@ async fn run_on(
         // Output is printed through the sink; the captured copy only backs up a driver
         // that does not stream.
         max_output_bytes: Some(args.max_output.unwrap_or(envrt::core::execute::DEFAULT_OUTPUT_LIMIT)),
-        sink: Some(printer.clone()),
+        sink: if json { None } else { Some(printer.clone()) },
     };
     let result = tokio::select! {
         result = app.runtime.execute(lease_id, request) => result?,
@@ -277,6 +356,10 @@ async fn run_on(
             return Ok((128 + signal) as u8);
         }
     };
+    if json {
+        println!("{}", result_json(&result));
+        return Ok(0);
+    }
     for (stream, captured) in [
         (OutputStream::Stdout, &result.stdout),
         (OutputStream::Stderr, &result.stderr),
@@ -320,6 +403,59 @@ mod tests {
     }
 
     #[test]
+    fn env_files_give_secret_values_and_never_echo_a_bad_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("vars");
+        std::fs::write(&file, "# comment\n\nTOKEN=s3cr=et\n  EMPTY=\n").unwrap();
+        let mut env = BTreeMap::new();
+        read_env_files(std::slice::from_ref(&file), &mut env).unwrap();
+        assert_eq!(env["TOKEN"].expose(), "s3cr=et");
+        assert_eq!(env["EMPTY"].expose(), "");
+        assert!(!format!("{:?}", env["TOKEN"]).contains("s3cr"));
+        std::fs::write(&file, "A=1\nhunter2\n").unwrap();
+        let err = read_env_files(std::slice::from_ref(&file), &mut env).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("envrt: --env-file {} line 2: expected NAME=VALUE", file.display())
+        );
+        assert_eq!(err.exit_code(), 2);
+        let missing = dir.path().join("nope");
+        let err = read_env_files(std::slice::from_ref(&missing), &mut env).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("envrt: cannot read --env-file {}: ", missing.display()))
+        );
+        std::fs::write(&file, b"A=\xff\n").unwrap();
+        assert_eq!(
+            read_env_files(std::slice::from_ref(&file), &mut env)
+                .unwrap_err()
+                .to_string(),
+            format!("envrt: --env-file {} is not UTF-8 text", file.display())
+        );
+    }
+
+    #[test]
+    fn results_become_json_with_text_or_base64_output() {
+        let result = ExecuteResult {
+            exit_code: Some(3),
+            stdout: b"hi\n".to_vec(),
+            stderr: vec![0xff, 0x00],
+            stderr_truncated: true,
+            duration: Duration::from_millis(5),
+            ..Default::default()
+        };
+        assert_eq!(
+            result_json(&result),
+            serde_json::json!({
+                "exitCode": 3, "signal": null, "timedOut": false,
+                "stdout": "hi\n", "stdoutEncoding": "utf8", "stdoutTruncated": false,
+                "stderr": "/wA=", "stderrEncoding": "base64", "stderrTruncated": true,
+                "durationMs": 5.0,
+            })
+        );
+    }
+
+    #[test]
     fn env_pairs_and_timeouts_are_checked() {
         let env = parse_env(&["A=1".into(), "B=x=y".into(), "C=".into()]).unwrap();
         assert_eq!(env["B"].expose(), "x=y");
@@ -332,14 +468,12 @@ mod tests {
             parse_env(&["=v".into()]).unwrap_err().to_string(),
             "envrt: -e expects K=V, got \"=v\""
         );
-        assert_eq!(parse_timeout(Some(1.5)).unwrap(), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_timeout(Some("1.5")).unwrap(), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_timeout(Some("1s")).unwrap(), Some(Duration::from_secs(1)));
+        assert_eq!(parse_timeout(None).unwrap(), None);
         assert_eq!(
-            parse_timeout(Some(0.0)).unwrap_err().to_string(),
-            "envrt: --timeout must be a positive number of seconds, got 0"
-        );
-        assert_eq!(
-            parse_timeout(Some(f64::NAN)).unwrap_err().to_string(),
-            "envrt: --timeout must be a positive number of seconds, got NaN"
+            parse_timeout(Some("0")).unwrap_err().to_string(),
+            "envrt: --timeout expects a positive duration such as 90, 1.5, 500ms, 1s, 2m or 1h30m, got \"0\""
         );
     }
 }

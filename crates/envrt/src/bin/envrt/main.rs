@@ -11,6 +11,7 @@ mod caps;
 mod config;
 mod cp;
 mod doctor;
+mod duration;
 mod error;
 mod exec;
 mod isolation;

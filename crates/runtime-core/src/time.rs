@@ -1,4 +1,37 @@
-//! RFC 3339 (UTC) ↔ milliseconds since the epoch, for lease `expiresAt`.
+//! RFC 3339 (UTC) ↔ [`Timestamp`], for lease expiries on the wire (`expiresAt`,
+//! `requestedExpiresAt`) and in messages. No calendar crate is needed for this one format.
+
+use std::fmt;
+
+use crate::model::Timestamp;
+
+impl Timestamp {
+    /// The time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    pub fn to_rfc3339(self) -> String {
+        format_rfc3339(self.0)
+    }
+
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; `None` for anything else,
+    /// including times before 1970.
+    pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+        parse_rfc3339(text).map(Timestamp)
+    }
+
+    /// This time plus `duration`, saturating.
+    pub fn after(self, duration: std::time::Duration) -> Timestamp {
+        Timestamp(
+            self.0
+                .saturating_add(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
+        )
+    }
+}
+
+/// Shown as RFC 3339, the form every message uses.
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
 
 /// Days since 1970-01-01 of a civil date (proleptic Gregorian).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
@@ -23,7 +56,7 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 }
 
 /// Formats milliseconds since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-pub(crate) fn format_rfc3339(millis: u64) -> String {
+fn format_rfc3339(millis: u64) -> String {
     let secs = (millis / 1000) as i64;
     let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
     let rem = secs.rem_euclid(86_400);
@@ -37,7 +70,7 @@ pub(crate) fn format_rfc3339(millis: u64) -> String {
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; `None` for anything else.
-pub(crate) fn parse_rfc3339(text: &str) -> Option<u64> {
+fn parse_rfc3339(text: &str) -> Option<u64> {
     let b = text.as_bytes();
     if b.len() < 20
         || b[4] != b'-'
@@ -101,5 +134,20 @@ mod tests {
         assert_eq!(parse_rfc3339("2026-11-29T21:08:42+01:00"), Some(1_795_982_922_000));
         assert_eq!(parse_rfc3339("yesterday"), None);
         assert_eq!(parse_rfc3339("2026-13-29T20:08:42Z"), None);
+    }
+
+    #[test]
+    fn timestamps_show_and_parse_as_rfc3339() {
+        let t = Timestamp(1_795_982_922_500);
+        assert_eq!(t.to_string(), "2026-11-29T20:08:42.500Z");
+        assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()), Some(t));
+        assert_eq!(
+            t.after(std::time::Duration::from_secs(60)),
+            Timestamp(1_795_982_982_500)
+        );
+        assert_eq!(
+            Timestamp(u64::MAX).after(std::time::Duration::from_secs(1)),
+            Timestamp(u64::MAX)
+        );
     }
 }

@@ -1,0 +1,82 @@
+//! Stable, machine-readable names for every error: what a program that talks to envrt
+//! through JSON (the CLI's `--json`, the Python package) matches on instead of the text.
+
+use super::{DriverError, RuntimeError};
+
+impl RuntimeError {
+    /// A stable `snake_case` name of the error's class, e.g. `duplex_unsupported` or, for a
+    /// driver's error, the driver error's own kind (`path_outside_workspace`, ...).
+    /// Names are never reused for another meaning.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RuntimeError::DriverNotRegistered { .. } => "driver_not_registered",
+            RuntimeError::EnvironmentNotActive { .. } => "environment_not_active",
+            RuntimeError::ResumeUnsupported { .. } => "resume_unsupported",
+            RuntimeError::DestroyUnsupported { .. } => "destroy_unsupported",
+            RuntimeError::RealizeUnsupported { .. } => "realize_unsupported",
+            RuntimeError::ExecuteUnsupported { .. } => "execute_unsupported",
+            RuntimeError::SyncUnsupported { .. } => "sync_unsupported",
+            RuntimeError::DuplexUnsupported { .. } => "duplex_unsupported",
+            RuntimeError::DuplexNotGranted { .. } => "duplex_not_granted",
+            RuntimeError::LeaseNotFound { .. } => "lease_not_found",
+            RuntimeError::EnvironmentNotFound { .. } => "environment_not_found",
+            RuntimeError::LeaseNotActive { .. } => "lease_not_active",
+            RuntimeError::LeaseGone { .. } => "lease_gone",
+            RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",
+            RuntimeError::ExpiryUnsupported { .. } => "expiry_unsupported",
+            RuntimeError::LeaseExpired { .. } => "lease_expired",
+            RuntimeError::Driver(error) => error.kind(),
+            RuntimeError::Store(_) => "store",
+        }
+    }
+}
+
+impl DriverError {
+    /// A stable `snake_case` name of the error's class.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DriverError::PathOutsideWorkspace { .. } => "path_outside_workspace",
+            DriverError::EntryEscapesTarget { .. } => "entry_escapes_target",
+            DriverError::PostUploadCwd { .. } => "post_upload_cwd",
+            DriverError::PostUploadFailed { .. } => "post_upload_failed",
+            DriverError::SourceMissing { .. } => "source_missing",
+            DriverError::SourceKind { .. } => "source_kind",
+            DriverError::TreeTooDeep { .. } => "tree_too_deep",
+            DriverError::InvalidGlob { .. } => "invalid_glob",
+            DriverError::InvalidInput { .. } => "invalid_input",
+            DriverError::ResourceGone { .. } => "resource_gone",
+            DriverError::ChannelClosed => "channel_closed",
+            DriverError::Unavailable { .. } => "unavailable",
+            DriverError::Io { .. } => "io",
+            DriverError::Other { .. } => "other",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_snake_case_and_follow_the_variant() {
+        let cases: Vec<(RuntimeError, &str)> = vec![
+            (RuntimeError::DuplexNotGranted { cause: None }, "duplex_not_granted"),
+            (
+                RuntimeError::DuplexUnsupported { key: "local".into() },
+                "duplex_unsupported",
+            ),
+            (RuntimeError::LeaseNotFound { id: "x".into() }, "lease_not_found"),
+            (DriverError::invalid("bad").into(), "invalid_input"),
+            (
+                DriverError::PathOutsideWorkspace { path: "../x".into() }.into(),
+                "path_outside_workspace",
+            ),
+            (DriverError::other("boom").into(), "other"),
+            (RuntimeError::Store(crate::StoreError::new("disk")), "store"),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error}");
+            assert!(kind.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The `EnvironmentRuntime` facade (contract section 3): the registry of drivers by key,
+//! the lease store, and the way every lease operation finds its driver. The operations
+//! themselves live in [`lifecycle`] (acquire, resume, release, destroy) and [`operations`]
+//! (realize, execute, sync, duplex, capabilities); both pass the one [`gate`]. Warm pools
+//! are in [`pool`].
+
+mod gate;
+mod lifecycle;
+mod operations;
+mod pool;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use tracing::Instrument;
+
+use crate::driver::{EnvironmentDriver, LeaseContext};
+use crate::error::RuntimeError;
+use crate::model::{Environment, Lease, resolve_driver_key};
+use crate::store::{LeaseFilter, LeaseStore, MemoryStore};
+
+pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport};
+pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
+
+/// The facade: a registry of drivers by key plus a lease store. Every operation resolves
+/// the lease's driver key, then checks in the contract's order before calling the driver.
+pub struct EnvironmentRuntime {
+    drivers: RwLock<HashMap<String, Arc<dyn EnvironmentDriver>>>,
+    store: Arc<dyn LeaseStore>,
+    pools: pool::Pools,
+}
+
+impl Default for EnvironmentRuntime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for EnvironmentRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvironmentRuntime")
+            .field("drivers", &self.driver_keys())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lease resolved to its driver.
+struct Resolved {
+    key: String,
+    driver: Arc<dyn EnvironmentDriver>,
+    context: LeaseContext,
+}
+
+impl EnvironmentRuntime {
+    /// A runtime with no drivers and an in-memory store.
+    pub fn new() -> Self {
+        Self::with_store(Arc::new(MemoryStore::new()))
+    }
+
+    /// A runtime with no drivers over `store`.
+    pub fn with_store(store: Arc<dyn LeaseStore>) -> Self {
+        EnvironmentRuntime {
+            drivers: RwLock::new(HashMap::new()),
+            store,
+            pools: pool::Pools::default(),
+        }
+    }
+
+    /// The lease store.
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+        &self.store
+    }
+
+    /// Registers a driver under its key; a later registration replaces an earlier one,
+    /// which is returned.
+    pub fn register_driver(&self, driver: Arc<dyn EnvironmentDriver>) -> Option<Arc<dyn EnvironmentDriver>> {
+        let key = driver.key().to_owned();
+        self.drivers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, driver)
+    }
+
+    /// The driver registered under `key`.
+    pub fn driver(&self, key: &str) -> Option<Arc<dyn EnvironmentDriver>> {
+        self.drivers.read().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+    }
+
+    /// The registered keys, sorted.
+    pub fn driver_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .drivers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// Adds or replaces an environment.
+    pub async fn put_environment(&self, environment: Environment) -> Result<(), RuntimeError> {
+        Ok(self.store.put_environment(&environment).await?)
+    }
+
+    /// The environment with this id.
+    pub async fn environment(&self, id: &str) -> Result<Option<Environment>, RuntimeError> {
+        Ok(self.store.get_environment(id).await?)
+    }
+
+    /// The lease with this id.
+    pub async fn lease(&self, id: &str) -> Result<Option<Lease>, RuntimeError> {
+        Ok(self.store.get_lease(id).await?)
+    }
+
+    /// Leases passing `filter`.
+    pub async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, RuntimeError> {
+        Ok(self.store.list_leases(filter).await?)
+    }
+
+    fn registered(&self, key: &str) -> Result<Arc<dyn EnvironmentDriver>, RuntimeError> {
+        self.driver(key)
+            .ok_or_else(|| RuntimeError::DriverNotRegistered { key: key.to_owned() })
+    }
+
+    async fn load(&self, lease_id: &str) -> Result<LeaseContext, RuntimeError> {
+        let lease = self
+            .store
+            .get_lease(lease_id)
+            .await?
+            .ok_or_else(|| RuntimeError::LeaseNotFound {
+                id: lease_id.to_owned(),
+            })?;
+        let environment = match &lease.environment_id {
+            Some(id) => self.store.get_environment(id).await?,
+            None => None,
+        };
+        Ok(LeaseContext { lease, environment })
+    }
+
+    async fn resolve(&self, lease_id: &str) -> Result<Resolved, RuntimeError> {
+        let context = self.load(lease_id).await?;
+        let key = resolve_driver_key(&context.lease, context.environment.as_ref()).to_owned();
+        tracing::Span::current().record("driver", key.as_str());
+        let driver = self.registered(&key)?;
+        Ok(Resolved { key, driver, context })
+    }
+}
+
+/// Runs a facade operation inside a span carrying the operation, lease id and driver key,
+/// and records its outcome and duration. Payloads and env values are never recorded.
+async fn traced<T>(
+    operation: &'static str,
+    lease_id: &str,
+    body: impl Future<Output = Result<T, RuntimeError>>,
+) -> Result<T, RuntimeError> {
+    let span = tracing::debug_span!("envrt", operation, lease_id, driver = tracing::field::Empty,);
+    let started = Instant::now();
+    let result = body.instrument(span.clone()).await;
+    let duration_us = started.elapsed().as_micros() as u64;
+    span.in_scope(|| match &result {
+        Ok(_) => tracing::debug!(outcome = "ok", duration_us),
+        Err(error) => tracing::debug!(outcome = "error", duration_us, %error),
+    });
+    result
+}
