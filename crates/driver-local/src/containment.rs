@@ -144,6 +144,10 @@ pub(crate) async fn kill_command(dir: &Path) {
 }
 
 async fn kill_cgroup(dir: &Path) {
+    // Usually the command's cgroup is already empty when it exits: nothing to kill.
+    if !populated(dir) {
+        return;
+    }
     if fs::write(dir.join("cgroup.kill"), "1").is_err() {
         return;
     }
