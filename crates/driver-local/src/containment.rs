@@ -78,6 +78,7 @@ impl Containment {
             Err(_) => return Containment::ProcessScan,
         }
         if base.join("cgroup.kill").exists() {
+            sweep(&base);
             Containment::Cgroup(base)
         } else {
             // A kernel without cgroup.kill (before 5.14): no atomic kill, so no cgroups.
@@ -110,7 +111,15 @@ impl Containment {
             Err(_) => return None,
         }
         let cmd = lease_dir.join(format!("cmd-{}", uuid::Uuid::new_v4().simple()));
-        fs::create_dir(&cmd).ok().map(|()| cmd)
+        match fs::create_dir(&cmd) {
+            Ok(()) => Some(cmd),
+            // Swept by another driver's start between the two calls: make it again.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let _ = fs::create_dir(&lease_dir);
+                fs::create_dir(&cmd).ok().map(|()| cmd)
+            }
+            Err(_) => None,
+        }
     }
 
     /// Kills everything in the lease's cgroups (and, in the fallback, every process tied
@@ -132,6 +141,20 @@ impl Containment {
             None => {
                 kill_tied_to(workspace);
             }
+        }
+    }
+}
+
+/// Removes the empty lease cgroups under `base` (left by leases never released, e.g. of a
+/// holder that died and was never collected). `rmdir` refuses a cgroup that has a child or
+/// a process, so a lease in use is never touched; one whose next command starts meanwhile
+/// is made again by [`Containment::prepare`].
+fn sweep(base: &Path) {
+    let Ok(entries) = fs::read_dir(base) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("lease-") && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = fs::remove_dir(entry.path());
         }
     }
 }
