@@ -1,7 +1,6 @@
 //! Tar streams for sync: building one from a host tree on a blocking thread while it is
 //! uploaded (see `extract` for the other direction), and what both directions share.
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -9,6 +8,7 @@ use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
 use envrt_runtime_core::sync::ExcludeSet;
+use envrt_runtime_core::tree;
 use envrt_runtime_core::{DriverError, SyncKind};
 use tokio::sync::mpsc;
 
@@ -137,16 +137,40 @@ pub(crate) fn build_tar<W: Write>(plan: &TarPlan, out: W) -> Result<Counts, Arch
     match plan.kind {
         SyncKind::File => add_file(&mut builder, plan, &plan.source, &top, &meta, mode, &mut counts)?,
         SyncKind::Directory => {
-            let mut seen = BTreeSet::new();
-            seen.insert((meta.dev(), meta.ino()));
+            if !plan.follow {
+                // Links copied as links must not lead out of the target together either
+                // (`a/d0 -> ..` then `up2 -> a/d0/../..`): resolved before anything is sent.
+                // Each link alone first (its refusal names the link's text), in the order
+                // a depth-first walk meets them.
+                let source_shown = plan.source.to_string_lossy();
+                let skip = |rel: &str| plan.exclude.is_excluded(rel);
+                let links =
+                    tree::find_links_except(&plan.source, &source_shown, &skip).map_err(ArchiveError::Refused)?;
+                for (relative, text) in &links.links {
+                    let relative: PathBuf = relative.iter().collect();
+                    if !link_stays_inside(&relative, text) {
+                        return Err(ArchiveError::Refused(DriverError::EntryEscapesTarget {
+                            entry: format!("{} -> {}", relative.display(), text.display()),
+                            target: plan.target.clone(),
+                        }));
+                    }
+                }
+                tree::check_tree_links_except(
+                    &plan.source,
+                    Path::new(&plan.target),
+                    &source_shown,
+                    &plan.target,
+                    &skip,
+                )
+                .map_err(ArchiveError::Refused)?;
+            }
             add_dir_header(&mut builder, plan, &top, &meta, mode)?;
             walk(
                 &mut builder,
                 plan,
                 &plan.source,
                 &top,
-                Path::new(""),
-                &mut seen,
+                (meta.dev(), meta.ino()),
                 &mut counts,
             )?;
         }
@@ -238,69 +262,103 @@ impl<R: Read> Read for Exact<'_, R> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One directory still to archive: where it is, its path below the top, and the
+/// (device, inode) of the directories above it (against link loops when following).
+struct Pending {
+    dir: PathBuf,
+    relative: PathBuf,
+    ancestors: Vec<(u64, u64)>,
+}
+
+/// Archives everything below `source`, iteratively (an explicit stack, so a tree of any
+/// depth cannot overflow the thread's stack); past [`tree::MAX_TREE_DEPTH`] levels the
+/// source is refused.
 fn walk<W: Write>(
     builder: &mut tar::Builder<W>,
     plan: &TarPlan,
-    dir: &Path,
+    source: &Path,
     top: &Path,
-    relative: &Path,
-    seen: &mut BTreeSet<(u64, u64)>,
+    top_id: (u64, u64),
     counts: &mut Counts,
 ) -> Result<(), ArchiveError> {
-    let mut names: Vec<_> = fs::read_dir(dir)
-        .map_err(io_at(format!("Reading {}", dir.display())))?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<Result<_, _>>()
-        .map_err(io_at(format!("Reading {}", dir.display())))?;
-    names.sort();
-    for name in names {
-        let path = dir.join(&name);
-        let rel = relative.join(&name);
-        if plan.exclude.is_excluded(&rel.to_string_lossy()) {
-            continue;
+    let mut pending = vec![Pending {
+        dir: source.to_path_buf(),
+        relative: PathBuf::new(),
+        ancestors: vec![top_id],
+    }];
+    while let Some(Pending {
+        dir,
+        relative,
+        ancestors,
+    }) = pending.pop()
+    {
+        if ancestors.len() > tree::MAX_TREE_DEPTH + 1 {
+            return Err(ArchiveError::Refused(tree::too_deep(&plan.source.to_string_lossy())));
         }
-        let link_meta = fs::symlink_metadata(&path).map_err(io_at(format!("Reading {}", path.display())))?;
-        let archived = top.join(&rel);
-        if link_meta.file_type().is_symlink() && !plan.follow {
-            let target = fs::read_link(&path).map_err(io_at(format!("Reading {}", path.display())))?;
-            if !link_stays_inside(&rel, &target) {
-                return Err(ArchiveError::Refused(DriverError::EntryEscapesTarget {
-                    entry: format!("{} -> {}", rel.display(), target.display()),
-                    target: plan.target.clone(),
-                }));
+        let mut names: Vec<_> = fs::read_dir(&dir)
+            .map_err(io_at(format!("Reading {}", dir.display())))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .map_err(io_at(format!("Reading {}", dir.display())))?;
+        names.sort();
+        let mut subdirs = Vec::new();
+        for name in names {
+            let path = dir.join(&name);
+            let rel = relative.join(&name);
+            if plan.exclude.is_excluded(&rel.to_string_lossy()) {
+                continue;
             }
-            let mut h = header(plan, &link_meta, 0o777, tar::EntryType::Symlink);
-            builder
-                .append_link(&mut h, &archived, &target)
-                .map_err(io_at("Sending the archive"))?;
-            continue;
+            let link_meta = fs::symlink_metadata(&path).map_err(io_at(format!("Reading {}", path.display())))?;
+            let archived = top.join(&rel);
+            if link_meta.file_type().is_symlink() && !plan.follow {
+                let target = fs::read_link(&path).map_err(io_at(format!("Reading {}", path.display())))?;
+                if !link_stays_inside(&rel, &target) {
+                    return Err(ArchiveError::Refused(DriverError::EntryEscapesTarget {
+                        entry: format!("{} -> {}", rel.display(), target.display()),
+                        target: plan.target.clone(),
+                    }));
+                }
+                let mut h = header(plan, &link_meta, 0o777, tar::EntryType::Symlink);
+                builder
+                    .append_link(&mut h, &archived, &target)
+                    .map_err(io_at("Sending the archive"))?;
+                continue;
+            }
+            let meta = if link_meta.file_type().is_symlink() {
+                match fs::metadata(&path) {
+                    Ok(meta) => meta,
+                    // A dangling link has nothing to copy.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(ArchiveError::Io(format!("Reading {}", path.display()), e)),
+                }
+            } else {
+                link_meta
+            };
+            let mode = meta.mode() & 0o7777;
+            if meta.is_dir() {
+                let id = (meta.dev(), meta.ino());
+                if ancestors.contains(&id) {
+                    return Err(ArchiveError::Refused(DriverError::invalid(format!(
+                        "Sync source \"{}\" has a symbolic-link loop.",
+                        path.display()
+                    ))));
+                }
+                // The header now (before anything below it); the content later.
+                add_dir_header(builder, plan, &archived, &meta, mode)?;
+                let mut below = ancestors.clone();
+                below.push(id);
+                subdirs.push(Pending {
+                    dir: path,
+                    relative: rel,
+                    ancestors: below,
+                });
+            } else if meta.is_file() {
+                add_file(builder, plan, &path, &archived, &meta, mode, counts)?;
+            }
+            // Sockets, fifos and devices are not copied.
         }
-        let meta = if link_meta.file_type().is_symlink() {
-            match fs::metadata(&path) {
-                Ok(meta) => meta,
-                // A dangling link has nothing to copy.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(ArchiveError::Io(format!("Reading {}", path.display()), e)),
-            }
-        } else {
-            link_meta
-        };
-        let mode = meta.mode() & 0o7777;
-        if meta.is_dir() {
-            if !seen.insert((meta.dev(), meta.ino())) {
-                return Err(ArchiveError::Refused(DriverError::invalid(format!(
-                    "Sync source \"{}\" has a symbolic-link loop.",
-                    path.display()
-                ))));
-            }
-            add_dir_header(builder, plan, &archived, &meta, mode)?;
-            walk(builder, plan, &path, top, &rel, seen, counts)?;
-            seen.remove(&(meta.dev(), meta.ino()));
-        } else if meta.is_file() {
-            add_file(builder, plan, &path, &archived, &meta, mode, counts)?;
-        }
-        // Sockets, fifos and devices are not copied.
+        // Reversed, so the stack takes them in name order.
+        pending.extend(subdirs.into_iter().rev());
     }
     Ok(())
 }

@@ -14,6 +14,20 @@ pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
 /// The working directory of a lease when the environment does not set `workingDir`.
 pub const DEFAULT_WORKING_DIR: &str = "/workspace";
 
+/// Memory limit of a container when the environment sets none: 2 GiB (swap limited to
+/// the same value, so no swap on top).
+pub const DEFAULT_MEMORY_BYTES: i64 = 2 * 1024 * 1024 * 1024;
+
+/// Process limit of a container when the environment sets none.
+pub const DEFAULT_PIDS_LIMIT: i64 = 4096;
+
+/// The capabilities a container keeps (all others are dropped): what root in common
+/// images needs to manage files whatever their owner and mode (package managers, a
+/// workspace holding another user's read-only files): `CHOWN`, `DAC_OVERRIDE`, `FOWNER`.
+/// A command running as a non-root `user` has none of them (its effective set is empty),
+/// and with `no-new-privileges` it can never gain any.
+pub const KEPT_CAPABILITIES: [&str; 3] = ["CHOWN", "DAC_OVERRIDE", "FOWNER"];
+
 /// How the driver reaches the engine and how patient it is.
 #[derive(Clone, Debug)]
 pub struct DockerConfig {
@@ -77,12 +91,16 @@ pub struct EnvConfig {
     pub env: BTreeMap<String, String>,
     /// Docker network mode; `none` by default.
     pub network: String,
-    /// Memory limit in bytes (swap is limited to the same value).
-    pub memory_bytes: Option<i64>,
-    /// CPU limit in billionths of a CPU.
+    /// Memory limit in bytes (swap is limited to the same value); default
+    /// [`DEFAULT_MEMORY_BYTES`].
+    pub memory_bytes: i64,
+    /// CPU limit in billionths of a CPU; none by default.
     pub nano_cpus: Option<i64>,
-    /// Limit on the number of processes.
-    pub pids_limit: Option<i64>,
+    /// Limit on the number of processes; default [`DEFAULT_PIDS_LIMIT`].
+    pub pids_limit: i64,
+    /// Whether the container's root file system is read-only (the workspace and `/tmp`
+    /// are then volumes of their own); false by default.
+    pub read_only_root_fs: bool,
     /// Whether leases grant `duplexCommandStream`; true by default.
     pub duplex: bool,
 }
@@ -106,6 +124,8 @@ struct RawEnvConfig {
     nano_cpus: Option<i64>,
     #[serde(default)]
     pids_limit: Option<i64>,
+    #[serde(default)]
+    read_only_root_fs: Option<bool>,
     #[serde(default)]
     duplex: Option<bool>,
 }
@@ -154,11 +174,41 @@ impl EnvConfig {
                 .network
                 .filter(|n| !n.trim().is_empty())
                 .unwrap_or_else(|| "none".to_owned()),
-            memory_bytes: positive("memoryBytes", raw.memory_bytes)?,
+            memory_bytes: positive("memoryBytes", raw.memory_bytes)?.unwrap_or(DEFAULT_MEMORY_BYTES),
             nano_cpus: positive("nanoCpus", raw.nano_cpus)?,
-            pids_limit: positive("pidsLimit", raw.pids_limit)?,
+            pids_limit: positive("pidsLimit", raw.pids_limit)?.unwrap_or(DEFAULT_PIDS_LIMIT),
+            read_only_root_fs: raw.read_only_root_fs.unwrap_or(false),
             duplex: raw.duplex.unwrap_or(true),
         })
+    }
+
+    /// What a container of this configuration enforces, as `(setting, value)` rows for
+    /// `envrt caps` and `envrt doctor`.
+    pub fn enforcement(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "capabilities",
+                format!("all dropped but {}", KEPT_CAPABILITIES.join(", ")),
+            ),
+            ("noNewPrivileges", "yes".to_owned()),
+            ("pidsLimit", self.pids_limit.to_string()),
+            ("memoryBytes", self.memory_bytes.to_string()),
+            (
+                "nanoCpus",
+                self.nano_cpus.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+            ),
+            (
+                "readOnlyRootFs",
+                if self.read_only_root_fs { "yes" } else { "no" }.to_owned(),
+            ),
+            (
+                "user",
+                self.user
+                    .clone()
+                    .unwrap_or_else(|| "the image's (often root)".to_owned()),
+            ),
+            ("network", self.network.clone()),
+        ]
     }
 
     /// Parses the configuration of `environment`.
@@ -199,17 +249,21 @@ mod tests {
         assert_eq!(c.network, "none");
         assert!(c.duplex);
         assert_eq!(c.user, None);
+        assert_eq!(
+            (c.memory_bytes, c.pids_limit, c.nano_cpus),
+            (DEFAULT_MEMORY_BYTES, DEFAULT_PIDS_LIMIT, None)
+        );
+        assert!(!c.read_only_root_fs);
         let c = parse(
             json!({"image": "img", "user": "65534:65534", "workingDir": "/w//x/", "env": {"A": "1"},
-            "network": "host", "memoryBytes": 1024, "nanoCpus": 5, "pidsLimit": 7, "duplex": false}),
+            "network": "host", "memoryBytes": 1024, "nanoCpus": 5, "pidsLimit": 7, "duplex": false,
+            "readOnlyRootFs": true}),
         )
         .unwrap();
         assert_eq!(c.working_dir, "/w/x");
         assert_eq!(c.env.get("A").map(String::as_str), Some("1"));
-        assert_eq!(
-            (c.memory_bytes, c.nano_cpus, c.pids_limit),
-            (Some(1024), Some(5), Some(7))
-        );
+        assert_eq!((c.memory_bytes, c.nano_cpus, c.pids_limit), (1024, Some(5), 7));
+        assert!(c.read_only_root_fs);
         assert!(!c.duplex);
     }
 

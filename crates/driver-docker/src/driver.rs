@@ -19,7 +19,7 @@ use envrt_runtime_core::{
     SyncOperation, SyncResult, WorkspaceRequest,
 };
 
-use crate::config::{DockerConfig, EnvConfig, META_WORKSPACE_DIR, lease_workspace};
+use crate::config::{DockerConfig, EnvConfig, KEPT_CAPABILITIES, META_WORKSPACE_DIR, lease_workspace};
 use crate::engine::{Engine, has_status, is_not_found};
 use crate::process::run_script;
 
@@ -234,14 +234,23 @@ impl DockerDriver {
             working_dir: Some(config.working_dir.clone()),
             env: Some(config.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(labels),
+            // With a read-only root, the workspace and /tmp are anonymous volumes (removed
+            // with the container), which the archive API writes into like the root.
+            volumes: config
+                .read_only_root_fs
+                .then(|| vec![config.working_dir.clone(), "/tmp".to_owned()]),
             host_config: Some(HostConfig {
                 // docker-init as PID 1 reaps every orphan of every exec.
                 init: Some(true),
                 network_mode: Some(config.network.clone()),
-                memory: config.memory_bytes,
-                memory_swap: config.memory_bytes,
+                memory: Some(config.memory_bytes),
+                memory_swap: Some(config.memory_bytes),
                 nano_cpus: config.nano_cpus,
-                pids_limit: config.pids_limit,
+                pids_limit: Some(config.pids_limit),
+                cap_drop: Some(vec!["ALL".to_owned()]),
+                cap_add: Some(KEPT_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
+                security_opt: Some(vec!["no-new-privileges".to_owned()]),
+                readonly_rootfs: Some(config.read_only_root_fs),
                 ..Default::default()
             }),
             ..Default::default()
@@ -267,15 +276,16 @@ impl DockerDriver {
                 .call(self.engine.docker.start_container(&id, None))
                 .await
                 .map_err(|e| self.engine.error("starting a container", e))?;
-            // The workspace exists and belongs to the configured user.
-            let script = "mkdir -p -- \"$1\" && { [ -z \"$2\" ] || chown -- \"$2\" \"$1\"; }";
-            let user = config.user.clone().unwrap_or_default();
+            // The workspace exists and belongs to the configured user. With
+            // no-new-privileges, root in an exec of a container whose user is not root has
+            // no capabilities, so the ownership comes from the engine instead: a one-entry
+            // archive whose header names the user's ids.
             let (_, stderr, code) = run_script(
                 &self.engine,
                 &id,
                 Some("0"),
-                script,
-                &[&config.working_dir, &user],
+                "mkdir -p -- \"$1\"",
+                &[&config.working_dir],
                 "preparing the workspace",
             )
             .await?;
@@ -286,7 +296,12 @@ impl DockerDriver {
                     String::from_utf8_lossy(&stderr).trim()
                 )));
             }
-            self.ask_owner(&id).await
+            let owner = self.ask_owner(&id).await?;
+            if config.user.is_some() {
+                self.give_workspace(&id, &config.working_dir, config.read_only_root_fs, owner)
+                    .await?;
+            }
+            Ok(owner)
         }
         .await;
         match ready {
@@ -297,6 +312,52 @@ impl DockerDriver {
                 Err(error)
             }
         }
+    }
+}
+
+impl DockerDriver {
+    /// Makes `workspace` (an existing directory) belong to `owner` through the archive
+    /// API: the engine applies a directory entry's ids over an existing directory. On a
+    /// read-only root the parent cannot be written, so the archive goes into the workspace
+    /// (a volume) as its `.` entry.
+    async fn give_workspace(
+        &self,
+        container: &str,
+        workspace: &str,
+        read_only_root: bool,
+        owner: (u64, u64),
+    ) -> Result<(), DriverError> {
+        let (into, name) = match workspace.rsplit_once('/') {
+            Some((parent, name)) if !read_only_root && !name.is_empty() => {
+                (if parent.is_empty() { "/" } else { parent }, name)
+            }
+            _ => (workspace, "."),
+        };
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(0o755);
+        header.set_uid(owner.0);
+        header.set_gid(owner.1);
+        header.set_size(0);
+        let mut builder = tar::Builder::new(Vec::new());
+        builder
+            .append_data(&mut header, name, std::io::empty())
+            .and_then(|()| builder.finish())
+            .map_err(|e| DriverError::io("Building the workspace archive", e))?;
+        let archive = builder
+            .into_inner()
+            .map_err(|e| DriverError::io("Building the workspace archive", e))?;
+        let options = bollard::query_parameters::UploadToContainerOptionsBuilder::default()
+            .path(into)
+            .build();
+        self.engine
+            .call(
+                self.engine
+                    .docker
+                    .upload_to_container(container, Some(options), bollard::body_full(archive.into())),
+            )
+            .await
+            .map_err(|e| self.engine.error("preparing the workspace", e))
     }
 }
 

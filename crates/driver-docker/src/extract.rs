@@ -1,12 +1,15 @@
 //! Extracting a tar stream into a host target through a temporary sibling, refusing every
 //! entry or link that would land outside the target.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use envrt_runtime_core::sync::ExcludeSet;
+use envrt_runtime_core::tree;
 use envrt_runtime_core::{DriverError, SyncKind};
 
 use crate::archive::{ArchiveError, Counts, io_at, link_stays_inside};
@@ -54,8 +57,13 @@ pub(crate) fn extract<R: Read>(archive: R, plan: &Extraction<'_>) -> Result<Coun
     let mut archive = tar::Archive::new(archive);
     for entry in archive.entries().map_err(io_at("Reading the archive"))? {
         let mut entry = entry.map_err(io_at("Reading the archive"))?;
-        let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        let rel = relative_name(&raw).ok_or_else(|| escapes(&raw))?;
+        // Names are bytes (a file name need not be UTF-8); text only for messages.
+        let raw_bytes = entry.path_bytes().into_owned();
+        let raw = String::from_utf8_lossy(&raw_bytes).into_owned();
+        let rel = relative_name(&raw_bytes).ok_or_else(|| escapes(&raw))?;
+        if rel.components().count() > tree::MAX_TREE_DEPTH {
+            return Err(ArchiveError::Refused(tree::too_deep(plan.source_text)));
+        }
         let kind = entry.header().entry_type();
         let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
         if rel.as_os_str().is_empty() {
@@ -120,13 +128,10 @@ pub(crate) fn extract<R: Read>(archive: R, plan: &Extraction<'_>) -> Result<Coun
                 links.push((dest, link, true));
             }
             tar::EntryType::Link => {
-                let link = entry
-                    .link_name_bytes()
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default();
+                let link = entry.link_name_bytes().map(|b| b.into_owned()).unwrap_or_default();
                 let inside = relative_name(&link)
                     .filter(|l| !l.as_os_str().is_empty())
-                    .ok_or_else(|| escapes(&format!("{rel_text} => {link}")))?;
+                    .ok_or_else(|| escapes(&format!("{rel_text} => {}", String::from_utf8_lossy(&link))))?;
                 links.push((dest, root.join(inside), false));
             }
             // Devices, fifos and the like are not recreated.
@@ -153,6 +158,12 @@ pub(crate) fn extract<R: Read>(archive: R, plan: &Extraction<'_>) -> Result<Coun
         };
         result.map_err(io_at(format!("Extracting a link at {}", dest.display())))?;
     }
+    // Each link was checked alone above; together they may still lead out (`a/d0 -> ..`
+    // then `up2 -> a/d0/../..`): resolve them step by step against the tree as written.
+    if plan.kind == SyncKind::Directory {
+        tree::check_tree_links(&root, plan.target, plan.source_text, plan.target_text)
+            .map_err(ArchiveError::Refused)?;
+    }
     // Modes deepest first, the top last (from the request when given).
     modes.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
     for (path, mode) in modes {
@@ -165,8 +176,8 @@ pub(crate) fn extract<R: Read>(archive: R, plan: &Extraction<'_>) -> Result<Coun
 }
 
 /// `raw` without its first component; `None` when it is absolute or has `..`.
-fn relative_name(raw: &str) -> Option<PathBuf> {
-    let path = Path::new(raw);
+fn relative_name(raw: &[u8]) -> Option<PathBuf> {
+    let path = Path::new(OsStr::from_bytes(raw));
     let mut out = PathBuf::new();
     let mut first = true;
     for c in path.components() {
@@ -219,12 +230,16 @@ mod tests {
 
     #[test]
     fn relative_names_drop_the_top_and_refuse_escapes() {
-        assert_eq!(relative_name("top"), Some(PathBuf::new()));
-        assert_eq!(relative_name("top/a/b"), Some(PathBuf::from("a/b")));
-        assert_eq!(relative_name("./top/a"), Some(PathBuf::from("a")));
-        assert_eq!(relative_name("top/../x"), None);
-        assert_eq!(relative_name("/top/a"), None);
-        assert_eq!(relative_name(""), None);
+        assert_eq!(relative_name(b"top"), Some(PathBuf::new()));
+        assert_eq!(relative_name(b"top/a/b"), Some(PathBuf::from("a/b")));
+        assert_eq!(relative_name(b"./top/a"), Some(PathBuf::from("a")));
+        assert_eq!(relative_name(b"top/../x"), None);
+        assert_eq!(relative_name(b"/top/a"), None);
+        assert_eq!(relative_name(b""), None);
+        assert_eq!(
+            relative_name(b"top/caf\xe9"),
+            Some(PathBuf::from(OsStr::from_bytes(b"caf\xe9")))
+        );
     }
 
     fn raw_tar(entries: &[(&str, tar::EntryType, &[u8], Option<&str>)]) -> Vec<u8> {
@@ -292,6 +307,16 @@ mod tests {
             (
                 raw_tar(&[("top/", Directory, b"", None), ("top/h", Link, b"", Some("../x"))]),
                 "Entry \"h => ../x\" would be written outside the target \"out\".",
+            ),
+            // Each link stays inside alone; together `up2` leads two levels out.
+            (
+                raw_tar(&[
+                    ("top/", Directory, b"", None),
+                    ("top/a/", Directory, b"", None),
+                    ("top/a/d0", Symlink, b"", Some("..")),
+                    ("top/up2", Symlink, b"", Some("a/d0/../..")),
+                ]),
+                "Entry \"up2\" would be written outside the target \"out\".",
             ),
         ];
         for (bytes, expected) in cases {

@@ -27,9 +27,15 @@
 //!   with `..` or absolute names and links that lead out of the target.
 //! - **Duplex**: exec attach; output is stdout and stderr in arrival order.
 //!
+//! - **Hardening** (always): every capability dropped but [`KEPT_CAPABILITIES`],
+//!   `no-new-privileges`, a process limit and a memory limit (defaults
+//!   [`DEFAULT_PIDS_LIMIT`], [`DEFAULT_MEMORY_BYTES`]), no network. Request variables go
+//!   into the exec inside the container only. See `docs/security.md`.
+//!
 //! Environment config (JSON, camelCase): `image` (required), `user`, `workingDir`
 //! (default `/workspace`), `env`, `network` (default `none`), `memoryBytes`, `nanoCpus`,
-//! `pidsLimit`, `duplex` (default true; false withdraws `duplexCommandStream`).
+//! `pidsLimit`, `readOnlyRootFs` (default false; the workspace and `/tmp` then are
+//! volumes), `duplex` (default true; false withdraws `duplexCommandStream`).
 
 #![forbid(unsafe_code)]
 
@@ -44,5 +50,8 @@ mod process;
 mod sync_in;
 mod sync_out;
 
-pub use config::{DEFAULT_DOCKER_HOST, DEFAULT_WORKING_DIR, DockerConfig, EnvConfig};
+pub use config::{
+    DEFAULT_DOCKER_HOST, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS_LIMIT, DEFAULT_WORKING_DIR, DockerConfig, EnvConfig,
+    KEPT_CAPABILITIES,
+};
 pub use driver::{DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_LEASE_ID, LABEL_MANAGED};

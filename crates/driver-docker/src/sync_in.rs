@@ -273,16 +273,7 @@ pub(crate) async fn sync_in(
                 args.push(entry.target.clone());
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            match run_script(
-                &driver.engine,
-                container,
-                Some("0"),
-                FINALIZE,
-                &args,
-                "placing synced files",
-            )
-            .await
-            {
+            match run_script(&driver.engine, container, None, FINALIZE, &args, "placing synced files").await {
                 Ok((_, _, Some(0))) => staged.clear(),
                 Ok((_, stderr, _)) => {
                     failure = Some(DriverError::other(format!(
@@ -299,7 +290,7 @@ pub(crate) async fn sync_in(
                 let _ = run_script(
                     &driver.engine,
                     container,
-                    Some("0"),
+                    None,
                     "rm -rf -- \"$@\"",
                     &args,
                     "cleaning up",

@@ -87,7 +87,7 @@ pub(crate) async fn sync_out(
                 let _ = run_script(
                     &driver.engine,
                     container,
-                    Some("0"),
+                    None,
                     "rm -rf -- \"$1\"",
                     &[&scratch],
                     "cleaning up",

@@ -1,5 +1,6 @@
 //! Measures the local driver: execute round trips of `true`, and throughput of stdin to
-//! stdout through `cat`. Run with `cargo run --release -p envrt-driver-local --example latency`.
+//! stdout through `cat`. Run with `cargo run --release -p envrt-driver-local --example latency`
+//! (`ENVRT_BENCH_CGROUPS=0` measures without the per-command cgroup).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::env::temp_dir().join(format!("envrt-local-bench-{}", std::process::id()));
     let driver = Arc::new(LocalDriver::new(LocalConfig {
         root: Some(root.clone()),
+        cgroups: std::env::var("ENVRT_BENCH_CGROUPS").as_deref() != Ok("0"),
         ..Default::default()
     })?);
     let runtime = EnvironmentRuntime::new();

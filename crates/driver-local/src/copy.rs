@@ -4,21 +4,18 @@
 //! Staged files are created `0600` and directories `0700`, filled, then given their final
 //! mode, so no target is ever readable by others before it is complete.
 
-use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use envrt_runtime_core::DriverError;
 use envrt_runtime_core::sync::{ExcludeSet, SyncKind};
+use envrt_runtime_core::tree;
 use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
 
 use crate::workspace::remove_tree;
-
-/// Most links followed while checking where one copied link leads (as the kernel's ELOOP).
-const MAX_LINK_HOPS: usize = 40;
 
 /// One entry to copy.
 pub(crate) struct CopySpec<'a> {
@@ -144,6 +141,20 @@ struct CopiedLink {
     text: PathBuf,
 }
 
+/// One step of the (iterative) tree copy.
+enum Step {
+    /// Copy the directory `source` (identified by `id`) into the new directory `dest`.
+    Enter {
+        source: PathBuf,
+        dest: PathBuf,
+        relative: Vec<OsString>,
+        id: (u64, u64),
+        mode: u32,
+    },
+    /// Everything below `dest` is copied: give it its mode and leave it.
+    Leave { dest: PathBuf, mode: u32 },
+}
+
 struct TreeWalk<'a, 'b> {
     spec: &'a CopySpec<'b>,
     counts: &'a mut Counts,
@@ -152,6 +163,8 @@ struct TreeWalk<'a, 'b> {
     ancestors: Vec<(u64, u64)>,
     /// (device, inode) of the staging directory, skipped when the source contains it.
     staging: (u64, u64),
+    /// Steps still to take (a stack: no recursion, whatever the tree's depth).
+    steps: Vec<Step>,
 }
 
 fn stage_tree(spec: &CopySpec<'_>, meta: &fs::Metadata, temp: &Path, counts: &mut Counts) -> Result<(), DriverError> {
@@ -161,12 +174,14 @@ fn stage_tree(spec: &CopySpec<'_>, meta: &fs::Metadata, temp: &Path, counts: &mu
         spec,
         counts,
         links: Vec::new(),
-        ancestors: vec![(meta.dev(), meta.ino())],
+        ancestors: Vec::new(),
         staging: (staged.dev(), staged.ino()),
+        steps: Vec::new(),
     };
-    walk.copy_dir(spec.source, temp, &mut Vec::new())?;
+    walk.run(spec.source, temp, (meta.dev(), meta.ino()))?;
+    walk.links.sort_by(|a, b| a.relative.cmp(&b.relative));
     for link in &walk.links {
-        if link_escapes(temp, spec.target, &link.relative, &link.text) {
+        if tree::link_escapes(temp, spec.target, &link.relative, &link.text) {
             return Err(DriverError::EntryEscapesTarget {
                 entry: link.shown.clone(),
                 target: spec.target_shown.to_owned(),
@@ -177,39 +192,76 @@ fn stage_tree(spec: &CopySpec<'_>, meta: &fs::Metadata, temp: &Path, counts: &mu
 }
 
 impl TreeWalk<'_, '_> {
-    fn copy_dir(&mut self, source: &Path, dest: &Path, relative: &mut Vec<OsString>) -> Result<(), DriverError> {
-        let entries = fs::read_dir(source).map_err(|e| io_err("read", source, e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| io_err("read", source, e))?;
-            let name = entry.file_name();
-            relative.push(name.clone());
-            let result = self.copy_entry(&entry.path(), &dest.join(&name), relative);
-            relative.pop();
-            result?;
+    /// Copies the tree at `source` into the existing directory `dest`.
+    fn run(&mut self, source: &Path, dest: &Path, id: (u64, u64)) -> Result<(), DriverError> {
+        self.ancestors.push(id);
+        self.copy_dir(source, dest, &[])?;
+        while let Some(step) = self.steps.pop() {
+            match step {
+                Step::Enter {
+                    source,
+                    dest,
+                    relative,
+                    id,
+                    mode,
+                } => {
+                    if self.ancestors.contains(&id) {
+                        return Err(DriverError::invalid(format!(
+                            "following links at {} loops back to a parent directory",
+                            source.display()
+                        )));
+                    }
+                    if relative.len() > tree::MAX_TREE_DEPTH {
+                        return Err(tree::too_deep(self.spec.source_shown));
+                    }
+                    make_dir(&dest)?;
+                    self.ancestors.push(id);
+                    self.steps.push(Step::Leave {
+                        dest: dest.clone(),
+                        mode,
+                    });
+                    self.copy_dir(&source, &dest, &relative)?;
+                }
+                Step::Leave { dest, mode } => {
+                    self.ancestors.pop();
+                    set_mode(&dest, mode)?;
+                }
+            }
         }
         Ok(())
     }
 
-    fn copy_entry(&mut self, source: &Path, dest: &Path, relative: &mut Vec<OsString>) -> Result<(), DriverError> {
-        let shown = relative
-            .iter()
-            .map(|c| c.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join("/");
+    /// Copies the files and links of one directory; its subdirectories become steps.
+    fn copy_dir(&mut self, source: &Path, dest: &Path, relative: &[OsString]) -> Result<(), DriverError> {
+        let entries = fs::read_dir(source).map_err(|e| io_err("read", source, e))?;
+        let mut subdirs = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err("read", source, e))?;
+            let name = entry.file_name();
+            let mut child = relative.to_vec();
+            child.push(name.clone());
+            if let Some(step) = self.copy_entry(&entry.path(), &dest.join(&name), child)? {
+                subdirs.push(step);
+            }
+        }
+        // Reversed, so that the stack takes them in directory order.
+        self.steps.extend(subdirs.into_iter().rev());
+        Ok(())
+    }
+
+    /// Copies one non-directory entry, or returns the step that will copy a directory.
+    fn copy_entry(&mut self, source: &Path, dest: &Path, relative: Vec<OsString>) -> Result<Option<Step>, DriverError> {
+        let shown = tree::shown(&relative);
         if self.spec.exclude.is_excluded(&shown) {
-            return Ok(());
+            return Ok(None);
         }
         let mut meta = fs::symlink_metadata(source).map_err(|e| io_err("inspect", source, e))?;
         if meta.file_type().is_symlink() {
             if !self.spec.follow {
                 let text = fs::read_link(source).map_err(|e| io_err("read link", source, e))?;
                 std::os::unix::fs::symlink(&text, dest).map_err(|e| io_err("create link", dest, e))?;
-                self.links.push(CopiedLink {
-                    relative: relative.clone(),
-                    shown,
-                    text,
-                });
-                return Ok(());
+                self.links.push(CopiedLink { relative, shown, text });
+                return Ok(None);
             }
             if let Some(root) = self.spec.source_confine {
                 let outside = || DriverError::PathOutsideWorkspace {
@@ -231,92 +283,23 @@ impl TreeWalk<'_, '_> {
             let id = (meta.dev(), meta.ino());
             if id == self.staging {
                 // The target lies inside the source: do not copy the copy into itself.
-                return Ok(());
+                return Ok(None);
             }
-            if self.ancestors.contains(&id) {
-                return Err(DriverError::invalid(format!(
-                    "following links at {} loops back to a parent directory",
-                    source.display()
-                )));
-            }
-            make_dir(dest)?;
-            self.ancestors.push(id);
-            let result = self.copy_dir(source, dest, relative);
-            self.ancestors.pop();
-            result?;
-            set_mode(dest, meta.mode() & 0o7777)
+            Ok(Some(Step::Enter {
+                source: source.to_path_buf(),
+                dest: dest.to_path_buf(),
+                relative,
+                id,
+                mode: meta.mode() & 0o7777,
+            }))
         } else if meta.is_file() {
-            copy_file(source, dest, meta.mode() & 0o7777, self.counts)
+            copy_file(source, dest, meta.mode() & 0o7777, self.counts)?;
+            Ok(None)
         } else {
             // FIFOs, sockets and devices are not copied.
-            Ok(())
+            Ok(None)
         }
     }
-}
-
-/// Whether a link copied at `relative` (inside the staged tree `root`, which will become
-/// `final_root`) resolves to a place outside the tree. Resolution follows the links of
-/// the staged tree the way the kernel would, so `d -> .` followed by `d/../x` is caught.
-fn link_escapes(root: &Path, final_root: &Path, relative: &[OsString], text: &Path) -> bool {
-    let mut stack: Vec<OsString> = relative[..relative.len().saturating_sub(1)].to_vec();
-    let mut queue: VecDeque<OsString> = VecDeque::new();
-    if !push_link_text(text, final_root, &mut stack, &mut queue) {
-        return true;
-    }
-    let mut hops = 0;
-    while let Some(part) = queue.pop_front() {
-        if part == ".." {
-            if stack.pop().is_none() {
-                return true;
-            }
-            continue;
-        }
-        stack.push(part);
-        let here: PathBuf = stack.iter().fold(root.to_path_buf(), |p, c| p.join(c));
-        let Ok(meta) = fs::symlink_metadata(&here) else {
-            // Nothing there: the kernel stops here too; the rest is checked lexically.
-            continue;
-        };
-        if meta.file_type().is_symlink() {
-            hops += 1;
-            if hops > MAX_LINK_HOPS {
-                return true;
-            }
-            stack.pop();
-            let Ok(next) = fs::read_link(&here) else { return true };
-            if !push_link_text(&next, final_root, &mut stack, &mut queue) {
-                return true;
-            }
-        }
-    }
-    false
-}
-
-/// Puts a link's components in front of `queue`; an absolute text restarts at the tree's
-/// root when it names a place under `final_root`, and is an escape (false) otherwise.
-fn push_link_text(text: &Path, final_root: &Path, stack: &mut Vec<OsString>, queue: &mut VecDeque<OsString>) -> bool {
-    let rest = if text.is_absolute() {
-        let Ok(inside) = text.strip_prefix(final_root) else {
-            return false;
-        };
-        stack.clear();
-        inside
-    } else {
-        text
-    };
-    let mut parts = Vec::new();
-    for component in rest.components() {
-        match component {
-            Component::Normal(p) => parts.push(p.to_os_string()),
-            Component::ParentDir => parts.push(OsString::from("..")),
-            Component::CurDir | Component::RootDir => {}
-            Component::Prefix(_) => return false,
-        }
-    }
-    for part in parts.into_iter().rev() {
-        queue.push_front(part);
-    }
-    true
 }
 
 /// Renames every staged entry into place (an existing target is exchanged atomically and
@@ -458,27 +441,6 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("envrt-local-unit-{tag}-{}", uuid::Uuid::new_v4().simple()));
         fs::create_dir(&dir).unwrap();
         dir
-    }
-
-    #[test]
-    fn link_resolution_follows_staged_links_like_the_kernel() {
-        let root = scratch("links");
-        std::os::unix::fs::symlink(".", root.join("d")).unwrap();
-        fs::create_dir(root.join("sub")).unwrap();
-        let final_root = Path::new("/final/t");
-        let at = |name: &str| vec![OsString::from(name)];
-        assert!(link_escapes(&root, final_root, &at("e"), Path::new("d/../x")));
-        assert!(link_escapes(&root, final_root, &at("e"), Path::new("../x")));
-        assert!(link_escapes(&root, final_root, &at("e"), Path::new("/etc/passwd")));
-        assert!(!link_escapes(&root, final_root, &at("e"), Path::new("/final/t/sub")));
-        assert!(!link_escapes(&root, final_root, &at("e"), Path::new("sub/../x")));
-        let nested = vec![OsString::from("sub"), OsString::from("l")];
-        assert!(!link_escapes(&root, final_root, &nested, Path::new("../d")));
-        assert!(link_escapes(&root, final_root, &nested, Path::new("../../x")));
-        // A loop counts as an escape (it cannot be resolved).
-        std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
-        assert!(link_escapes(&root, final_root, &at("e"), Path::new("loop")));
-        remove_tree(&root).unwrap();
     }
 
     #[test]

@@ -1,26 +1,27 @@
-//! Running one command on the host (contract section 5): its own process group, a
-//! concurrent stdin writer, capped stdout/stderr readers feeding the sink, a timeout that
-//! sends `SIGTERM` then `SIGKILL` to the whole group, and a guard that kills the group when
-//! the call ends or its future is dropped.
+//! Running one command on the host (contract section 5): its own process group (and
+//! cgroup, see `containment`), a concurrent stdin writer, capped stdout/stderr readers
+//! feeding the sink, a timeout that sends `SIGTERM` then `SIGKILL` to the whole group, and
+//! a guard (`groups`) that kills the group when the call ends or its future is dropped.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envrt_runtime_core::execute::signal_name;
 
+use crate::containment::{self, Containment};
+use crate::groups::{ProcessTable, reap_group, signal_group};
 use crate::program::{SCRIPT_SHELL, find_program};
 use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, fcntl};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// `PATH` given to commands when the host has none.
@@ -46,164 +47,12 @@ const DRAIN_IDLE: Duration = Duration::from_millis(200);
 /// Upper bound on the whole drain after the command exits.
 const DRAIN_MAX: Duration = Duration::from_secs(2);
 
-/// How long release and destroy wait for a lease's killed commands to disappear.
-const CLOSE_WAIT: Duration = Duration::from_secs(2);
-
-/// How long the call waits for a killed group to disappear before returning.
-const REAP_WAIT: Duration = Duration::from_millis(200);
-
-/// The process groups currently running, per lease, so that release and destroy can kill
-/// what a lease still runs; and the leases being closed, whose new commands are killed at
-/// once (an execute racing a release cannot outlive it).
-#[derive(Debug, Default)]
-pub(crate) struct ProcessTable {
-    state: Mutex<TableState>,
-}
-
-#[derive(Debug, Default)]
-struct TableState {
-    running: HashMap<String, HashSet<i32>>,
-    closed: HashSet<String>,
-}
-
-impl ProcessTable {
-    fn state(&self) -> std::sync::MutexGuard<'_, TableState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn register(self: &Arc<Self>, lease: &str, pgid: i32) -> GroupGuard {
-        let mut state = self.state();
-        state.running.entry(lease.to_owned()).or_default().insert(pgid);
-        if state.closed.contains(lease) {
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-        }
-        GroupGuard {
-            table: Arc::clone(self),
-            lease: lease.to_owned(),
-            pgid,
-            armed: true,
-        }
-    }
-
-    fn deregister(&self, lease: &str, pgid: i32) {
-        let mut state = self.state();
-        if let Some(set) = state.running.get_mut(lease) {
-            set.remove(&pgid);
-            if set.is_empty() {
-                state.running.remove(lease);
-            }
-        }
-    }
-
-    /// Marks the lease closed and sends `SIGKILL` to every process group it still runs;
-    /// commands started later are killed at once until [`reopen`](Self::reopen). Waits
-    /// (bounded) until those groups are gone, so that nothing still writes into the
-    /// workspace while it is removed.
-    pub(crate) async fn close(&self, lease: &str) {
-        let groups: Vec<i32> = {
-            let mut state = self.state();
-            state.closed.insert(lease.to_owned());
-            state
-                .running
-                .get(lease)
-                .map(|s| s.iter().copied().collect())
-                .unwrap_or_default()
-        };
-        for pgid in &groups {
-            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
-        }
-        let until = Instant::now() + CLOSE_WAIT;
-        while Instant::now() < until && groups.iter().any(|g| group_alive(*g)) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    /// Lets the lease run commands again (acquire, resume), or forgets a removed lease.
-    pub(crate) fn reopen(&self, lease: &str) {
-        self.state().closed.remove(lease);
-    }
-
-    /// How many commands the lease is running.
-    pub(crate) fn running(&self, lease: &str) -> usize {
-        self.state().running.get(lease).map_or(0, HashSet::len)
-    }
-}
-
-/// Whether a process group still has a member that is not a zombie. Zombies count for
-/// `kill(-pgid, 0)` but run nothing; whoever inherited them reaps them in its own time.
-fn group_alive(pgid: i32) -> bool {
-    if killpg(Pid::from_raw(pgid), None).is_err() {
-        return false;
-    }
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    entries.flatten().any(|entry| {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            return false;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            return false;
-        };
-        // "pid (comm) S ppid pgrp ..."; comm may contain anything, so parse after ')'.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            return false;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
-        pgrp == Some(pgid) && state != "Z" && state != "X"
-    })
-}
-
-/// Owns one command's process group: `SIGKILL`s it when dropped while armed (the execute
-/// future was dropped), and always leaves the process table.
-struct GroupGuard {
-    table: Arc<ProcessTable>,
-    lease: String,
-    pgid: i32,
-    armed: bool,
-}
-
-impl GroupGuard {
-    /// Leaves the process table without killing: the group was already reaped.
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-/// Signals a whole process group; true when at least one process received it.
-fn signal_group(pgid: i32, signal: Signal) -> bool {
-    killpg(Pid::from_raw(pgid), signal).is_ok()
-}
-
-/// Kills what is left of the group after the direct child exited, and waits (briefly,
-/// bounded) until the group is gone.
-async fn reap_group(pgid: i32) {
-    if signal_group(pgid, Signal::SIGKILL) {
-        let until = Instant::now() + REAP_WAIT;
-        while group_alive(pgid) && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-}
-
 /// Aborts the task when dropped (the execute future was dropped).
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
-        }
-        self.table.deregister(&self.lease, self.pgid);
     }
 }
 
@@ -221,6 +70,8 @@ pub(crate) struct ExecSite<'a> {
     pub(crate) kill_grace: Duration,
     /// Host variables passed through.
     pub(crate) env_allowlist: &'a [String],
+    /// Where the command's processes are contained.
+    pub(crate) containment: &'a Containment,
 }
 
 /// Checks the request for what `execve` cannot take, without ever echoing an env value.
@@ -374,10 +225,41 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
         Ok(program) => program,
         Err(error) => return spawn_error(site, &request, &error, started),
     };
+    // Contained commands start through the join script, which `exec`s the command by the
+    // name given, so the shell's lookup on the command's own PATH finds the same file and
+    // argv[0] is unchanged. A program that cannot run is started directly, so that its
+    // failure reads as always.
+    let runnable = std::fs::metadata(&program).is_ok_and(|m| m.is_file())
+        && nix::unistd::access(&program, nix::unistd::AccessFlags::X_OK).is_ok();
+    let cgroup = if runnable {
+        site.containment.prepare(site.lease_key)
+    } else {
+        None
+    };
+    let procs = cgroup.as_ref().map(|c| c.join("cgroup.procs"));
     let spawn = |program: &Path, argv: &[&OsStr]| {
-        let mut command = tokio::process::Command::new(program);
+        let mut command = match &procs {
+            // Joins the cgroup, then becomes the program (see `containment`).
+            Some(procs) => {
+                let mut c = tokio::process::Command::new(SCRIPT_SHELL);
+                c.arg0("sh")
+                    .args([
+                        OsStr::new("-c"),
+                        OsStr::new(containment::JOIN_SCRIPT),
+                        OsStr::new("envrt-join"),
+                    ])
+                    .arg(procs)
+                    .arg(if env.contains_key("PWD") { "keep" } else { "drop" })
+                    .arg(argv[0]);
+                c
+            }
+            None => {
+                let mut c = tokio::process::Command::new(program);
+                c.arg0(argv[0]);
+                c
+            }
+        };
         command
-            .arg0(argv[0])
             .args(&argv[1..])
             .args(&request.args)
             .env_clear()
@@ -405,18 +287,31 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
                 Err(error) => return spawn_error(site, &request, &error, started),
             }
         }
-        Err(error) => return spawn_error(site, &request, &error, started),
+        Err(error) => {
+            if let Some(cgroup) = &cgroup {
+                let _ = std::fs::remove_dir(cgroup);
+            }
+            return spawn_error(site, &request, &error, started);
+        }
     };
     let pid = child
         .id()
         .ok_or_else(|| DriverError::other("the command exited before its pid was read"))? as i32;
-    let guard = site.table.register(site.lease_key, pid);
+    let mut guard = site.table.register(site.lease_key, pid);
+    guard.cgroup = cgroup.clone();
     // The command is supervised (waited for, its output read, its timeout applied) on a
     // task of its own, which runs on the runtime's worker threads whoever awaits this call:
     // awaited from a `block_on` thread, every chunk of output would otherwise be a wake-up
     // handed from the thread that polls the I/O driver to that one. This future keeps the
     // group's guard: dropped, it kills the group at once and aborts the task.
-    let mut task = AbortOnDrop(tokio::spawn(supervise(child, pid, request, site.kill_grace, started)));
+    let mut task = AbortOnDrop(tokio::spawn(supervise(
+        child,
+        pid,
+        cgroup,
+        request,
+        site.kill_grace,
+        started,
+    )));
     match (&mut task.0).await {
         Ok(outcome) => {
             if outcome.is_ok() {
@@ -435,6 +330,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
 async fn supervise(
     mut child: tokio::process::Child,
     pgid: i32,
+    cgroup: Option<std::path::PathBuf>,
     mut request: ExecuteRequest,
     kill_grace: Duration,
     started: Instant,
@@ -473,6 +369,9 @@ async fn supervise(
             () = &mut timer, if timer_armed => {
                 if timed_out {
                     signal_group(pgid, Signal::SIGKILL);
+                    if let Some(cgroup) = &cgroup {
+                        let _ = std::fs::write(cgroup.join("cgroup.kill"), "1");
+                    }
                     timer_armed = false;
                 } else {
                     timed_out = true;
@@ -490,8 +389,12 @@ async fn supervise(
     };
 
     // The direct child is gone: kill whatever it left in its group (a background
-    // grandchild holding a pipe), then drain what the pipes still hold.
+    // grandchild holding a pipe) and in its cgroup (what left the group with `setsid`),
+    // then drain what the pipes still hold.
     reap_group(pgid).await;
+    if let Some(cgroup) = &cgroup {
+        containment::kill_command(cgroup).await;
+    }
     let drain_end = tokio::time::Instant::now() + DRAIN_MAX;
     timer.as_mut().reset(tokio::time::Instant::now() + DRAIN_IDLE);
     while out.reader.is_some() || err.reader.is_some() {

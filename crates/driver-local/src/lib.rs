@@ -94,14 +94,25 @@
 //! - `realize_workspace` ignores `local_path`; `remote_path` is created inside the
 //!   workspace.
 //!
+//! ## Containment
+//! Where a cgroup v2 hierarchy is mounted and writable (as root, or with a delegated
+//! subtree), every command starts inside a cgroup of its own under
+//! `{cgroup2 mount}/envrt-local/lease-{id}/`, so whatever it forks (a `setsid` daemon
+//! included) is killed when the command exits or times out, and on release, destroy and
+//! `envrt gc`. Otherwise the driver falls back to the process-group kill plus, on release
+//! and destroy, a `/proc` scan for processes whose `HOME` is the workspace or whose working
+//! directory lies in it; a descendant that leaves the group, the workspace and its `HOME`
+//! then survives. [`LocalDriver::containment`] says which applies ([`LocalConfig::cgroups`]
+//! turns cgroups off).
+//!
 //! ## Limits
 //! Commands run as the driver's own user with no isolation beyond the working directory:
-//! a command can read anything that user can. A descendant that leaves the command's
-//! process group on purpose (`setsid`) is out of reach of the group kill; it cannot hold
-//! the call (after the command exits, its pipes are abandoned once they stay quiet for
-//! 200 ms, 2 s at most), but it survives. Path confinement is checked on the real file
-//! system before each operation; a command racing the driver to swap a directory for a
-//! symlink during a sync is not defended against.
+//! a command can read and write anything that user can, and every variable of a request
+//! (`LD_PRELOAD` included) reaches it and whatever it starts. See `docs/security.md`.
+//! Path confinement is checked on the real file system before each operation; a command
+//! racing the driver to swap a directory for a symlink during a sync is not defended
+//! against. Synced trees deeper than
+//! [`MAX_TREE_DEPTH`](envrt_runtime_core::tree::MAX_TREE_DEPTH) levels are refused.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -117,19 +128,29 @@ use envrt_runtime_core::{
     RealizedWorkspace, ReleaseInput, ResumeLease, SyncOperation, SyncResult, WorkspaceRequest,
 };
 
+mod containment;
 mod copy;
 mod exec;
+mod groups;
 mod program;
 mod sync;
 mod workspace;
 
-use exec::{ExecSite, ProcessTable};
+use exec::ExecSite;
+use groups::ProcessTable;
 use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree, resolve_in_workspace};
 
 /// `{temp dir}/envrt-local-{effective uid}`: one root per user, so that no user can
 /// prepare another's.
 fn default_root() -> PathBuf {
     std::env::temp_dir().join(format!("envrt-local-{}", nix::unistd::geteuid().as_raw()))
+}
+
+/// How a local driver with [`LocalConfig::cgroups`] = `cgroups` would contain its
+/// commands on this machine: `cgroup v2 under PATH`, or `process groups and a /proc scan
+/// on release` (for `envrt caps` / `envrt doctor`).
+pub fn describe_containment(cgroups: bool) -> String {
+    containment::Containment::detect(cgroups).describe()
 }
 
 /// The registry key of this driver.
@@ -146,6 +167,10 @@ pub struct LocalConfig {
     /// Host environment variables passed through to commands when set; default `PATH`,
     /// `LANG`, `LC_ALL`, `LC_CTYPE`, `TZ`.
     pub env_allowlist: Vec<String>,
+    /// Contain each lease's processes in cgroups of their own where cgroup v2 is mounted
+    /// and writable; default true. When false, or unavailable, the driver falls back to
+    /// process groups plus a `/proc` scan on release (see [`LocalDriver::containment`]).
+    pub cgroups: bool,
 }
 
 impl Default for LocalConfig {
@@ -157,6 +182,7 @@ impl Default for LocalConfig {
                 .into_iter()
                 .map(String::from)
                 .collect(),
+            cgroups: true,
         }
     }
 }
@@ -167,6 +193,7 @@ pub struct LocalDriver {
     root: PathBuf,
     config: LocalConfig,
     processes: Arc<ProcessTable>,
+    containment: containment::Containment,
 }
 
 impl LocalDriver {
@@ -198,10 +225,12 @@ impl LocalDriver {
             )));
         }
         path_str(&root)?;
+        let containment = containment::Containment::detect(config.cgroups);
         Ok(LocalDriver {
             root,
             config,
             processes: Arc::new(ProcessTable::default()),
+            containment,
         })
     }
 
@@ -213,6 +242,12 @@ impl LocalDriver {
     /// The workspace directory of a lease (whether or not it exists).
     pub fn workspace_of(&self, lease_id: &str) -> Result<PathBuf, DriverError> {
         Ok(self.root.join(lease_dir_name(lease_id)?))
+    }
+
+    /// How this driver contains what a lease's commands start: `cgroup v2 under PATH`, or
+    /// `process groups and a /proc scan on release`.
+    pub fn containment(&self) -> String {
+        self.containment.describe()
     }
 
     /// How many commands a lease is running right now.
@@ -275,7 +310,7 @@ impl LocalDriver {
     /// Kills the lease's commands and removes its workspace.
     async fn remove_workspace(&self, lease_id: &str) -> Result<(), DriverError> {
         let dir = self.workspace_of(lease_id)?;
-        self.processes.close(lease_id).await;
+        self.stop_everything(lease_id).await?;
         let mut attempt = 0;
         loop {
             match remove_tree(&dir) {
@@ -299,6 +334,19 @@ impl LocalDriver {
     pub(crate) fn config(&self) -> &LocalConfig {
         &self.config
     }
+
+    pub(crate) fn containment_mode(&self) -> &containment::Containment {
+        &self.containment
+    }
+
+    /// Kills everything the lease still runs: its process groups, then its cgroups (or,
+    /// without them, every process tied to its workspace).
+    async fn stop_everything(&self, lease_id: &str) -> Result<(), DriverError> {
+        let dir = self.workspace_of(lease_id)?;
+        self.processes.close(lease_id).await;
+        self.containment.kill_lease(lease_id, &dir).await;
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -320,7 +368,7 @@ impl EnvironmentDriver for LocalDriver {
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
         let lease = &input.context.lease;
         lease_dir_name(&lease.id)?;
-        self.processes.close(&lease.id).await;
+        self.stop_everything(&lease.id).await?;
         let keep = match lease.lease_policy {
             LeasePolicy::ReuseByEnvironment => true,
             LeasePolicy::RetainOnFailure => input.status == LeaseStatus::Retained,
@@ -435,6 +483,7 @@ impl Execute for LocalDriver {
             table: &self.processes,
             kill_grace: self.config.kill_grace,
             env_allowlist: &self.config.env_allowlist,
+            containment: &self.containment,
         };
         exec::run(&site, request).await
     }

@@ -228,6 +228,7 @@ async fn run_post_upload(
         table: driver.processes(),
         kill_grace: driver.config().kill_grace,
         env_allowlist: &driver.config().env_allowlist,
+        containment: driver.containment_mode(),
     };
     let outcome = exec::run(&site, request).await?;
     let failure = if outcome.timed_out {

@@ -107,13 +107,17 @@ fn ignore_missing(result: io::Result<()>) -> io::Result<()> {
     }
 }
 
-/// Gives the owner rwx on every directory of a tree (links are not followed).
-fn open_up(dir: &Path) {
-    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
-    if let Ok(entries) = fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                open_up(&entry.path());
+/// Gives the owner rwx on every directory of a tree (links are not followed). Iterative,
+/// so a tree of any depth is fine.
+fn open_up(top: &Path) {
+    let mut pending = vec![top.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    pending.push(entry.path());
+                }
             }
         }
     }

@@ -172,6 +172,15 @@ pub enum DriverError {
         /// `file` or `directory`.
         expected: &'static str,
     },
+    /// A synced tree is nested deeper than the bound every driver's walk applies
+    /// ([`MAX_TREE_DEPTH`](crate::tree::MAX_TREE_DEPTH)); nothing was written.
+    #[error("Sync source \"{path}\" is nested deeper than {limit} directory levels.")]
+    TreeTooDeep {
+        /// The sync source as given.
+        path: String,
+        /// The bound.
+        limit: usize,
+    },
     /// An exclude glob does not parse.
     #[error("Exclude pattern \"{pattern}\" is not a valid glob.")]
     InvalidGlob {

@@ -38,6 +38,7 @@ pub mod store;
 pub mod sync;
 pub mod testkit;
 mod time;
+pub mod tree;
 
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{

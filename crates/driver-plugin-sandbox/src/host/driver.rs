@@ -509,7 +509,13 @@ impl FileSync for SandboxDriver {
     }
 
     async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        self.sync(methods::SYNC_OUT, context, operations).await
+        // The worker writes into hold directories; links are checked here before anything
+        // reaches a target (see `sync_out`).
+        let (held_operations, holds) = super::sync_out::Holds::prepare(operations)?;
+        match self.sync(methods::SYNC_OUT, context, &held_operations).await {
+            Ok(result) => holds.commit().map(|()| result),
+            Err(e) => Err(holds.explain(e)),
+        }
     }
 
     fn supports_sync(&self, _context: &LeaseContext) -> bool {

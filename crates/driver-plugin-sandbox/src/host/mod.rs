@@ -11,6 +11,7 @@ mod post_upload;
 mod process;
 mod routes;
 mod supervisor;
+mod sync_out;
 
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;

@@ -41,6 +41,7 @@ impl DriverError {
             DriverError::PostUploadFailed { .. } => "post_upload_failed",
             DriverError::SourceMissing { .. } => "source_missing",
             DriverError::SourceKind { .. } => "source_kind",
+            DriverError::TreeTooDeep { .. } => "tree_too_deep",
             DriverError::InvalidGlob { .. } => "invalid_glob",
             DriverError::InvalidInput { .. } => "invalid_input",
             DriverError::ResourceGone { .. } => "resource_gone",

@@ -11,7 +11,9 @@ use crate::error::CliError;
 
 #[derive(Debug, Args)]
 pub(crate) struct CapsArgs {
-    /// JSON: an array of `{environment, driver, capabilities, error}`.
+    /// JSON: an array of `{environment, driver, capabilities, error, enforces}`, where
+    /// `enforces` maps each setting the environment enforces on its commands to its value
+    /// (`envrt doctor` prints the same).
     #[arg(long)]
     json: bool,
 }
@@ -25,6 +27,8 @@ struct Column {
     capabilities: Option<CapabilitySnapshot>,
     /// Why not, otherwise.
     error: Option<String>,
+    /// What the environment enforces on its commands (`setting` → `value`).
+    enforces: std::collections::BTreeMap<String, String>,
 }
 
 pub(crate) async fn run(paths: &Paths, args: CapsArgs) -> Result<u8, CliError> {
@@ -52,6 +56,7 @@ pub(crate) async fn run(paths: &Paths, args: CapsArgs) -> Result<u8, CliError> {
             driver: environment.driver.clone(),
             capabilities,
             error,
+            enforces: crate::isolation::enforcement(environment).into_iter().collect(),
         });
     }
     if args.json {
@@ -121,12 +126,14 @@ mod tests {
                 driver: "local".into(),
                 capabilities: Some(snapshot),
                 error: None,
+                enforces: Default::default(),
             },
             Column {
                 environment: "box".into(),
                 driver: "docker".into(),
                 capabilities: None,
                 error: Some("nope".into()),
+                enforces: Default::default(),
             },
         ]);
         let lines: Vec<&str> = t.lines().collect();

@@ -167,6 +167,21 @@ pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
                 ),
             },
         });
+        // What each environment enforces (information, never a failure).
+        for environment in &config.environments {
+            checks.push(Check {
+                name: "isolation",
+                required: false,
+                ok: true,
+                detail: format!(
+                    "{} ({}): {}",
+                    environment.id,
+                    environment.driver,
+                    crate::isolation::line(&crate::isolation::enforcement(environment))
+                ),
+                fix: None,
+            });
+        }
         for skip in app.skipped.iter().filter(|s| s.key != "docker" && s.key != "local") {
             checks.push(Check {
                 name: "plugin worker",

@@ -14,6 +14,7 @@ mod doctor;
 mod duration;
 mod error;
 mod exec;
+mod isolation;
 mod lease;
 mod orphans;
 mod shell;

@@ -1,0 +1,144 @@
+//! The host's side of `environmentSyncOut`: what a worker writes on this host is checked
+//! here before it reaches its target.
+//!
+//! A worker is a separate (possibly third-party) program, and the tree it copies out was
+//! built by the sandboxed command. So each host target is rewritten to a private hold
+//! directory beside it (`.envrt-hold-<uuid>`, mode `0700`); once the worker has written
+//! every entry there, the host resolves every link of each tree with the shared resolver
+//! ([`envrt_runtime_core::tree::check_tree_links`], the local and Docker drivers' check),
+//! and only when all are inside are the entries renamed onto their targets. A refusal or a
+//! failure removes every hold directory and leaves the targets as they were.
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use envrt_runtime_core::sync::normalize_absolute;
+use envrt_runtime_core::tree::check_tree_links;
+use envrt_runtime_core::{DriverError, SyncKind, SyncOperation};
+
+/// One entry written into a hold directory.
+struct Held {
+    hold: PathBuf,
+    written: PathBuf,
+    target: PathBuf,
+    source_shown: String,
+    target_shown: String,
+    kind: SyncKind,
+}
+
+/// The hold directories of one call.
+pub(crate) struct Holds {
+    entries: Vec<Held>,
+}
+
+impl Holds {
+    /// Rewrites every absolute, normalized host target of `operations` into a fresh hold
+    /// directory; other targets are left for the worker to refuse with its own text.
+    pub(crate) fn prepare(operations: &[SyncOperation]) -> Result<(Vec<SyncOperation>, Holds), DriverError> {
+        let mut holds = Holds { entries: Vec::new() };
+        let mut rewritten = operations.to_vec();
+        for operation in &mut rewritten {
+            for file in &mut operation.files {
+                let Some(target) = normalize_absolute(&file.target_path).filter(|t| t != "/") else {
+                    continue;
+                };
+                let target = PathBuf::from(target);
+                let parent = target.parent().unwrap_or(Path::new("/")).to_path_buf();
+                let made = fs::create_dir_all(&parent).and_then(|()| {
+                    let hold = parent.join(format!(".envrt-hold-{}", uuid::Uuid::new_v4().simple()));
+                    fs::DirBuilder::new().mode(0o700).create(&hold).map(|()| hold)
+                });
+                let hold = match made {
+                    Ok(hold) => hold,
+                    Err(e) => {
+                        holds.discard();
+                        return Err(DriverError::io(
+                            format!("Creating a directory in {}", parent.display()),
+                            e,
+                        ));
+                    }
+                };
+                let written = hold.join("t");
+                holds.entries.push(Held {
+                    hold,
+                    written: written.clone(),
+                    target,
+                    source_shown: file.source_path.clone(),
+                    target_shown: file.target_path.clone(),
+                    kind: file.kind,
+                });
+                file.target_path = written.to_string_lossy().into_owned();
+            }
+        }
+        Ok((rewritten, holds))
+    }
+
+    /// An error of the worker as the caller should see it: hold paths named as the
+    /// caller's targets.
+    pub(crate) fn explain(&self, error: DriverError) -> DriverError {
+        let shown = |text: &str| {
+            self.entries.iter().fold(text.to_owned(), |t, e| {
+                t.replace(&*e.written.to_string_lossy(), &e.target_shown)
+            })
+        };
+        match error {
+            DriverError::EntryEscapesTarget { entry, target } => DriverError::EntryEscapesTarget {
+                entry,
+                target: shown(&target),
+            },
+            DriverError::Other { message, source } => DriverError::Other {
+                message: shown(&message),
+                source,
+            },
+            other => other,
+        }
+    }
+
+    /// Checks every written tree's links, then renames each entry onto its target; on a
+    /// refusal or failure nothing is placed (entries already placed stay: a rename that
+    /// fails midway is reported). Hold directories are removed either way.
+    pub(crate) fn commit(mut self) -> Result<(), DriverError> {
+        let checked = self.entries.iter().try_for_each(|e| {
+            if e.kind == SyncKind::Directory && fs::symlink_metadata(&e.written).is_ok() {
+                check_tree_links(&e.written, &e.target, &e.source_shown, &e.target_shown)
+            } else {
+                Ok(())
+            }
+        });
+        let placed = checked.and_then(|()| self.entries.iter().try_for_each(place));
+        self.discard();
+        placed
+    }
+
+    /// Removes every hold directory with what it holds.
+    pub(crate) fn discard(&mut self) {
+        for entry in self.entries.drain(..) {
+            let _ = fs::remove_dir_all(&entry.hold);
+        }
+    }
+}
+
+impl Drop for Holds {
+    fn drop(&mut self) {
+        self.discard();
+    }
+}
+
+/// Renames a written entry onto its target (an existing directory target is moved aside
+/// first and removed after).
+fn place(entry: &Held) -> Result<(), DriverError> {
+    let io = |e| DriverError::io(format!("Replacing {}", entry.target.display()), e);
+    match fs::symlink_metadata(&entry.target) {
+        Ok(meta) if meta.is_dir() => {
+            let aside = entry.hold.join("old");
+            fs::rename(&entry.target, &aside).map_err(io)?;
+            if let Err(e) = fs::rename(&entry.written, &entry.target) {
+                let _ = fs::rename(&aside, &entry.target);
+                return Err(io(e));
+            }
+            Ok(())
+        }
+        _ => fs::rename(&entry.written, &entry.target).map_err(io),
+    }
+}
