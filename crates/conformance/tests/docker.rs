@@ -58,18 +58,6 @@ fn main() {
                 "execute_signal_reported",
                 "the Engine API reports a command killed by signal n as exit code 128+n, \
                  indistinguishable from `exit 128+n`; only timeouts report the signal",
-            )
-            .with_deviation(
-                "execute_secrets_not_logged",
-                "KNOWN BUG (found by this check; remove after the fix): secret env values go into \
-                 the exec-create request body, which bollard logs with the `log` crate \
-                 (bollard::docker DEBUG \"{payload}\" and TRACE \"request: ...\"), so they \
-                 show in any debug log",
-            )
-            .with_deviation(
-                "sync_non_utf8_names",
-                "KNOWN BUG (fix in flight, remove after merge): Docker sync replaces the non-UTF-8 \
-                 bytes of file names with U+FFFD (caf\\xe9.txt comes back as caf\\xef\\xbf\\xbd.txt)",
             ))
     });
     match built {

@@ -66,7 +66,7 @@ pub(crate) async fn open(
     if command.iter().any(|a| a.contains('\0')) {
         return Err(DriverError::invalid("The command or an argument contains a NUL byte."));
     }
-    let spawned = process::spawn(engine, container, command, Vec::new(), workspace).await?;
+    let spawned = process::spawn(engine, container, command, Vec::new(), 0, workspace).await?;
     let (tx, rx) = mpsc::channel(QUEUE);
     let (target_tx, target_rx) = watch::channel(None);
     let (broken_tx, broken_rx) = watch::channel(false);

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use envrt_runtime_core::execute::signal_name;
 use envrt_runtime_core::sync::confine_to_workspace;
-use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
+use envrt_runtime_core::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 
 use crate::engine::Engine;
 use crate::process::{self, Demux, OutputFrames};
@@ -19,16 +19,46 @@ const DRAIN: Duration = Duration::from_secs(2);
 /// 2 s for which the engine keeps an exec's streams open after it exits.
 const MAX_POLL: Duration = Duration::from_millis(250);
 
+/// A request's environment as the exec gets it: plain variables for the exec's `Env`, and
+/// secret ones as shell lines the wrapper reads from stdin before the command's own input
+/// (the exec-create body is logged by the Docker client at debug level; stdin is not).
+#[derive(Debug, Default)]
+pub(crate) struct ExecEnv {
+    /// `NAME=value` of the plain variables.
+    pub(crate) plain: Vec<String>,
+    /// One line per secret variable, in the wrapper's format.
+    pub(crate) secret_lines: Vec<u8>,
+    /// How many lines `secret_lines` holds.
+    pub(crate) secret_count: usize,
+}
+
+/// Whether `name` can be assigned by a POSIX shell.
+fn is_shell_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// The wrapper line that sets secret `name` to `value`: every byte as an octal escape
+/// expanded by `printf %b`, with a sentinel so trailing newlines survive the substitution.
+fn secret_line(name: &str, value: &str) -> String {
+    let mut escaped = String::with_capacity(value.len() * 5);
+    for byte in value.bytes() {
+        escaped.push_str(&format!("\\0{byte:03o}"));
+    }
+    format!("{name}=\"$(printf '%bx' '{escaped}')\"; {name}=\"${{{name}%x}}\"; export {name}\n")
+}
+
 /// Checks a request's program, arguments and environment; messages name variables, never
 /// their values.
-pub(crate) fn check_request(request: &ExecuteRequest) -> Result<Vec<String>, DriverError> {
+pub(crate) fn check_request(request: &ExecuteRequest) -> Result<ExecEnv, DriverError> {
     if request.command.is_empty() {
         return Err(DriverError::invalid("The command is empty."));
     }
     if request.command.contains('\0') || request.args.iter().any(|a| a.contains('\0')) {
         return Err(DriverError::invalid("The command or an argument contains a NUL byte."));
     }
-    let mut env = Vec::with_capacity(request.env.len());
+    let mut env = ExecEnv::default();
     for (name, value) in &request.env {
         if name.is_empty() || name.contains('=') || name.contains('\0') {
             return Err(DriverError::invalid(format!(
@@ -41,7 +71,19 @@ pub(crate) fn check_request(request: &ExecuteRequest) -> Result<Vec<String>, Dri
                 "The value of environment variable \"{name}\" contains a NUL byte."
             )));
         }
-        env.push(format!("{name}={}", value.expose()));
+        match value {
+            EnvValue::Secret(secret) => {
+                if !is_shell_name(name) {
+                    return Err(DriverError::invalid(format!(
+                        "Secret environment variable \"{name}\" must be named with letters, digits and underscores."
+                    )));
+                }
+                env.secret_lines
+                    .extend_from_slice(secret_line(name, secret.expose()).as_bytes());
+                env.secret_count += 1;
+            }
+            EnvValue::Plain(plain) => env.plain.push(format!("{name}={plain}")),
+        }
     }
     Ok(env)
 }
@@ -113,14 +155,19 @@ pub(crate) async fn execute(
     let mut argv = Vec::with_capacity(request.args.len() + 1);
     argv.push(request.command.clone());
     argv.extend(request.args.iter().cloned());
-    let spawned = process::spawn(engine, container, &argv, env, &cwd).await?;
+    let spawned = process::spawn(engine, container, &argv, env.plain, env.secret_count, &cwd).await?;
     let exec_id = spawned.exec_id;
     let mut output = spawned.output;
     let mut input = spawned.input;
+    let secret_lines = env.secret_lines;
     let stdin = request.stdin.take().unwrap_or_default();
     // Written beside the reader so a command that writes before it reads cannot deadlock;
     // the shutdown is the EOF (an empty stdin gets it at once).
     let writer = tokio::spawn(async move {
+        // The wrapper reads the secret lines before it runs the command.
+        if !secret_lines.is_empty() {
+            let _ = input.write_all(&secret_lines).await;
+        }
         if !stdin.is_empty() {
             let _ = input.write_all(&stdin).await;
         }
@@ -273,6 +320,23 @@ mod tests {
         );
         r.env.clear();
         r.env.insert("OK".into(), Secret::new("v").into());
-        assert_eq!(check_request(&r).unwrap(), vec!["OK=v".to_string()]);
+        r.env.insert("PLAIN".into(), "p".into());
+        let env = check_request(&r).unwrap();
+        assert_eq!(env.plain, vec!["PLAIN=p".to_string()]);
+        assert_eq!(env.secret_count, 1);
+        assert_eq!(
+            String::from_utf8(env.secret_lines).unwrap(),
+            "OK=\"$(printf '%bx' '\\0166')\"; OK=\"${OK%x}\"; export OK\n"
+        );
+        r.env.clear();
+        r.env.insert("weird name".into(), Secret::new("v").into());
+        assert_eq!(
+            check_request(&r).unwrap_err().to_string(),
+            "Invalid input: Secret environment variable \"weird name\" must be named with letters, digits and underscores."
+        );
+        // A plain variable may have any name the engine takes.
+        r.env.clear();
+        r.env.insert("weird name".into(), "v".into());
+        assert_eq!(check_request(&r).unwrap().plain, vec!["weird name=v".to_string()]);
     }
 }

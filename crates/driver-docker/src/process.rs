@@ -68,20 +68,28 @@ pub(crate) struct Spawned {
 }
 
 /// Starts `argv` in `container` under the pid-reporting wrapper, attached to stdin,
-/// stdout and stderr.
+/// stdout and stderr. `env` goes into the exec's `Env`; the first `secret_lines` lines of
+/// stdin are shell assignments the wrapper evaluates (and exports) before it runs the
+/// command, so secret values never travel in the exec's create request.
 pub(crate) async fn spawn(
     engine: &Engine,
     container: &str,
     argv: &[String],
     env: Vec<String>,
+    secret_lines: usize,
     cwd: &str,
 ) -> Result<Spawned, DriverError> {
-    let mut cmd = vec![
-        "sh".to_owned(),
-        "-c".to_owned(),
-        "printf 'envrt-pid:%s %s %s\\n' \"$$\" \"$(readlink /proc/$$/fd/1 2>/dev/null)\" \"$(readlink /proc/$$/fd/2 2>/dev/null)\" >&2; exec \"$@\"".to_owned(),
-        WRAPPER_NAME.to_owned(),
-    ];
+    let report = "printf 'envrt-pid:%s %s %s\\n' \"$$\" \"$(readlink /proc/$$/fd/1 2>/dev/null)\" \"$(readlink /proc/$$/fd/2 2>/dev/null)\" >&2";
+    let script = if secret_lines == 0 {
+        format!("{report}; exec \"$@\"")
+    } else {
+        // `read` takes one byte at a time from a pipe, so the command's stdin is untouched.
+        format!(
+            "{report}; envrt_i=0; while [ \"$envrt_i\" -lt {secret_lines} ]; do IFS= read -r envrt_l || exit 125; \
+             eval \"$envrt_l\"; envrt_i=$((envrt_i + 1)); done; unset envrt_i envrt_l; exec \"$@\""
+        )
+    };
+    let mut cmd = vec!["sh".to_owned(), "-c".to_owned(), script, WRAPPER_NAME.to_owned()];
     cmd.extend(argv.iter().cloned());
     let config = ExecConfig {
         cmd: Some(cmd),

@@ -306,3 +306,34 @@ async fn setsid_escapees_holding_the_output_are_killed_too() {
     .await;
     h.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_values_reach_the_command_byte_for_byte_and_leave_stdin_untouched() {
+    let h = harness_or_skip!();
+    common::bounded(120, async {
+        let lease = h.default_lease().await;
+        // Quotes, `$`, backslashes, newlines (a trailing one too), non-ASCII: all must
+        // arrive as given; the command's stdin follows, untouched.
+        let tricky = "a'b\"c$HOME\\n\\0101\nline2\n\u{e9}$(id)\n";
+        let mut request = ExecuteRequest::new(
+            "sh",
+            [
+                "-c",
+                "printf '%s|' \"$TOKEN\" \"$PLAIN\" \"$EMPTY\"; cat; env | grep -c envrt_ || true",
+            ],
+        );
+        request.env.insert("TOKEN".into(), Secret::new(tricky).into());
+        request.env.insert("EMPTY".into(), Secret::new("").into());
+        request.env.insert("PLAIN".into(), "plain".into());
+        request.stdin = Some(b"stdin after the secrets\n".to_vec());
+        let r = h.runtime.execute(&lease.id, request).await.unwrap();
+        assert_eq!(r.exit_code, Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&r.stdout),
+            format!("{tricky}|plain||stdin after the secrets\n0\n"),
+            "the wrapper's own variables must not leak into the command either"
+        );
+    })
+    .await;
+    h.finish().await;
+}
