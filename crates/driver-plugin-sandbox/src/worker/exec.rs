@@ -121,6 +121,7 @@ pub(crate) async fn run(
     timeout: Option<Duration>,
     cap: usize,
     sink: Option<LogSink<'_>>,
+    cancel: Option<tokio::sync::oneshot::Receiver<()>>,
 ) -> Result<Outcome, DriverError> {
     let started = Instant::now();
     let stdin_mode = if stdin.is_some() { Stdio::piped() } else { Stdio::null() };
@@ -165,15 +166,30 @@ pub(crate) async fn run(
             }
         }
     };
-    let (mut status, timed_out) = match timeout {
-        Some(limit) => match tokio::time::timeout(limit, wait_exit).await {
-            Ok(status) => (Some(status), false),
-            Err(_) => (None, true),
-        },
-        None => (Some(wait_exit.await), false),
+    let limit = async {
+        match timeout {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
+    // The host gave up on the call (`envrt.cancel`): the command is stopped as on a
+    // timeout. A dropped sender (the call ended otherwise) cancels nothing.
+    let cancelled = async {
+        let sent = match cancel {
+            Some(rx) => rx.await.is_ok(),
+            None => false,
+        };
+        if !sent {
+            std::future::pending::<()>().await;
+        }
+    };
+    let (mut status, timed_out, stopped) = tokio::select! {
+        status = wait_exit => (Some(status), false, false),
+        () = limit => (None, true, true),
+        () = cancelled => (None, false, true),
     };
     let mut killed_by = None;
-    if timed_out {
+    if stopped {
         let (st, sig) = sandbox.terminate(&mut child).await;
         status = Some(st);
         killed_by = Some(sig);
@@ -333,6 +349,7 @@ pub(crate) fn decode_strict(value: &str) -> Option<Vec<u8>> {
 }
 
 /// Handles both execute verbs.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn execute(
     sandbox: &Sandbox,
     lease_dir: &Path,
@@ -341,6 +358,7 @@ pub(crate) async fn execute(
     default_cap: usize,
     out: &Outbound,
     invocation: Option<&str>,
+    cancel: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<Value, RpcError> {
     if params.command.is_empty() {
         return Err(DriverError::invalid("command must not be empty").into());
@@ -372,6 +390,7 @@ pub(crate) async fn execute(
         params.timeout_ms.map(Duration::from_millis),
         params.max_output_bytes.unwrap_or(default_cap),
         Some(sink),
+        Some(cancel),
     )
     .await?;
     let render = |bytes: &[u8]| match encoding {

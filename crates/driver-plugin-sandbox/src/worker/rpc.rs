@@ -58,6 +58,9 @@ impl From<DriverError> for RpcError {
     }
 }
 
+/// The cancel notification's method (an envrt extension).
+pub(crate) const CANCEL: &str = "envrt.cancel";
+
 /// What one input line is.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Incoming {
@@ -70,6 +73,9 @@ pub(crate) enum Incoming {
     },
     /// A notification, a response, or a request with a null id: nothing to do.
     Ignored,
+    /// The envrt extension notification `envrt.cancel {id}`: the host gave up on the
+    /// request with this id.
+    Cancel(Value),
     /// A line that cannot be a JSON-RPC 2.0 message: answered with an `id: null` error.
     Invalid(RpcError),
 }
@@ -112,7 +118,12 @@ pub(crate) fn classify(line: &str) -> Incoming {
         _ => return Incoming::Ignored,
     };
     let id = match map.remove("id") {
-        None | Some(Value::Null) => return Incoming::Ignored,
+        None | Some(Value::Null) => {
+            return match (method.as_str(), map.get("params").and_then(|p| p.get("id"))) {
+                (CANCEL, Some(id)) if !id.is_null() => Incoming::Cancel(id.clone()),
+                _ => Incoming::Ignored,
+            };
+        }
         Some(id) => id,
     };
     let invocation = map
@@ -252,6 +263,14 @@ mod tests {
             Incoming::Ignored
         );
         assert_eq!(classify(r#"{"jsonrpc":"2.0","method":"onEvent"}"#), Incoming::Ignored);
+        assert_eq!(
+            classify(r#"{"jsonrpc":"2.0","method":"envrt.cancel","params":{"id":7}}"#),
+            Incoming::Cancel(json!(7))
+        );
+        assert_eq!(
+            classify(r#"{"jsonrpc":"2.0","method":"envrt.cancel","params":{}}"#),
+            Incoming::Ignored
+        );
         assert_eq!(classify(r#"{"jsonrpc":"2.0","id":3,"result":null}"#), Incoming::Ignored);
         assert_eq!(
             classify(r#"{"jsonrpc":"2.0","id":"a","method":"health","paperclipInvocation":{"id":"inv-1","scope":{}}}"#),

@@ -16,12 +16,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustix::fd::{AsRawFd, OwnedFd};
+use rustix::fs::{Mode, OFlags};
 use rustix::io::FdFlags;
 use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal, kill_process};
 use tokio::process::{Child, Command};
 
 use super::init::{INIT_FLAG, Reported, parse_report};
+use super::policy::{Policy, proc_options, tmpfs_options};
 
 /// Where the worker binary appears in each sandbox, to run as the command's parent.
 pub const INIT_PATH: &str = "/.envrt-init";
@@ -60,6 +62,10 @@ pub(crate) struct Sandbox {
     live: Arc<Mutex<HashMap<u32, Live>>>,
     init: PathBuf,
     root_links: Vec<(String, Option<String>)>,
+    /// Identity, tmpfs sizes and limits of every sandbox.
+    pub(crate) policy: Policy,
+    /// The `/proc` read-only binds and masks for this kernel.
+    proc_options: Vec<String>,
 }
 
 /// The message printed when `bwrap` cannot be found.
@@ -72,7 +78,7 @@ pub(crate) fn missing_bwrap_message(what: &str) -> String {
 impl Sandbox {
     /// Finds `bwrap` (the explicit path, else `PATH`), and proves it can build a sandbox by
     /// running `true` in one. Errors are the text to print before exiting.
-    pub(crate) fn detect(explicit: Option<PathBuf>, grace: Duration) -> Result<Sandbox, String> {
+    pub(crate) fn detect(explicit: Option<PathBuf>, grace: Duration, policy: Policy) -> Result<Sandbox, String> {
         let bwrap = match explicit {
             Some(path) if path.is_file() => path,
             Some(path) => return Err(missing_bwrap_message(&format!("{} does not exist", path.display()))),
@@ -95,13 +101,21 @@ impl Sandbox {
             grace,
             live: Arc::default(),
             root_links,
+            policy,
+            proc_options: proc_options(),
         };
         let probe_dir = std::env::temp_dir();
-        let out = std::process::Command::new(&sandbox.bwrap)
-            .args(sandbox.args(&probe_dir, WORKSPACE))
+        let mut probe = std::process::Command::new(&sandbox.bwrap);
+        probe
+            .args(sandbox.args(&Place::Path(&probe_dir), &Place::Path(&sandbox.init), WORKSPACE))
             .arg("true")
             .env_clear()
-            .stdin(Stdio::null())
+            .stdin(Stdio::null());
+        if let Some((uid, gid)) = sandbox.policy.identity {
+            use std::os::unix::process::CommandExt;
+            probe.uid(uid).gid(gid);
+        }
+        let out = probe
             .output()
             .map_err(|e| format!("envrt-sandbox-worker: cannot run {}: {e}", sandbox.bwrap.display()))?;
         if !out.status.success() {
@@ -116,8 +130,10 @@ impl Sandbox {
     }
 
     /// The `bwrap` options (everything before the command).
-    fn args(&self, lease_dir: &Path, cwd: &str) -> Vec<String> {
-        options(&self.root_links, &self.init, lease_dir, cwd)
+    fn args(&self, lease_dir: &Place<'_>, init: &Place<'_>, cwd: &str) -> Vec<String> {
+        let mut a = options(&self.root_links, init, lease_dir, &self.policy, &self.proc_options);
+        a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
+        a
     }
 
     /// Spawns `argv` in a sandbox over `lease_dir`, under the worker binary in its init role
@@ -132,28 +148,51 @@ impl Sandbox {
         [stdin, stdout, stderr]: [Stdio; 3],
     ) -> std::io::Result<(Child, Tracked)> {
         let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        // The lease directory and the init binary are handed to bwrap as descriptors, so
+        // an unprivileged bwrap needs no search right on the directories above them.
+        let flags = OFlags::PATH | OFlags::CLOEXEC;
+        let lease_fd = rustix::fs::open(lease_dir, flags | OFlags::DIRECTORY, Mode::empty())?;
+        let init_fd = rustix::fs::open(&self.init, flags, Mode::empty())?;
+        // The command's environment travels in a memfd read by bwrap (`--args FD`): never
+        // in bwrap's own environment (where LD_PRELOAD and friends would act on the host
+        // side) nor on any command line.
+        let env_fd = env_args(env)?;
+        let mut args = self.args(&Place::Fd(lease_fd.as_raw_fd()), &Place::Fd(init_fd.as_raw_fd()), cwd);
+        // `--args` goes before the final `--` of the options
+        args.insert(args.len() - 1, "--args".into());
+        args.insert(args.len() - 1, env_fd.as_raw_fd().to_string());
         let mut command = Command::new(&self.bwrap);
         command
-            .args(self.args(lease_dir, cwd))
+            .args(args)
             .arg(INIT_PATH)
             .arg(INIT_FLAG)
             .arg(status_write.as_raw_fd().to_string())
+            .arg(self.policy.limits_arg())
             .arg("--")
             .args(argv)
-            // The command's environment is bwrap's own (bwrap passes it on), never its
-            // command line: values must not show in process listings.
+            // bwrap itself runs with an empty environment.
             .env_clear()
-            .env("PATH", SANDBOX_PATH)
-            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
             .kill_on_drop(true);
+        if let Some((uid, gid)) = self.policy.identity {
+            command.uid(uid).gid(gid);
+            // the init reopens the pipe through /proc, as the sandbox's user
+            rustix::fs::fchown(
+                &status_write,
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+            )?;
+        }
+        let inherited = [&status_write, &lease_fd, &init_fd, &env_fd];
         let child = {
             let _one_at_a_time = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-            rustix::io::fcntl_setfd(&status_write, FdFlags::empty())?;
+            for fd in inherited {
+                rustix::io::fcntl_setfd(fd, FdFlags::empty())?;
+            }
             let child = command.spawn();
-            drop(status_write);
+            drop((status_write, lease_fd, init_fd, env_fd));
             child?
         };
         let pid = child.id().unwrap_or(0);
@@ -322,15 +361,55 @@ fn root_layout() -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-/// The `bwrap` options the worker runs every command with (everything before the
-/// command): `lease_dir` as the only writable place at `/workspace`, `init` (the worker
-/// binary) bound at [`INIT_PATH`], working directory `cwd`. Public so that benchmarks
-/// measure a bare `bwrap` with exactly the worker's flags.
-pub fn bwrap_options(lease_dir: &Path, cwd: &str, init: &Path) -> Vec<String> {
-    options(&root_layout(), init, lease_dir, cwd)
+/// How a bound place is named to `bwrap`: a host path, or a descriptor it inherits.
+pub(crate) enum Place<'a> {
+    /// A host path (bwrap resolves it with its own rights).
+    Path(&'a Path),
+    /// An open `O_PATH` descriptor.
+    Fd(i32),
 }
 
-fn options(root_links: &[(String, Option<String>)], init: &Path, lease_dir: &Path, cwd: &str) -> Vec<String> {
+/// The `bwrap` options the worker runs every command with (everything before the
+/// command): `lease_dir` as the only writable place at `/workspace`, `init` (the worker
+/// binary) bound at [`INIT_PATH`], working directory `cwd`, the default policy's
+/// mounts. Public so that benchmarks measure a bare `bwrap` with exactly the worker's
+/// flags.
+pub fn bwrap_options(lease_dir: &Path, cwd: &str, init: &Path) -> Vec<String> {
+    let mut a = options(
+        &root_layout(),
+        &Place::Path(init),
+        &Place::Path(lease_dir),
+        &Policy::default(),
+        &proc_options(),
+    );
+    a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
+    a
+}
+
+/// Writes `--setenv NAME VALUE` for each variable (PATH first, so a request may replace
+/// it) NUL-separated into a sealed-off memfd, rewound for bwrap to read.
+fn env_args(env: &[(String, String)]) -> std::io::Result<OwnedFd> {
+    let fd = rustix::fs::memfd_create("envrt-sandbox-env", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut data = Vec::new();
+    for (k, v) in std::iter::once(("PATH", SANDBOX_PATH)).chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+        for part in ["--setenv", k, v] {
+            data.extend_from_slice(part.as_bytes());
+            data.push(0);
+        }
+    }
+    let mut file = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut file, &data)?;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))?;
+    Ok(OwnedFd::from(file))
+}
+
+fn options(
+    root_links: &[(String, Option<String>)],
+    init: &Place<'_>,
+    lease_dir: &Place<'_>,
+    policy: &Policy,
+    proc_options: &[String],
+) -> Vec<String> {
     let mut a: Vec<String> = [
         "--unshare-all",
         "--die-with-parent",
@@ -352,24 +431,24 @@ fn options(root_links: &[(String, Option<String>)], init: &Path, lease_dir: &Pat
             None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
         }
     }
-    a.extend([
-        "--ro-bind".into(),
-        init.to_string_lossy().into_owned(),
-        INIT_PATH.into(),
-    ]);
+    match init {
+        Place::Path(path) => a.extend(["--ro-bind".into(), path.to_string_lossy().into_owned()]),
+        Place::Fd(fd) => a.extend(["--ro-bind-fd".into(), fd.to_string()]),
+    }
+    a.push(INIT_PATH.into());
     for etc in ETC_ALLOW {
         a.extend(["--ro-bind-try".into(), etc.to_string(), etc.to_string()]);
     }
-    a.extend(
-        ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind"]
-            .iter()
-            .map(|s| s.to_string()),
-    );
-    a.push(lease_dir.to_string_lossy().into_owned());
+    a.extend(["--proc".into(), "/proc".into()]);
+    a.extend(proc_options.iter().cloned());
+    a.extend(tmpfs_options(policy));
+    match lease_dir {
+        Place::Path(path) => a.extend(["--bind".into(), path.to_string_lossy().into_owned()]),
+        Place::Fd(fd) => a.extend(["--bind-fd".into(), fd.to_string()]),
+    }
     a.push(WORKSPACE.into());
     // The sandbox's root (where /etc and the mount points live) is read-only too.
     a.extend(["--remount-ro".into(), "/".into()]);
-    a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
     a
 }
 

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::exec::{LeaseRef, check_cwd, run};
 use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
+use super::policy::Policy;
 use super::sandbox::{Sandbox, WORKSPACE};
 
 /// Timeout of a post-upload command that does not set its own.
@@ -90,8 +91,9 @@ pub(crate) async fn sync(
             let lease_dir = lease_dir.to_path_buf();
             let file = file.clone();
             let excludes = excludes.clone();
+            let policy = sandbox.policy.clone();
             let done = tokio::task::spawn_blocking(move || match direction {
-                Direction::In => copy_in(&lease_dir, &file, excludes),
+                Direction::In => copy_in(&lease_dir, &file, excludes, &policy),
                 Direction::Out => copy_out(&lease_dir, &file, excludes),
             })
             .await
@@ -115,6 +117,7 @@ pub(crate) async fn sync(
                 None,
                 Some(timeout),
                 64 * 1024,
+                None,
                 None,
             )
             .await?;
@@ -166,7 +169,7 @@ struct Copier<'a> {
     counts: Counts,
 }
 
-fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Counts, DriverError> {
+fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, policy: &Policy) -> Result<Counts, DriverError> {
     let target = resolve(lease_dir, &file.target_path, false)?;
     let source = PathBuf::from(&file.source_path);
     check_kind(&source, file)?;
@@ -191,7 +194,13 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Co
         .unwrap_or_default();
     let placed = copier
         .copy_entry(&source, None, &staged, "", &name, file.mode)
-        .and_then(|()| open_parent(lease_dir, &file.target_path, &target, true))
+        // what lands in the workspace belongs to the sandbox's user, so it can change it
+        .and_then(|()| {
+            policy
+                .hand_over_tree(&staged)
+                .map_err(|e| io("Handing over", &staged, e))
+        })
+        .and_then(|()| open_parent(lease_dir, &file.target_path, &target, Some(policy)))
         .and_then(|(parent, last)| match last {
             Some(last) => replace(&staged, &parent.join(&last), &scratch),
             None => {
@@ -210,7 +219,7 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Co
 
 fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Counts, DriverError> {
     let resolved = resolve(lease_dir, &file.source_path, file.follows_symlinks())?;
-    let (parent, last) = open_parent(lease_dir, &file.source_path, &resolved, false)?;
+    let (parent, last) = open_parent(lease_dir, &file.source_path, &resolved, None)?;
     let source = match &last {
         Some(last) => parent.join(last),
         None => parent.path(),
@@ -351,7 +360,7 @@ impl Copier<'_> {
             match (&self.source, &sandbox_path) {
                 (Source::Lease(lease_dir), Some(path)) => {
                     let resolved = resolve(lease_dir, path, true)?;
-                    let (parent, last) = open_parent(lease_dir, path, &resolved, false)?;
+                    let (parent, last) = open_parent(lease_dir, path, &resolved, None)?;
                     let real = match &last {
                         Some(last) => parent.join(last),
                         None => parent.path(),

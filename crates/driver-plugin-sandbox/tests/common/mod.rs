@@ -26,9 +26,15 @@ pub struct Worker {
 impl Worker {
     /// Starts a worker with its own lease root, an environment of `PATH` plus `extra_env`.
     pub fn start_with_env(extra_env: &[(&str, &str)]) -> Worker {
+        Worker::start_with(&[], extra_env)
+    }
+
+    /// Started with extra worker flags and environment.
+    pub fn start_with(args: &[&str], extra_env: &[(&str, &str)]) -> Worker {
         let root = tempfile::tempdir().expect("temp root");
         let mut command = Command::new(WORKER);
         command
+            .args(args)
             .arg("--root")
             .arg(root.path())
             .arg("--kill-grace-ms")
@@ -71,7 +77,12 @@ impl Worker {
 
     /// Started and initialized.
     pub fn ready() -> Worker {
-        let mut w = Worker::start();
+        Worker::ready_with(&[])
+    }
+
+    /// Started with extra worker flags, and initialized.
+    pub fn ready_with(args: &[&str]) -> Worker {
+        let mut w = Worker::start_with(args, &[]);
         let r = w.call("initialize", init_params());
         assert_eq!(r["result"]["ok"], json!(true), "{r}");
         w
