@@ -121,7 +121,7 @@ impl Supervisor {
             spawned,
             generation,
             self.manifest.id.clone(),
-            self.options.max_line_bytes,
+            (self.options.max_line_bytes, self.options.max_request_bytes),
             events,
         );
         let params = json!({
@@ -238,6 +238,23 @@ impl Supervisor {
         connection
             .call(method, params, timeout, deadline, company_id, sink)
             .await
+    }
+
+    /// Calls `method` with no answer deadline: the call lasts as long as the worker lives
+    /// (its exit fails it at once). Only the wait for a restarting worker is bounded, by
+    /// the default RPC timeout.
+    pub(crate) async fn call_while_alive(
+        &self,
+        method: &str,
+        params: Value,
+        company_id: Option<&str>,
+        sink: Option<ExecSink>,
+    ) -> Result<Value, SandboxError> {
+        let timeout = self.options.rpc_timeout;
+        let connection = self.connection(method, timeout, Instant::now() + timeout).await?;
+        // far enough never to fire (tokio's own "far future" is about 30 years)
+        let never = Instant::now() + Duration::from_secs(20 * 365 * 24 * 3600);
+        connection.call(method, params, timeout, never, company_id, sink).await
     }
 
     fn on_exit(&self, generation: u64, error: SandboxError) {
