@@ -218,3 +218,52 @@ fn a_secret_value_is_in_no_host_side_process() {
     assert_eq!(w.wait_exit(), Some(0));
     let _ = id;
 }
+
+#[test]
+fn a_lease_root_below_private_directories_is_reached_through_a_private_view() {
+    if !running_as_root() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let private = tempfile::tempdir().unwrap();
+    let state = private.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    for dir in [private.path(), state.as_path()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let root = state.join("sandbox");
+    let mut w = Worker::ready_with(&["--root", root.to_str().unwrap()]);
+    let lease = w.acquire();
+    assert!(root.join(&lease).is_dir());
+    let r = sh(&mut w, &lease, "echo hi > f; cat f; id -u", json!({}));
+    assert_eq!(
+        (r["exitCode"].clone(), r["stdout"].clone()),
+        (json!(0), json!("hi\n65534\n")),
+        "{r}"
+    );
+    assert_eq!(std::fs::read_to_string(root.join(&lease).join("f")).unwrap(), "hi\n");
+    // nothing of the view is visible on the host but its (empty) directory, removed at exit
+    let pid = w.child.id();
+    let views = || -> Vec<PathBuf> {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("envrt-sandbox-view-{pid}-")))
+            })
+            .collect()
+    };
+    let made = views();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(
+        std::fs::read_dir(made[0].join("leases")).unwrap().count(),
+        0,
+        "the bind is private"
+    );
+    w.close_stdin();
+    assert_eq!(w.wait_exit(), Some(0));
+    assert_eq!(views(), Vec::<PathBuf>::new());
+}

@@ -81,6 +81,7 @@ mod lease;
 mod policy;
 mod rpc;
 mod sandbox;
+mod view;
 
 pub use sandbox::{INIT_PATH, SANDBOX_PATH, bwrap_options};
 mod sync;
@@ -229,13 +230,6 @@ pub fn main() -> ExitCode {
         // uid 0 in the sandbox is the host's root: the old, unsafe layout, on request only
         config.policy.identity = None;
     }
-    let sandbox = match Sandbox::detect(config.bwrap.clone(), config.grace, config.policy.clone()) {
-        Ok(s) => s,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
     let leases = match Leases::open(config.root.clone(), config.policy.clone()) {
         Ok(l) => l,
         Err(e) => {
@@ -243,6 +237,25 @@ pub fn main() -> ExitCode {
                 "envrt-sandbox-worker: cannot create the lease root {}: {e}",
                 config.root.display()
             );
+            return ExitCode::from(2);
+        }
+    };
+    // before any thread starts (it may enter a private mount namespace)
+    let view = std::env::current_exe()
+        .map_err(|e| format!("envrt-sandbox-worker: cannot find its own binary: {e}"))
+        .and_then(|exe| view::View::prepare(&leases.root, &exe, config.policy.identity));
+    let view = match view {
+        Ok(v) => v,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    let sandbox = match Sandbox::detect(config.bwrap.clone(), config.grace, config.policy.clone(), view.clone()) {
+        Ok(s) => s,
+        Err(message) => {
+            view.remove();
+            eprintln!("{message}");
             return ExitCode::from(2);
         }
     };
@@ -260,6 +273,7 @@ pub fn main() -> ExitCode {
     let sandbox = Arc::new(sandbox);
     runtime.block_on(serve(Arc::clone(&sandbox), leases, &config));
     sandbox.kill_all();
+    view.remove();
     runtime.shutdown_timeout(Duration::from_millis(100));
     ExitCode::SUCCESS
 }

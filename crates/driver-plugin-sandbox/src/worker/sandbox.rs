@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustix::fd::{AsRawFd, OwnedFd};
-use rustix::fs::{Mode, OFlags};
 use rustix::io::FdFlags;
 use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal, kill_process};
@@ -24,6 +23,7 @@ use tokio::process::{Child, Command};
 
 use super::init::{INIT_FLAG, Reported, parse_report};
 use super::policy::{Policy, proc_options, tmpfs_options};
+use super::view::View;
 
 /// Where the worker binary appears in each sandbox, to run as the command's parent.
 pub const INIT_PATH: &str = "/.envrt-init";
@@ -66,6 +66,8 @@ pub(crate) struct Sandbox {
     pub(crate) policy: Policy,
     /// The `/proc` read-only binds and masks for this kernel.
     proc_options: Vec<String>,
+    /// Where bwrap reaches the lease directories.
+    view: View,
 }
 
 /// The message printed when `bwrap` cannot be found.
@@ -78,7 +80,12 @@ pub(crate) fn missing_bwrap_message(what: &str) -> String {
 impl Sandbox {
     /// Finds `bwrap` (the explicit path, else `PATH`), and proves it can build a sandbox by
     /// running `true` in one. Errors are the text to print before exiting.
-    pub(crate) fn detect(explicit: Option<PathBuf>, grace: Duration, policy: Policy) -> Result<Sandbox, String> {
+    pub(crate) fn detect(
+        explicit: Option<PathBuf>,
+        grace: Duration,
+        policy: Policy,
+        view: View,
+    ) -> Result<Sandbox, String> {
         let bwrap = match explicit {
             Some(path) if path.is_file() => path,
             Some(path) => return Err(missing_bwrap_message(&format!("{} does not exist", path.display()))),
@@ -92,8 +99,7 @@ impl Sandbox {
             .map_err(|e| missing_bwrap_message(&format!("cannot run {}: {e}", bwrap.display())))?;
         let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
         let root_links = root_layout();
-        let init =
-            std::env::current_exe().map_err(|e| format!("envrt-sandbox-worker: cannot find its own binary: {e}"))?;
+        let init = view.bwrap_init.clone();
         let sandbox = Sandbox {
             init,
             bwrap,
@@ -103,11 +109,12 @@ impl Sandbox {
             root_links,
             policy,
             proc_options: proc_options(),
+            view,
         };
         let probe_dir = std::env::temp_dir();
         let mut probe = std::process::Command::new(&sandbox.bwrap);
         probe
-            .args(sandbox.args(&Place::Path(&probe_dir), &Place::Path(&sandbox.init), WORKSPACE))
+            .args(sandbox.args(&probe_dir, &sandbox.init, WORKSPACE))
             .arg("true")
             .env_clear()
             .stdin(Stdio::null());
@@ -130,7 +137,7 @@ impl Sandbox {
     }
 
     /// The `bwrap` options (everything before the command).
-    fn args(&self, lease_dir: &Place<'_>, init: &Place<'_>, cwd: &str) -> Vec<String> {
+    fn args(&self, lease_dir: &Path, init: &Path, cwd: &str) -> Vec<String> {
         let mut a = options(&self.root_links, init, lease_dir, &self.policy, &self.proc_options);
         a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
         a
@@ -148,16 +155,13 @@ impl Sandbox {
         [stdin, stdout, stderr]: [Stdio; 3],
     ) -> std::io::Result<(Child, Tracked)> {
         let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
-        // The lease directory and the init binary are handed to bwrap as descriptors, so
-        // an unprivileged bwrap needs no search right on the directories above them.
-        let flags = OFlags::PATH | OFlags::CLOEXEC;
-        let lease_fd = rustix::fs::open(lease_dir, flags | OFlags::DIRECTORY, Mode::empty())?;
-        let init_fd = rustix::fs::open(&self.init, flags, Mode::empty())?;
+        // bwrap resolves bind sources as the sandbox user: through the view (see there).
+        let lease_path = self.view.lease_dir(lease_dir);
         // The command's environment travels in a memfd read by bwrap (`--args FD`): never
         // in bwrap's own environment (where LD_PRELOAD and friends would act on the host
         // side) nor on any command line.
         let env_fd = env_args(env)?;
-        let mut args = self.args(&Place::Fd(lease_fd.as_raw_fd()), &Place::Fd(init_fd.as_raw_fd()), cwd);
+        let mut args = self.args(&lease_path, &self.init, cwd);
         // `--args` goes before the final `--` of the options
         args.insert(args.len() - 1, "--args".into());
         args.insert(args.len() - 1, env_fd.as_raw_fd().to_string());
@@ -185,14 +189,14 @@ impl Sandbox {
                 Some(rustix::fs::Gid::from_raw(gid)),
             )?;
         }
-        let inherited = [&status_write, &lease_fd, &init_fd, &env_fd];
+        let inherited = [&status_write, &env_fd];
         let child = {
             let _one_at_a_time = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
             for fd in inherited {
                 rustix::io::fcntl_setfd(fd, FdFlags::empty())?;
             }
             let child = command.spawn();
-            drop((status_write, lease_fd, init_fd, env_fd));
+            drop((status_write, env_fd));
             child?
         };
         let pid = child.id().unwrap_or(0);
@@ -361,27 +365,13 @@ fn root_layout() -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-/// How a bound place is named to `bwrap`: a host path, or a descriptor it inherits.
-pub(crate) enum Place<'a> {
-    /// A host path (bwrap resolves it with its own rights).
-    Path(&'a Path),
-    /// An open `O_PATH` descriptor.
-    Fd(i32),
-}
-
 /// The `bwrap` options the worker runs every command with (everything before the
 /// command): `lease_dir` as the only writable place at `/workspace`, `init` (the worker
 /// binary) bound at [`INIT_PATH`], working directory `cwd`, the default policy's
 /// mounts. Public so that benchmarks measure a bare `bwrap` with exactly the worker's
 /// flags.
 pub fn bwrap_options(lease_dir: &Path, cwd: &str, init: &Path) -> Vec<String> {
-    let mut a = options(
-        &root_layout(),
-        &Place::Path(init),
-        &Place::Path(lease_dir),
-        &Policy::default(),
-        &proc_options(),
-    );
+    let mut a = options(&root_layout(), init, lease_dir, &Policy::default(), &proc_options());
     a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
     a
 }
@@ -405,8 +395,8 @@ fn env_args(env: &[(String, String)]) -> std::io::Result<OwnedFd> {
 
 fn options(
     root_links: &[(String, Option<String>)],
-    init: &Place<'_>,
-    lease_dir: &Place<'_>,
+    init: &Path,
+    lease_dir: &Path,
     policy: &Policy,
     proc_options: &[String],
 ) -> Vec<String> {
@@ -431,22 +421,22 @@ fn options(
             None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
         }
     }
-    match init {
-        Place::Path(path) => a.extend(["--ro-bind".into(), path.to_string_lossy().into_owned()]),
-        Place::Fd(fd) => a.extend(["--ro-bind-fd".into(), fd.to_string()]),
-    }
-    a.push(INIT_PATH.into());
+    a.extend([
+        "--ro-bind".into(),
+        init.to_string_lossy().into_owned(),
+        INIT_PATH.into(),
+    ]);
     for etc in ETC_ALLOW {
         a.extend(["--ro-bind-try".into(), etc.to_string(), etc.to_string()]);
     }
     a.extend(["--proc".into(), "/proc".into()]);
     a.extend(proc_options.iter().cloned());
     a.extend(tmpfs_options(policy));
-    match lease_dir {
-        Place::Path(path) => a.extend(["--bind".into(), path.to_string_lossy().into_owned()]),
-        Place::Fd(fd) => a.extend(["--bind-fd".into(), fd.to_string()]),
-    }
-    a.push(WORKSPACE.into());
+    a.extend([
+        "--bind".into(),
+        lease_dir.to_string_lossy().into_owned(),
+        WORKSPACE.into(),
+    ]);
     // The sandbox's root (where /etc and the mount points live) is read-only too.
     a.extend(["--remount-ro".into(), "/".into()]);
     a

@@ -34,11 +34,11 @@ impl Worker {
         let root = tempfile::tempdir().expect("temp root");
         let mut command = Command::new(WORKER);
         command
-            .args(args)
             .arg("--root")
             .arg(root.path())
             .arg("--kill-grace-ms")
             .arg("300")
+            .args(args)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .stdin(Stdio::piped())
