@@ -185,7 +185,7 @@ impl Beneath {
     }
 
     /// An entry of the directory, as a path through its descriptor.
-    pub(crate) fn join(&self, name: &str) -> PathBuf {
+    pub(crate) fn join(&self, name: impl AsRef<Path>) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd())).join(name)
     }
 }

@@ -165,6 +165,8 @@ struct Copier<'a> {
     follow: bool,
     excludes: ExcludeSet,
     target_display: String,
+    /// The synced source as given (for messages).
+    source_display: String,
     ancestors: Vec<(u64, u64)>,
     counts: Counts,
 }
@@ -181,6 +183,7 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, policy: &Pol
         follow: file.follows_symlinks(),
         excludes,
         target_display: file.target_path.clone(),
+        source_display: file.source_path.clone(),
         ancestors: Vec::new(),
         counts: Counts::default(),
     };
@@ -207,8 +210,7 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, policy: &Pol
                 let entries = fs::read_dir(&staged).map_err(|e| io("Reading", &staged, e))?;
                 for entry in entries {
                     let entry = entry.map_err(|e| io("Reading", &staged, e))?;
-                    let entry_name = entry.file_name().to_string_lossy().into_owned();
-                    replace(&entry.path(), &parent.join(&entry_name), &scratch)?;
+                    replace(&entry.path(), &parent.join(entry.file_name()), &scratch)?;
                 }
                 Ok(())
             }
@@ -230,6 +232,7 @@ fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<C
         follow: file.follows_symlinks(),
         excludes,
         target_display: file.target_path.clone(),
+        source_display: file.source_path.clone(),
         ancestors: Vec::new(),
         counts: Counts::default(),
     };
@@ -332,7 +335,36 @@ fn replace(staged: &Path, target: &Path, scratch: &Path) -> Result<(), DriverErr
     Ok(())
 }
 
+/// How deep a synced tree may go (directory levels below the synced entry). Deeper trees
+/// are refused with `Invalid input: the tree at "{path}" is more than 512 directory levels
+/// deep`; the walk itself is iterative, so depth never costs stack.
+pub(crate) const MAX_TREE_DEPTH: usize = 512;
+
+/// One step of the iterative walk.
+enum Step {
+    /// Copy an entry (a directory pushes its children and a `Leave`).
+    Visit {
+        source: PathBuf,
+        sandbox_path: Option<String>,
+        dest: PathBuf,
+        rel: String,
+        name: String,
+        mode: Option<u32>,
+        depth: usize,
+    },
+    /// All children of a directory are done: give it its final mode.
+    Leave {
+        dest: PathBuf,
+        mode: u32,
+        /// The directory opened beneath the lease, kept open while its children are
+        /// copied through it.
+        _dir: Option<Beneath>,
+    },
+}
+
 impl Copier<'_> {
+    /// Copies `source` (and, for a directory, everything below it) to `dest`. Names are
+    /// carried as bytes (`OsString`), so non-UTF-8 names survive both ways.
     fn copy_entry(
         &mut self,
         source: &Path,
@@ -341,6 +373,48 @@ impl Copier<'_> {
         rel: &str,
         name: &str,
         mode: Option<u32>,
+    ) -> Result<(), DriverError> {
+        let mut stack = vec![Step::Visit {
+            source: source.to_path_buf(),
+            sandbox_path,
+            dest: dest.to_path_buf(),
+            rel: rel.to_owned(),
+            name: name.to_owned(),
+            mode,
+            depth: 0,
+        }];
+        while let Some(step) = stack.pop() {
+            match step {
+                Step::Leave { dest, mode, _dir } => {
+                    self.ancestors.pop();
+                    fs::set_permissions(&dest, fs::Permissions::from_mode(mode))
+                        .map_err(|e| io("Setting mode of", &dest, e))?;
+                }
+                Step::Visit {
+                    source,
+                    sandbox_path,
+                    dest,
+                    rel,
+                    name,
+                    mode,
+                    depth,
+                } => self.visit(&mut stack, &source, sandbox_path, &dest, &rel, &name, mode, depth)?,
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn visit(
+        &mut self,
+        stack: &mut Vec<Step>,
+        source: &Path,
+        sandbox_path: Option<String>,
+        dest: &Path,
+        rel: &str,
+        name: &str,
+        mode: Option<u32>,
+        depth: usize,
     ) -> Result<(), DriverError> {
         let lmeta = fs::symlink_metadata(source).map_err(|e| io("Reading", source, e))?;
         // Keeps a directory opened beneath the lease alive while paths through it are used.
@@ -383,6 +457,12 @@ impl Copier<'_> {
             (source.to_path_buf(), sandbox_path, lmeta)
         };
         if meta.is_dir() {
+            if depth >= MAX_TREE_DEPTH {
+                return Err(DriverError::invalid(format!(
+                    "the tree at \"{}\" is more than {MAX_TREE_DEPTH} directory levels deep",
+                    self.source_display
+                )));
+            }
             let key = (meta.dev(), meta.ino());
             if self.ancestors.contains(&key) {
                 return Err(DriverError::invalid(format!(
@@ -409,7 +489,10 @@ impl Copier<'_> {
                 .collect::<Result<_, _>>()
                 .map_err(|e| io("Reading", &real, e))?;
             names.sort();
+            let mut children = Vec::with_capacity(names.len());
             for child in names {
+                // The lossy form is for globs, link checks and messages only: every file
+                // system operation uses the name's own bytes.
                 let child_name = child.to_string_lossy().into_owned();
                 let child_rel = if rel.is_empty() {
                     child_name.clone()
@@ -421,22 +504,27 @@ impl Copier<'_> {
                 }
                 let child_sandbox = sandbox_path.as_ref().map(|p| format!("{p}/{child_name}"));
                 let child_path = match &dir {
-                    Some(dir) => dir.join(&child_name),
+                    Some(dir) => dir.join(&child),
                     None => real.join(&child),
                 };
-                self.copy_entry(
-                    &child_path,
-                    child_sandbox,
-                    &dest.join(&child),
-                    &child_rel,
-                    &child_name,
-                    None,
-                )?;
+                children.push(Step::Visit {
+                    source: child_path,
+                    sandbox_path: child_sandbox,
+                    dest: dest.join(&child),
+                    rel: child_rel,
+                    name: child_name,
+                    mode: None,
+                    depth: depth + 1,
+                });
             }
-            self.ancestors.pop();
-            let final_mode = mode.unwrap_or(meta.mode() & 0o7777);
-            fs::set_permissions(dest, fs::Permissions::from_mode(final_mode))
-                .map_err(|e| io("Setting mode of", dest, e))
+            stack.push(Step::Leave {
+                dest: dest.to_path_buf(),
+                mode: mode.unwrap_or(meta.mode() & 0o7777),
+                _dir: dir,
+            });
+            // popped in name order
+            stack.extend(children.into_iter().rev());
+            Ok(())
         } else if meta.is_file() {
             let bytes = copy_file(&real, dest, mode.unwrap_or(meta.mode() & 0o7777))?;
             self.counts.files += 1;
