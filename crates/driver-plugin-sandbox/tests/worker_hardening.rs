@@ -267,3 +267,57 @@ fn a_lease_root_below_private_directories_is_reached_through_a_private_view() {
     assert_eq!(w.wait_exit(), Some(0));
     assert_eq!(views(), Vec::<PathBuf>::new());
 }
+
+#[test]
+fn processes_memory_and_tmpfs_space_are_bounded() {
+    let mut w = Worker::ready_with(&[
+        "--max-processes",
+        "40",
+        "--max-memory",
+        "268435456",
+        "--tmp-size",
+        "1048576",
+        "--shm-size",
+        "1048576",
+    ]);
+    let lease = w.acquire();
+    // tmpfs fillers hit the size; the rest of /dev is read-only
+    let r = sh(
+        &mut w,
+        &lease,
+        "for f in /tmp/fill /dev/shm/fill; do head -c 5000000 /dev/zero > $f 2>/dev/null; echo \"$f $(wc -c < $f)\"; done; \
+         touch /dev/new 2>/dev/null && echo dev-writable; echo done",
+        json!({}),
+    );
+    assert_eq!(r["stdout"], "/tmp/fill 1048576\n/dev/shm/fill 1048576\ndone\n", "{r}");
+    // a memory hog gets MemoryError at the address-space limit
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "python3", "args": ["-c", "b = bytearray(1024 * 1024 * 1024)"], "timeoutMs": 60000}),
+        ),
+    );
+    assert_eq!(r["exitCode"], 1, "{r}");
+    assert!(r["stderr"].as_str().unwrap().contains("MemoryError"), "{r}");
+    // a fork bomb stops at the process limit
+    let bomb = "import os, time\nn = 0\nfor i in range(200):\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n    if pid == 0:\n        time.sleep(2)\n        os._exit(0)\n    n += 1\nprint(n)\n";
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "python3", "args": ["-c", bomb], "timeoutMs": 60000}),
+        ),
+    );
+    let forked: u32 = r["stdout"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{r}"));
+    assert!(forked < 40, "forked {forked} processes past the limit of 40: {r}");
+    // the worker (and the host) carry on
+    assert_eq!(w.ok("health", json!({}))["status"], "ok");
+    let r = sh(&mut w, &lease, "echo alive", json!({}));
+    assert_eq!(r["stdout"], "alive\n");
+}
