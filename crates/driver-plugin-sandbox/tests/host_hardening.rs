@@ -187,6 +187,15 @@ async fn worker_refusals_keep_their_type() {
         matches!(&err, RuntimeError::Driver(DriverError::SourceMissing { path }) if path == "/workspace/missing"),
         "{err:?}"
     );
+    let err = runtime
+        .execute(&lease.id, ExecuteRequest::new("echo", ["a\0b"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Driver(DriverError::InvalidInput { message })
+            if message == "the command and its arguments must not contain NUL bytes"),
+        "{err:?}"
+    );
     let mut request = ExecuteRequest::new("true", [""; 0]);
     request.cwd = Some("/etc".into());
     let err = runtime.execute(&lease.id, request).await.unwrap_err();

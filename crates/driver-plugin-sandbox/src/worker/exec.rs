@@ -79,6 +79,51 @@ pub(crate) fn check_env(env: &BTreeMap<String, String>) -> Result<Vec<(String, S
         .collect()
 }
 
+/// The longest single argument or `NAME=value` string `execve` takes (`MAX_ARG_STRLEN`
+/// less the NUL).
+pub(crate) const MAX_EXEC_STRING: usize = 128 * 1024 - 1;
+/// The most bytes of arguments and environment together a command is started with (well
+/// inside what `execve` takes with the usual 8 MiB stack).
+pub(crate) const MAX_EXEC_BYTES: usize = 1024 * 1024;
+
+/// Checks an argv (and the environment) before anything runs: no NUL byte anywhere, no
+/// string and no total `execve` would refuse, each refused with a clear `Invalid input`.
+pub(crate) fn check_argv(argv: &[String], env: &[(String, String)]) -> Result<(), DriverError> {
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(DriverError::invalid(
+            "the command and its arguments must not contain NUL bytes",
+        ));
+    }
+    let mut total = 0;
+    for (i, arg) in argv.iter().enumerate() {
+        let what = if i == 0 {
+            "the command".to_owned()
+        } else {
+            format!("argument {i}")
+        };
+        total += check_exec_string(&what, arg.len())?;
+    }
+    for (k, v) in env {
+        total += check_exec_string(&format!("environment variable {k}"), k.len() + 1 + v.len())?;
+    }
+    if total > MAX_EXEC_BYTES {
+        return Err(DriverError::invalid(format!(
+            "arguments and environment take {total} bytes, over the limit of {MAX_EXEC_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn check_exec_string(what: &str, len: usize) -> Result<usize, DriverError> {
+    if len > MAX_EXEC_STRING {
+        return Err(DriverError::invalid(format!(
+            "{what} is {len} bytes, over the limit of {MAX_EXEC_STRING} bytes for one argument or variable"
+        )));
+    }
+    // the string, its NUL and its pointer
+    Ok(len + 1 + 8)
+}
+
 /// Resolves an execute cwd (default `/workspace`) and checks it is a directory.
 pub(crate) fn check_cwd(lease_dir: &Path, cwd: Option<&str>) -> Result<String, DriverError> {
     let cwd = cwd.unwrap_or(WORKSPACE);
@@ -375,6 +420,7 @@ pub(crate) async fn execute(
     };
     let mut argv = vec![params.command];
     argv.extend(params.args);
+    check_argv(&argv, &env)?;
     let sink = LogSink {
         out,
         invocation,

@@ -16,7 +16,7 @@ use envrt_runtime_core::sync::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::exec::{LeaseRef, check_cwd, run};
+use super::exec::{LeaseRef, check_argv, check_cwd, run};
 use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
 use super::policy::Policy;
 use super::sandbox::{Sandbox, WORKSPACE};
@@ -74,12 +74,17 @@ pub(crate) async fn sync(
             if let Some(cwd) = &command.cwd {
                 check_post_upload_cwd(cwd, &environment_paths)?;
             }
+            // checked before any file is written
+            check_argv(&["/bin/sh".to_owned(), "-c".to_owned(), command.command.clone()], &[])?;
         }
         for file in &op.files {
             let host = match direction {
                 Direction::In => &file.source_path,
                 Direction::Out => &file.target_path,
             };
+            if host.contains('\0') {
+                return Err(DriverError::invalid(format!("host path {host:?} contains a NUL byte")));
+            }
             if normalize_absolute(host).is_none() {
                 return Err(DriverError::invalid(format!(
                     "host path \"{host}\" must be absolute and free of \"..\""
