@@ -86,7 +86,7 @@ fn a_tree_past_the_depth_bound_is_refused_with_nothing_written() {
     let mut w = Worker::ready();
     let lease = w.acquire();
     let host = tempfile::tempdir().unwrap();
-    deep_tree(&host.path().join("src"), 600);
+    deep_tree(&host.path().join("src"), 1100);
     let (code, message) = {
         let r = sync(
             &mut w,
@@ -98,17 +98,17 @@ fn a_tree_past_the_depth_bound_is_refused_with_nothing_written() {
         );
         (r["error"]["code"].clone(), r["error"]["message"].clone())
     };
-    assert_eq!(code, json!(-32602));
+    assert_eq!(code, json!(-32002));
     assert_eq!(
         message,
         json!(format!(
-            "Invalid input: the tree at \"{}\" is more than 512 directory levels deep",
+            "Sync source \"{}\" is nested deeper than 1000 directory levels.",
             host.path().join("src").display()
         ))
     );
     assert!(!w.root.path().join(&lease).join("deep").exists());
     // the same tree built in the workspace by a command cannot be synced out either
-    deep_tree(&w.root.path().join(&lease).join("made"), 600);
+    deep_tree(&w.root.path().join(&lease).join("made"), 1100);
     let r = sync(
         &mut w,
         "environmentSyncOut",
@@ -119,7 +119,7 @@ fn a_tree_past_the_depth_bound_is_refused_with_nothing_written() {
     );
     assert_eq!(
         r["error"]["message"],
-        "Invalid input: the tree at \"/workspace/made\" is more than 512 directory levels deep"
+        "Sync source \"/workspace/made\" is nested deeper than 1000 directory levels."
     );
     assert!(!host.path().join("back").exists());
     let staged: Vec<_> = std::fs::read_dir(host.path())

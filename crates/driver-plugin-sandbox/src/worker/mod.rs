@@ -240,6 +240,19 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A sync walk in a lease holds one descriptor per directory level: soft limit up to
+    // the hard one (best effort; the depth bound keeps the walk below it).
+    {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let nofile = getrlimit(Resource::Nofile);
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: nofile.maximum,
+                maximum: nofile.maximum,
+            },
+        );
+    }
     // before any thread starts (it may enter a private mount namespace)
     let view = std::env::current_exe()
         .map_err(|e| format!("envrt-sandbox-worker: cannot find its own binary: {e}"))

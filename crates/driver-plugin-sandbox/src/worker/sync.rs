@@ -340,10 +340,12 @@ fn replace(staged: &Path, target: &Path, scratch: &Path) -> Result<(), DriverErr
     Ok(())
 }
 
-/// How deep a synced tree may go (directory levels below the synced entry). Deeper trees
-/// are refused with `Invalid input: the tree at "{path}" is more than 512 directory levels
-/// deep`; the walk itself is iterative, so depth never costs stack.
-pub(crate) const MAX_TREE_DEPTH: usize = 512;
+/// How deep a synced tree may go (directory levels below the synced entry; the same
+/// bound as runtime-core's shared tree walks). Deeper trees are refused with
+/// `Sync source "{path}" is nested deeper than 1000 directory levels.` before anything
+/// is placed; the walk itself is iterative, so depth never costs stack (the worker raises
+/// its open-file limit at start: a walk in a lease holds one descriptor per level).
+pub(crate) const MAX_TREE_DEPTH: usize = 1000;
 
 /// One step of the iterative walk.
 enum Step {
@@ -463,8 +465,8 @@ impl Copier<'_> {
         };
         if meta.is_dir() {
             if depth >= MAX_TREE_DEPTH {
-                return Err(DriverError::invalid(format!(
-                    "the tree at \"{}\" is more than {MAX_TREE_DEPTH} directory levels deep",
+                return Err(DriverError::other(format!(
+                    "Sync source \"{}\" is nested deeper than {MAX_TREE_DEPTH} directory levels.",
                     self.source_display
                 )));
             }
