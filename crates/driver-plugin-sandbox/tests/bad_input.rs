@@ -485,6 +485,20 @@ fn garbage_and_oversized_frames_are_answered_and_the_worker_serves_on() {
             (code, message.as_str())
         );
     }
+    // an oversized request written the way the host writes requests is answered to its id
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"environmentExecute\",\"params\":{{\"stdin\":\"{}\"}}}}",
+        "z".repeat(200_000)
+    );
+    w.send_raw(&big);
+    let answer = w.next_line();
+    assert_eq!(
+        (answer["id"].clone(), answer["error"].clone()),
+        (
+            json!(99),
+            json!({"code": -32600, "message": "Invalid request: line longer than 100000 bytes"})
+        )
+    );
     // an envrt.cancel for nothing, a notification and a response are ignored quietly
     w.send_raw(r#"{"jsonrpc":"2.0","method":"envrt.cancel","params":{"id":424242}}"#);
     w.send_raw(r#"{"jsonrpc":"2.0","method":"onEvent","params":{}}"#);

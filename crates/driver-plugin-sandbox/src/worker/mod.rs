@@ -332,13 +332,14 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
     loop {
         let line = match rpc::read_line(&mut stdin, config.max_line).await {
             Ok(Line::Eof) | Err(_) => break,
-            Ok(Line::Rejected(message)) => {
+            Ok(Line::Rejected(message, id)) => {
                 let code = if message.starts_with("Parse") {
                     code::PARSE_ERROR
                 } else {
                     code::INVALID_REQUEST
                 };
-                out.respond(Value::Null, Err(RpcError { code, message })).await;
+                out.respond(id.unwrap_or(Value::Null), Err(RpcError { code, message }))
+                    .await;
                 continue;
             }
             Ok(Line::Text(text)) => text,
