@@ -6,7 +6,11 @@
 //! groups, alternatives, name service, time zone), fresh `/proc`, minimal `/dev`, a tmpfs
 //! `/tmp`, and the lease directory bound read-write at `/workspace` (the cwd by default).
 //! Every namespace is unshared (user, pid, network, ipc, uts, cgroup), all capabilities are
-//! dropped, the command gets a new session and dies with the worker.
+//! dropped, the command gets a new session and dies with the worker. On top of that the
+//! worker's policy (see the `policy` module) applies: an unprivileged sandbox user,
+//! read-only and masked `/proc` paths, sized tmpfs mounts and process limits. `bwrap` runs
+//! with an empty environment; the command's variables reach it through a memfd
+//! (`--args FD`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
