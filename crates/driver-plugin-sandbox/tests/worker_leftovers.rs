@@ -118,3 +118,42 @@ async fn a_crash_mid_call_fails_the_calls_at_once_and_kills_what_the_worker_left
         "the detached command outlived its crashed worker"
     );
 }
+
+#[tokio::test]
+async fn empty_worker_cgroups_left_by_a_killed_host_are_removed() {
+    if !cgroup_v2_writable() {
+        return;
+    }
+    let mount = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let (fields, tail) = l.split_once(" - ")?;
+            tail.starts_with("cgroup2 ")
+                .then(|| fields.split_whitespace().nth(4).unwrap().to_owned())
+        })
+        .unwrap();
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(|p| p.trim_start_matches('/').to_owned()))
+        .unwrap();
+    let stale = std::path::Path::new(&mount)
+        .join(own)
+        .join(format!("envrt-worker-stale-{}", std::process::id()));
+    std::fs::create_dir(&stale).unwrap();
+    // left by a host killed two minutes ago (younger ones may be another host's, not yet joined)
+    let aged = std::process::Command::new("touch")
+        .args(["-d", "2 minutes ago"])
+        .arg(&stale)
+        .status()
+        .unwrap();
+    assert!(aged.success());
+    let fresh = stale.with_file_name(format!("envrt-worker-fresh-{}", std::process::id()));
+    std::fs::create_dir(&fresh).unwrap();
+    let driver = start(script_manifest("", &[]), SandboxOptions::default()).await;
+    assert!(!stale.exists(), "the stale empty cgroup is still there");
+    assert!(fresh.exists(), "a young cgroup was removed");
+    std::fs::remove_dir(&fresh).unwrap();
+    driver.shutdown().await;
+}

@@ -121,6 +121,32 @@ fn die_with_parent(command: &mut Command, signal: Signal, cgroup: Option<Arc<Own
     }
 }
 
+/// Name prefix of the worker cgroups.
+const CGROUP_PREFIX: &str = "envrt-worker-";
+
+/// How old an empty worker cgroup must be before another host removes it (one younger may
+/// be another host's, created but not joined yet).
+const STALE_CGROUP_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Removes the empty worker cgroups a killed host left behind. The kernel refuses to
+/// remove a cgroup that still has processes, so a live worker's is never touched, and
+/// only cgroups older than a minute are tried.
+fn remove_empty_worker_cgroups(parent: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= STALE_CGROUP_AGE));
+        if old && entry.file_name().to_string_lossy().starts_with(CGROUP_PREFIX) {
+            // fails (EBUSY) while it holds processes
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
 /// A cgroup (v2) of one worker: the worker and everything it starts, however detached,
 /// live in it, and all of it is killed when the worker ends (see [`WorkerCgroup::kill`]).
 #[derive(Debug)]
@@ -145,7 +171,9 @@ impl WorkerCgroup {
             .ok()?
             .lines()
             .find_map(|l| l.strip_prefix("0::").map(|p| p.trim_start_matches('/').to_owned()))?;
-        let dir = mount.join(own).join(format!("envrt-worker-{}", uuid::Uuid::new_v4()));
+        let parent = mount.join(own);
+        remove_empty_worker_cgroups(&parent);
+        let dir = parent.join(format!("{CGROUP_PREFIX}{}", uuid::Uuid::new_v4()));
         std::fs::create_dir(&dir).ok()?;
         let procs = rustix::fs::open(
             dir.join("cgroup.procs"),
