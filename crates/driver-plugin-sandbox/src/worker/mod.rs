@@ -641,6 +641,51 @@ mod tests {
                 7
             )
         );
+        let c = parse_args(
+            [
+                "--tmp-size",
+                "1024",
+                "--shm-size",
+                "2048",
+                "--max-processes",
+                "9",
+                "--max-memory",
+                "0",
+                "--max-line-bytes",
+                "77",
+            ]
+            .into_iter()
+            .map(String::from),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.policy.tmp_bytes,
+                c.policy.shm_bytes,
+                c.policy.max_processes,
+                c.policy.max_memory,
+                c.max_line
+            ),
+            (1024, 2048, 9, 0, 77)
+        );
+        assert_eq!(
+            parse_args(["--max-processes".to_string(), "many".to_string()].into_iter()).unwrap_err(),
+            "--max-processes: bad number \"many\""
+        );
+        if rustix::process::geteuid().is_root() {
+            let c = parse_args(
+                ["--sandbox-uid", "1234", "--sandbox-gid", "5678"]
+                    .into_iter()
+                    .map(String::from),
+            )
+            .unwrap();
+            assert_eq!(c.policy.identity, Some((1234, 5678)));
+        } else {
+            assert_eq!(
+                parse_args(["--sandbox-uid".to_string(), "1".to_string()].into_iter()).unwrap_err(),
+                "--sandbox-uid: only a worker running as root can choose the sandbox identity"
+            );
+        }
         assert_eq!(
             parse_args(["--nope".to_string()].into_iter()).unwrap_err(),
             format!("unknown argument \"--nope\"\n{USAGE}")
