@@ -321,3 +321,35 @@ fn processes_memory_and_tmpfs_space_are_bounded() {
     let r = sh(&mut w, &lease, "echo alive", json!({}));
     assert_eq!(r["stdout"], "alive\n");
 }
+
+#[test]
+fn a_lease_made_by_an_older_worker_is_writable_after_resume() {
+    if !running_as_root() {
+        return;
+    }
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let dir = lease_dir(&w, &lease);
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("sub/old.txt"), "old").unwrap();
+    // as an older worker left it: everything root's
+    for path in [dir.clone(), dir.join("sub"), dir.join("sub/old.txt")] {
+        rustix::fs::chown(&path, Some(rustix::fs::Uid::ROOT), Some(rustix::fs::Gid::ROOT)).unwrap();
+    }
+    let r = w.ok(
+        "environmentResumeLease",
+        json!({"driverKey": "sandbox", "companyId": "co-1", "environmentId": "env-1", "config": {}, "providerLeaseId": lease}),
+    );
+    assert_eq!(r["providerLeaseId"], json!(lease));
+    let r = sh(
+        &mut w,
+        &lease,
+        "echo new >> sub/old.txt && touch sub/more && cat sub/old.txt",
+        json!({}),
+    );
+    assert_eq!(
+        (r["exitCode"].clone(), r["stdout"].clone()),
+        (json!(0), json!("oldnew\n")),
+        "{r}"
+    );
+}

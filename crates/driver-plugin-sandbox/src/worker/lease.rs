@@ -48,6 +48,24 @@ impl Leases {
         Ok((id, dir))
     }
 
+    /// Hands a lease directory whose owner is not the sandbox user (made by a worker that
+    /// ran sandboxes as root) over to that user, tree and all.
+    pub(crate) fn adopt(&self, dir: &Path) -> Result<(), DriverError> {
+        use std::os::unix::fs::MetadataExt;
+        let Some((uid, _)) = self.policy.identity else {
+            return Ok(());
+        };
+        let owner = std::fs::symlink_metadata(dir)
+            .map_err(|e| DriverError::io(format!("Reading lease directory {}", dir.display()), e))?
+            .uid();
+        if owner == uid {
+            return Ok(());
+        }
+        self.policy
+            .hand_over_tree(dir)
+            .map_err(|e| DriverError::io(format!("Handing over lease directory {}", dir.display()), e))
+    }
+
     /// The directory of a well-formed lease id, whether or not it exists.
     pub(crate) fn path_of(&self, id: &str) -> Option<PathBuf> {
         let uuid = id.strip_prefix(LEASE_PREFIX)?;

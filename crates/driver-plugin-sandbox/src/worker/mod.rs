@@ -513,7 +513,15 @@ async fn handle(
         "environmentResumeLease" => {
             let p: LeaseIdParams = parse(method, params)?;
             match p.provider_lease_id.as_deref().map(|id| worker.leases.existing(id)) {
-                Some(Ok(_)) => Ok(json!({"providerLeaseId": p.provider_lease_id, "metadata": lease_metadata()})),
+                Some(Ok(dir)) => {
+                    // a lease made by an older worker (files owned by root) becomes the
+                    // sandbox user's, so its workspace stays writable
+                    let leases = worker.leases.clone();
+                    tokio::task::spawn_blocking(move || leases.adopt(&dir))
+                        .await
+                        .map_err(|e| DriverError::other(format!("adopting the lease failed: {e}")))??;
+                    Ok(json!({"providerLeaseId": p.provider_lease_id, "metadata": lease_metadata()}))
+                }
                 _ => Ok(json!({"providerLeaseId": null, "metadata": {"gone": true}})),
             }
         }
