@@ -39,7 +39,8 @@
 //!   route (exit code none, `transport_closed` true), and restarts the worker after
 //!   `1 s · 2^(n-1)` ± 25 % (cap 5 min); after 10 crashes in a row it stays down (a
 //!   worker that ran 60 s resets the count); calls made meanwhile wait for the restart
-//!   within their own timeout;
+//!   within their own timeout, except after a restart attempt failed: until the next
+//!   attempt they fail at once with the error that ended the worker;
 //! - duplex routes follow the protocol page: see [`DuplexLimits`] and [`RouteSlots`].
 //!
 //! Errors are [`SandboxError`]s carried inside

@@ -27,6 +27,10 @@ enum Slot {
         since: Instant,
     },
     Down(SandboxError),
+    /// A restart attempt failed; the next one is pending. Calls fail at once with the
+    /// error that ended the last worker instead of waiting for a restart that may never
+    /// come.
+    Failing(SandboxError),
 }
 
 /// Owns one plugin's worker.
@@ -203,7 +207,7 @@ impl Supervisor {
         loop {
             match &*slot.borrow_and_update() {
                 Slot::Live { connection, .. } if !connection.has_exited() => return Ok(connection.clone()),
-                Slot::Down(error) => return Err(error.clone()),
+                Slot::Down(error) | Slot::Failing(error) => return Err(error.clone()),
                 _ => {}
             }
             match tokio::time::timeout_at(deadline, slot.changed()).await {
@@ -270,7 +274,7 @@ impl Supervisor {
         }
         tracing::warn!(plugin = %self.manifest.id, "worker crashed: {error}");
         self.slot.send_replace(Slot::Starting);
-        tokio::spawn(restart_loop(self.me.clone()));
+        tokio::spawn(restart_loop(self.me.clone(), error));
     }
 
     /// The backoff before restart number `n` (1-based): `base · 2^(n-1)` ± 25 %, capped.
@@ -332,7 +336,7 @@ impl Drop for Supervisor {
     }
 }
 
-async fn restart_loop(me: Weak<Supervisor>) {
+async fn restart_loop(me: Weak<Supervisor>, exit: SandboxError) {
     loop {
         let delay = {
             let Some(supervisor) = me.upgrade() else { return };
@@ -357,6 +361,9 @@ async fn restart_loop(me: Weak<Supervisor>) {
         if supervisor.shutting_down.load(Ordering::SeqCst) {
             return;
         }
+        if matches!(&*supervisor.slot.borrow(), Slot::Failing(_)) {
+            supervisor.slot.send_replace(Slot::Starting);
+        }
         match supervisor.start_connection().await {
             Ok(connection) => {
                 if supervisor.shutting_down.load(Ordering::SeqCst) {
@@ -370,7 +377,12 @@ async fn restart_loop(me: Weak<Supervisor>) {
                 });
                 return;
             }
-            Err(error) => tracing::warn!("worker restart failed: {error}"),
+            Err(error) => {
+                tracing::warn!("worker restart failed: {error}");
+                if !supervisor.shutting_down.load(Ordering::SeqCst) {
+                    supervisor.slot.send_replace(Slot::Failing(exit.clone()));
+                }
+            }
         }
     }
 }
