@@ -13,7 +13,17 @@
 //! - one worker per [`SandboxDriver`], started from a [`PluginManifest`] with only `PATH`,
 //!   `TZ` and the manifest's variables, forked with `PR_SET_PDEATHSIG` so it never
 //!   outlives the host ([`ParentDeathSignal`]), and with its stdin closing when the host
-//!   goes;
+//!   goes; where cgroup v2 is writable the worker runs in a cgroup of its own, and
+//!   whatever it leaves there (however detached) is killed when it exits, crashes or is
+//!   retired;
+//! - an execute without a timeout of its own is bound by the worker's life, not by the
+//!   RPC timeout; a call the host gives up on (dropped, timed out) is followed by the
+//!   `envrt.cancel {id}` extension notification, which the reference worker answers by
+//!   stopping the command;
+//! - a request line over [`SandboxOptions::max_request_bytes`] (64 MiB) is refused before
+//!   sending, with an `Invalid input` error naming the limit;
+//! - worker errors whose text is a runtime-core contract text (`Path "…" is outside the
+//!   lease workspace.`, …) come back as that typed `DriverError` variant;
 //! - `initialize` (15 s); `supportedMethods` is read live by every accessor (`as_execute`,
 //!   `as_duplex`, ...), by the capability classifier and before every lifecycle verb, and
 //!   replaced when a restarted worker answers;
@@ -29,7 +39,8 @@
 //!   route (exit code none, `transport_closed` true), and restarts the worker after
 //!   `1 s · 2^(n-1)` ± 25 % (cap 5 min); after 10 crashes in a row it stays down (a
 //!   worker that ran 60 s resets the count); calls made meanwhile wait for the restart
-//!   within their own timeout;
+//!   within their own timeout, except after a restart attempt failed: until the next
+//!   attempt they fail at once with the error that ended the worker;
 //! - duplex routes follow the protocol page: see [`DuplexLimits`] and [`RouteSlots`].
 //!
 //! Errors are [`SandboxError`]s carried inside

@@ -131,6 +131,11 @@ fn stop_kills_the_command_and_close_silences_the_pair() {
     );
     let p = pair("duplex-route-1", &session);
     wait_for_process(&mark);
+    // stopped once it has started (its first output is in), not while bwrap sets up
+    while !w.notes.iter().any(|n| n["method"] == "duplexChannel.data") {
+        let line = w.next_line();
+        w.notes.push(line);
+    }
     assert_eq!(w.ok("duplexChannelStop", p.clone()), Value::Null);
     let (exit, bytes) = collect_until_exit(&mut w, "duplex-route-1", &session);
     assert_eq!(bytes, b"up\n");

@@ -287,13 +287,13 @@ fn env_values_stay_off_command_lines() {
             json!({"command": "sleep", "args": ["30"], "env": {"TOKEN": secret, "MARK": mark}, "timeoutMs": 20000}),
         ),
     );
-    wait_for_processes(&mark, 4);
+    wait_for_processes(&mark, 2);
     let holders = processes_with(&secret);
-    assert!(
-        holders.len() >= 4,
-        "bwrap, its init, the reporter and sleep hold it: {holders:?}"
-    );
+    assert!(holders.len() >= 2, "the sandbox init and sleep hold it: {holders:?}");
     for pid in holders {
+        // bwrap (outside the sandbox) never holds a request variable
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        assert!(!exe.ends_with("bwrap"), "pid {pid} ({exe:?}) holds the value");
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         assert!(
             !String::from_utf8_lossy(&cmdline).contains(&secret),

@@ -90,3 +90,31 @@ fn gc_cleans_up_after_a_killed_holder_on_the_sandbox() {
         (Some("failed"), Some("holder_gone"))
     );
 }
+
+#[test]
+fn sandbox_refusals_exit_2_as_on_local() {
+    let Some((s, _)) = sandbox_site() else { return };
+    let id = s
+        .run(&["lease", "acquire", "--env-id", "box"])
+        .stdout_text()
+        .trim()
+        .to_owned();
+    // the same refusals and texts as the local driver's (tests/cli.rs)
+    let outside = s.run(&["exec", "--lease", &id, "--cwd", "../..", "--", "pwd"]);
+    assert_eq!(
+        (outside.code, outside.stderr.as_str()),
+        (Some(2), "Path \"../..\" is outside the lease workspace.\n")
+    );
+    std::fs::create_dir_all(s.path().join("src")).unwrap();
+    let escape = s.run(&["cp", "-q", "src", &format!("lease:{id}:../../x")]);
+    assert_eq!(
+        (escape.code, escape.stderr.as_str()),
+        (Some(2), "Path \"../../x\" is outside the lease workspace.\n")
+    );
+    let missing = s.run(&["cp", "-q", &format!("lease:{id}:/workspace/nope"), "back"]);
+    assert_eq!(
+        (missing.code, missing.stderr.as_str()),
+        (Some(2), "Sync source \"/workspace/nope\" does not exist.\n")
+    );
+    s.run(&["lease", "release", &id]);
+}

@@ -50,7 +50,14 @@ pub(crate) struct Connection {
     next_id: AtomicI64,
     state: Mutex<State>,
     exited: tokio::sync::watch::Sender<bool>,
+    max_request_bytes: usize,
 }
+
+/// The envrt extension notification telling the worker that the host gave up on a
+/// request (dropped, cancelled or timed out): `{"id": <request id>}`. A worker that does
+/// not know it ignores it, as every unknown notification; the reference worker stops the
+/// request's command.
+pub(crate) const CANCEL_NOTIFICATION: &str = "envrt.cancel";
 
 /// Removes a pending call (and its sink) when the call future ends or is dropped.
 struct PendingGuard<'a> {
@@ -61,9 +68,19 @@ struct PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        let mut state = self.connection.lock();
-        state.pending.remove(&self.id);
-        state.sinks.remove(&self.invocation);
+        let unanswered = {
+            let mut state = self.connection.lock();
+            state.sinks.remove(&self.invocation);
+            state.pending.remove(&self.id).is_some() && state.exited.is_none()
+        };
+        if unanswered {
+            // the host gave up: let the worker stop whatever the call started
+            self.connection.send_line(protocol::notification_line(
+                CANCEL_NOTIFICATION,
+                serde_json::json!({ "id": self.id }),
+                None,
+            ));
+        }
     }
 }
 
@@ -73,7 +90,7 @@ impl Connection {
         spawned: Spawned,
         generation: u64,
         plugin_id: String,
-        max_line_bytes: usize,
+        (max_line_bytes, max_request_bytes): (usize, usize),
         events: Arc<dyn ConnectionEvents>,
     ) -> Arc<Connection> {
         let Spawned {
@@ -102,6 +119,7 @@ impl Connection {
             next_id: AtomicI64::new(1),
             state: Mutex::new(State::default()),
             exited: tokio::sync::watch::Sender::new(false),
+            max_request_bytes,
         });
         let reader = LineReader::new(stdout, max_line_bytes);
         tokio::spawn(read_loop(connection.clone(), reader, exit, tail, events));
@@ -174,6 +192,16 @@ impl Connection {
                 company_id: company_id.map(str::to_owned),
             },
         };
+        let line = protocol::request_line(id, method, params, Some(invocation.clone()));
+        let size = line.len().saturating_sub(1);
+        if size > self.max_request_bytes {
+            return Err(SandboxError::InvalidInput {
+                message: format!(
+                    "the \"{method}\" request is {size} bytes once encoded, over the limit of {} bytes per request (stdin, arguments and environment count towards it)",
+                    self.max_request_bytes
+                ),
+            });
+        }
         let (reply, answer) = oneshot::channel();
         {
             let mut state = self.lock();
@@ -196,7 +224,6 @@ impl Connection {
             id,
             invocation: invocation.id.clone(),
         };
-        let line = protocol::request_line(id, method, params, Some(invocation));
         let sent = self
             .writer
             .lock()

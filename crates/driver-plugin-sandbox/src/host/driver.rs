@@ -445,25 +445,27 @@ impl Execute for SandboxDriver {
         if let Some(timeout) = request.timeout {
             params.insert("timeoutMs".into(), json!(timeout.as_millis() as u64));
         }
-        let rpc_timeout = match request.timeout {
-            Some(timeout) => timeout + self.supervisor.options.execute_grace,
-            None => self.supervisor.options.rpc_timeout,
-        };
         let sink: Option<ExecSink> = request.sink.clone().map(|sink| {
             let sink: ExecSink = Arc::new(move |stream, bytes: Vec<u8>| sink.on_chunk(stream, &bytes));
             sink
         });
         let started = Instant::now();
-        let value = self
-            .supervisor
-            .call(
-                method,
-                Value::Object(params),
-                rpc_timeout,
-                Some(&context.lease.company_id),
-                sink,
-            )
-            .await?;
+        let company = Some(context.lease.company_id.as_str());
+        let value = match request.timeout {
+            // the command's own timeout plus the grace
+            Some(timeout) => {
+                let rpc_timeout = timeout + self.supervisor.options.execute_grace;
+                self.supervisor
+                    .call(method, Value::Object(params), rpc_timeout, company, sink)
+                    .await?
+            }
+            // a command runs as long as it runs: bound by the worker's life only
+            None => {
+                self.supervisor
+                    .call_while_alive(method, Value::Object(params), company, sink)
+                    .await?
+            }
+        };
         let duration = started.elapsed();
         let wire: WireExecuteResult = serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
             method: method.to_owned(),

@@ -149,10 +149,81 @@ impl SandboxError {
     }
 }
 
+/// The runtime-core error a worker's refusal stands for: a worker answers bad input with
+/// `-32602` (or `-32002`) and the exact contract text of the error (as the reference
+/// worker and SDK workers following the contract do); the text is read back into the
+/// typed variant, so a refusal keeps its class (and the CLI its exit code) through the
+/// worker. `None` for any other text.
+pub(crate) fn typed_refusal(code: i64, message: &str) -> Option<DriverError> {
+    if code != codes::INVALID_PARAMS && code != codes::WORKER_ERROR {
+        return None;
+    }
+    // `{prefix}"{value}"{suffix}` with the value free of the suffix's quote
+    let quoted = |prefix: &str, suffix: &str| -> Option<String> {
+        let value = message.strip_prefix(prefix)?.strip_suffix(suffix)?;
+        Some(value.to_owned())
+    };
+    if let Some(path) = quoted("Path \"", "\" is outside the lease workspace.") {
+        return Some(DriverError::PathOutsideWorkspace { path });
+    }
+    if let Some(pair) = quoted("Entry \"", "\".") {
+        if let Some((entry, target)) = pair.split_once("\" would be written outside the target \"") {
+            return Some(DriverError::EntryEscapesTarget {
+                entry: entry.to_owned(),
+                target: target.to_owned(),
+            });
+        }
+    }
+    if let Some(cwd) = quoted(
+        "Post-upload command cwd \"",
+        "\" must be an absolute path under one of the operation's targets.",
+    ) {
+        return Some(DriverError::PostUploadCwd { cwd });
+    }
+    if let Some(rest) = quoted("Post-upload command \"", ".") {
+        if let Some((command, outcome)) = rest.rsplit_once("\" failed with ") {
+            return Some(DriverError::PostUploadFailed {
+                command: command.to_owned(),
+                outcome: outcome.to_owned(),
+            });
+        }
+    }
+    if let Some(path) = quoted("Sync source \"", "\" does not exist.") {
+        return Some(DriverError::SourceMissing { path });
+    }
+    for expected in ["file", "directory"] {
+        if let Some(path) = quoted("Sync source \"", &format!("\" is not a {expected}.")) {
+            return Some(DriverError::SourceKind { path, expected });
+        }
+    }
+    if let Some(pattern) = quoted("Exclude pattern \"", "\" is not a valid glob.") {
+        return Some(DriverError::InvalidGlob { pattern });
+    }
+    if let Some(id) = quoted("Lease resource \"", "\" does not exist.") {
+        return Some(DriverError::ResourceGone { id });
+    }
+    if message == DriverError::ChannelClosed.to_string() {
+        return Some(DriverError::ChannelClosed);
+    }
+    message
+        .strip_prefix("Invalid input: ")
+        .map(|m| DriverError::InvalidInput { message: m.to_owned() })
+}
+
 impl From<SandboxError> for DriverError {
     fn from(error: SandboxError) -> Self {
         match error {
             SandboxError::InvalidInput { message } => DriverError::InvalidInput { message },
+            SandboxError::Rpc { code, message, method } => match typed_refusal(code, &message) {
+                Some(typed) => typed,
+                None => {
+                    let other = SandboxError::Rpc { method, code, message };
+                    DriverError::Other {
+                        message: other.to_string(),
+                        source: Some(Box::new(other)),
+                    }
+                }
+            },
             other => DriverError::Other {
                 message: other.to_string(),
                 source: Some(Box::new(other)),
@@ -191,5 +262,64 @@ mod tests {
         let d: DriverError = SandboxError::RouteBusy.into();
         assert_eq!(d.to_string(), "DUPLEX_CHANNEL_ROUTE_BUSY");
         assert_eq!(SandboxError::of(&d), Some(&SandboxError::RouteBusy));
+    }
+
+    #[test]
+    fn worker_refusals_come_back_typed() {
+        let typed = |code: i64, e: DriverError| {
+            let text = e.to_string();
+            let back: DriverError = SandboxError::Rpc {
+                method: "m".into(),
+                code,
+                message: text.clone(),
+            }
+            .into();
+            assert_eq!(back.to_string(), text);
+            back
+        };
+        let cases = [
+            DriverError::PathOutsideWorkspace { path: "/etc/x".into() },
+            DriverError::EntryEscapesTarget {
+                entry: "a/l".into(),
+                target: "/workspace/t".into(),
+            },
+            DriverError::PostUploadCwd { cwd: "/tmp".into() },
+            DriverError::PostUploadFailed {
+                command: "make \"x\"".into(),
+                outcome: "exit code 2".into(),
+            },
+            DriverError::SourceMissing { path: "/nope".into() },
+            DriverError::SourceKind {
+                path: "/f".into(),
+                expected: "directory",
+            },
+            DriverError::InvalidGlob { pattern: "[".into() },
+            DriverError::invalid("command must not be empty"),
+            DriverError::ResourceGone { id: "sbx-1".into() },
+            DriverError::ChannelClosed,
+        ];
+        for case in cases {
+            let want = format!("{case:?}");
+            assert_eq!(format!("{:?}", typed(-32602, case)), want);
+        }
+        // other codes and texts stay the worker's own error
+        let back: DriverError = SandboxError::Rpc {
+            method: "m".into(),
+            code: -32601,
+            message: "Path \"/x\" is outside the lease workspace.".into(),
+        }
+        .into();
+        assert!(matches!(
+            SandboxError::of(&back),
+            Some(SandboxError::Rpc { code: -32601, .. })
+        ));
+        let back: DriverError = SandboxError::Rpc {
+            method: "m".into(),
+            code: -32002,
+            message: "disk on fire".into(),
+        }
+        .into();
+        assert_eq!(back.to_string(), "disk on fire");
+        assert!(SandboxError::of(&back).is_some());
     }
 }

@@ -58,7 +58,9 @@ pub struct SandboxOptions {
     pub config: JsonMap,
     /// `instanceInfo.instanceId` sent in `initialize`.
     pub instance_id: String,
-    /// Default per-call timeout (30 s).
+    /// Default per-call timeout (30 s). An execute without a timeout of its own is not
+    /// bound by it: it runs as long as the worker lives (this bounds only the wait for a
+    /// restarting worker).
     pub rpc_timeout: Duration,
     /// `initialize` timeout (15 s).
     pub initialize_timeout: Duration,
@@ -74,6 +76,10 @@ pub struct SandboxOptions {
     pub kill_grace: Duration,
     /// A worker stdout line longer than this is dropped unread (64 MiB).
     pub max_line_bytes: usize,
+    /// The largest request line the host sends (64 MiB, the reference worker's own
+    /// limit): a longer one (large stdin, argv or environment) is refused before
+    /// anything is sent, with an `Invalid input` error naming the limit.
+    pub max_request_bytes: usize,
     /// Crash restarts.
     pub restart: RestartPolicy,
     /// What the worker gets when the host dies (SIGKILL).
@@ -98,6 +104,7 @@ impl Default for SandboxOptions {
             drain_timeout: Duration::from_secs(10),
             kill_grace: Duration::from_secs(5),
             max_line_bytes: 64 * 1024 * 1024,
+            max_request_bytes: 64 * 1024 * 1024,
             restart: RestartPolicy::default(),
             parent_death_signal: ParentDeathSignal::Kill,
             duplex_limits: DuplexLimits::default(),
@@ -120,6 +127,7 @@ impl std::fmt::Debug for SandboxOptions {
             .field("drain_timeout", &self.drain_timeout)
             .field("kill_grace", &self.kill_grace)
             .field("max_line_bytes", &self.max_line_bytes)
+            .field("max_request_bytes", &self.max_request_bytes)
             .field("restart", &self.restart)
             .field("parent_death_signal", &self.parent_death_signal)
             .field("duplex_limits", &self.duplex_limits)

@@ -1,9 +1,12 @@
-//! Starting a worker process: minimal environment, `PR_SET_PDEATHSIG`, a reaper that never
-//! lets a signal reach a recycled pid, the stderr tail, and bounded line reading.
+//! Starting a worker process: minimal environment, `PR_SET_PDEATHSIG`, a cgroup of its own
+//! (where cgroup v2 is writable) whose leftovers are killed when the worker ends, a reaper
+//! that never lets a signal reach a recycled pid, the stderr tail, and bounded line
+//! reading.
 
 use std::collections::VecDeque;
 use std::io;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -11,6 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
+use rustix::fd::OwnedFd;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::oneshot;
@@ -93,21 +97,132 @@ fn spawner() -> &'static Mutex<std_mpsc::Sender<SpawnJob>> {
 }
 
 /// Makes the child die with its parent: `PR_SET_PDEATHSIG(signal)`, then a check that the
-/// parent did not already die before the flag was set.
+/// parent did not already die before the flag was set. With `cgroup`, the child first
+/// moves itself into that cgroup (writing `0` to its `cgroup.procs`), so everything it
+/// ever starts is in there too; a failed move is not an error (checked after the spawn).
 #[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command, signal: Signal) {
+fn die_with_parent(command: &mut Command, signal: Signal, cgroup: Option<Arc<OwnedFd>>) {
     let parent = std::process::id();
-    // SAFETY: the closure runs in the forked child before exec. It only makes two
-    // async-signal-safe system calls (prctl, getppid) and allocates nothing; an error is
-    // returned as a raw OS error without allocating a message.
+    // SAFETY: the closure runs in the forked child before exec. It only makes
+    // async-signal-safe system calls (write, prctl, getppid) on values prepared before
+    // the fork and allocates nothing; an error is returned as a raw OS error without
+    // allocating a message.
     unsafe {
         command.pre_exec(move || {
+            if let Some(procs) = &cgroup {
+                let _ = rustix::io::write(procs, b"0");
+            }
             nix::sys::prctl::set_pdeathsig(signal).map_err(|e| io::Error::from_raw_os_error(e as i32))?;
             if nix::unistd::getppid().as_raw() as u32 != parent {
                 return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
             }
             Ok(())
         });
+    }
+}
+
+/// Name prefix of the worker cgroups.
+const CGROUP_PREFIX: &str = "envrt-worker-";
+
+/// How old an empty worker cgroup must be before another host removes it (one younger may
+/// be another host's, created but not joined yet).
+const STALE_CGROUP_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Removes the empty worker cgroups a killed host left behind. The kernel refuses to
+/// remove a cgroup that still has processes, so a live worker's is never touched, and
+/// only cgroups older than a minute are tried.
+fn remove_empty_worker_cgroups(parent: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= STALE_CGROUP_AGE));
+        if old && entry.file_name().to_string_lossy().starts_with(CGROUP_PREFIX) {
+            // fails (EBUSY) while it holds processes
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
+/// A cgroup (v2) of one worker: the worker and everything it starts, however detached,
+/// live in it, and all of it is killed when the worker ends (see [`WorkerCgroup::kill`]).
+#[derive(Debug)]
+pub(crate) struct WorkerCgroup {
+    dir: PathBuf,
+    procs: Arc<OwnedFd>,
+}
+
+impl WorkerCgroup {
+    /// Creates `envrt-worker-<uuid>` below the host's own cgroup, where cgroup v2 is
+    /// mounted and writable; `None` otherwise.
+    pub(crate) fn create() -> Option<WorkerCgroup> {
+        let mount = std::fs::read_to_string("/proc/self/mountinfo")
+            .ok()?
+            .lines()
+            .find_map(|line| {
+                let (fields, tail) = line.split_once(" - ")?;
+                (tail.split_whitespace().next()? == "cgroup2")
+                    .then(|| fields.split_whitespace().nth(4).map(PathBuf::from))?
+            })?;
+        let own = std::fs::read_to_string("/proc/self/cgroup")
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("0::").map(|p| p.trim_start_matches('/').to_owned()))?;
+        let parent = mount.join(own);
+        remove_empty_worker_cgroups(&parent);
+        let dir = parent.join(format!("{CGROUP_PREFIX}{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir(&dir).ok()?;
+        let procs = rustix::fs::open(
+            dir.join("cgroup.procs"),
+            rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        );
+        match procs {
+            Ok(procs) => Some(WorkerCgroup {
+                dir,
+                procs: Arc::new(procs),
+            }),
+            Err(_) => {
+                let _ = std::fs::remove_dir(&dir);
+                None
+            }
+        }
+    }
+
+    /// The pids in the cgroup.
+    fn members(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+
+    /// Whether `pid` is in the cgroup.
+    fn holds(&self, pid: i32) -> bool {
+        self.members().contains(&pid)
+    }
+
+    /// Kills everything left in the cgroup (`cgroup.kill`, or SIGKILL to each member on
+    /// kernels without it), waits (bounded, 2 s) until it is empty and removes it.
+    pub(crate) fn kill(&self) {
+        let killed = std::fs::write(self.dir.join("cgroup.kill"), b"1").is_ok();
+        for _ in 0..200 {
+            let members = self.members();
+            if members.is_empty() {
+                break;
+            }
+            if !killed {
+                for pid in members {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
@@ -133,7 +248,8 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal) -> 
         command.env("TZ", tz);
     }
     command.envs(&spec.env);
-    die_with_parent(&mut command, death_signal);
+    let cgroup = WorkerCgroup::create();
+    die_with_parent(&mut command, death_signal, cgroup.as_ref().map(|c| c.procs.clone()));
 
     let (reply_tx, reply_rx) = std_mpsc::channel();
     spawner()
@@ -149,15 +265,23 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal) -> 
     let stdin = ChildStdin::from_std(child.stdin.take().expect("piped stdin"))?;
     let stdout = ChildStdout::from_std(child.stdout.take().expect("piped stdout"))?;
     let stderr = ChildStderr::from_std(child.stderr.take().expect("piped stderr"))?;
+    let pid = child.id() as i32;
+    // a worker that could not move itself in is not tracked by the cgroup
+    let cgroup = cgroup.filter(|c| {
+        c.holds(pid) || {
+            c.kill();
+            false
+        }
+    });
     let process = Arc::new(WorkerProcess {
-        pid: child.id() as i32,
+        pid,
         reaped: Mutex::new(false),
     });
     let (exit_tx, exit_rx) = oneshot::channel();
     let reaper_process = process.clone();
     std::thread::Builder::new()
         .name(format!("envrt-worker-reaper-{}", process.pid))
-        .spawn(move || reap(child, reaper_process, exit_tx))?;
+        .spawn(move || reap(child, reaper_process, cgroup, exit_tx))?;
     Ok(Spawned {
         process,
         stdin,
@@ -167,8 +291,15 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal) -> 
     })
 }
 
-/// Waits for the child without reaping it, then reaps it under the signal lock.
-fn reap(mut child: Child, process: Arc<WorkerProcess>, exit: oneshot::Sender<WorkerExit>) {
+/// Waits for the child without reaping it, then reaps it under the signal lock; then
+/// kills whatever the worker left in its cgroup before the exit is reported, so nothing
+/// a worker started outlives it (retired, crashed or shut down alike).
+fn reap(
+    mut child: Child,
+    process: Arc<WorkerProcess>,
+    cgroup: Option<WorkerCgroup>,
+    exit: oneshot::Sender<WorkerExit>,
+) {
     let pid = Pid::from_raw(process.pid);
     // EINTR: wait again
     while let Err(nix::errno::Errno::EINTR) = waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {}
@@ -176,6 +307,9 @@ fn reap(mut child: Child, process: Arc<WorkerProcess>, exit: oneshot::Sender<Wor
     let status = child.wait();
     *reaped = true;
     drop(reaped);
+    if let Some(cgroup) = cgroup {
+        cgroup.kill();
+    }
     let result = match status {
         Ok(status) => WorkerExit::from(status),
         Err(_) => WorkerExit {

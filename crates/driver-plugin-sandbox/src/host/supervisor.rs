@@ -27,6 +27,10 @@ enum Slot {
         since: Instant,
     },
     Down(SandboxError),
+    /// A restart attempt failed; the next one is pending. Calls fail at once with the
+    /// error that ended the last worker instead of waiting for a restart that may never
+    /// come.
+    Failing(SandboxError),
 }
 
 /// Owns one plugin's worker.
@@ -121,7 +125,7 @@ impl Supervisor {
             spawned,
             generation,
             self.manifest.id.clone(),
-            self.options.max_line_bytes,
+            (self.options.max_line_bytes, self.options.max_request_bytes),
             events,
         );
         let params = json!({
@@ -203,7 +207,7 @@ impl Supervisor {
         loop {
             match &*slot.borrow_and_update() {
                 Slot::Live { connection, .. } if !connection.has_exited() => return Ok(connection.clone()),
-                Slot::Down(error) => return Err(error.clone()),
+                Slot::Down(error) | Slot::Failing(error) => return Err(error.clone()),
                 _ => {}
             }
             match tokio::time::timeout_at(deadline, slot.changed()).await {
@@ -240,6 +244,23 @@ impl Supervisor {
             .await
     }
 
+    /// Calls `method` with no answer deadline: the call lasts as long as the worker lives
+    /// (its exit fails it at once). Only the wait for a restarting worker is bounded, by
+    /// the default RPC timeout.
+    pub(crate) async fn call_while_alive(
+        &self,
+        method: &str,
+        params: Value,
+        company_id: Option<&str>,
+        sink: Option<ExecSink>,
+    ) -> Result<Value, SandboxError> {
+        let timeout = self.options.rpc_timeout;
+        let connection = self.connection(method, timeout, Instant::now() + timeout).await?;
+        // far enough never to fire (tokio's own "far future" is about 30 years)
+        let never = Instant::now() + Duration::from_secs(20 * 365 * 24 * 3600);
+        connection.call(method, params, timeout, never, company_id, sink).await
+    }
+
     fn on_exit(&self, generation: u64, error: SandboxError) {
         let since = match &*self.slot.borrow() {
             Slot::Live { connection, since } if connection.generation() == generation => *since,
@@ -253,7 +274,7 @@ impl Supervisor {
         }
         tracing::warn!(plugin = %self.manifest.id, "worker crashed: {error}");
         self.slot.send_replace(Slot::Starting);
-        tokio::spawn(restart_loop(self.me.clone()));
+        tokio::spawn(restart_loop(self.me.clone(), error));
     }
 
     /// The backoff before restart number `n` (1-based): `base · 2^(n-1)` ± 25 %, capped.
@@ -315,7 +336,7 @@ impl Drop for Supervisor {
     }
 }
 
-async fn restart_loop(me: Weak<Supervisor>) {
+async fn restart_loop(me: Weak<Supervisor>, exit: SandboxError) {
     loop {
         let delay = {
             let Some(supervisor) = me.upgrade() else { return };
@@ -340,6 +361,9 @@ async fn restart_loop(me: Weak<Supervisor>) {
         if supervisor.shutting_down.load(Ordering::SeqCst) {
             return;
         }
+        if matches!(&*supervisor.slot.borrow(), Slot::Failing(_)) {
+            supervisor.slot.send_replace(Slot::Starting);
+        }
         match supervisor.start_connection().await {
             Ok(connection) => {
                 if supervisor.shutting_down.load(Ordering::SeqCst) {
@@ -353,7 +377,12 @@ async fn restart_loop(me: Weak<Supervisor>) {
                 });
                 return;
             }
-            Err(error) => tracing::warn!("worker restart failed: {error}"),
+            Err(error) => {
+                tracing::warn!("worker restart failed: {error}");
+                if !supervisor.shutting_down.load(Ordering::SeqCst) {
+                    supervisor.slot.send_replace(Slot::Failing(exit.clone()));
+                }
+            }
         }
     }
 }

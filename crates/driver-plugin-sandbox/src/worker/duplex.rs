@@ -107,6 +107,7 @@ impl Channels {
         if params.command.is_empty() || params.command[0].is_empty() {
             return Err(RpcError::invalid_params("command must be a non-empty argv list"));
         }
+        super::exec::check_argv(&params.command, &[])?;
         let (mut child, tracked) = sandbox
             .spawn(
                 &lease_dir,

@@ -79,6 +79,51 @@ pub(crate) fn check_env(env: &BTreeMap<String, String>) -> Result<Vec<(String, S
         .collect()
 }
 
+/// The longest single argument or `NAME=value` string `execve` takes (`MAX_ARG_STRLEN`
+/// less the NUL).
+pub(crate) const MAX_EXEC_STRING: usize = 128 * 1024 - 1;
+/// The most bytes of arguments and environment together a command is started with (well
+/// inside what `execve` takes with the usual 8 MiB stack).
+pub(crate) const MAX_EXEC_BYTES: usize = 1024 * 1024;
+
+/// Checks an argv (and the environment) before anything runs: no NUL byte anywhere, no
+/// string and no total `execve` would refuse, each refused with a clear `Invalid input`.
+pub(crate) fn check_argv(argv: &[String], env: &[(String, String)]) -> Result<(), DriverError> {
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(DriverError::invalid(
+            "the command and its arguments must not contain NUL bytes",
+        ));
+    }
+    let mut total = 0;
+    for (i, arg) in argv.iter().enumerate() {
+        let what = if i == 0 {
+            "the command".to_owned()
+        } else {
+            format!("argument {i}")
+        };
+        total += check_exec_string(&what, arg.len())?;
+    }
+    for (k, v) in env {
+        total += check_exec_string(&format!("environment variable {k}"), k.len() + 1 + v.len())?;
+    }
+    if total > MAX_EXEC_BYTES {
+        return Err(DriverError::invalid(format!(
+            "arguments and environment take {total} bytes, over the limit of {MAX_EXEC_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn check_exec_string(what: &str, len: usize) -> Result<usize, DriverError> {
+    if len > MAX_EXEC_STRING {
+        return Err(DriverError::invalid(format!(
+            "{what} is {len} bytes, over the limit of {MAX_EXEC_STRING} bytes for one argument or variable"
+        )));
+    }
+    // the string, its NUL and its pointer
+    Ok(len + 1 + 8)
+}
+
 /// Resolves an execute cwd (default `/workspace`) and checks it is a directory.
 pub(crate) fn check_cwd(lease_dir: &Path, cwd: Option<&str>) -> Result<String, DriverError> {
     let cwd = cwd.unwrap_or(WORKSPACE);
@@ -121,6 +166,7 @@ pub(crate) async fn run(
     timeout: Option<Duration>,
     cap: usize,
     sink: Option<LogSink<'_>>,
+    cancel: Option<tokio::sync::oneshot::Receiver<()>>,
 ) -> Result<Outcome, DriverError> {
     let started = Instant::now();
     let stdin_mode = if stdin.is_some() { Stdio::piped() } else { Stdio::null() };
@@ -165,15 +211,30 @@ pub(crate) async fn run(
             }
         }
     };
-    let (mut status, timed_out) = match timeout {
-        Some(limit) => match tokio::time::timeout(limit, wait_exit).await {
-            Ok(status) => (Some(status), false),
-            Err(_) => (None, true),
-        },
-        None => (Some(wait_exit.await), false),
+    let limit = async {
+        match timeout {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
+    // The host gave up on the call (`envrt.cancel`): the command is stopped as on a
+    // timeout. A dropped sender (the call ended otherwise) cancels nothing.
+    let cancelled = async {
+        let sent = match cancel {
+            Some(rx) => rx.await.is_ok(),
+            None => false,
+        };
+        if !sent {
+            std::future::pending::<()>().await;
+        }
+    };
+    let (mut status, timed_out, stopped) = tokio::select! {
+        status = wait_exit => (Some(status), false, false),
+        () = limit => (None, true, true),
+        () = cancelled => (None, false, true),
     };
     let mut killed_by = None;
-    if timed_out {
+    if stopped {
         let (st, sig) = sandbox.terminate(&mut child).await;
         status = Some(st);
         killed_by = Some(sig);
@@ -333,6 +394,7 @@ pub(crate) fn decode_strict(value: &str) -> Option<Vec<u8>> {
 }
 
 /// Handles both execute verbs.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn execute(
     sandbox: &Sandbox,
     lease_dir: &Path,
@@ -341,6 +403,7 @@ pub(crate) async fn execute(
     default_cap: usize,
     out: &Outbound,
     invocation: Option<&str>,
+    cancel: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<Value, RpcError> {
     if params.command.is_empty() {
         return Err(DriverError::invalid("command must not be empty").into());
@@ -357,6 +420,7 @@ pub(crate) async fn execute(
     };
     let mut argv = vec![params.command];
     argv.extend(params.args);
+    check_argv(&argv, &env)?;
     let sink = LogSink {
         out,
         invocation,
@@ -372,6 +436,7 @@ pub(crate) async fn execute(
         params.timeout_ms.map(Duration::from_millis),
         params.max_output_bytes.unwrap_or(default_cap),
         Some(sink),
+        Some(cancel),
     )
     .await?;
     let render = |bytes: &[u8]| match encoding {

@@ -12,12 +12,25 @@ use std::process::{Command, ExitCode};
 /// The flag selecting this role (first argument).
 pub(crate) const INIT_FLAG: &str = "--sandbox-init";
 
-/// Runs the program given after `--`; `args` are the arguments after [`INIT_FLAG`].
+/// Runs the program given after `--`; `args` are the arguments after [`INIT_FLAG`]:
+/// `FD [NPROC:AS] -- PROGRAM [ARGS...]`. The limits, when given, are applied to this
+/// process first (see [`super::policy::apply_limits`]), so the program inherits them.
 pub(crate) fn run(args: &[String]) -> ExitCode {
-    let (Some(fd), Some("--"), Some(program)) = (args.first(), args.get(1).map(String::as_str), args.get(2)) else {
-        eprintln!("usage: {INIT_FLAG} FD -- PROGRAM [ARGS...]");
+    let (limits, rest) = match args.get(1).map(String::as_str) {
+        Some("--") => (None, 1),
+        Some(limits) => (Some(limits), 2),
+        None => (None, 1),
+    };
+    let (Some(fd), Some("--"), Some(program)) = (args.first(), args.get(rest).map(String::as_str), args.get(rest + 1))
+    else {
+        eprintln!("usage: {INIT_FLAG} FD [NPROC:AS] -- PROGRAM [ARGS...]");
         return ExitCode::from(2);
     };
+    if let Some(Err(e)) = limits.map(super::policy::apply_limits) {
+        eprintln!("envrt sandbox init: {e}");
+        return ExitCode::from(126);
+    }
+    let program_args = &args[rest + 2..];
     let fd = fd.clone();
     // The status pipe is reopened through /proc (no raw-fd handling needed); a command
     // that writes to it can only misreport its own status.
@@ -30,7 +43,7 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
             let _ = pipe.write_all(line.as_bytes());
         }
     };
-    let child = Command::new(program).args(&args[3..]).spawn();
+    let child = Command::new(program).args(program_args).spawn();
     let mut child = match child {
         Ok(child) => child,
         Err(e) => {

@@ -10,6 +10,7 @@ use rustix::fs::{Mode, OFlags};
 use envrt_runtime_core::DriverError;
 use envrt_runtime_core::sync::confine_to_workspace;
 
+use super::policy::Policy;
 use super::sandbox::WORKSPACE;
 
 /// Prefix of every provider lease id this worker mints.
@@ -19,14 +20,16 @@ const LEASE_PREFIX: &str = "sbx-";
 #[derive(Debug, Clone)]
 pub(crate) struct Leases {
     pub(crate) root: PathBuf,
+    /// Who owns what the sandbox must be able to write.
+    pub(crate) policy: Policy,
 }
 
 impl Leases {
     /// Creates the root (mode 0700) when missing.
-    pub(crate) fn open(root: PathBuf) -> std::io::Result<Leases> {
+    pub(crate) fn open(root: PathBuf, policy: Policy) -> std::io::Result<Leases> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&root)?;
-        Ok(Leases { root })
+        Ok(Leases { root, policy })
     }
 
     /// Mints a lease id and creates its directory.
@@ -38,7 +41,29 @@ impl Leases {
             .mode(0o755)
             .create(&dir)
             .map_err(|e| DriverError::io(format!("Creating lease directory {}", dir.display()), e))?;
+        // The sandboxed command runs as the policy's user: the workspace is its own.
+        self.policy
+            .hand_over(&dir)
+            .map_err(|e| DriverError::io(format!("Handing over lease directory {}", dir.display()), e))?;
         Ok((id, dir))
+    }
+
+    /// Hands a lease directory whose owner is not the sandbox user (made by a worker that
+    /// ran sandboxes as root) over to that user, tree and all.
+    pub(crate) fn adopt(&self, dir: &Path) -> Result<(), DriverError> {
+        use std::os::unix::fs::MetadataExt;
+        let Some((uid, _)) = self.policy.identity else {
+            return Ok(());
+        };
+        let owner = std::fs::symlink_metadata(dir)
+            .map_err(|e| DriverError::io(format!("Reading lease directory {}", dir.display()), e))?
+            .uid();
+        if owner == uid {
+            return Ok(());
+        }
+        self.policy
+            .hand_over_tree(dir)
+            .map_err(|e| DriverError::io(format!("Handing over lease directory {}", dir.display()), e))
     }
 
     /// The directory of a well-formed lease id, whether or not it exists.
@@ -121,14 +146,26 @@ pub(crate) struct Beneath {
 }
 
 impl Beneath {
-    /// Opens `parts` below `lease_dir`, creating missing directories when `create`.
-    pub(crate) fn open(lease_dir: &Path, parts: &[String], create: bool) -> std::io::Result<Beneath> {
+    /// Opens `parts` below `lease_dir`, creating missing directories when `create` gives
+    /// the policy (which owns what is created).
+    pub(crate) fn open(lease_dir: &Path, parts: &[String], create: Option<&Policy>) -> std::io::Result<Beneath> {
         let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY;
         let mut fd = rustix::fs::open(lease_dir, flags, Mode::empty())?;
         for part in parts {
-            if create {
+            if let Some(policy) = create {
                 match rustix::fs::mkdirat(&fd, part.as_str(), Mode::from_raw_mode(0o755)) {
-                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Ok(()) => {
+                        if let Some((uid, gid)) = policy.identity {
+                            rustix::fs::chownat(
+                                &fd,
+                                part.as_str(),
+                                Some(rustix::fs::Uid::from_raw(uid)),
+                                Some(rustix::fs::Gid::from_raw(gid)),
+                                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                            )?;
+                        }
+                    }
+                    Err(rustix::io::Errno::EXIST) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -166,7 +203,7 @@ impl Beneath {
     }
 
     /// An entry of the directory, as a path through its descriptor.
-    pub(crate) fn join(&self, name: &str) -> PathBuf {
+    pub(crate) fn join(&self, name: impl AsRef<Path>) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd())).join(name)
     }
 }
@@ -178,7 +215,7 @@ pub(crate) fn open_parent(
     lease_dir: &Path,
     given: &str,
     resolved: &Resolved,
-    create: bool,
+    create: Option<&Policy>,
 ) -> Result<(Beneath, Option<String>), DriverError> {
     let mut parts = components_below_workspace(&resolved.sandbox);
     let name = parts.pop();
@@ -304,7 +341,8 @@ mod tests {
         // ...then the sandbox swaps in a link to a host directory.
         std::fs::remove_dir(lease.join("d")).unwrap();
         symlink(outside.path(), lease.join("d")).unwrap();
-        for create in [true, false] {
+        let policy = Policy::default();
+        for create in [Some(&policy), None] {
             let err = open_parent(lease, "d/sub/x", &resolved, create).unwrap_err();
             assert_eq!(err.to_string(), "Path \"d/sub/x\" is outside the lease workspace.");
         }
@@ -316,7 +354,16 @@ mod tests {
         // Without links, missing directories are created and entries are reached through
         // the opened descriptor.
         std::fs::remove_file(lease.join("d")).unwrap();
-        let (parent, last) = open_parent(lease, "d/sub/x", &resolved, true).unwrap();
+        let (parent, last) = open_parent(
+            lease,
+            "d/sub/x",
+            &resolved,
+            Some(&Policy {
+                identity: None,
+                ..Policy::default()
+            }),
+        )
+        .unwrap();
         assert_eq!(last.as_deref(), Some("x"));
         std::fs::write(parent.join("x"), "in").unwrap();
         assert_eq!(std::fs::read_to_string(lease.join("d/sub/x")).unwrap(), "in");

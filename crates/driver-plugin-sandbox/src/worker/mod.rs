@@ -20,6 +20,21 @@
 //! - `--no-duplex`: offer no duplex channels: the `duplexChannel*` verbs are neither
 //!   advertised nor served (`-32601`), so the host refuses them before calling.
 //!
+//! Hardening flags (not in the short usage line; defaults in the `policy` module):
+//! - `--sandbox-uid N`, `--sandbox-gid N` (worker running as root only): the host user
+//!   `bwrap` and the command run as (default 65534 / 65534); `--sandbox-uid 0
+//!   --sandbox-gid 0` restores running sandboxes as the host's root (unsafe);
+//! - `--tmp-size BYTES` (256 MiB), `--shm-size BYTES` (64 MiB): tmpfs sizes of `/tmp` and
+//!   `/dev/shm`;
+//! - `--max-processes N` (1024) and `--max-memory BYTES` (8 GiB, address space per
+//!   process): the command's `RLIMIT_NPROC` and `RLIMIT_AS`, 0 for none;
+//! - `--max-line-bytes N` (64 MiB): the longest request line read; a longer one is
+//!   dropped and answered `-32600` with `id: null` (the host refuses such requests before
+//!   sending them, see `SandboxOptions::max_request_bytes`).
+//!
+//! Extension notification: `envrt.cancel {id}` from the host (it gave up on request
+//! `id`) stops that request's command as a timeout would; the answer still follows.
+//!
 //! At start the worker checks that `bwrap` exists and can build a sandbox; if not it
 //! prints why on stderr (naming `apt-get install bubblewrap` when it is missing) and exits
 //! with status 2 before reading any request.
@@ -63,8 +78,10 @@ mod duplex;
 mod exec;
 mod init;
 mod lease;
+mod policy;
 mod rpc;
 mod sandbox;
+mod view;
 
 pub use sandbox::{INIT_PATH, SANDBOX_PATH, bwrap_options};
 mod sync;
@@ -138,6 +155,12 @@ struct Config {
     grace: Duration,
     max_output: usize,
     no_duplex: bool,
+    policy: policy::Policy,
+    max_line: usize,
+}
+
+fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse().map_err(|_| format!("{flag}: bad number {v:?}"))
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
@@ -149,7 +172,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> 
         grace: Duration::from_millis(1000),
         max_output: DEFAULT_OUTPUT_LIMIT,
         no_duplex: false,
+        policy: policy::Policy::default(),
+        max_line: MAX_LINE,
     };
+    let root = rustix::process::geteuid().is_root();
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
         match flag.as_str() {
@@ -165,6 +191,21 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> 
                 config.max_output = v.parse().map_err(|_| format!("--max-output-bytes: bad number {v:?}"))?;
             }
             "--no-duplex" => config.no_duplex = true,
+            "--sandbox-uid" | "--sandbox-gid" => {
+                let id: u32 = number(&flag, &value()?)?;
+                if !root {
+                    return Err(format!(
+                        "{flag}: only a worker running as root can choose the sandbox identity"
+                    ));
+                }
+                let (uid, gid) = config.policy.identity.unwrap_or((0, 0));
+                config.policy.identity = Some(if flag == "--sandbox-uid" { (id, gid) } else { (uid, id) });
+            }
+            "--tmp-size" => config.policy.tmp_bytes = number(&flag, &value()?)?,
+            "--shm-size" => config.policy.shm_bytes = number(&flag, &value()?)?,
+            "--max-processes" => config.policy.max_processes = number(&flag, &value()?)?,
+            "--max-memory" => config.policy.max_memory = number(&flag, &value()?)?,
+            "--max-line-bytes" => config.max_line = number(&flag, &value()?)?,
             "--help" | "-h" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -178,27 +219,56 @@ pub fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(init::INIT_FLAG) {
         return init::run(&args[1..]);
     }
-    let config = match parse_args(args.into_iter()) {
+    let mut config = match parse_args(args.into_iter()) {
         Ok(c) => c,
         Err(message) => {
             eprintln!("{message}");
             return ExitCode::from(2);
         }
     };
-    let sandbox = match Sandbox::detect(config.bwrap.clone(), config.grace) {
-        Ok(s) => s,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
-    let leases = match Leases::open(config.root.clone()) {
+    if config.policy.identity == Some((0, 0)) {
+        // uid 0 in the sandbox is the host's root: the old, unsafe layout, on request only
+        config.policy.identity = None;
+    }
+    let leases = match Leases::open(config.root.clone(), config.policy.clone()) {
         Ok(l) => l,
         Err(e) => {
             eprintln!(
                 "envrt-sandbox-worker: cannot create the lease root {}: {e}",
                 config.root.display()
             );
+            return ExitCode::from(2);
+        }
+    };
+    // A sync walk in a lease holds one descriptor per directory level: soft limit up to
+    // the hard one (best effort; the depth bound keeps the walk below it).
+    {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let nofile = getrlimit(Resource::Nofile);
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: nofile.maximum,
+                maximum: nofile.maximum,
+            },
+        );
+    }
+    // before any thread starts (it may enter a private mount namespace)
+    let view = std::env::current_exe()
+        .map_err(|e| format!("envrt-sandbox-worker: cannot find its own binary: {e}"))
+        .and_then(|exe| view::View::prepare(&leases.root, &exe, config.policy.identity));
+    let view = match view {
+        Ok(v) => v,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    let sandbox = match Sandbox::detect(config.bwrap.clone(), config.grace, config.policy.clone(), view.clone()) {
+        Ok(s) => s,
+        Err(message) => {
+            view.remove();
+            eprintln!("{message}");
             return ExitCode::from(2);
         }
     };
@@ -214,8 +284,9 @@ pub fn main() -> ExitCode {
         }
     };
     let sandbox = Arc::new(sandbox);
-    runtime.block_on(serve(Arc::clone(&sandbox), leases, config.max_output, config.no_duplex));
+    runtime.block_on(serve(Arc::clone(&sandbox), leases, &config));
     sandbox.kill_all();
+    view.remove();
     runtime.shutdown_timeout(Duration::from_millis(100));
     ExitCode::SUCCESS
 }
@@ -228,6 +299,8 @@ struct Worker {
     max_output: usize,
     no_duplex: bool,
     out: Outbound,
+    /// Running requests the host may cancel (`envrt.cancel`), by request id.
+    cancels: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl Worker {
@@ -237,7 +310,8 @@ impl Worker {
     }
 }
 
-async fn serve(sandbox: Arc<Sandbox>, leases: Leases, max_output: usize, no_duplex: bool) {
+async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
+    let (max_output, no_duplex) = (config.max_output, config.no_duplex);
     eprintln!(
         "envrt-sandbox-worker: ready ({}, leases under {})",
         sandbox.version,
@@ -252,18 +326,20 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, max_output: usize, no_dupl
         max_output,
         no_duplex,
         out: out.clone(),
+        cancels: Default::default(),
     });
     let mut stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
     loop {
-        let line = match rpc::read_line(&mut stdin, MAX_LINE).await {
+        let line = match rpc::read_line(&mut stdin, config.max_line).await {
             Ok(Line::Eof) | Err(_) => break,
-            Ok(Line::Rejected(message)) => {
+            Ok(Line::Rejected(message, id)) => {
                 let code = if message.starts_with("Parse") {
                     code::PARSE_ERROR
                 } else {
                     code::INVALID_REQUEST
                 };
-                out.respond(Value::Null, Err(RpcError { code, message })).await;
+                out.respond(id.unwrap_or(Value::Null), Err(RpcError { code, message }))
+                    .await;
                 continue;
             }
             Ok(Line::Text(text)) => text,
@@ -273,6 +349,16 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, max_output: usize, no_dupl
         }
         match rpc::classify(&line) {
             Incoming::Ignored => {}
+            Incoming::Cancel(id) => {
+                let cancel = worker
+                    .cancels
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id.to_string());
+                if let Some(cancel) = cancel {
+                    let _ = cancel.send(());
+                }
+            }
             Incoming::Invalid(error) => out.respond(Value::Null, Err(error)).await,
             Incoming::Request {
                 id,
@@ -338,8 +424,16 @@ async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value
         }
         Some(Err(error)) => worker.out.respond(id, Err(error)).await,
         None => {
+            let key = id.to_string();
+            let (cancel_tx, cancel_rx) = tokio::sync::oneshot::channel();
+            worker
+                .cancels
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key.clone(), cancel_tx);
             tokio::spawn(async move {
-                let result = handle(&worker, &method, params, invocation.as_deref()).await;
+                let result = handle(&worker, &method, params, invocation.as_deref(), cancel_rx).await;
+                worker.cancels.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
                 worker.out.respond(id, result).await;
             });
         }
@@ -381,7 +475,13 @@ fn lease_metadata() -> Value {
     json!({"remoteCwd": WORKSPACE, "sandbox": "bwrap"})
 }
 
-async fn handle(worker: &Worker, method: &str, params: Value, invocation: Option<&str>) -> Result<Value, RpcError> {
+async fn handle(
+    worker: &Worker,
+    method: &str,
+    params: Value,
+    invocation: Option<&str>,
+    cancel: tokio::sync::oneshot::Receiver<()>,
+) -> Result<Value, RpcError> {
     match method {
         "health" => Ok(json!({
             "status": "ok",
@@ -413,7 +513,15 @@ async fn handle(worker: &Worker, method: &str, params: Value, invocation: Option
         "environmentResumeLease" => {
             let p: LeaseIdParams = parse(method, params)?;
             match p.provider_lease_id.as_deref().map(|id| worker.leases.existing(id)) {
-                Some(Ok(_)) => Ok(json!({"providerLeaseId": p.provider_lease_id, "metadata": lease_metadata()})),
+                Some(Ok(dir)) => {
+                    // a lease made by an older worker (files owned by root) becomes the
+                    // sandbox user's, so its workspace stays writable
+                    let leases = worker.leases.clone();
+                    tokio::task::spawn_blocking(move || leases.adopt(&dir))
+                        .await
+                        .map_err(|e| DriverError::other(format!("adopting the lease failed: {e}")))??;
+                    Ok(json!({"providerLeaseId": p.provider_lease_id, "metadata": lease_metadata()}))
+                }
                 _ => Ok(json!({"providerLeaseId": null, "metadata": {"gone": true}})),
             }
         }
@@ -449,8 +557,12 @@ async fn handle(worker: &Worker, method: &str, params: Value, invocation: Option
             let resolved = lease::resolve(&dir, wanted, true)?;
             // Created one component at a time without following links, so a link swapped in
             // by a running command cannot make the worker create directories elsewhere.
-            lease::Beneath::open(&dir, &lease::components_below_workspace(&resolved.sandbox), true)
-                .map_err(|e| lease::beneath_error(wanted, e))?;
+            lease::Beneath::open(
+                &dir,
+                &lease::components_below_workspace(&resolved.sandbox),
+                Some(&worker.leases.policy),
+            )
+            .map_err(|e| lease::beneath_error(wanted, e))?;
             Ok(json!({"cwd": resolved.sandbox, "metadata": {"remoteCwd": resolved.sandbox}}))
         }
         "environmentExecute" | "environmentExecuteBinary" => {
@@ -469,6 +581,7 @@ async fn handle(worker: &Worker, method: &str, params: Value, invocation: Option
                 worker.max_output,
                 &worker.out,
                 invocation,
+                cancel,
             )
             .await
         }
@@ -536,6 +649,51 @@ mod tests {
                 7
             )
         );
+        let c = parse_args(
+            [
+                "--tmp-size",
+                "1024",
+                "--shm-size",
+                "2048",
+                "--max-processes",
+                "9",
+                "--max-memory",
+                "0",
+                "--max-line-bytes",
+                "77",
+            ]
+            .into_iter()
+            .map(String::from),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.policy.tmp_bytes,
+                c.policy.shm_bytes,
+                c.policy.max_processes,
+                c.policy.max_memory,
+                c.max_line
+            ),
+            (1024, 2048, 9, 0, 77)
+        );
+        assert_eq!(
+            parse_args(["--max-processes".to_string(), "many".to_string()].into_iter()).unwrap_err(),
+            "--max-processes: bad number \"many\""
+        );
+        if rustix::process::geteuid().is_root() {
+            let c = parse_args(
+                ["--sandbox-uid", "1234", "--sandbox-gid", "5678"]
+                    .into_iter()
+                    .map(String::from),
+            )
+            .unwrap();
+            assert_eq!(c.policy.identity, Some((1234, 5678)));
+        } else {
+            assert_eq!(
+                parse_args(["--sandbox-uid".to_string(), "1".to_string()].into_iter()).unwrap_err(),
+                "--sandbox-uid: only a worker running as root can choose the sandbox identity"
+            );
+        }
         assert_eq!(
             parse_args(["--nope".to_string()].into_iter()).unwrap_err(),
             format!("unknown argument \"--nope\"\n{USAGE}")

@@ -58,6 +58,9 @@ impl From<DriverError> for RpcError {
     }
 }
 
+/// The cancel notification's method (an envrt extension).
+pub(crate) const CANCEL: &str = "envrt.cancel";
+
 /// What one input line is.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Incoming {
@@ -70,6 +73,9 @@ pub(crate) enum Incoming {
     },
     /// A notification, a response, or a request with a null id: nothing to do.
     Ignored,
+    /// The envrt extension notification `envrt.cancel {id}`: the host gave up on the
+    /// request with this id.
+    Cancel(Value),
     /// A line that cannot be a JSON-RPC 2.0 message: answered with an `id: null` error.
     Invalid(RpcError),
 }
@@ -112,7 +118,12 @@ pub(crate) fn classify(line: &str) -> Incoming {
         _ => return Incoming::Ignored,
     };
     let id = match map.remove("id") {
-        None | Some(Value::Null) => return Incoming::Ignored,
+        None | Some(Value::Null) => {
+            return match (method.as_str(), map.get("params").and_then(|p| p.get("id"))) {
+                (CANCEL, Some(id)) if !id.is_null() => Incoming::Cancel(id.clone()),
+                _ => Incoming::Ignored,
+            };
+        }
         Some(id) => id,
     };
     let invocation = map
@@ -134,16 +145,32 @@ pub(crate) fn classify(line: &str) -> Incoming {
 pub(crate) enum Line {
     /// A complete line without its `\n`.
     Text(String),
-    /// A line longer than the limit (dropped), or one that is not UTF-8.
-    Rejected(String),
+    /// A line longer than the limit (dropped), or one that is not UTF-8: the error, and
+    /// the request id when the line's head names it (see [`head_id`]).
+    Rejected(String, Option<Value>),
     /// End of input.
     Eof,
+}
+
+/// How much of a dropped line is kept to find its id.
+const HEAD_BYTES: usize = 256;
+
+/// The id of a dropped request, when its line starts the way the envrt host writes
+/// requests (`{"jsonrpc":"2.0","id":<number or string>,`): the error is then answered
+/// to that request, so the host's call fails at once instead of waiting. Any other
+/// shape gives `None` (answered with `id: null`, as the SDK does).
+pub(crate) fn head_id(head: &[u8]) -> Option<Value> {
+    let rest = head.strip_prefix(br#"{"jsonrpc":"2.0","id":"#)?;
+    let end = rest.iter().position(|b| *b == b',')?;
+    let id: Value = serde_json::from_slice(&rest[..end]).ok()?;
+    (id.is_number() || id.is_string()).then_some(id)
 }
 
 /// Reads one line of at most `max` bytes; a longer line is consumed and dropped.
 pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> std::io::Result<Line> {
     let mut buf = Vec::new();
     let mut overflow = false;
+    let mut head = Vec::new();
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
@@ -159,6 +186,8 @@ pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usiz
         if !overflow {
             if buf.len() + chunk.len() > max {
                 overflow = true;
+                buf.extend_from_slice(&chunk[..chunk.len().min(HEAD_BYTES)]);
+                head = buf[..buf.len().min(HEAD_BYTES)].to_vec();
                 buf = Vec::new();
             } else {
                 buf.extend_from_slice(chunk);
@@ -171,11 +200,20 @@ pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usiz
         }
     }
     if overflow {
-        return Ok(Line::Rejected(format!("Invalid request: line longer than {max} bytes")));
+        return Ok(Line::Rejected(
+            format!("Invalid request: line longer than {max} bytes"),
+            head_id(&head),
+        ));
     }
     match String::from_utf8(buf) {
         Ok(text) => Ok(Line::Text(text)),
-        Err(_) => Ok(Line::Rejected("Parse error: Invalid JSON: line is not UTF-8".into())),
+        Err(e) => {
+            let id = head_id(&e.into_bytes());
+            Ok(Line::Rejected(
+                "Parse error: Invalid JSON: line is not UTF-8".into(),
+                id,
+            ))
+        }
     }
 }
 
@@ -252,6 +290,14 @@ mod tests {
             Incoming::Ignored
         );
         assert_eq!(classify(r#"{"jsonrpc":"2.0","method":"onEvent"}"#), Incoming::Ignored);
+        assert_eq!(
+            classify(r#"{"jsonrpc":"2.0","method":"envrt.cancel","params":{"id":7}}"#),
+            Incoming::Cancel(json!(7))
+        );
+        assert_eq!(
+            classify(r#"{"jsonrpc":"2.0","method":"envrt.cancel","params":{}}"#),
+            Incoming::Ignored
+        );
         assert_eq!(classify(r#"{"jsonrpc":"2.0","id":3,"result":null}"#), Incoming::Ignored);
         assert_eq!(
             classify(r#"{"jsonrpc":"2.0","id":"a","method":"health","paperclipInvocation":{"id":"inv-1","scope":{}}}"#),
@@ -265,12 +311,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_dropped_request_keeps_its_id_when_the_head_names_it() {
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"x\",\"params\":\"{}\"}}\n",
+            "y".repeat(500)
+        );
+        let mut reader = tokio::io::BufReader::with_capacity(16, line.as_bytes());
+        assert_eq!(
+            read_line(&mut reader, 100).await.unwrap(),
+            Line::Rejected("Invalid request: line longer than 100 bytes".into(), Some(json!(42)))
+        );
+        assert_eq!(head_id(br#"{"jsonrpc":"2.0","id":"a-1","method""#), Some(json!("a-1")));
+        assert_eq!(head_id(br#"{"id":7,"jsonrpc":"2.0""#), None);
+        assert_eq!(head_id(br#"{"jsonrpc":"2.0","id":{"x":1},"#), None);
+    }
+
+    #[tokio::test]
     async fn long_lines_are_dropped_and_reading_goes_on() {
         let input = format!("{}\nshort\nlast", "x".repeat(100));
         let mut reader = tokio::io::BufReader::with_capacity(16, input.as_bytes());
         assert_eq!(
             read_line(&mut reader, 50).await.unwrap(),
-            Line::Rejected("Invalid request: line longer than 50 bytes".into())
+            Line::Rejected("Invalid request: line longer than 50 bytes".into(), None)
         );
         assert_eq!(read_line(&mut reader, 50).await.unwrap(), Line::Text("short".into()));
         assert_eq!(read_line(&mut reader, 50).await.unwrap(), Line::Text("last".into()));

@@ -6,7 +6,11 @@
 //! groups, alternatives, name service, time zone), fresh `/proc`, minimal `/dev`, a tmpfs
 //! `/tmp`, and the lease directory bound read-write at `/workspace` (the cwd by default).
 //! Every namespace is unshared (user, pid, network, ipc, uts, cgroup), all capabilities are
-//! dropped, the command gets a new session and dies with the worker.
+//! dropped, the command gets a new session and dies with the worker. On top of that the
+//! worker's policy (see the `policy` module) applies: an unprivileged sandbox user,
+//! read-only and masked `/proc` paths, sized tmpfs mounts and process limits. `bwrap` runs
+//! with an empty environment; the command's variables reach it through a memfd
+//! (`--args FD`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +26,8 @@ use rustix::process::{Pid, Signal, kill_process};
 use tokio::process::{Child, Command};
 
 use super::init::{INIT_FLAG, Reported, parse_report};
+use super::policy::{Policy, proc_options, tmpfs_options};
+use super::view::View;
 
 /// Where the worker binary appears in each sandbox, to run as the command's parent.
 pub const INIT_PATH: &str = "/.envrt-init";
@@ -60,6 +66,12 @@ pub(crate) struct Sandbox {
     live: Arc<Mutex<HashMap<u32, Live>>>,
     init: PathBuf,
     root_links: Vec<(String, Option<String>)>,
+    /// Identity, tmpfs sizes and limits of every sandbox.
+    pub(crate) policy: Policy,
+    /// The `/proc` read-only binds and masks for this kernel.
+    proc_options: Vec<String>,
+    /// Where bwrap reaches the lease directories.
+    view: View,
 }
 
 /// The message printed when `bwrap` cannot be found.
@@ -72,7 +84,12 @@ pub(crate) fn missing_bwrap_message(what: &str) -> String {
 impl Sandbox {
     /// Finds `bwrap` (the explicit path, else `PATH`), and proves it can build a sandbox by
     /// running `true` in one. Errors are the text to print before exiting.
-    pub(crate) fn detect(explicit: Option<PathBuf>, grace: Duration) -> Result<Sandbox, String> {
+    pub(crate) fn detect(
+        explicit: Option<PathBuf>,
+        grace: Duration,
+        policy: Policy,
+        view: View,
+    ) -> Result<Sandbox, String> {
         let bwrap = match explicit {
             Some(path) if path.is_file() => path,
             Some(path) => return Err(missing_bwrap_message(&format!("{} does not exist", path.display()))),
@@ -86,8 +103,7 @@ impl Sandbox {
             .map_err(|e| missing_bwrap_message(&format!("cannot run {}: {e}", bwrap.display())))?;
         let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
         let root_links = root_layout();
-        let init =
-            std::env::current_exe().map_err(|e| format!("envrt-sandbox-worker: cannot find its own binary: {e}"))?;
+        let init = view.bwrap_init.clone();
         let sandbox = Sandbox {
             init,
             bwrap,
@@ -95,13 +111,22 @@ impl Sandbox {
             grace,
             live: Arc::default(),
             root_links,
+            policy,
+            proc_options: proc_options(),
+            view,
         };
         let probe_dir = std::env::temp_dir();
-        let out = std::process::Command::new(&sandbox.bwrap)
-            .args(sandbox.args(&probe_dir, WORKSPACE))
+        let mut probe = std::process::Command::new(&sandbox.bwrap);
+        probe
+            .args(sandbox.args(&probe_dir, &sandbox.init, WORKSPACE))
             .arg("true")
             .env_clear()
-            .stdin(Stdio::null())
+            .stdin(Stdio::null());
+        if let Some((uid, gid)) = sandbox.policy.identity {
+            use std::os::unix::process::CommandExt;
+            probe.uid(uid).gid(gid);
+        }
+        let out = probe
             .output()
             .map_err(|e| format!("envrt-sandbox-worker: cannot run {}: {e}", sandbox.bwrap.display()))?;
         if !out.status.success() {
@@ -116,8 +141,10 @@ impl Sandbox {
     }
 
     /// The `bwrap` options (everything before the command).
-    fn args(&self, lease_dir: &Path, cwd: &str) -> Vec<String> {
-        options(&self.root_links, &self.init, lease_dir, cwd)
+    fn args(&self, lease_dir: &Path, init: &Path, cwd: &str) -> Vec<String> {
+        let mut a = options(&self.root_links, init, lease_dir, &self.policy, &self.proc_options);
+        a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
+        a
     }
 
     /// Spawns `argv` in a sandbox over `lease_dir`, under the worker binary in its init role
@@ -132,28 +159,48 @@ impl Sandbox {
         [stdin, stdout, stderr]: [Stdio; 3],
     ) -> std::io::Result<(Child, Tracked)> {
         let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        // bwrap resolves bind sources as the sandbox user: through the view (see there).
+        let lease_path = self.view.lease_dir(lease_dir);
+        // The command's environment travels in a memfd read by bwrap (`--args FD`): never
+        // in bwrap's own environment (where LD_PRELOAD and friends would act on the host
+        // side) nor on any command line.
+        let env_fd = env_args(env)?;
+        let mut args = self.args(&lease_path, &self.init, cwd);
+        // `--args` goes before the final `--` of the options
+        args.insert(args.len() - 1, "--args".into());
+        args.insert(args.len() - 1, env_fd.as_raw_fd().to_string());
         let mut command = Command::new(&self.bwrap);
         command
-            .args(self.args(lease_dir, cwd))
+            .args(args)
             .arg(INIT_PATH)
             .arg(INIT_FLAG)
             .arg(status_write.as_raw_fd().to_string())
+            .arg(self.policy.limits_arg())
             .arg("--")
             .args(argv)
-            // The command's environment is bwrap's own (bwrap passes it on), never its
-            // command line: values must not show in process listings.
+            // bwrap itself runs with an empty environment.
             .env_clear()
-            .env("PATH", SANDBOX_PATH)
-            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
             .kill_on_drop(true);
+        if let Some((uid, gid)) = self.policy.identity {
+            command.uid(uid).gid(gid);
+            // the init reopens the pipe through /proc, as the sandbox's user
+            rustix::fs::fchown(
+                &status_write,
+                Some(rustix::fs::Uid::from_raw(uid)),
+                Some(rustix::fs::Gid::from_raw(gid)),
+            )?;
+        }
+        let inherited = [&status_write, &env_fd];
         let child = {
             let _one_at_a_time = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-            rustix::io::fcntl_setfd(&status_write, FdFlags::empty())?;
+            for fd in inherited {
+                rustix::io::fcntl_setfd(fd, FdFlags::empty())?;
+            }
             let child = command.spawn();
-            drop(status_write);
+            drop((status_write, env_fd));
             child?
         };
         let pid = child.id().unwrap_or(0);
@@ -324,13 +371,39 @@ fn root_layout() -> Vec<(String, Option<String>)> {
 
 /// The `bwrap` options the worker runs every command with (everything before the
 /// command): `lease_dir` as the only writable place at `/workspace`, `init` (the worker
-/// binary) bound at [`INIT_PATH`], working directory `cwd`. Public so that benchmarks
-/// measure a bare `bwrap` with exactly the worker's flags.
+/// binary) bound at [`INIT_PATH`], working directory `cwd`, the default policy's
+/// mounts. Public so that benchmarks measure a bare `bwrap` with exactly the worker's
+/// flags.
 pub fn bwrap_options(lease_dir: &Path, cwd: &str, init: &Path) -> Vec<String> {
-    options(&root_layout(), init, lease_dir, cwd)
+    let mut a = options(&root_layout(), init, lease_dir, &Policy::default(), &proc_options());
+    a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
+    a
 }
 
-fn options(root_links: &[(String, Option<String>)], init: &Path, lease_dir: &Path, cwd: &str) -> Vec<String> {
+/// Writes `--setenv NAME VALUE` for each variable (PATH first, so a request may replace
+/// it) NUL-separated into a sealed-off memfd, rewound for bwrap to read.
+fn env_args(env: &[(String, String)]) -> std::io::Result<OwnedFd> {
+    let fd = rustix::fs::memfd_create("envrt-sandbox-env", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut data = Vec::new();
+    for (k, v) in std::iter::once(("PATH", SANDBOX_PATH)).chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+        for part in ["--setenv", k, v] {
+            data.extend_from_slice(part.as_bytes());
+            data.push(0);
+        }
+    }
+    let mut file = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut file, &data)?;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))?;
+    Ok(OwnedFd::from(file))
+}
+
+fn options(
+    root_links: &[(String, Option<String>)],
+    init: &Path,
+    lease_dir: &Path,
+    policy: &Policy,
+    proc_options: &[String],
+) -> Vec<String> {
     let mut a: Vec<String> = [
         "--unshare-all",
         "--die-with-parent",
@@ -360,16 +433,16 @@ fn options(root_links: &[(String, Option<String>)], init: &Path, lease_dir: &Pat
     for etc in ETC_ALLOW {
         a.extend(["--ro-bind-try".into(), etc.to_string(), etc.to_string()]);
     }
-    a.extend(
-        ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind"]
-            .iter()
-            .map(|s| s.to_string()),
-    );
-    a.push(lease_dir.to_string_lossy().into_owned());
-    a.push(WORKSPACE.into());
+    a.extend(["--proc".into(), "/proc".into()]);
+    a.extend(proc_options.iter().cloned());
+    a.extend(tmpfs_options(policy));
+    a.extend([
+        "--bind".into(),
+        lease_dir.to_string_lossy().into_owned(),
+        WORKSPACE.into(),
+    ]);
     // The sandbox's root (where /etc and the mount points live) is read-only too.
     a.extend(["--remount-ro".into(), "/".into()]);
-    a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
     a
 }
 

@@ -16,8 +16,9 @@ use envrt_runtime_core::sync::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::exec::{LeaseRef, check_cwd, run};
+use super::exec::{LeaseRef, check_argv, check_cwd, run};
 use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
+use super::policy::Policy;
 use super::sandbox::{Sandbox, WORKSPACE};
 
 /// Timeout of a post-upload command that does not set its own.
@@ -73,12 +74,17 @@ pub(crate) async fn sync(
             if let Some(cwd) = &command.cwd {
                 check_post_upload_cwd(cwd, &environment_paths)?;
             }
+            // checked before any file is written
+            check_argv(&["/bin/sh".to_owned(), "-c".to_owned(), command.command.clone()], &[])?;
         }
         for file in &op.files {
             let host = match direction {
                 Direction::In => &file.source_path,
                 Direction::Out => &file.target_path,
             };
+            if host.contains('\0') {
+                return Err(DriverError::invalid(format!("host path {host:?} contains a NUL byte")));
+            }
             if normalize_absolute(host).is_none() {
                 return Err(DriverError::invalid(format!(
                     "host path \"{host}\" must be absolute and free of \"..\""
@@ -90,8 +96,9 @@ pub(crate) async fn sync(
             let lease_dir = lease_dir.to_path_buf();
             let file = file.clone();
             let excludes = excludes.clone();
+            let policy = sandbox.policy.clone();
             let done = tokio::task::spawn_blocking(move || match direction {
-                Direction::In => copy_in(&lease_dir, &file, excludes),
+                Direction::In => copy_in(&lease_dir, &file, excludes, &policy),
                 Direction::Out => copy_out(&lease_dir, &file, excludes),
             })
             .await
@@ -115,6 +122,7 @@ pub(crate) async fn sync(
                 None,
                 Some(timeout),
                 64 * 1024,
+                None,
                 None,
             )
             .await?;
@@ -162,11 +170,13 @@ struct Copier<'a> {
     follow: bool,
     excludes: ExcludeSet,
     target_display: String,
+    /// The synced source as given (for messages).
+    source_display: String,
     ancestors: Vec<(u64, u64)>,
     counts: Counts,
 }
 
-fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Counts, DriverError> {
+fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, policy: &Policy) -> Result<Counts, DriverError> {
     let target = resolve(lease_dir, &file.target_path, false)?;
     let source = PathBuf::from(&file.source_path);
     check_kind(&source, file)?;
@@ -178,6 +188,7 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Co
         follow: file.follows_symlinks(),
         excludes,
         target_display: file.target_path.clone(),
+        source_display: file.source_path.clone(),
         ancestors: Vec::new(),
         counts: Counts::default(),
     };
@@ -191,15 +202,20 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Co
         .unwrap_or_default();
     let placed = copier
         .copy_entry(&source, None, &staged, "", &name, file.mode)
-        .and_then(|()| open_parent(lease_dir, &file.target_path, &target, true))
+        // what lands in the workspace belongs to the sandbox's user, so it can change it
+        .and_then(|()| {
+            policy
+                .hand_over_tree(&staged)
+                .map_err(|e| io("Handing over", &staged, e))
+        })
+        .and_then(|()| open_parent(lease_dir, &file.target_path, &target, Some(policy)))
         .and_then(|(parent, last)| match last {
             Some(last) => replace(&staged, &parent.join(&last), &scratch),
             None => {
                 let entries = fs::read_dir(&staged).map_err(|e| io("Reading", &staged, e))?;
                 for entry in entries {
                     let entry = entry.map_err(|e| io("Reading", &staged, e))?;
-                    let entry_name = entry.file_name().to_string_lossy().into_owned();
-                    replace(&entry.path(), &parent.join(&entry_name), &scratch)?;
+                    replace(&entry.path(), &parent.join(entry.file_name()), &scratch)?;
                 }
                 Ok(())
             }
@@ -210,7 +226,7 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Co
 
 fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Counts, DriverError> {
     let resolved = resolve(lease_dir, &file.source_path, file.follows_symlinks())?;
-    let (parent, last) = open_parent(lease_dir, &file.source_path, &resolved, false)?;
+    let (parent, last) = open_parent(lease_dir, &file.source_path, &resolved, None)?;
     let source = match &last {
         Some(last) => parent.join(last),
         None => parent.path(),
@@ -221,6 +237,7 @@ fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<C
         follow: file.follows_symlinks(),
         excludes,
         target_display: file.target_path.clone(),
+        source_display: file.source_path.clone(),
         ancestors: Vec::new(),
         counts: Counts::default(),
     };
@@ -323,7 +340,38 @@ fn replace(staged: &Path, target: &Path, scratch: &Path) -> Result<(), DriverErr
     Ok(())
 }
 
+/// How deep a synced tree may go (directory levels below the synced entry; the same
+/// bound as runtime-core's shared tree walks). Deeper trees are refused with
+/// `Sync source "{path}" is nested deeper than 1000 directory levels.` before anything
+/// is placed; the walk itself is iterative, so depth never costs stack (the worker raises
+/// its open-file limit at start: a walk in a lease holds one descriptor per level).
+pub(crate) const MAX_TREE_DEPTH: usize = 1000;
+
+/// One step of the iterative walk.
+enum Step {
+    /// Copy an entry (a directory pushes its children and a `Leave`).
+    Visit {
+        source: PathBuf,
+        sandbox_path: Option<String>,
+        dest: PathBuf,
+        rel: String,
+        name: String,
+        mode: Option<u32>,
+        depth: usize,
+    },
+    /// All children of a directory are done: give it its final mode.
+    Leave {
+        dest: PathBuf,
+        mode: u32,
+        /// The directory opened beneath the lease, kept open while its children are
+        /// copied through it.
+        _dir: Option<Beneath>,
+    },
+}
+
 impl Copier<'_> {
+    /// Copies `source` (and, for a directory, everything below it) to `dest`. Names are
+    /// carried as bytes (`OsString`), so non-UTF-8 names survive both ways.
     fn copy_entry(
         &mut self,
         source: &Path,
@@ -332,6 +380,48 @@ impl Copier<'_> {
         rel: &str,
         name: &str,
         mode: Option<u32>,
+    ) -> Result<(), DriverError> {
+        let mut stack = vec![Step::Visit {
+            source: source.to_path_buf(),
+            sandbox_path,
+            dest: dest.to_path_buf(),
+            rel: rel.to_owned(),
+            name: name.to_owned(),
+            mode,
+            depth: 0,
+        }];
+        while let Some(step) = stack.pop() {
+            match step {
+                Step::Leave { dest, mode, _dir } => {
+                    self.ancestors.pop();
+                    fs::set_permissions(&dest, fs::Permissions::from_mode(mode))
+                        .map_err(|e| io("Setting mode of", &dest, e))?;
+                }
+                Step::Visit {
+                    source,
+                    sandbox_path,
+                    dest,
+                    rel,
+                    name,
+                    mode,
+                    depth,
+                } => self.visit(&mut stack, &source, sandbox_path, &dest, &rel, &name, mode, depth)?,
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn visit(
+        &mut self,
+        stack: &mut Vec<Step>,
+        source: &Path,
+        sandbox_path: Option<String>,
+        dest: &Path,
+        rel: &str,
+        name: &str,
+        mode: Option<u32>,
+        depth: usize,
     ) -> Result<(), DriverError> {
         let lmeta = fs::symlink_metadata(source).map_err(|e| io("Reading", source, e))?;
         // Keeps a directory opened beneath the lease alive while paths through it are used.
@@ -351,7 +441,7 @@ impl Copier<'_> {
             match (&self.source, &sandbox_path) {
                 (Source::Lease(lease_dir), Some(path)) => {
                     let resolved = resolve(lease_dir, path, true)?;
-                    let (parent, last) = open_parent(lease_dir, path, &resolved, false)?;
+                    let (parent, last) = open_parent(lease_dir, path, &resolved, None)?;
                     let real = match &last {
                         Some(last) => parent.join(last),
                         None => parent.path(),
@@ -374,6 +464,12 @@ impl Copier<'_> {
             (source.to_path_buf(), sandbox_path, lmeta)
         };
         if meta.is_dir() {
+            if depth >= MAX_TREE_DEPTH {
+                return Err(DriverError::other(format!(
+                    "Sync source \"{}\" is nested deeper than {MAX_TREE_DEPTH} directory levels.",
+                    self.source_display
+                )));
+            }
             let key = (meta.dev(), meta.ino());
             if self.ancestors.contains(&key) {
                 return Err(DriverError::invalid(format!(
@@ -400,7 +496,10 @@ impl Copier<'_> {
                 .collect::<Result<_, _>>()
                 .map_err(|e| io("Reading", &real, e))?;
             names.sort();
+            let mut children = Vec::with_capacity(names.len());
             for child in names {
+                // The lossy form is for globs, link checks and messages only: every file
+                // system operation uses the name's own bytes.
                 let child_name = child.to_string_lossy().into_owned();
                 let child_rel = if rel.is_empty() {
                     child_name.clone()
@@ -412,22 +511,27 @@ impl Copier<'_> {
                 }
                 let child_sandbox = sandbox_path.as_ref().map(|p| format!("{p}/{child_name}"));
                 let child_path = match &dir {
-                    Some(dir) => dir.join(&child_name),
+                    Some(dir) => dir.join(&child),
                     None => real.join(&child),
                 };
-                self.copy_entry(
-                    &child_path,
-                    child_sandbox,
-                    &dest.join(&child),
-                    &child_rel,
-                    &child_name,
-                    None,
-                )?;
+                children.push(Step::Visit {
+                    source: child_path,
+                    sandbox_path: child_sandbox,
+                    dest: dest.join(&child),
+                    rel: child_rel,
+                    name: child_name,
+                    mode: None,
+                    depth: depth + 1,
+                });
             }
-            self.ancestors.pop();
-            let final_mode = mode.unwrap_or(meta.mode() & 0o7777);
-            fs::set_permissions(dest, fs::Permissions::from_mode(final_mode))
-                .map_err(|e| io("Setting mode of", dest, e))
+            stack.push(Step::Leave {
+                dest: dest.to_path_buf(),
+                mode: mode.unwrap_or(meta.mode() & 0o7777),
+                _dir: dir,
+            });
+            // popped in name order
+            stack.extend(children.into_iter().rev());
+            Ok(())
         } else if meta.is_file() {
             let bytes = copy_file(&real, dest, mode.unwrap_or(meta.mode() & 0o7777))?;
             self.counts.files += 1;

@@ -26,6 +26,11 @@ pub struct Worker {
 impl Worker {
     /// Starts a worker with its own lease root, an environment of `PATH` plus `extra_env`.
     pub fn start_with_env(extra_env: &[(&str, &str)]) -> Worker {
+        Worker::start_with(&[], extra_env)
+    }
+
+    /// Started with extra worker flags and environment.
+    pub fn start_with(args: &[&str], extra_env: &[(&str, &str)]) -> Worker {
         let root = tempfile::tempdir().expect("temp root");
         let mut command = Command::new(WORKER);
         command
@@ -33,6 +38,7 @@ impl Worker {
             .arg(root.path())
             .arg("--kill-grace-ms")
             .arg("300")
+            .args(args)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .stdin(Stdio::piped())
@@ -71,10 +77,23 @@ impl Worker {
 
     /// Started and initialized.
     pub fn ready() -> Worker {
-        let mut w = Worker::start();
+        Worker::ready_with(&[])
+    }
+
+    /// Started with extra worker flags, and initialized.
+    pub fn ready_with(args: &[&str]) -> Worker {
+        let mut w = Worker::start_with(args, &[]);
         let r = w.call("initialize", init_params());
         assert_eq!(r["result"]["ok"], json!(true), "{r}");
         w
+    }
+
+    /// Sends raw bytes as one line (they need not be UTF-8).
+    pub fn send_raw_bytes(&mut self, line: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
     }
 
     pub fn send_raw(&mut self, line: &str) {

@@ -1,0 +1,206 @@
+//! The host against the reference worker, hardened: an execute without a timeout is
+//! bound by the worker's life (not the RPC timeout) and stops its command when the host
+//! gives up; oversized requests are refused up front naming the limit; the worker's
+//! refusals come back as the typed runtime-core errors.
+
+mod host_common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envrt_driver_plugin_sandbox::{PluginManifest, SandboxDriver, SandboxOptions};
+use envrt_runtime_core::{DriverError, ExecuteRequest, RuntimeError, SyncFile, SyncOperation};
+use host_common::*;
+
+/// The reference worker with extra flags; `None` when the binary is not built.
+fn manifest_with(root: &std::path::Path, flags: &[&str]) -> Option<PluginManifest> {
+    let worker = REFERENCE_WORKER?;
+    let mut command = vec![worker.to_owned(), "--root".into(), root.display().to_string()];
+    command.extend(flags.iter().map(|f| f.to_string()));
+    let value = serde_json::json!({
+        "id": "envrt.reference",
+        "worker": {"command": command},
+        "environmentDrivers": [{"driverKey": "sandbox", "kind": "sandbox_provider", "displayName": "Reference"}],
+    });
+    Some(PluginManifest::from_json(&value.to_string()).unwrap())
+}
+
+async fn driver(root: &TempDir, flags: &[&str], options: SandboxOptions) -> Option<Arc<SandboxDriver>> {
+    let Some(manifest) = manifest_with(root.path(), flags) else {
+        eprintln!("SKIPPED: the envrt-sandbox-worker binary is not part of this build");
+        return None;
+    };
+    Some(start(manifest, options).await)
+}
+
+#[tokio::test]
+async fn an_execute_without_timeout_outlives_the_rpc_timeout() {
+    let root = TempDir::new("no-timeout");
+    let options = SandboxOptions {
+        rpc_timeout: Duration::from_secs(2),
+        ..SandboxOptions::default()
+    };
+    let Some(driver) = driver(&root, &[], options).await else {
+        return;
+    };
+    let runtime = runtime_with(driver).await;
+    let lease = acquire(&runtime).await;
+    // 4 s: twice the RPC timeout
+    let result = bounded(
+        "execute",
+        runtime.execute(&lease.id, ExecuteRequest::new("sh", ["-c", "sleep 4; echo done"])),
+    )
+    .await
+    .unwrap();
+    assert_eq!((result.exit_code, result.stdout.as_slice()), (Some(0), &b"done\n"[..]));
+    assert!(!result.timed_out);
+}
+
+#[tokio::test]
+async fn a_dropped_execute_stops_its_command() {
+    let root = TempDir::new("cancel");
+    let Some(driver) = driver(&root, &[], SandboxOptions::default()).await else {
+        return;
+    };
+    let runtime = Arc::new(runtime_with(driver.clone()).await);
+    let lease = acquire(&runtime).await;
+    let arg = format!("600.{}", std::process::id());
+    let call_runtime = runtime.clone();
+    let (lease_id, call_arg) = (lease.id.clone(), arg.clone());
+    let call = tokio::spawn(async move {
+        call_runtime
+            .execute(&lease_id, ExecuteRequest::new("sleep", [call_arg.as_str()]))
+            .await
+    });
+    bounded("the command to start", async {
+        while pids_with_argv(&["sleep", &arg]).is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let pids = pids_with_argv(&["sleep", &arg]);
+    call.abort();
+    for pid in pids {
+        assert!(
+            wait_gone(pid, Duration::from_secs(10)).await,
+            "the command of a dropped execute still runs"
+        );
+    }
+    // the worker is fine and serves the next call
+    let result = bounded(
+        "next execute",
+        runtime.execute(&lease.id, ExecuteRequest::new("true", [""; 0])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.exit_code, Some(0));
+}
+
+#[tokio::test]
+async fn stdin_past_the_request_limit_is_refused_up_front_naming_it() {
+    const LIMIT: usize = 1024 * 1024;
+    let root = TempDir::new("big-stdin");
+    let options = SandboxOptions {
+        max_request_bytes: LIMIT,
+        ..SandboxOptions::default()
+    };
+    let Some(driver) = driver(&root, &["--max-line-bytes", &LIMIT.to_string()], options).await else {
+        return;
+    };
+    let runtime = runtime_with(driver).await;
+    let lease = acquire(&runtime).await;
+    // Below the limit (base64 grows it by a third): every byte arrives.
+    let below: Vec<u8> = (0..600 * 1024).map(|i| (i % 251) as u8).collect();
+    let request = ExecuteRequest {
+        stdin: Some(below.clone()),
+        ..ExecuteRequest::new("cat", [""; 0])
+    };
+    let result = bounded("execute below", runtime.execute(&lease.id, request))
+        .await
+        .unwrap();
+    assert_eq!(result.stdout, below);
+    // Above: refused before anything is sent, at once, naming the limit.
+    let request = ExecuteRequest {
+        stdin: Some(vec![b'x'; 800 * 1024]),
+        ..ExecuteRequest::new("cat", [""; 0])
+    };
+    let err = bounded("execute above", runtime.execute(&lease.id, request))
+        .await
+        .unwrap_err();
+    let RuntimeError::Driver(DriverError::InvalidInput { message }) = &err else {
+        panic!("expected Invalid input, got {err:?}");
+    };
+    let size: usize = message
+        .strip_prefix("the \"environmentExecuteBinary\" request is ")
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("{message}"));
+    assert!(size > LIMIT, "{message}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "Invalid input: the \"environmentExecuteBinary\" request is {size} bytes once encoded, over the limit of 1048576 bytes per request (stdin, arguments and environment count towards it)"
+        )
+    );
+    // and the worker still serves
+    let result = bounded(
+        "execute after",
+        runtime.execute(&lease.id, ExecuteRequest::new("true", [""; 0])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.exit_code, Some(0));
+}
+
+#[tokio::test]
+async fn worker_refusals_keep_their_type() {
+    let root = TempDir::new("typed");
+    let Some(driver) = driver(&root, &[], SandboxOptions::default()).await else {
+        return;
+    };
+    let runtime = runtime_with(driver).await;
+    let lease = acquire(&runtime).await;
+    let host = TempDir::new("typed-host");
+    std::fs::write(host.join("f.txt"), "x").unwrap();
+    let op = |source: String, target: &str| SyncOperation {
+        operation_id: "op".into(),
+        files: vec![SyncFile::file(source, target)],
+        post_upload_commands: Vec::new(),
+    };
+    let err = runtime
+        .sync_in(&lease.id, &[op(host.join("f.txt").display().to_string(), "/etc/x")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Driver(DriverError::PathOutsideWorkspace { path }) if path == "/etc/x"),
+        "{err:?}"
+    );
+    assert_eq!(err.to_string(), "Path \"/etc/x\" is outside the lease workspace.");
+    let err = runtime
+        .sync_out(
+            &lease.id,
+            &[op("/workspace/missing".into(), &host.join("out").display().to_string())],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Driver(DriverError::SourceMissing { path }) if path == "/workspace/missing"),
+        "{err:?}"
+    );
+    let err = runtime
+        .execute(&lease.id, ExecuteRequest::new("echo", ["a\0b"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Driver(DriverError::InvalidInput { message })
+            if message == "the command and its arguments must not contain NUL bytes"),
+        "{err:?}"
+    );
+    let mut request = ExecuteRequest::new("true", [""; 0]);
+    request.cwd = Some("/etc".into());
+    let err = runtime.execute(&lease.id, request).await.unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Driver(DriverError::PathOutsideWorkspace { path }) if path == "/etc"),
+        "{err:?}"
+    );
+}
