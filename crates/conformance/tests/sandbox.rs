@@ -111,14 +111,7 @@ fn reference_manifest(root: &Path, extra_args: &[&str]) -> Result<PluginManifest
 fn reference_suite(root: &Path) -> Result<Suite, String> {
     let manifest = reference_manifest(root, &[])?;
     let root = root.to_path_buf();
-    Suite::build(|| async {
-        Ok(target_for(manifest, Some(root)).await?.with_deviation(
-            "sync_non_utf8_names",
-            "KNOWN BUG (fix in flight, remove after merge): the reference worker's sync out looks \
-             up non-UTF-8 file names lossily (`Reading /proc/self/fd/N/caf\u{fffd}.txt: No such \
-             file or directory`)",
-        ))
-    })
+    Suite::build(|| async { target_for(manifest, Some(root)).await })
 }
 
 /// The capability refusals: the reference worker whose manifest does not declare

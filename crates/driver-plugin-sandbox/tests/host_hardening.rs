@@ -204,3 +204,27 @@ async fn worker_refusals_keep_their_type() {
         "{err:?}"
     );
 }
+
+/// The CLI's default stdin limit is `MAX_STDIN_BYTES`: a stdin of exactly that size, with a
+/// command and environment, must fit the default request limit and reach the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_stdin_front_ends_allow_fits_the_default_request_limit() {
+    let root = TempDir::new("max-stdin");
+    let Some(driver) = driver(&root, &[], SandboxOptions::default()).await else {
+        return;
+    };
+    let runtime = runtime_with(driver).await;
+    let lease = acquire(&runtime).await;
+    let mut request = ExecuteRequest {
+        stdin: Some(vec![b'z'; envrt_driver_plugin_sandbox::MAX_STDIN_BYTES]),
+        ..ExecuteRequest::new("wc", ["-c"])
+    };
+    request.env.insert("SOME_VARIABLE".into(), "some value".into());
+    let result = bounded("execute at the stdin limit", runtime.execute(&lease.id, request))
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&result.stdout).trim(),
+        envrt_driver_plugin_sandbox::MAX_STDIN_BYTES.to_string()
+    );
+}

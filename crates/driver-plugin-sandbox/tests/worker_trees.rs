@@ -98,7 +98,7 @@ fn a_tree_past_the_depth_bound_is_refused_with_nothing_written() {
         );
         (r["error"]["code"].clone(), r["error"]["message"].clone())
     };
-    assert_eq!(code, json!(-32002));
+    assert_eq!(code, json!(-32602));
     assert_eq!(
         message,
         json!(format!(

@@ -196,6 +196,15 @@ pub(crate) fn typed_refusal(code: i64, message: &str) -> Option<DriverError> {
             return Some(DriverError::SourceKind { path, expected });
         }
     }
+    if let Some(rest) = quoted("Sync source \"", " directory levels.")
+        && let Some((path, limit)) = rest.rsplit_once("\" is nested deeper than ")
+        && let Ok(limit) = limit.parse::<usize>()
+    {
+        return Some(DriverError::TreeTooDeep {
+            path: path.to_owned(),
+            limit,
+        });
+    }
     if let Some(pattern) = quoted("Exclude pattern \"", "\" is not a valid glob.") {
         return Some(DriverError::InvalidGlob { pattern });
     }
@@ -297,6 +306,7 @@ mod tests {
             DriverError::invalid("command must not be empty"),
             DriverError::ResourceGone { id: "sbx-1".into() },
             DriverError::ChannelClosed,
+            envrt_runtime_core::tree::too_deep("/deep \"tree\""),
         ];
         for case in cases {
             let want = format!("{case:?}");

@@ -16,5 +16,5 @@ mod sync_out;
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;
 pub use manifest::{DriverKind, EnvironmentDriverEntry, PluginManifest, WorkerCommand};
-pub use options::{ParentDeathSignal, RestartPolicy, SandboxOptions};
+pub use options::{DEFAULT_MAX_REQUEST_BYTES, MAX_STDIN_BYTES, ParentDeathSignal, RestartPolicy, SandboxOptions};
 pub use routes::{DEFAULT_ROUTE_CEILING, DuplexLimits, RouteSlots};

@@ -90,6 +90,16 @@ pub struct SandboxOptions {
     pub route_slots: Arc<RouteSlots>,
 }
 
+/// The default [`SandboxOptions::max_request_bytes`]: 64 MiB, the reference worker's own
+/// line limit.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+
+/// The most stdin an execute can carry under the default request limit: stdin travels as
+/// base64 (4 bytes per 3), and 1 MiB is left for the command, its arguments and its
+/// environment. Front ends (the `envrt` CLI) use it as their default stdin limit so that
+/// they accept exactly what every built-in driver accepts.
+pub const MAX_STDIN_BYTES: usize = (DEFAULT_MAX_REQUEST_BYTES - 1024 * 1024) / 4 * 3;
+
 impl Default for SandboxOptions {
     fn default() -> Self {
         SandboxOptions {
@@ -104,7 +114,7 @@ impl Default for SandboxOptions {
             drain_timeout: Duration::from_secs(10),
             kill_grace: Duration::from_secs(5),
             max_line_bytes: 64 * 1024 * 1024,
-            max_request_bytes: 64 * 1024 * 1024,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             restart: RestartPolicy::default(),
             parent_death_signal: ParentDeathSignal::Kill,
             duplex_limits: DuplexLimits::default(),

@@ -48,6 +48,7 @@ impl From<DriverError> for RpcError {
             | DriverError::EntryEscapesTarget { .. }
             | DriverError::PostUploadCwd { .. }
             | DriverError::InvalidGlob { .. }
+            | DriverError::TreeTooDeep { .. }
             | DriverError::InvalidInput { .. } => code::INVALID_PARAMS,
             _ => code::WORKER_ERROR,
         };

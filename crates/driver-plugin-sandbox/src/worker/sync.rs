@@ -340,12 +340,11 @@ fn replace(staged: &Path, target: &Path, scratch: &Path) -> Result<(), DriverErr
     Ok(())
 }
 
-/// How deep a synced tree may go (directory levels below the synced entry; the same
-/// bound as runtime-core's shared tree walks). Deeper trees are refused with
-/// `Sync source "{path}" is nested deeper than 1000 directory levels.` before anything
-/// is placed; the walk itself is iterative, so depth never costs stack (the worker raises
-/// its open-file limit at start: a walk in a lease holds one descriptor per level).
-pub(crate) const MAX_TREE_DEPTH: usize = 1000;
+/// How deep a synced tree may go: runtime-core's bound for every driver's walk. Deeper
+/// trees are refused with [`DriverError::TreeTooDeep`] before anything is placed; the walk
+/// itself is iterative, so depth never costs stack (the worker raises its open-file limit
+/// at start: a walk in a lease holds one descriptor per level).
+pub(crate) use envrt_runtime_core::tree::MAX_TREE_DEPTH;
 
 /// One step of the iterative walk.
 enum Step {
@@ -465,10 +464,7 @@ impl Copier<'_> {
         };
         if meta.is_dir() {
             if depth >= MAX_TREE_DEPTH {
-                return Err(DriverError::other(format!(
-                    "Sync source \"{}\" is nested deeper than {MAX_TREE_DEPTH} directory levels.",
-                    self.source_display
-                )));
+                return Err(envrt_runtime_core::tree::too_deep(&self.source_display));
             }
             let key = (meta.dev(), meta.ino());
             if self.ancestors.contains(&key) {

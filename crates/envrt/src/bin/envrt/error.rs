@@ -76,6 +76,7 @@ pub(crate) fn runtime_exit_code(error: &RuntimeError) -> u8 {
             | DriverError::SourceMissing { .. }
             | DriverError::SourceKind { .. }
             | DriverError::InvalidGlob { .. }
+            | DriverError::TreeTooDeep { .. }
             | DriverError::InvalidInput { .. } => 2,
             _ => 1,
         },

@@ -15,8 +15,9 @@ use crate::app::App;
 use crate::config::Paths;
 use crate::error::CliError;
 
-/// Default `--stdin-limit`: 256 MiB.
-pub(crate) const DEFAULT_STDIN_LIMIT: u64 = 256 * 1024 * 1024;
+/// Default `--stdin-limit`: the most every built-in driver accepts (the sandbox's request
+/// limit, stdin carried as base64: 47 MiB); local and Docker take more when it is raised.
+pub(crate) const DEFAULT_STDIN_LIMIT: u64 = envrt::plugin_sandbox::MAX_STDIN_BYTES as u64;
 
 /// Exit code when `--timeout` fired (as `timeout(1)`).
 pub(crate) const EXIT_TIMEOUT: u8 = 124;
@@ -453,6 +454,12 @@ mod tests {
                 "durationMs": 5.0,
             })
         );
+    }
+
+    #[test]
+    fn the_default_stdin_limit_is_what_every_driver_accepts() {
+        // 47.25 MiB: the sandbox's 64 MiB request, less 1 MiB for the rest, as base64.
+        assert_eq!(DEFAULT_STDIN_LIMIT, 49_545_216);
     }
 
     #[test]
