@@ -5,10 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    StopContainerOptionsBuilder,
-};
+use bollard::query_parameters::{CreateContainerOptionsBuilder, StopContainerOptionsBuilder};
 use envrt_runtime_core::capability::{CapabilityKey, SupportSet};
 use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::sync::confine_to_workspace;
@@ -62,63 +59,6 @@ impl DockerDriver {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(self.engine.error("inspecting an image", e)),
-        }
-    }
-
-    fn scope_filters(&self) -> HashMap<String, Vec<String>> {
-        let mut labels = vec![format!("{LABEL_MANAGED}=true")];
-        labels.extend(self.config.extra_labels.iter().map(|(k, v)| format!("{k}={v}")));
-        HashMap::from([("label".to_owned(), labels)])
-    }
-
-    /// Every container of this driver (carrying [`LABEL_MANAGED`] and the configured extra
-    /// labels), as (container id, owning lease id).
-    pub async fn managed_containers(&self) -> Result<Vec<(String, String)>, DriverError> {
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&self.scope_filters())
-            .build();
-        let list = self
-            .engine
-            .retry(|| self.engine.docker.list_containers(Some(options.clone())))
-            .await
-            .map_err(|e| self.engine.error("listing containers", e))?;
-        Ok(list
-            .into_iter()
-            .filter_map(|c| {
-                let lease = c.labels.as_ref()?.get(LABEL_LEASE_ID)?.clone();
-                Some((c.id?, lease))
-            })
-            .collect())
-    }
-
-    /// Removes every container of this driver whose lease is not in `active_lease_ids`
-    /// (pass every lease whose container must stay: active, retained and reusable ones) —
-    /// the recovery after a crash. Returns the removed container ids.
-    pub async fn reap_orphans(&self, active_lease_ids: &[String]) -> Result<Vec<String>, DriverError> {
-        let mut removed = Vec::new();
-        for (id, lease) in self.managed_containers().await? {
-            if !active_lease_ids.contains(&lease) {
-                self.remove(&id).await?;
-                removed.push(id);
-            }
-        }
-        Ok(removed)
-    }
-
-    /// Removes a container by force with its anonymous volumes; a missing one is fine.
-    async fn remove(&self, id: &str) -> Result<(), DriverError> {
-        let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-        match self
-            .engine
-            .retry(|| self.engine.docker.remove_container(id, Some(options.clone())))
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            // 409: removal already in progress.
-            Err(e) if has_status(&e, 409) => Ok(()),
-            Err(e) => Err(self.engine.error("removing a container", e)),
         }
     }
 

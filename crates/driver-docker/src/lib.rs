@@ -47,6 +47,7 @@ mod engine;
 mod exec;
 mod extract;
 mod process;
+mod recovery;
 mod sync_in;
 mod sync_out;
 

@@ -293,3 +293,33 @@ async fn hostile_execute_input_gets_typed_errors_or_runs_as_asked() {
     h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     h.finish();
 }
+
+#[tokio::test]
+async fn link_loops_round_trip_as_links() {
+    // A loop resolves nowhere (the kernel says ELOOP), like a dangling link: it is no
+    // escape, and a tree holding one syncs both ways unchanged.
+    let h = Harness::new().await;
+    let lease = h.lease().await;
+    let host = Scratch::new("loops");
+    let src = host.join("src");
+    std::fs::create_dir_all(src.join("x.log")).unwrap();
+    std::os::unix::fs::symlink("../b", src.join("x.log/a")).unwrap();
+    std::os::unix::fs::symlink("x.log/a", src.join("b")).unwrap();
+    std::os::unix::fs::symlink("self", src.join("self")).unwrap();
+    sync_in(&h, &lease, vec![SyncFile::directory(host.s("src"), "loops")])
+        .await
+        .unwrap();
+    let back = host.join("back");
+    sync_out(&h, &lease, vec![SyncFile::directory("loops", back.to_str().unwrap())])
+        .await
+        .unwrap();
+    for (link, text) in [("x.log/a", "../b"), ("b", "x.log/a"), ("self", "self")] {
+        assert_eq!(
+            std::fs::read_link(back.join(link)).unwrap(),
+            std::path::Path::new(text),
+            "{link}"
+        );
+    }
+    h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    h.finish();
+}

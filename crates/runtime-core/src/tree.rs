@@ -45,10 +45,13 @@ pub fn shown(relative: &[OsString]) -> String {
 /// found at `final_root` once in place) resolves to a place outside the tree.
 ///
 /// Resolution walks the link's text one component at a time from the link's directory,
-/// following every link of the tree it meets (up to [`MAX_LINK_HOPS`]). A `..` above the
-/// tree's top, an absolute text not under `final_root`, a loop or an unreadable link is an
-/// escape. A component that does not exist stops the kernel too; the rest of the text is
-/// then only checked lexically (nothing more will be written into the tree).
+/// following every link of the tree it meets. A `..` above the tree's top, an absolute text
+/// not under `final_root` or an unreadable link is an escape. A loop (more than
+/// [`MAX_LINK_HOPS`] links met) is not: the kernel counts the link itself and every link
+/// it meets the same way and gives up with `ELOOP` at 40, so nothing can be reached through
+/// it, as through a dangling link. A component that does not exist stops the kernel too;
+/// the rest of the text is then only checked lexically (nothing more will be written into
+/// the tree).
 pub fn link_escapes(root: &Path, final_root: &Path, relative: &[OsString], text: &Path) -> bool {
     let mut stack: Vec<OsString> = relative[..relative.len().saturating_sub(1)].to_vec();
     let mut queue: VecDeque<OsString> = VecDeque::new();
@@ -71,7 +74,8 @@ pub fn link_escapes(root: &Path, final_root: &Path, relative: &[OsString], text:
         if meta.file_type().is_symlink() {
             hops += 1;
             if hops > MAX_LINK_HOPS {
-                return true;
+                // The kernel gives up earlier still (it counts this link too): ELOOP.
+                return false;
             }
             stack.pop();
             let Ok(next) = fs::read_link(&here) else { return true };
@@ -233,8 +237,20 @@ mod tests {
         let nested = vec![OsString::from("sub"), OsString::from("l")];
         assert!(!link_escapes(&root, final_root, &nested, Path::new("../d")));
         assert!(link_escapes(&root, final_root, &nested, Path::new("../../x")));
+        // Loops resolve nowhere (ELOOP), like a dangling link: not an escape.
         symlink("loop", root.join("loop")).unwrap();
-        assert!(link_escapes(&root, final_root, &at("e"), Path::new("loop")));
+        assert!(!link_escapes(&root, final_root, &at("e"), Path::new("loop")));
+        symlink("pong", root.join("ping")).unwrap();
+        symlink("ping", root.join("pong")).unwrap();
+        assert!(!link_escapes(&root, final_root, &at("e"), Path::new("ping/../../x")));
+        // A chain that ends outside is an escape however long, up to the kernel's limit.
+        let mut previous = "../outside".to_string();
+        for n in 0..(MAX_LINK_HOPS - 1) {
+            let name = format!("c{n}");
+            symlink(&previous, root.join(&name)).unwrap();
+            previous = name;
+        }
+        assert!(link_escapes(&root, final_root, &at("e"), Path::new(&previous)));
         fs::remove_dir_all(&root).unwrap();
     }
 
