@@ -94,7 +94,8 @@ impl Containment {
         }
     }
 
-    fn lease_dir(&self, lease: &str) -> Option<PathBuf> {
+    /// The cgroup of a lease (whether or not it exists); none in the fallback.
+    pub(crate) fn lease_dir(&self, lease: &str) -> Option<PathBuf> {
         match self {
             Containment::Cgroup(base) => Some(base.join(format!("lease-{lease}"))),
             Containment::ProcessScan => None,

@@ -46,6 +46,17 @@
 //! Destroy removes it whatever the policy. Release and destroy first kill every command
 //! the lease still runs; both are idempotent.
 //!
+//! ## Expiry
+//! A requested expiry is attested as is (`expires_at` = the requested time). At acquire
+//! the driver starts a detached watchdog (`/bin/sh` in a process group of its own, outside
+//! the lease's cgroup, pid recorded in `{root}/.watchdog-lease-{id}`) that sleeps until
+//! the expiry, then kills everything the lease runs (its cgroup, or without cgroups every
+//! process whose working directory lies in the workspace or whose `HOME` is it) and removes
+//! the workspace unless the policy is `reuse_by_environment`. It needs nothing from the
+//! program that took the lease, so a holder that died still has its lease ended on time;
+//! the store learns of it through `release_expired` (`envrt gc`). Release and destroy
+//! before the expiry kill the watchdog, so none outlives its lease.
+//!
 //! ## Execute
 //! Every command runs in its own process group with no shell (unless you run one). Its
 //! working directory is the workspace, or `cwd` resolved inside it (relative to it, or
@@ -125,12 +136,13 @@ use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
     AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, EnvironmentDriver, Execute,
     ExecuteRequest, ExecuteResult, FileSync, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace,
-    RealizedWorkspace, ReleaseInput, ResumeLease, SyncOperation, SyncResult, WorkspaceRequest,
+    RealizedWorkspace, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
 };
 
 mod containment;
 mod copy;
 mod exec;
+mod expiry;
 mod groups;
 mod program;
 mod sync;
@@ -295,7 +307,7 @@ impl LocalDriver {
         }
     }
 
-    fn grant(&self, lease_id: &str, dir: &Path) -> Result<LeaseGrant, DriverError> {
+    fn grant(&self, lease_id: &str, dir: &Path, expires_at: Option<Timestamp>) -> Result<LeaseGrant, DriverError> {
         let mut metadata = envrt_runtime_core::JsonMap::new();
         metadata.insert("driver".into(), DRIVER_KEY.into());
         metadata.insert("workspace".into(), path_str(dir)?.into());
@@ -303,7 +315,7 @@ impl LocalDriver {
             provider: Some(DRIVER_KEY.into()),
             provider_lease_id: Some(lease_dir_name(lease_id)?),
             metadata,
-            expires_at: None,
+            expires_at,
         })
     }
 
@@ -311,6 +323,7 @@ impl LocalDriver {
     async fn remove_workspace(&self, lease_id: &str) -> Result<(), DriverError> {
         let dir = self.workspace_of(lease_id)?;
         self.stop_everything(lease_id).await?;
+        self.stop_watchdog(lease_id)?;
         let mut attempt = 0;
         loop {
             match remove_tree(&dir) {
@@ -339,6 +352,13 @@ impl LocalDriver {
         &self.containment
     }
 
+    /// Ends the lease's expiry watchdog, if any (release and destroy before expiry).
+    fn stop_watchdog(&self, lease_id: &str) -> Result<(), DriverError> {
+        let name = lease_dir_name(lease_id)?;
+        expiry::stop(&expiry::pid_file(&self.root, &name), &self.root.join(&name));
+        Ok(())
+    }
+
     /// Kills everything the lease still runs: its process groups, then its cgroups (or,
     /// without them, every process tied to its workspace).
     async fn stop_everything(&self, lease_id: &str) -> Result<(), DriverError> {
@@ -360,15 +380,34 @@ impl EnvironmentDriver for LocalDriver {
         self.processes.reopen(&input.lease_id);
         create_private_dir(&dir)
             .map_err(|e| DriverError::io(format!("cannot create workspace {}", dir.display()), e))?;
-        self.grant(&input.lease_id, &dir).inspect_err(|_| {
-            let _ = remove_tree(&dir);
-        })
+        let granted = self.grant(&input.lease_id, &dir, input.requested_expires_at);
+        let watched = match (&granted, input.requested_expires_at) {
+            (Ok(_), Some(at)) => {
+                let cgroup = self.containment.lease_dir(&input.lease_id);
+                expiry::start(&expiry::Watch {
+                    at,
+                    cgroup: cgroup.as_deref(),
+                    workspace: &dir,
+                    remove: input.policy != LeasePolicy::ReuseByEnvironment,
+                    pid_file: &expiry::pid_file(&self.root, &lease_dir_name(&input.lease_id)?),
+                })
+            }
+            _ => Ok(()),
+        };
+        match (granted, watched) {
+            (Ok(grant), Ok(())) => Ok(grant),
+            (Err(e), _) | (_, Err(e)) => {
+                let _ = remove_tree(&dir);
+                Err(e)
+            }
+        }
     }
 
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
         let lease = &input.context.lease;
         lease_dir_name(&lease.id)?;
         self.stop_everything(&lease.id).await?;
+        self.stop_watchdog(&lease.id)?;
         let keep = match lease.lease_policy {
             LeasePolicy::ReuseByEnvironment => true,
             LeasePolicy::RetainOnFailure => input.status == LeaseStatus::Retained,
@@ -415,7 +454,7 @@ impl ResumeLease for LocalDriver {
         match std::fs::symlink_metadata(&dir) {
             Ok(meta) if meta.is_dir() => {
                 self.processes.reopen(&context.lease.id);
-                Ok(Some(self.grant(&context.lease.id, &dir)?))
+                Ok(Some(self.grant(&context.lease.id, &dir, context.lease.expires_at)?))
             }
             Ok(_) => Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
