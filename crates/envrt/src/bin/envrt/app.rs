@@ -217,15 +217,18 @@ impl App {
         Ok(self.runtime.environment(id).await?.map(|e| e.driver))
     }
 
-    /// Acquires a lease on `environment_id` held by `holder` (none: gc never touches it).
+    /// Acquires a lease on `environment_id` held by `holder` (none: gc never touches it),
+    /// expiring after `ttl`, else after the environment's configured `ttl`, else never.
     pub(crate) async fn acquire(
         &self,
         environment_id: &str,
         policy: LeasePolicy,
         run_id: Option<String>,
         holder: Option<Holder>,
+        ttl: Option<std::time::Duration>,
         purpose: &str,
     ) -> Result<Lease, CliError> {
+        let ttl = ttl.or_else(|| self.config.ttls.get(environment_id).copied());
         if let Some(driver) = self.environment_driver(environment_id).await? {
             self.check_driver(&driver)?;
         }
@@ -240,6 +243,7 @@ impl App {
             run_id,
             policy,
             metadata,
+            requested_expires_at: ttl.map(|ttl| envrt::Timestamp::now().after(ttl)),
             ..Default::default()
         };
         Ok(self.runtime.acquire_lease(request).await?)

@@ -21,6 +21,7 @@
 //! name = "Dev container"    # default: the id
 //! driver = "docker"
 //! status = "active"         # or "archived"
+//! ttl = "30m"               # default lease expiry (`lease acquire`, `exec`, `shell`); none by default
 //! [environment.config]      # driver-specific, passed as JSON
 //! image = "debian:12"
 //! ```
@@ -30,7 +31,7 @@
 //! plugin provides that key, the reference worker `envrt-sandbox-worker` (next to `envrt`,
 //! else on `PATH`) is started with its lease root in `<state dir>/sandbox`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use envrt::{Environment, EnvironmentStatus, JsonMap};
@@ -149,6 +150,7 @@ struct EnvironmentEntry {
     config: toml::Table,
     #[serde(default)]
     metadata: Option<toml::Table>,
+    ttl: Option<String>,
 }
 
 /// The loaded configuration.
@@ -166,6 +168,8 @@ pub(crate) struct Config {
     pub(crate) plugins: Vec<Plugin>,
     /// Every environment, the implicit `local` included, in file order.
     pub(crate) environments: Vec<Environment>,
+    /// The default lease TTL of each environment that sets `ttl`.
+    pub(crate) ttls: BTreeMap<String, std::time::Duration>,
 }
 
 fn to_json(table: toml::Table) -> JsonMap {
@@ -202,11 +206,28 @@ impl Config {
             if !seen.insert(entry.id.as_str()) {
                 return Err(format!("environment \"{}\" is defined twice", entry.id));
             }
+            if let Some(raw) = &entry.ttl {
+                crate::duration::parse_duration("ttl", raw).map_err(|e| {
+                    let text = e.to_string();
+                    let text = text.strip_prefix("envrt: ").unwrap_or(&text).to_owned();
+                    format!("environment \"{}\": {text}", entry.id)
+                })?;
+            }
         }
         Ok(file)
     }
 
     fn from_file(file: File, paths: &Paths) -> Config {
+        // Checked by `parse`.
+        let ttls = file
+            .environments
+            .iter()
+            .filter_map(|e| {
+                let raw = e.ttl.as_deref()?;
+                let ttl = crate::duration::parse_duration("ttl", raw).ok()?;
+                Some((e.id.clone(), ttl))
+            })
+            .collect();
         let mut environments: Vec<Environment> = file
             .environments
             .into_iter()
@@ -240,6 +261,7 @@ impl Config {
                 })
                 .collect(),
             environments,
+            ttls,
         }
     }
 
@@ -323,6 +345,19 @@ status = "archived"
             serde_json::json!({"image": "debian:12", "memoryBytes": 100})
         );
         assert_eq!(c.environment("old").unwrap().status, EnvironmentStatus::Archived);
+        assert!(c.ttls.is_empty());
+    }
+
+    #[test]
+    fn an_environment_may_set_a_default_ttl() {
+        let file = Config::parse("[[environment]]\nid = \"a\"\ndriver = \"local\"\nttl = \"1m30s\"\n").unwrap();
+        let c = Config::from_file(file, &paths());
+        assert_eq!(c.ttls.get("a"), Some(&std::time::Duration::from_secs(90)));
+        assert_eq!(c.ttls.get("local"), None);
+        assert_eq!(
+            Config::parse("[[environment]]\nid = \"a\"\ndriver = \"local\"\nttl = \"soon\"\n").unwrap_err(),
+            "environment \"a\": ttl expects a positive duration such as 90, 1.5, 500ms, 1s, 2m or 1h30m, got \"soon\""
+        );
     }
 
     #[test]

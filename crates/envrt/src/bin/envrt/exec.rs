@@ -44,6 +44,10 @@ pub(crate) struct ExecArgs {
     /// `500ms`, `1s`, `2m`, `1h30m`.
     #[arg(long, value_name = "DURATION")]
     timeout: Option<String>,
+    /// The lease expires after this long (a new lease only; default: the environment's
+    /// `ttl`): the driver ends it then even if envrt is gone.
+    #[arg(long, value_name = "DURATION", conflicts_with = "lease")]
+    ttl: Option<String>,
     /// Print one JSON document with the whole result (exit code, signal, timeout,
     /// output and truncation per stream, duration) instead of streaming the output; envrt
     /// then exits 0 whenever the command ran, and on its own errors prints
@@ -298,6 +302,11 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
     read_env_files(&args.env_file, &mut env)?;
     env.extend(parse_env(&args.env)?);
     let timeout = parse_timeout(args.timeout.as_deref())?;
+    let ttl = args
+        .ttl
+        .as_deref()
+        .map(|raw| crate::duration::parse_duration("--ttl", raw))
+        .transpose()?;
     // Before any lease exists: a refused stdin leaves nothing to clean up.
     let stdin = if args.no_stdin {
         None
@@ -312,7 +321,7 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
             let environment = app.environment_id(&args.target).await?;
             let holder = Holder::current().ok();
             let lease = app
-                .acquire(&environment, LeasePolicy::Ephemeral, None, holder, "envrt exec")
+                .acquire(&environment, LeasePolicy::Ephemeral, None, holder, ttl, "envrt exec")
                 .await?;
             (lease, true)
         }

@@ -43,9 +43,13 @@ pub(crate) struct AcquireArgs {
     /// the process that ran envrt.
     #[arg(long, value_name = "PID", conflicts_with = "detached")]
     holder_pid: Option<u32>,
-    /// No holder: gc never releases this lease.
+    /// No holder: gc never releases this lease (before its expiry).
     #[arg(long)]
     detached: bool,
+    /// The lease expires after this long (default: the environment's `ttl`, else never):
+    /// the driver ends it then even if its holder is gone, and `gc` records it expired.
+    #[arg(long, value_name = "DURATION")]
+    ttl: Option<String>,
     /// Print the whole lease record as JSON.
     #[arg(long)]
     json: bool,
@@ -117,9 +121,21 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                     }
                 }
             };
+            let ttl = args
+                .ttl
+                .as_deref()
+                .map(|raw| crate::duration::parse_duration("--ttl", raw))
+                .transpose()?;
             let environment = app.environment_id(&args.target).await?;
             let lease = app
-                .acquire(&environment, args.policy, args.run_id, holder, "envrt lease acquire")
+                .acquire(
+                    &environment,
+                    args.policy,
+                    args.run_id,
+                    holder,
+                    ttl,
+                    "envrt lease acquire",
+                )
                 .await?;
             if args.json {
                 println!("{}", to_json(&lease));
@@ -172,7 +188,7 @@ fn holder_text(lease: &Lease) -> String {
 }
 
 fn print_table(leases: &[Lease]) {
-    let rows: Vec<[String; 6]> = leases
+    let rows: Vec<[String; 7]> = leases
         .iter()
         .map(|l| {
             [
@@ -182,10 +198,11 @@ fn print_table(leases: &[Lease]) {
                 l.status.to_string(),
                 l.lease_policy.as_str().to_owned(),
                 holder_text(l),
+                l.expires_at.map_or_else(|| "-".to_owned(), |t| t.to_rfc3339()),
             ]
         })
         .collect();
-    let header = ["ID", "ENVIRONMENT", "DRIVER", "STATUS", "POLICY", "HOLDER"].map(String::from);
+    let header = ["ID", "ENVIRONMENT", "DRIVER", "STATUS", "POLICY", "HOLDER", "EXPIRES"].map(String::from);
     let mut widths = header.clone().map(|h| h.len());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -226,7 +243,33 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
     };
     let mut failures = 0;
     let mut done = 0;
+    // Expired leases first: their driver already ended them (or ends them now); the store
+    // records them `expired`, whether or not their holder lives.
+    if args.dry_run {
+        let now = envrt::Timestamp::now();
+        for lease in app.runtime.leases(&filter).await? {
+            if lease.status == LeaseStatus::Active && lease.expires_at.is_some_and(|at| at <= now) {
+                println!("would release {} (expired)", lease.id);
+            }
+        }
+    } else {
+        let report = app.runtime.release_expired().await?;
+        for lease in &report.released {
+            done += 1;
+            println!("released {} (expired): {}", lease.id, lease.status);
+        }
+        for failure in &report.failures {
+            failures += 1;
+            eprintln!(
+                "envrt: gc could not release {} (expired): {}",
+                failure.lease_id, failure.error
+            );
+        }
+    }
     for lease in app.runtime.leases(&filter).await? {
+        if args.dry_run && lease.expires_at.is_some_and(|at| at <= envrt::Timestamp::now()) {
+            continue;
+        }
         let Some(action) = gc_action(&lease) else {
             continue;
         };

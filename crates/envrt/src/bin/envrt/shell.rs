@@ -82,6 +82,7 @@ pub(crate) async fn run(paths: &Paths, args: ShellArgs) -> Result<u8, CliError> 
                     LeasePolicy::Ephemeral,
                     None,
                     Holder::current().ok(),
+                    None,
                     "envrt shell",
                 )
                 .await?;
