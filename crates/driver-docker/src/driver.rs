@@ -13,7 +13,7 @@ use envrt_runtime_core::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannel,
     DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, LeaseContext,
     LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
-    SyncOperation, SyncResult, WorkspaceRequest,
+    SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
 };
 
 use crate::config::{DockerConfig, EnvConfig, KEPT_CAPABILITIES, META_WORKSPACE_DIR, lease_workspace};
@@ -30,6 +30,18 @@ pub const LABEL_ENVIRONMENT_ID: &str = "envrt.environment-id";
 pub const LABEL_COMPANY_ID: &str = "envrt.company-id";
 /// Label: `true` on every container this driver creates.
 pub const LABEL_MANAGED: &str = "envrt.managed";
+/// Label: when the lease expires (RFC 3339), on the containers of expiring leases.
+pub const LABEL_EXPIRES_AT: &str = "envrt.expires-at";
+
+/// The main process of an expiring lease's container: sleeps until the epoch second `$1`
+/// by the container's clock (the host's), then exits, which stops the container.
+const EXPIRY_SCRIPT: &str = "exec sleep $(( $1 - $(date +%s) ))";
+
+/// The expiry a lease's container really has for a requested one: the whole second at or
+/// before it (the container's `sleep` counts whole seconds).
+fn bounded_expiry(requested: Timestamp) -> Timestamp {
+    Timestamp(requested.0 / 1000 * 1000)
+}
 
 /// The Docker driver: one container per lease, commands through the exec API, files
 /// through the archive API, duplex channels over exec attach.
@@ -166,10 +178,23 @@ impl DockerDriver {
         labels.insert(LABEL_ENVIRONMENT_ID.into(), input.environment.id.clone());
         labels.insert(LABEL_COMPANY_ID.into(), input.company_id.clone());
         labels.insert(LABEL_MANAGED.into(), "true".into());
+        let expiry = input.requested_expires_at.map(bounded_expiry);
+        // An expiring lease's container stops by itself at the expiry (its main process
+        // ends, docker-init with it) and is removed then, unless the policy keeps
+        // containers (reuse_by_environment stops them on release to resume them later).
+        let (entrypoint, cmd) = match expiry {
+            Some(at) => {
+                labels.insert(LABEL_EXPIRES_AT.into(), at.to_rfc3339());
+                let script = vec!["sh".into(), "-c".into(), EXPIRY_SCRIPT.into()];
+                (script, vec!["envrt-expiry".into(), (at.0 / 1000).to_string()])
+            }
+            None => (vec!["sleep".into()], vec!["infinity".into()]),
+        };
+        let auto_remove = expiry.is_some() && input.policy != LeasePolicy::ReuseByEnvironment;
         let body = ContainerCreateBody {
             image: Some(config.image.clone()),
-            entrypoint: Some(vec!["sleep".into()]),
-            cmd: Some(vec!["infinity".into()]),
+            entrypoint: Some(entrypoint),
+            cmd: Some(cmd),
             user: config.user.clone(),
             working_dir: Some(config.working_dir.clone()),
             env: Some(config.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
@@ -182,6 +207,7 @@ impl DockerDriver {
             host_config: Some(HostConfig {
                 // docker-init as PID 1 reaps every orphan of every exec.
                 init: Some(true),
+                auto_remove: Some(auto_remove),
                 network_mode: Some(config.network.clone()),
                 memory: Some(config.memory_bytes),
                 memory_swap: Some(config.memory_bytes),
@@ -342,8 +368,16 @@ impl EnvironmentDriver for DockerDriver {
 
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         let config = EnvConfig::of(&input.environment)?;
+        if let Some(requested) = input.requested_expires_at
+            && bounded_expiry(requested) <= Timestamp::now()
+        {
+            return Err(DriverError::invalid(format!(
+                "the requested expiry {requested} leaves the container no whole second to run"
+            )));
+        }
         let (id, name, (uid, gid)) = self.create_and_start(input, &config).await?;
         let mut grant = self.grant(&id, &name, Some(&config), &config.working_dir);
+        grant.expires_at = input.requested_expires_at.map(bounded_expiry);
         grant.metadata.insert("uid".into(), uid.into());
         grant.metadata.insert("gid".into(), gid.into());
         Ok(grant)

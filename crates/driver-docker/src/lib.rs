@@ -12,6 +12,14 @@
 //!   `retain_on_failure` keeps it running after a release as failed; every other release
 //!   removes it. Release, destroy and resume treat a vanished container as done (resume
 //!   reports it gone). [`DockerDriver::reap_orphans`] removes containers no lease owns.
+//! - **Expiry**: a requested expiry is bounded to the whole second at or before it and
+//!   returned as the lease's `expires_at`. The container's main process is then
+//!   `sh -c 'exec sleep $(( END - $(date +%s) ))'` instead of `sleep infinity`, so at the
+//!   expiry it exits, docker-init stops the container and every command in it dies, with
+//!   no host process involved (a holder that was killed changes nothing). Unless the policy
+//!   is `reuse_by_environment` (whose containers stay, stopped), the container is created
+//!   with `AutoRemove` and so removed with its anonymous volumes once stopped. The expiry
+//!   is on the container as [`LABEL_EXPIRES_AT`].
 //! - **Execute**: through the exec API. The command runs under a tiny `sh` wrapper that
 //!   reports its pid; a timeout stops the whole process tree from a second exec (`SIGTERM`,
 //!   then `SIGKILL` after [`DockerConfig::kill_grace`]) and checks nothing is left. The call
@@ -55,4 +63,6 @@ pub use config::{
     DEFAULT_DOCKER_HOST, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS_LIMIT, DEFAULT_WORKING_DIR, DockerConfig, EnvConfig,
     KEPT_CAPABILITIES,
 };
-pub use driver::{DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_LEASE_ID, LABEL_MANAGED};
+pub use driver::{
+    DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED,
+};
