@@ -466,7 +466,10 @@ fn concurrent_invocations_share_the_store_without_losing_a_lease() {
     let listed = s.run(&["lease", "list", "--all"]).stdout_text();
     assert_eq!(listed.lines().count(), N + 1);
     assert!(
-        listed.lines().skip(1).all(|l| l.ends_with("released  ephemeral  -       -")),
+        listed
+            .lines()
+            .skip(1)
+            .all(|l| l.ends_with("released  ephemeral  -       -")),
         "{listed}"
     );
 }

@@ -218,3 +218,52 @@ fn gc_removes_the_container_of_a_killed_holder_and_orphans() {
     assert!(text.ends_with("gc: 2 released, 0 failed\n"), "{text}");
     assert_eq!(site.containers(), Vec::<String>::new());
 }
+
+#[test]
+fn a_container_leased_with_a_ttl_ends_at_expiry_after_its_holder_is_sigkilled() {
+    if !docker_ready() {
+        return;
+    }
+    let site = Site::new();
+    // The holder: a shell that takes the lease (holder = the shell) and then waits.
+    let script = format!("\"{BIN}\" lease acquire --env-id ctr --ttl 3s --json > lease.json && exec sleep 600");
+    let mut holder = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(site.dir.path())
+        .env("ENVRT_STATE_DIR", site.state())
+        .env_remove("ENVRT_CONFIG")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let lease: serde_json::Value = loop {
+        let text = std::fs::read(site.dir.path().join("lease.json")).unwrap_or_default();
+        if let Ok(lease) = serde_json::from_slice(&text) {
+            break lease;
+        }
+        assert!(Instant::now() < deadline, "the holder never got its lease");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(site.containers().len(), 1);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // Nobody releases the lease; the container ends by itself at expiry.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !site.containers().is_empty() {
+        assert!(Instant::now() < deadline, "the container outlived the expiry");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let id = lease["id"].as_str().unwrap();
+    let at = envrt::Timestamp(lease["expiresAt"].as_u64().unwrap()).to_rfc3339();
+    let refused = site.run(&["exec", "--lease", id, "--", "true"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr),
+        format!("Lease \"{id}\" expired at {at}.\n")
+    );
+    let gc = site.run(&["gc"]);
+    assert_eq!(
+        String::from_utf8_lossy(&gc.stdout),
+        format!("released {id} (expired): expired\ngc: 1 released, 0 failed\n")
+    );
+}
