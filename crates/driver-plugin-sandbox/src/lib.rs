@@ -42,6 +42,10 @@
 //!   within their own timeout, except after a restart attempt failed: until the next
 //!   attempt they fail at once with the error that ended the worker;
 //! - duplex routes follow the protocol page: see [`DuplexLimits`] and [`RouteSlots`].
+//! - a requested lease expiry goes to `environmentAcquireLease` as `requestedExpiresAt`
+//!   (RFC 3339); the worker's `expiresAt` (RFC 3339 or milliseconds) becomes the lease's,
+//!   and a worker that returns none, or a later one, is refused by the facade
+//!   (`Environment driver "{key}" does not support lease expiry.`).
 //!
 //! Errors are [`SandboxError`]s carried inside
 //! [`DriverError::Other`](envrt_runtime_core::DriverError::Other); find them with

@@ -264,6 +264,9 @@ impl EnvironmentDriver for SandboxDriver {
         if let Some(ws) = &input.execution_workspace_id {
             params.insert("executionWorkspaceId".into(), json!(ws));
         }
+        if let Some(at) = input.requested_expires_at {
+            params.insert("requestedExpiresAt".into(), json!(at.to_rfc3339()));
+        }
         let value = self.rpc(methods::ACQUIRE_LEASE, params, &input.company_id).await?;
         let grant = self.grant(methods::ACQUIRE_LEASE, value)?;
         Ok(grant.ok_or_else(|| SandboxError::InvalidResult {

@@ -73,10 +73,16 @@
 //! destroy also deletes them (`state: "destroyed"`). Both are idempotent; an unknown or
 //! malformed id gives `null`. Resume of a lease whose directory is gone answers
 //! `providerLeaseId: null`.
+//!
+//! Acquire honours `requestedExpiresAt` (RFC 3339) exactly and returns it as `expiresAt`:
+//! at that time the lease's sandboxes are killed and its directory removed, by this worker
+//! or, should it be gone, by the next one started over the same root (see the `expiry`
+//! module). A malformed `requestedExpiresAt` is refused as invalid params.
 
 mod args;
 mod duplex;
 mod exec;
+mod expiry;
 mod init;
 mod lease;
 mod policy;
@@ -93,8 +99,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use envrt_runtime_core::DriverError;
 use envrt_runtime_core::sync::confine_to_workspace;
+use envrt_runtime_core::{DriverError, Timestamp};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -232,6 +238,8 @@ struct Worker {
     max_output: usize,
     no_duplex: bool,
     out: Outbound,
+    /// Pending lease expiries.
+    expiries: expiry::Expiries,
     /// Running requests the host may cancel (`envrt.cancel`), by request id.
     cancels: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<()>>>,
 }
@@ -260,7 +268,9 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
         no_duplex,
         out: out.clone(),
         cancels: Default::default(),
+        expiries: Default::default(),
     });
+    worker.expiries.rearm(&worker.sandbox, &worker.leases.root);
     let mut stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
     loop {
         let line = match rpc::read_line(&mut stdin, config.max_line).await {
@@ -385,6 +395,12 @@ struct LeaseIdParams {
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
+struct AcquireParams {
+    requested_expires_at: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RealizeParams {
     lease: exec::LeaseRef,
     #[serde(default)]
@@ -440,8 +456,22 @@ async fn handle(
             "metadata": {"root": worker.leases.root.display().to_string(), "bwrap": worker.sandbox.version},
         })),
         "environmentAcquireLease" => {
-            let (id, _) = worker.leases.create()?;
-            Ok(json!({"providerLeaseId": id, "metadata": lease_metadata()}))
+            let p: AcquireParams = parse(method, params)?;
+            let requested = match p.requested_expires_at.as_deref() {
+                None => None,
+                Some(text) => Some(Timestamp::parse_rfc3339(text).ok_or_else(|| {
+                    RpcError::invalid_params(format!("requestedExpiresAt {text:?} is not an RFC 3339 time"))
+                })?),
+            };
+            let (id, dir) = worker.leases.create()?;
+            let Some(at) = requested else {
+                return Ok(json!({"providerLeaseId": id, "metadata": lease_metadata()}));
+            };
+            if let Err(e) = worker.expiries.watch(&worker.sandbox, &dir, at) {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e.into());
+            }
+            Ok(json!({"providerLeaseId": id, "metadata": lease_metadata(), "expiresAt": at.to_rfc3339()}))
         }
         "environmentResumeLease" => {
             let p: LeaseIdParams = parse(method, params)?;
@@ -468,6 +498,7 @@ async fn handle(
             };
             // Every sandbox over the lease directory is killed: its calls end (killed) and
             // its channels send their exit frames. Destroy also removes the directory.
+            worker.expiries.forget(&dir);
             worker.sandbox.kill_lease(&dir);
             if method == "environmentDestroyLease" {
                 match std::fs::remove_dir_all(&dir) {
