@@ -118,3 +118,42 @@ fn sandbox_refusals_exit_2_as_on_local() {
     );
     s.run(&["lease", "release", &id]);
 }
+
+#[test]
+fn a_sandbox_lease_with_a_ttl_ends_at_expiry_after_its_holder_is_sigkilled() {
+    let Some((s, _)) = sandbox_site() else { return };
+    let mark = marker();
+    let _reaper = Reaper(mark.clone());
+    let (mut holder, lease) = s.start_holder(&["--env-id", "box", "--ttl", "2s"], &mark);
+    let dir = s
+        .state()
+        .join("sandbox")
+        .join(lease["providerLeaseId"].as_str().unwrap());
+    assert!(dir.is_dir(), "{}", dir.display());
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(
+        survivors(&mark),
+        Vec::<u32>::new(),
+        "the sandboxed command outlived its holder"
+    );
+    let id = lease["id"].as_str().unwrap();
+    let at = envrt::Timestamp(lease["expiresAt"].as_u64().unwrap());
+    // Past the expiry: the lease refuses with its text, and gc (whose worker re-arms the
+    // recorded expiry) records it expired and leaves no directory.
+    while envrt::Timestamp::now() <= at {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let refused = s.run(&["exec", "--lease", id, "--", "true"]);
+    assert_eq!(
+        (refused.code, refused.stderr),
+        (Some(2), format!("Lease \"{id}\" expired at {}.\n", at.to_rfc3339()))
+    );
+    let gc = s.run(&["gc"]);
+    assert_eq!(gc.code, Some(0), "{}", gc.stderr);
+    assert_eq!(
+        gc.stdout_text(),
+        format!("released {id} (expired): expired\ngc: 1 released, 0 failed\n")
+    );
+    assert!(!dir.exists(), "the sandbox directory outlived gc");
+}
