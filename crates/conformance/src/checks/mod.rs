@@ -6,6 +6,7 @@ use crate::context::{Ctx, Profile};
 mod cleanup;
 mod duplex;
 mod execute;
+mod expiry;
 mod honesty;
 mod inputs;
 mod lifecycle;
@@ -102,6 +103,7 @@ pub(crate) fn all() -> Vec<Check> {
         sync::CHECKS,
         duplex::CHECKS,
         observe::CHECKS,
+        expiry::CHECKS,
         cleanup::CHECKS,
     ]
     .concat()
