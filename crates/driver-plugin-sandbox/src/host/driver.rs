@@ -535,19 +535,17 @@ impl Execute for SandboxDriver {
         stdout.push(&decode(wire.stdout, "stdout")?);
         let mut stderr = CappedBuffer::new(limit);
         stderr.push(&decode(wire.stderr, "stderr")?);
-        let (stdout, stdout_cut) = stdout.into_parts();
-        let (stderr, stderr_cut) = stderr.into_parts();
-        Ok(ExecuteResult {
+        // What the worker itself cut counts too.
+        let (stdout_cut, stderr_cut) = (flagged("stdoutTruncated"), flagged("stderrTruncated"));
+        let ending = envrt_runtime_core::execute::Ending {
             exit_code: wire.exit_code,
             signal: wire.signal,
             timed_out: wire.timed_out,
-            stdout,
-            stderr,
-            stdout_truncated: stdout_cut || flagged("stdoutTruncated"),
-            stderr_truncated: stderr_cut || flagged("stderrTruncated"),
-            duration,
-            metadata,
-        })
+        };
+        let mut result = ExecuteResult::from_capped(ending, stdout, stderr, duration, metadata);
+        result.stdout_truncated |= stdout_cut;
+        result.stderr_truncated |= stderr_cut;
+        Ok(result)
     }
 }
 
