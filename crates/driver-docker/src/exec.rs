@@ -264,19 +264,18 @@ pub(crate) async fn execute(
             )));
         }
     }
-    let (stdout, stdout_truncated) = collector.stdout.into_parts();
-    let (stderr, stderr_truncated) = collector.stderr.into_parts();
-    Ok(ExecuteResult {
+    let ending = envrt_runtime_core::execute::Ending {
         exit_code,
         signal,
         timed_out,
-        stdout,
-        stderr,
-        stdout_truncated,
-        stderr_truncated,
-        duration: started.elapsed(),
+    };
+    Ok(ExecuteResult::from_capped(
+        ending,
+        collector.stdout,
+        collector.stderr,
+        started.elapsed(),
         metadata,
-    })
+    ))
 }
 
 async fn sleep_until_opt(deadline: Option<Instant>) {

@@ -305,23 +305,12 @@ pub(crate) async fn sync_in(
             request.timeout = command.timeout_ms.map(Duration::from_millis);
             let outcome =
                 crate::exec::execute(&driver.engine, driver.config.kill_grace, container, &workspace, request).await?;
-            let failed = if outcome.timed_out {
-                Some("a timeout".to_owned())
-            } else if let Some(signal) = outcome.signal {
-                Some(format!("signal {signal}"))
-            } else {
-                match outcome.exit_code {
-                    Some(0) => None,
-                    Some(code) => Some(format!("exit code {code}")),
-                    None => Some("an unknown exit".to_owned()),
-                }
-            };
-            if let Some(outcome) = failed {
-                return Err(DriverError::PostUploadFailed {
-                    command: command.command.clone(),
-                    outcome,
-                });
-            }
+            envrt_runtime_core::sync::post_upload_verdict(
+                &command.command,
+                outcome.timed_out,
+                outcome.signal.as_deref(),
+                outcome.exit_code,
+            )?;
         }
         results.push(result);
     }

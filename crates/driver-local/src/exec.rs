@@ -414,21 +414,20 @@ async fn supervise(
         }
     }
 
-    let (stdout, stdout_truncated) = out.kept.into_parts();
-    let (stderr, stderr_truncated) = err.kept.into_parts();
     let mut metadata = envrt_runtime_core::JsonMap::new();
     metadata.insert("pid".into(), pgid.into());
-    Ok(ExecuteResult {
+    let ending = envrt_runtime_core::execute::Ending {
         exit_code: status.code(),
         signal: status.signal().map(signal_name),
         timed_out,
-        stdout,
-        stderr,
-        stdout_truncated,
-        stderr_truncated,
-        duration: started.elapsed(),
+    };
+    Ok(ExecuteResult::from_capped(
+        ending,
+        out.kept,
+        err.kept,
+        started.elapsed(),
         metadata,
-    })
+    ))
 }
 
 #[cfg(test)]

@@ -231,24 +231,12 @@ async fn run_post_upload(
         containment: driver.containment_mode(),
     };
     let outcome = exec::run(&site, request).await?;
-    let failure = if outcome.timed_out {
-        Some("a timeout".to_owned())
-    } else if let Some(signal) = &outcome.signal {
-        Some(format!("signal {signal}"))
-    } else {
-        match outcome.exit_code {
-            Some(0) => None,
-            Some(code) => Some(format!("exit code {code}")),
-            None => Some("an unknown status".to_owned()),
-        }
-    };
-    match failure {
-        None => Ok(()),
-        Some(outcome) => Err(DriverError::PostUploadFailed {
-            command: command.command.clone(),
-            outcome,
-        }),
-    }
+    envrt_runtime_core::sync::post_upload_verdict(
+        &command.command,
+        outcome.timed_out,
+        outcome.signal.as_deref(),
+        outcome.exit_code,
+    )
 }
 
 /// Lease workspace → host.

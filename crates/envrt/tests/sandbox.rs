@@ -120,6 +120,26 @@ fn sandbox_refusals_exit_2_as_on_local() {
 }
 
 #[test]
+fn a_single_file_copies_out_of_a_sandbox_lease() {
+    // Used to fail with `Sync source "f.txt" is not a directory.`: cp retries as a file only
+    // on the typed error, which the worker's refusal now comes back as.
+    let Some((s, _)) = sandbox_site() else { return };
+    let id = s
+        .run(&["lease", "acquire", "--env-id", "box"])
+        .stdout_text()
+        .trim()
+        .to_owned();
+    let made = s.run(&["exec", "--lease", &id, "--", "sh", "-c", "printf 'one file' > f.txt"]);
+    assert_eq!(made.code, Some(0), "{}", made.stderr);
+    for (source, local) in [("f.txt", "got.txt"), ("/workspace/f.txt", "got2.txt")] {
+        let out = s.run(&["cp", "-q", &format!("lease:{id}:{source}"), local]);
+        assert_eq!(out.code, Some(0), "{source}: {}", out.stderr);
+        assert_eq!(std::fs::read(s.path().join(local)).unwrap(), b"one file", "{source}");
+    }
+    s.run(&["lease", "release", &id]);
+}
+
+#[test]
 fn a_sandbox_lease_with_a_ttl_ends_at_expiry_after_its_holder_is_sigkilled() {
     let Some((s, _)) = sandbox_site() else { return };
     let mark = marker();

@@ -119,7 +119,43 @@ pub struct ExecuteResult {
     pub metadata: JsonMap,
 }
 
+/// How a command ended, as a driver saw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ending {
+    /// The exit code; `None` when a signal ended the command.
+    pub exit_code: Option<i32>,
+    /// The signal name when a signal ended it.
+    pub signal: Option<String>,
+    /// Whether the timeout fired.
+    pub timed_out: bool,
+}
+
 impl ExecuteResult {
+    /// The result of a command that ended as `ending`, whose output went into the two
+    /// capped buffers: the one way every driver assembles a result, so the truncation
+    /// flags always say what the buffers dropped.
+    pub fn from_capped(
+        ending: Ending,
+        stdout: CappedBuffer,
+        stderr: CappedBuffer,
+        duration: Duration,
+        metadata: JsonMap,
+    ) -> Self {
+        let (stdout, stdout_truncated) = stdout.into_parts();
+        let (stderr, stderr_truncated) = stderr.into_parts();
+        ExecuteResult {
+            exit_code: ending.exit_code,
+            signal: ending.signal,
+            timed_out: ending.timed_out,
+            stdout,
+            stderr,
+            stdout_truncated,
+            stderr_truncated,
+            duration,
+            metadata,
+        }
+    }
+
     /// `exit_code == Some(0)` and no timeout.
     pub fn success(&self) -> bool {
         self.exit_code == Some(0) && !self.timed_out
@@ -195,6 +231,23 @@ pub fn signal_name(signal: i32) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn results_from_capped_buffers_carry_the_truncation() {
+        let mut out = CappedBuffer::new(3);
+        out.push(b"abcdef");
+        let mut err = CappedBuffer::new(3);
+        err.push(b"xy");
+        let ending = Ending {
+            exit_code: Some(4),
+            signal: None,
+            timed_out: false,
+        };
+        let r = ExecuteResult::from_capped(ending, out, err, Duration::from_millis(7), JsonMap::new());
+        assert_eq!((r.stdout.as_slice(), r.stdout_truncated), (&b"abc"[..], true));
+        assert_eq!((r.stderr.as_slice(), r.stderr_truncated), (&b"xy"[..], false));
+        assert_eq!((r.exit_code, r.duration), (Some(4), Duration::from_millis(7)));
+    }
     use super::*;
 
     #[test]

@@ -182,6 +182,33 @@ pub fn is_within(base: &str, path: &str) -> bool {
     base == "/" || path == base || path.strip_prefix(base).is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// The verdict on a post-upload command that ran: `Ok` for exit code 0, otherwise
+/// [`DriverError::PostUploadFailed`] whose outcome is `a timeout`, `signal S`,
+/// `exit code N`, or `an unknown status` when the command reported neither. One wording for
+/// every driver.
+pub fn post_upload_verdict(
+    command: &str,
+    timed_out: bool,
+    signal: Option<&str>,
+    exit_code: Option<i32>,
+) -> Result<(), DriverError> {
+    let outcome = if timed_out {
+        "a timeout".to_owned()
+    } else if let Some(signal) = signal {
+        format!("signal {signal}")
+    } else {
+        match exit_code {
+            Some(0) => return Ok(()),
+            Some(code) => format!("exit code {code}"),
+            None => "an unknown status".to_owned(),
+        }
+    };
+    Err(DriverError::PostUploadFailed {
+        command: command.to_owned(),
+        outcome,
+    })
+}
+
 /// Checks a post-upload command's cwd: absolute, no `..`, and under one of `targets`
 /// (normalized absolute environment-side paths).
 pub fn check_post_upload_cwd(cwd: &str, targets: &[String]) -> Result<String, DriverError> {
@@ -243,6 +270,28 @@ impl ExcludeSet {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn post_upload_verdicts_have_one_wording() {
+        let text = |t, s: Option<&str>, c| post_upload_verdict("make", t, s, c).err().map(|e| e.to_string());
+        assert_eq!(text(false, None, Some(0)), None);
+        assert_eq!(
+            text(false, None, Some(2)).unwrap(),
+            "Post-upload command \"make\" failed with exit code 2."
+        );
+        assert_eq!(
+            text(false, Some("SIGKILL"), None).unwrap(),
+            "Post-upload command \"make\" failed with signal SIGKILL."
+        );
+        assert_eq!(
+            text(true, Some("SIGKILL"), None).unwrap(),
+            "Post-upload command \"make\" failed with a timeout."
+        );
+        assert_eq!(
+            text(false, None, None).unwrap(),
+            "Post-upload command \"make\" failed with an unknown status."
+        );
+    }
     use super::*;
 
     #[test]

@@ -1,18 +1,19 @@
 //! The `sandbox` driver: every environment verb sent to the plugin worker, gated on the
 //! live worker's `supportedMethods`.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use envrt_runtime_core::capability::{self, CapabilityKey, ClassifierInput, SupportSet, VerbSet};
+use envrt_runtime_core::capability::{CapabilityKey, SupportSet, VerbSet};
+use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, CappedBuffer, DestroyLease, DriverError,
-    DuplexChannel, DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap,
-    LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
-    SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
+    DuplexChannel, DuplexChannels, Environment, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync,
+    JsonMap, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput,
+    ResumeLease, SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
 };
 use serde_json::{Value, json};
 
@@ -33,7 +34,13 @@ pub struct SandboxDriver {
     supervisor: Arc<Supervisor>,
     key: String,
     declaration: Option<CapabilityDeclaration>,
+    /// The worker's verdicts on environment configurations (`environmentValidateConfig`),
+    /// by the configuration's JSON text.
+    validated: Mutex<HashMap<String, bool>>,
 }
+
+/// Most configuration verdicts kept; past it the cache starts afresh.
+const MAX_VALIDATED: usize = 256;
 
 impl std::fmt::Debug for SandboxDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -64,6 +71,7 @@ impl SandboxDriver {
             supervisor,
             key,
             declaration,
+            validated: Mutex::new(HashMap::new()),
         })
     }
 
@@ -110,6 +118,38 @@ impl SandboxDriver {
     /// driver instead kills the worker at once.
     pub async fn shutdown(&self) {
         self.supervisor.shutdown().await;
+    }
+
+    /// Whether the environment's provider configuration resolves, for the capability
+    /// classifier's narrowing: the worker's `environmentValidateConfig` verdict (`ok`),
+    /// asked once per configuration, where the worker advertises the verb. A worker that
+    /// cannot be asked, or a snapshot without an environment, counts as resolved; a call
+    /// that fails (worker gone, timeout) counts as not resolved and is asked again next time.
+    async fn config_resolves(&self, environment: Option<&Environment>) -> bool {
+        let Some(environment) = environment else { return true };
+        if !self.advertises(methods::VALIDATE_CONFIG) {
+            return true;
+        }
+        let text = Value::Object(environment.config.clone()).to_string();
+        if let Some(ok) = self.validated.lock().unwrap_or_else(|e| e.into_inner()).get(&text) {
+            return *ok;
+        }
+        let params = json!({"driverKey": self.key, "config": environment.config});
+        let timeout = self.supervisor.options.rpc_timeout;
+        let ok = match self
+            .supervisor
+            .call(methods::VALIDATE_CONFIG, params, timeout, None, None)
+            .await
+        {
+            Ok(answer) => answer.get("ok").and_then(Value::as_bool) == Some(true),
+            Err(_) => return false,
+        };
+        let mut validated = self.validated.lock().unwrap_or_else(|e| e.into_inner());
+        if validated.len() >= MAX_VALIDATED {
+            validated.clear();
+        }
+        validated.insert(text, ok);
+        ok
     }
 
     fn advertises(&self, method: &str) -> bool {
@@ -293,22 +333,29 @@ impl EnvironmentDriver for SandboxDriver {
     }
 
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
-        let supported: SupportSet = CapabilityKey::ALL
-            .into_iter()
-            .filter(|k| *k != CapabilityKey::RunnerWebSocketIngress)
-            .collect();
-        let verified = self.verified_verbs();
-        let narrowing = capability::narrow_for_lease(
-            input.lease.as_ref().map(|l| l.lease_policy),
-            input.lease.as_ref().map(|l| &l.metadata),
-            true,
-        );
-        Ok(capability::classify(&ClassifierInput {
+        // Written out key by key: a key added to the model is not granted until somebody
+        // decides workers can serve it. Not here: `runnerWebSocketIngress` (the host
+        // does not forward ingress endpoints yet).
+        let supported: SupportSet = [
+            CapabilityKey::ReusableLeases,
+            CapabilityKey::NativeSyncIn,
+            CapabilityKey::NativeSyncOut,
+            CapabilityKey::PersistentProcessSessions,
+            CapabilityKey::IndependentControlCommands,
+            CapabilityKey::IncrementalSessionOutput,
+            CapabilityKey::ConcurrentSyncOperations,
+            CapabilityKey::DuplexCommandStream,
+        ]
+        .into_iter()
+        .collect();
+        let config_resolved = self.config_resolves(input.environment.as_ref()).await;
+        Ok(classify_driver(
+            self,
             supported,
-            verified: Some(&verified),
-            declaration: self.declaration.as_ref(),
-            narrowing: Some(&narrowing),
-        }))
+            self.declaration.as_ref(),
+            input,
+            config_resolved,
+        ))
     }
 
     fn as_resume(&self) -> Option<&dyn ResumeLease> {
@@ -491,19 +538,17 @@ impl Execute for SandboxDriver {
         stdout.push(&decode(wire.stdout, "stdout")?);
         let mut stderr = CappedBuffer::new(limit);
         stderr.push(&decode(wire.stderr, "stderr")?);
-        let (stdout, stdout_cut) = stdout.into_parts();
-        let (stderr, stderr_cut) = stderr.into_parts();
-        Ok(ExecuteResult {
+        // What the worker itself cut counts too.
+        let (stdout_cut, stderr_cut) = (flagged("stdoutTruncated"), flagged("stderrTruncated"));
+        let ending = envrt_runtime_core::execute::Ending {
             exit_code: wire.exit_code,
             signal: wire.signal,
             timed_out: wire.timed_out,
-            stdout,
-            stderr,
-            stdout_truncated: stdout_cut || flagged("stdoutTruncated"),
-            stderr_truncated: stderr_cut || flagged("stderrTruncated"),
-            duration,
-            metadata,
-        })
+        };
+        let mut result = ExecuteResult::from_capped(ending, stdout, stderr, duration, metadata);
+        result.stdout_truncated |= stdout_cut;
+        result.stderr_truncated |= stderr_cut;
+        Ok(result)
     }
 }
 

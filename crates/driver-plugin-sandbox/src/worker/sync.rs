@@ -126,23 +126,12 @@ pub(crate) async fn sync(
                 None,
             )
             .await?;
-            let failure = if outcome.timed_out {
-                Some("a timeout".to_owned())
-            } else if let Some(sig) = &outcome.signal {
-                Some(format!("signal {sig}"))
-            } else {
-                match outcome.exit_code {
-                    Some(0) => None,
-                    Some(code) => Some(format!("exit code {code}")),
-                    None => Some("no exit code".to_owned()),
-                }
-            };
-            if let Some(outcome) = failure {
-                return Err(DriverError::PostUploadFailed {
-                    command: command.command.clone(),
-                    outcome,
-                });
-            }
+            envrt_runtime_core::sync::post_upload_verdict(
+                &command.command,
+                outcome.timed_out,
+                outcome.signal.as_deref(),
+                outcome.exit_code,
+            )?;
         }
         results.push(json!({
             "operationId": op.operation_id,
