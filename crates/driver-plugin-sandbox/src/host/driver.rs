@@ -11,9 +11,9 @@ use envrt_runtime_core::capability::{CapabilityKey, SupportSet, VerbSet};
 use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, CappedBuffer, DestroyLease, DriverError,
-    DuplexChannel, DuplexChannels, Environment, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync,
-    JsonMap, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput,
-    ResumeLease, SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
+    DuplexChannel, DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap,
+    LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
+    SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
 };
 use serde_json::{Value, json};
 
@@ -24,6 +24,8 @@ use super::manifest::PluginManifest;
 use super::options::SandboxOptions;
 use super::supervisor::Supervisor;
 use crate::protocol::methods;
+
+mod validate;
 
 /// The driver key used when the manifest names none.
 pub const DEFAULT_DRIVER_KEY: &str = "sandbox";
@@ -38,9 +40,6 @@ pub struct SandboxDriver {
     /// by the configuration's JSON text.
     validated: Mutex<HashMap<String, bool>>,
 }
-
-/// Most configuration verdicts kept; past it the cache starts afresh.
-const MAX_VALIDATED: usize = 256;
 
 impl std::fmt::Debug for SandboxDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,38 +117,6 @@ impl SandboxDriver {
     /// driver instead kills the worker at once.
     pub async fn shutdown(&self) {
         self.supervisor.shutdown().await;
-    }
-
-    /// Whether the environment's provider configuration resolves, for the capability
-    /// classifier's narrowing: the worker's `environmentValidateConfig` verdict (`ok`),
-    /// asked once per configuration, where the worker advertises the verb. A worker that
-    /// cannot be asked, or a snapshot without an environment, counts as resolved; a call
-    /// that fails (worker gone, timeout) counts as not resolved and is asked again next time.
-    async fn config_resolves(&self, environment: Option<&Environment>) -> bool {
-        let Some(environment) = environment else { return true };
-        if !self.advertises(methods::VALIDATE_CONFIG) {
-            return true;
-        }
-        let text = Value::Object(environment.config.clone()).to_string();
-        if let Some(ok) = self.validated.lock().unwrap_or_else(|e| e.into_inner()).get(&text) {
-            return *ok;
-        }
-        let params = json!({"driverKey": self.key, "config": environment.config});
-        let timeout = self.supervisor.options.rpc_timeout;
-        let ok = match self
-            .supervisor
-            .call(methods::VALIDATE_CONFIG, params, timeout, None, None)
-            .await
-        {
-            Ok(answer) => answer.get("ok").and_then(Value::as_bool) == Some(true),
-            Err(_) => return false,
-        };
-        let mut validated = self.validated.lock().unwrap_or_else(|e| e.into_inner());
-        if validated.len() >= MAX_VALIDATED {
-            validated.clear();
-        }
-        validated.insert(text, ok);
-        ok
     }
 
     fn advertises(&self, method: &str) -> bool {

@@ -1,0 +1,46 @@
+//! Honest narrowing: the worker's verdict on an environment's provider configuration
+//! (`environmentValidateConfig`), asked once per configuration and handed to the shared
+//! classifier as `config_resolved`.
+
+use envrt_runtime_core::Environment;
+use serde_json::{Value, json};
+
+use super::SandboxDriver;
+use crate::protocol::methods;
+
+/// Most configuration verdicts kept; past it the cache starts afresh.
+const MAX_VALIDATED: usize = 256;
+
+impl SandboxDriver {
+    /// Whether the environment's provider configuration resolves, for the capability
+    /// classifier's narrowing: the worker's `environmentValidateConfig` verdict (`ok`),
+    /// asked once per configuration, where the worker advertises the verb. A worker that
+    /// cannot be asked, or a snapshot without an environment, counts as resolved; a call
+    /// that fails (worker gone, timeout) counts as not resolved and is asked again next time.
+    pub(super) async fn config_resolves(&self, environment: Option<&Environment>) -> bool {
+        let Some(environment) = environment else { return true };
+        if !self.advertises(methods::VALIDATE_CONFIG) {
+            return true;
+        }
+        let text = Value::Object(environment.config.clone()).to_string();
+        if let Some(ok) = self.validated.lock().unwrap_or_else(|e| e.into_inner()).get(&text) {
+            return *ok;
+        }
+        let params = json!({"driverKey": self.key, "config": environment.config});
+        let timeout = self.supervisor.options.rpc_timeout;
+        let ok = match self
+            .supervisor
+            .call(methods::VALIDATE_CONFIG, params, timeout, None, None)
+            .await
+        {
+            Ok(answer) => answer.get("ok").and_then(Value::as_bool) == Some(true),
+            Err(_) => return false,
+        };
+        let mut validated = self.validated.lock().unwrap_or_else(|e| e.into_inner());
+        if validated.len() >= MAX_VALIDATED {
+            validated.clear();
+        }
+        validated.insert(text, ok);
+        ok
+    }
+}
