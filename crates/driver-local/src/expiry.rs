@@ -84,7 +84,13 @@ pub(crate) fn start(watch: &Watch<'_>) -> Result<(), DriverError> {
         .spawn()
         .map_err(|e| DriverError::io("cannot start the lease's expiry watchdog", e))?;
     let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or_default();
-    if let Err(e) = std::fs::write(watch.pid_file, pid.to_string()) {
+    // The start time is there from the fork on (the command line only once exec is done),
+    // so it is what tells this watchdog from a later process with the same pid.
+    let record = match start_time(pid) {
+        Some(start) => format!("{pid} {start}"),
+        None => pid.to_string(),
+    };
+    if let Err(e) = std::fs::write(watch.pid_file, record) {
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         return Err(DriverError::io(
             format!("cannot record the expiry watchdog in {}", watch.pid_file.display()),
@@ -99,13 +105,25 @@ pub(crate) fn stop(pid_file: &Path, workspace: &Path) {
     let Ok(text) = std::fs::read_to_string(pid_file) else {
         return;
     };
-    if let Ok(pid) = text.trim().parse::<i32>()
-        && pid > 0
-        && is_watchdog_of(pid, workspace)
-    {
+    let mut fields = text.split_whitespace();
+    let pid = fields.next().and_then(|p| p.parse::<i32>().ok()).unwrap_or(0);
+    let recorded_start = fields.next().and_then(|s| s.parse::<u64>().ok());
+    let ours = match recorded_start {
+        Some(start) => start_time(pid) == Some(start),
+        None => is_watchdog_of(pid, workspace),
+    };
+    if pid > 0 && ours {
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     }
     let _ = std::fs::remove_file(pid_file);
+}
+
+/// The start time of process `pid` (clock ticks since boot, field 22 of its `stat`).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(22 - 3).and_then(|t| t.parse().ok())
 }
 
 /// Whether process `pid` is a watchdog for `workspace` (not an unrelated process that

@@ -134,7 +134,11 @@ async fn a_lease_released_before_expiry_leaves_no_watchdog() {
             .unwrap();
         let workspace = h.workspace(&lease);
         let ws = workspace.to_str().unwrap().to_owned();
-        assert_eq!(processes_with(&ws).len(), 1, "{end}: one watchdog per expiring lease");
+        // Right after the spawn the watchdog may still be in exec (no command line yet).
+        assert!(
+            eventually(|| processes_with(&ws).len() == 1).await,
+            "{end}: one watchdog per expiring lease"
+        );
         if end == "release" {
             h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
         } else {
@@ -151,5 +155,30 @@ async fn a_lease_released_before_expiry_leaves_no_watchdog() {
     assert_eq!(lease.expires_at, None);
     assert!(processes_with(h.workspace(&lease).to_str().unwrap()).is_empty());
     h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    h.finish();
+}
+
+#[tokio::test]
+async fn a_release_right_after_acquire_still_ends_the_watchdog() {
+    // The watchdog may still be in exec (no command line yet) when acquire returns; the
+    // driver tells it by its start time, so an immediate release must still end it.
+    let h = Harness::new().await;
+    let mut workspaces = Vec::new();
+    for _ in 0..20 {
+        let lease = h
+            .runtime
+            .acquire_lease(request(LeasePolicy::Ephemeral, Duration::from_secs(600)))
+            .await
+            .unwrap();
+        workspaces.push(h.workspace(&lease).to_str().unwrap().to_owned());
+        h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    }
+    for ws in &workspaces {
+        assert!(
+            survivors(ws).await.is_empty(),
+            "a watchdog outlived its released lease ({ws})"
+        );
+    }
+    assert!(h.leftovers().is_empty(), "left {:?}", h.leftovers());
     h.finish();
 }
