@@ -211,7 +211,8 @@ fn tied_to(pid: u32, workspace: &Path) -> bool {
 }
 
 /// SIGKILLs every process tied to `workspace` (never this process); returns how many.
-pub(crate) fn kill_tied_to(workspace: &Path) -> usize {
+/// Also what recovery calls after a dead holder, whose process table died with it.
+pub fn kill_tied_to(workspace: &Path) -> usize {
     let me = std::process::id();
     let Ok(entries) = fs::read_dir("/proc") else {
         return 0;

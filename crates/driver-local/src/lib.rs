@@ -165,6 +165,8 @@ pub fn describe_containment(cgroups: bool) -> String {
     containment::Containment::detect(cgroups).describe()
 }
 
+pub use containment::kill_tied_to;
+
 /// The registry key of this driver.
 pub const DRIVER_KEY: &str = "local";
 

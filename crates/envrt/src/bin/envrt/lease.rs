@@ -376,7 +376,7 @@ fn kill_local_leftovers(lease: &Lease) {
         return;
     }
     if let Some(workspace) = lease.metadata.get("workspace").and_then(|w| w.as_str()) {
-        let killed = crate::orphans::kill_left_in(std::path::Path::new(workspace));
+        let killed = envrt::local::kill_tied_to(std::path::Path::new(workspace));
         if killed > 0 {
             println!("killed {killed} processes left running in lease {}", lease.id);
         }

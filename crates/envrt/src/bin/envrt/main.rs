@@ -16,7 +16,6 @@ mod error;
 mod exec;
 mod isolation;
 mod lease;
-mod orphans;
 mod shell;
 
 use std::path::PathBuf;
