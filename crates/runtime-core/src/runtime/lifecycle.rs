@@ -116,13 +116,7 @@ impl EnvironmentRuntime {
         &self,
         environment_id: &str,
     ) -> Result<(Environment, Arc<dyn EnvironmentDriver>), RuntimeError> {
-        let environment =
-            self.store
-                .get_environment(environment_id)
-                .await?
-                .ok_or_else(|| RuntimeError::EnvironmentNotFound {
-                    id: environment_id.to_owned(),
-                })?;
+        let environment = self.known_environment(environment_id).await?;
         tracing::Span::current().record("driver", environment.driver.as_str());
         let driver = self.registered(&environment.driver)?;
         if environment.status != EnvironmentStatus::Active {

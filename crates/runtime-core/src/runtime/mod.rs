@@ -126,6 +126,14 @@ impl EnvironmentRuntime {
             .ok_or_else(|| RuntimeError::DriverNotRegistered { key: key.to_owned() })
     }
 
+    /// The environment with this id, or `Environment "{id}" was not found.`
+    async fn known_environment(&self, id: &str) -> Result<Environment, RuntimeError> {
+        self.store
+            .get_environment(id)
+            .await?
+            .ok_or_else(|| RuntimeError::EnvironmentNotFound { id: id.to_owned() })
+    }
+
     async fn load(&self, lease_id: &str) -> Result<LeaseContext, RuntimeError> {
         let lease = self
             .store

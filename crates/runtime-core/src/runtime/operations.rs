@@ -120,13 +120,7 @@ impl EnvironmentRuntime {
         &self,
         environment_id: &str,
     ) -> Result<Option<CapabilitySnapshot>, RuntimeError> {
-        let environment =
-            self.store
-                .get_environment(environment_id)
-                .await?
-                .ok_or_else(|| RuntimeError::EnvironmentNotFound {
-                    id: environment_id.to_owned(),
-                })?;
+        let environment = self.known_environment(environment_id).await?;
         let Some(driver) = self.driver(&environment.driver) else {
             return Ok(None);
         };
