@@ -184,6 +184,12 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         None
     }
+    /// Recovery (inventory and reap), if the driver has it. Not a contract verb: it never
+    /// enters the capability snapshot; `envrt gc` and
+    /// [`EnvironmentRuntime::reconcile`](crate::EnvironmentRuntime) loop over it.
+    fn as_recovery(&self) -> Option<&dyn Recovery> {
+        None
+    }
 
     /// The verbs this driver verifiably implements, fed to the classifier. The default
     /// derives them from the accessors; a plugin driver answers with its live worker's
@@ -263,6 +269,38 @@ pub trait DuplexChannels: Send + Sync {
         context: &LeaseContext,
         command: &[String],
     ) -> Result<Box<dyn DuplexChannel>, DriverError>;
+}
+
+/// One backend resource a driver made for a lease, as its [`Recovery::inventory`] finds it
+/// in the real backend (not in the store).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryItem {
+    /// What it is, in the driver's words: `container`, `workspace`, `sandbox`, `process`.
+    pub kind: String,
+    /// The driver's handle for it: a container id, a path, a sandbox id, a pid.
+    pub id: String,
+    /// The lease it was made for, when the resource records it. An item with none is
+    /// never reaped by reconciliation (nothing proves it is the driver's to remove).
+    pub lease_id: Option<String>,
+}
+
+/// The recovery group: what a driver really holds in its backend, and removing what no
+/// lease keeps. Reconciliation keeps every item whose lease is active, retained, pending
+/// clean-up, or released but reusable; it reaps the rest.
+#[async_trait]
+pub trait Recovery: Send + Sync {
+    /// Every resource this driver instance made (scoped by its own configuration: a state
+    /// directory, a label set, a worker), whichever process made it.
+    async fn inventory(&self) -> Result<Vec<InventoryItem>, DriverError>;
+    /// Removes one item of [`inventory`](Self::inventory). MUST be idempotent: an item
+    /// already gone is success.
+    async fn reap(&self, item: &InventoryItem) -> Result<(), DriverError>;
+    /// Kills what an active lease whose holder died left running, before the runtime
+    /// releases it (the holder's process table died with it). Returns how many processes
+    /// were killed. The default has nothing to kill.
+    async fn kill_leftovers(&self, _lease: &Lease) -> Result<usize, DriverError> {
+        Ok(0)
+    }
 }
 
 /// The classifier as an in-process driver uses it: its own verbs as the verified set, the

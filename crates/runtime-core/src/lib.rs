@@ -43,13 +43,16 @@ pub mod tree;
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{
     AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
-    FileSync, LeaseContext, LeaseGrant, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
-    WorkspaceRequest,
+    FileSync, InventoryItem, LeaseContext, LeaseGrant, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput,
+    ResumeLease, WorkspaceRequest,
 };
 pub use error::{DriverError, RuntimeError, StoreError};
 pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
-pub use runtime::{AcquireRequest, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, ReleaseReport};
+pub use runtime::{
+    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, ReconcileReport,
+    ReleaseReport,
+};
 pub use secret::{EnvValue, Secret};
 pub use store::{LeaseFilter, LeaseStore, MemoryStore};
 pub use sync::{SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult};

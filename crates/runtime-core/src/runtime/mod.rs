@@ -2,12 +2,13 @@
 //! the lease store, and the way every lease operation finds its driver. The operations
 //! themselves live in [`lifecycle`] (acquire, resume, release, destroy) and [`operations`]
 //! (realize, execute, sync, duplex, capabilities); both pass the one [`gate`]. Warm pools
-//! are in [`pool`].
+//! are in [`pool`]; reconciliation with the drivers' inventories in [`recovery`].
 
 mod gate;
 mod lifecycle;
 mod operations;
 mod pool;
+mod recovery;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,6 +24,7 @@ use crate::store::{LeaseFilter, LeaseStore, MemoryStore};
 
 pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
+pub use recovery::{DriverItem, ReconcileReport};
 
 /// The facade: a registry of drivers by key plus a lease store. Every operation resolves
 /// the lease's driver key, then checks in the contract's order before calling the driver.
