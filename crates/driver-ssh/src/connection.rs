@@ -1,0 +1,270 @@
+//! One OpenSSH master connection per host, shared by every lease on it: each command is a
+//! session channel multiplexed over the master's control socket. A master that died (the
+//! connection broke, `ControlPersist` ran out) is replaced on the next call.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use envrt_runtime_core::DriverError;
+use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
+
+use crate::target::SshTarget;
+
+/// A live master connection and the permits of its channels.
+pub(crate) struct Host {
+    target: SshTarget,
+    control_dir: PathBuf,
+    session: Mutex<Option<Arc<Session>>>,
+    channels: Arc<Semaphore>,
+    opened: AtomicU64,
+}
+
+/// A spawned remote command, holding one channel permit.
+pub(crate) struct Remote {
+    /// The child.
+    pub(crate) child: openssh::Child<Arc<Session>>,
+    /// The session it runs on (to tell a broken connection from a killed command).
+    pub(crate) session: Arc<Session>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Host {
+    pub(crate) fn new(target: SshTarget, control_dir: PathBuf, max_channels: usize) -> Host {
+        Host {
+            target,
+            control_dir,
+            session: Mutex::new(None),
+            channels: Arc::new(Semaphore::new(max_channels.max(1))),
+            opened: AtomicU64::new(0),
+        }
+    }
+
+    /// How many master connections this host has opened so far.
+    pub(crate) fn connections_opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// The control socket of the live master, if there is one.
+    pub(crate) async fn control_socket(&self) -> Option<PathBuf> {
+        self.session
+            .lock()
+            .await
+            .as_ref()
+            .map(|s| s.control_socket().to_path_buf())
+    }
+
+    /// The current master, connecting when there is none.
+    pub(crate) async fn session(&self) -> Result<Arc<Session>, DriverError> {
+        let mut slot = self.session.lock().await;
+        if let Some(session) = slot.as_ref() {
+            return Ok(session.clone());
+        }
+        let session = Arc::new(self.connect().await?);
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        *slot = Some(session.clone());
+        Ok(session)
+    }
+
+    /// Forgets `dead` (if it is still the current master), so the next call reconnects.
+    pub(crate) async fn forget(&self, dead: &Arc<Session>) {
+        let mut slot = self.session.lock().await;
+        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
+            *slot = None;
+        }
+    }
+
+    /// Whether the master of `session` still answers.
+    pub(crate) async fn alive(&self, session: &Arc<Session>) -> bool {
+        session.check().await.is_ok()
+    }
+
+    async fn connect(&self) -> Result<Session, DriverError> {
+        let t = &self.target;
+        let mut builder = SessionBuilder::default();
+        builder
+            .known_hosts_check(if t.accept_new_host_key {
+                KnownHosts::Add
+            } else {
+                KnownHosts::Strict
+            })
+            .control_directory(&self.control_dir)
+            // A master orphaned by a crashed host program goes away by itself.
+            .control_persist(ControlPersist::IdleFor(
+                std::num::NonZeroUsize::new(60).expect("non-zero"),
+            ))
+            .connect_timeout(t.connect_timeout)
+            .server_alive_interval(Duration::from_secs(5));
+        if let Some(port) = t.port {
+            builder.port(port);
+        }
+        if let Some(user) = &t.user {
+            builder.user(user.clone());
+        }
+        if let Some(key) = &t.key {
+            builder.keyfile(key);
+        }
+        if let Some(file) = &t.known_hosts {
+            builder.user_known_hosts_file(file);
+        }
+        builder.connect_mux(&t.host).await.map_err(|e| connect_error(t, &e))
+    }
+
+    /// Spawns `script` on a channel (stdin, stdout and stderr piped). A master that cannot
+    /// open a channel is replaced once: the command never started, so nothing runs twice.
+    pub(crate) async fn spawn(&self, script: &str) -> Result<Remote, DriverError> {
+        let permit = self
+            .channels
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| DriverError::other("the SSH driver is shutting down"))?;
+        let mut last = None;
+        for _ in 0..2 {
+            let session = self.session().await?;
+            let spawned = Session::to_raw_command(session.clone(), script)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .await;
+            match spawned {
+                Ok(child) => {
+                    return Ok(Remote {
+                        child,
+                        session,
+                        _permit: permit,
+                    });
+                }
+                Err(error) => {
+                    self.forget(&session).await;
+                    last = Some(error);
+                }
+            }
+        }
+        Err(self.unavailable("cannot open a channel", last.map(|e| e.to_string()).unwrap_or_default()))
+    }
+
+    /// Runs `script` to completion with `input` on stdin; returns the exit code and the
+    /// two outputs. For the driver's own short scripts.
+    pub(crate) async fn run(&self, script: &str, input: &[u8]) -> Result<(i32, Vec<u8>, Vec<u8>), DriverError> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut remote = self.spawn(script).await?;
+        let mut stdin = remote.child.stdin().take();
+        let mut stdout = remote.child.stdout().take();
+        let mut stderr = remote.child.stderr().take();
+        let feed = async {
+            if let Some(mut pipe) = stdin.take() {
+                let _ = pipe.write_all(input).await;
+                let _ = pipe.shutdown().await;
+            }
+        };
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let read_out = async {
+            if let Some(pipe) = stdout.as_mut() {
+                let _ = pipe.read_to_end(&mut out).await;
+            }
+        };
+        let read_err = async {
+            if let Some(pipe) = stderr.as_mut() {
+                let _ = pipe.read_to_end(&mut err).await;
+            }
+        };
+        tokio::join!(feed, read_out, read_err);
+        let code = exit_code(remote.child.wait().await);
+        match code {
+            Some(code) => Ok((code, out, err)),
+            None => {
+                if !self.alive(&remote.session).await {
+                    self.forget(&remote.session).await;
+                }
+                Err(self.unavailable("a driver command ended without a status", String::from_utf8_lossy(&err)))
+            }
+        }
+    }
+
+    /// [`run`](Self::run), failing unless the script exits 0; returns its stdout.
+    pub(crate) async fn run_ok(&self, what: &str, script: &str) -> Result<Vec<u8>, DriverError> {
+        let (code, out, err) = self.run(script, &[]).await?;
+        if code == 0 {
+            Ok(out)
+        } else {
+            Err(DriverError::other(format!(
+                "cannot {what} on {}: exit code {code}: {}",
+                self.target.shown(),
+                String::from_utf8_lossy(&err).trim()
+            )))
+        }
+    }
+
+    pub(crate) fn unavailable(&self, what: &str, detail: impl std::fmt::Display) -> DriverError {
+        DriverError::Unavailable {
+            message: format!("SSH host {}: {what}: {detail}", self.target.shown()),
+            source: None,
+        }
+    }
+
+    /// Closes the master (when this driver made it).
+    pub(crate) async fn close(&self) {
+        if let Some(session) = self.session.lock().await.take() {
+            if let Ok(session) = Arc::try_unwrap(session) {
+                let _ = session.close().await;
+            }
+        }
+    }
+
+    pub(crate) fn target(&self) -> &SshTarget {
+        &self.target
+    }
+}
+
+/// The exit code of a finished channel: `None` when it ended without one (a signal, or the
+/// connection broke). OpenSSH's crate reports exit code 127 as an error; it is a code.
+pub(crate) fn exit_code(status: Result<std::process::ExitStatus, openssh::Error>) -> Option<i32> {
+    match status {
+        Ok(status) => status.code(),
+        Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Some(127),
+        Err(_) => None,
+    }
+}
+
+/// The refusal of a connection attempt, saying what the log of `ssh` said (host key
+/// verification, authentication, reachability).
+fn connect_error(target: &SshTarget, error: &openssh::Error) -> DriverError {
+    let detail = match error {
+        openssh::Error::Connect(e) | openssh::Error::Master(e) => e.to_string(),
+        other => other.to_string(),
+    };
+    let why = if detail.contains("Host key verification failed") || detail.contains("REMOTE HOST IDENTIFICATION") {
+        "the host key does not match the known-hosts file".to_owned()
+    } else if detail.contains("No ED25519 host key is known")
+        || detail.contains("No RSA host key is known")
+        || detail.contains("No ECDSA host key is known")
+        || detail.contains("host key is known")
+    {
+        "the host key is not in the known-hosts file".to_owned()
+    } else {
+        detail.trim().to_owned()
+    };
+    DriverError::Unavailable {
+        message: format!("Cannot connect to SSH host {}: {why}.", target.shown()),
+        source: None,
+    }
+}
+
+/// The directory holding this process's control sockets.
+pub(crate) fn default_control_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("envrt-ssh-{}", std::process::id()))
+}
+
+/// Creates `dir` (`0700`) when missing.
+pub(crate) fn prepare_control_dir(dir: &Path) -> Result<(), DriverError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).recursive(true).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(DriverError::io(format!("cannot create {}", dir.display()), e)),
+    }
+}

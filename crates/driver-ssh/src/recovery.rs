@@ -1,0 +1,91 @@
+//! The recovery group: the lease directories on every host this driver knows (its default
+//! target and every host it has connected to), and removing one whose lease is over.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use envrt_runtime_core::{DriverError, InventoryItem, Lease, Recovery};
+
+use crate::connection::Host;
+use crate::{SshDriver, remote};
+
+impl SshDriver {
+    fn known_hosts(&self) -> Vec<Arc<Host>> {
+        if let Some(target) = &self.config.target {
+            self.host(target);
+        }
+        self.hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
+/// `{user@host:port}:{lease dir}`.
+fn item_id(host: &Host, dir: &str) -> String {
+    format!("{}:{dir}", host.target().shown())
+}
+
+#[async_trait]
+impl Recovery for SshDriver {
+    async fn inventory(&self) -> Result<Vec<InventoryItem>, DriverError> {
+        let mut items = Vec::new();
+        for host in self.known_hosts() {
+            let out = host
+                .run_ok("list the leases", &remote::list_leases(&self.config.root))
+                .await?;
+            for dir in String::from_utf8_lossy(&out).lines().filter(|l| !l.is_empty()) {
+                let lease_id = dir
+                    .rsplit('/')
+                    .next()
+                    .and_then(|n| n.strip_prefix("lease-"))
+                    .map(str::to_owned);
+                items.push(InventoryItem {
+                    kind: "workspace".into(),
+                    id: item_id(&host, dir),
+                    lease_id,
+                });
+            }
+        }
+        Ok(items)
+    }
+
+    async fn reap(&self, item: &InventoryItem) -> Result<(), DriverError> {
+        for host in self.known_hosts() {
+            let prefix = format!("{}:", host.target().shown());
+            if let Some(dir) = item.id.strip_prefix(&prefix) {
+                let name = dir.rsplit('/').next().unwrap_or_default();
+                if !dir.starts_with('/') || !name.starts_with("lease-") {
+                    return Err(DriverError::invalid(format!(
+                        "{:?} is not an ssh lease directory",
+                        item.id
+                    )));
+                }
+                return host
+                    .run_ok("remove the lease", &remote::remove_lease(dir))
+                    .await
+                    .map(|_| ());
+            }
+        }
+        Err(DriverError::invalid(format!(
+            "{:?} names no host this driver knows",
+            item.id
+        )))
+    }
+
+    async fn kill_leftovers(&self, lease: &Lease) -> Result<usize, DriverError> {
+        let context = envrt_runtime_core::LeaseContext {
+            lease: lease.clone(),
+            environment: None,
+        };
+        if let Some(place) = self.find(&context).await? {
+            place
+                .host
+                .run_ok("stop the lease's commands", &remote::kill_lease(&place.lease_dir))
+                .await?;
+        }
+        Ok(0)
+    }
+}

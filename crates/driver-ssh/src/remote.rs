@@ -1,0 +1,320 @@
+//! The remote side: every command the driver asks `sshd` to run, as POSIX `sh` text. The
+//! login shell of the remote user must read POSIX `sh` (`sh`, `dash`, `bash`, `ksh`); the
+//! remote host needs `env`, `head`, `setsid`, `tar`, `readlink -f` and `sleep` with
+//! fractions (GNU coreutils or BusyBox).
+//!
+//! Nothing secret is ever put in these texts: request variables travel on the channel's
+//! stdin (see [`env_block`]), and command lines only carry paths, names and arguments.
+
+use std::collections::BTreeMap;
+
+use envrt_runtime_core::{DriverError, EnvValue};
+
+/// Quotes `text` for `sh` as one word.
+pub(crate) fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('\'');
+    for c in text.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// Whether `name` can be a variable of `sh` (`export` refuses anything else).
+pub(crate) fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// The request's variables as the text the remote prologue reads from stdin: a decimal
+/// length line, then that many bytes of `export NAME='value'` lines (evaluated by the
+/// prologue, so the values never appear on a command line).
+pub(crate) fn env_block(env: &BTreeMap<String, EnvValue>) -> Vec<u8> {
+    let mut body = String::new();
+    for (name, value) in env {
+        body.push_str("export ");
+        body.push_str(name);
+        body.push('=');
+        body.push_str(&quote(value.expose()));
+        body.push('\n');
+    }
+    let mut out = format!("{}\n", body.len()).into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+/// Checks a request's command, arguments and variables before anything is sent.
+pub(crate) fn validate(command: &str, args: &[String], env: &BTreeMap<String, EnvValue>) -> Result<(), DriverError> {
+    if command.is_empty() {
+        return Err(DriverError::invalid("the command is empty"));
+    }
+    if command.contains('\0') || args.iter().any(|a| a.contains('\0')) {
+        return Err(DriverError::invalid("the command or an argument contains a NUL byte"));
+    }
+    for (name, value) in env {
+        if !valid_name(name) {
+            return Err(DriverError::invalid(format!(
+                "environment variable name {name:?} is not valid"
+            )));
+        }
+        if value.expose().contains('\0') {
+            return Err(DriverError::invalid(format!(
+                "environment variable {name} contains a NUL byte"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The watchdog each command gets (arguments: the command's pid, which is its process
+/// group; the pid of the `sshd` session that runs it; the run file prefix). It lives in a
+/// session of its own, polls, and kills the command's whole group when the command has
+/// ended (whatever it left behind: a background child holding stdout) or when `sshd`'s
+/// session is gone (the connection broke). Then it removes the pid file.
+const WATCHDOG: &str = r#"p=$1 s=$2 r=$3
+while kill -0 "$p" 2>/dev/null; do
+  kill -0 "$s" 2>/dev/null || break
+  sleep 0.2
+done
+kill -KILL "-$p" 2>/dev/null
+rm -f "$r.pid" "$r.in""#;
+
+/// Exit code of the prologue when the requested cwd is refused; the reason is the first
+/// line of stderr ([`CWD_OUTSIDE`] or [`CWD_MISSING`]).
+pub(crate) const CWD_REFUSED_CODE: i32 = 120;
+/// The prologue's stderr when the cwd resolves outside the workspace.
+pub(crate) const CWD_OUTSIDE: &[u8] = b"envrt-ssh: cwd outside\n";
+/// The prologue's stderr when the cwd does not exist.
+pub(crate) const CWD_MISSING: &[u8] = b"envrt-ssh: cwd missing\n";
+
+/// The inner prologue, run by a clean `/bin/sh` (arguments: workspace, run file prefix,
+/// cwd or empty, stdin length or `stream`, then the command and its arguments): enters the
+/// cwd (refusing one that resolves outside the workspace), reads the variables from
+/// stdin, records its pid, starts the watchdog, and becomes the command. `sshd` is its
+/// parent and put it in a session and process group of its own, so the exit code is the
+/// command's own.
+///
+/// With a stdin length, the command reads its stdin from a FIFO fed by a background
+/// feeder, which copies exactly that many bytes from the channel, then waits for the
+/// channel's stdin to end: the host keeps it open until the command has ended, so its end
+/// means the channel is gone (the call was dropped, the host program died, the connection
+/// broke), and the feeder kills the command's whole group. With `stream` (duplex), the
+/// command reads the channel's stdin itself.
+fn prologue() -> String {
+    format!(
+        r#"w=$1 r=$2 c=$3 m=$4; shift 4
+if [ -n "$c" ]; then
+  cd -P -- "$c" 2>/dev/null || {{ printf 'envrt-ssh: cwd missing\n' >&2; exit {code}; }}
+  case "$(pwd -P)/" in "$w"/*) ;; *) printf 'envrt-ssh: cwd outside\n' >&2; exit {code};; esac
+else
+  cd -- "$w" || exit 125
+fi
+unset OLDPWD
+IFS= read -r n || exit 125
+if [ "$n" -gt 0 ]; then eval "$(head -c "$n")" || exit 125; fi
+echo $$ >"$r.pid"
+setsid /bin/sh -c {watchdog} envrt-ssh-watch $$ $PPID "$r" </dev/null >/dev/null 2>&1 &
+case $1 in
+  */*) [ -e "$1" ] || nf=1 ;;
+  *) command -v -- "$1" >/dev/null 2>&1 || nf=1 ;;
+esac
+if [ -n "${{nf:-}}" ]; then printf 'envrt: command not found: %s\n' "$1" >&2; exit 127; fi
+if [ "$m" = stream ]; then exec "$@"; fi
+mkfifo -m 600 "$r.in" || exit 125
+exec 3<&0
+{{ if [ "$m" -gt 0 ]; then head -c "$m"; fi >"$r.in"; rm -f "$r.in"; cat >/dev/null; kill -KILL -$$; }} <&3 >/dev/null 2>&1 &
+exec "$@" <"$r.in" 3<&-"#,
+        code = CWD_REFUSED_CODE,
+        watchdog = quote(WATCHDOG),
+    )
+}
+
+/// The default `PATH` when the remote login environment has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Where one command runs.
+pub(crate) struct Launch<'a> {
+    /// The workspace (canonical, absolute).
+    pub(crate) workspace: &'a str,
+    /// The run file prefix (`{lease dir}/run/{run id}`).
+    pub(crate) run: &'a str,
+    /// The cwd to enter, already confined lexically; `None` for the workspace.
+    pub(crate) cwd: Option<&'a str>,
+    /// Remote login variables passed through when set.
+    pub(crate) allowlist: &'a [String],
+    /// The length of the command's stdin, sent after the variables; `None` for a duplex
+    /// stream.
+    pub(crate) stdin_len: Option<usize>,
+}
+
+/// The text `sshd` runs for one command: the login shell replaces itself by `env -i`
+/// (the remote login environment is not inherited beyond the allow-list, `PATH` and
+/// `HOME` = the workspace) and a clean `/bin/sh` running [`prologue`].
+pub(crate) fn launch(at: &Launch<'_>, command: &str, args: &[String]) -> String {
+    let mut out = String::from("exec env -i");
+    let mut has_path = false;
+    for name in at.allowlist {
+        if !valid_name(name) || name == "HOME" {
+            continue;
+        }
+        if name == "PATH" {
+            has_path = true;
+            out.push_str(&format!(" \"PATH=${{PATH:-{DEFAULT_PATH}}}\""));
+        } else {
+            out.push_str(&format!(" ${{{name}+\"{name}=${name}\"}}"));
+        }
+    }
+    if !has_path {
+        out.push_str(&format!(" PATH={DEFAULT_PATH}"));
+    }
+    out.push_str(" HOME=");
+    out.push_str(&quote(at.workspace));
+    out.push_str(" /bin/sh -c ");
+    out.push_str(&quote(&prologue()));
+    out.push_str(" envrt-ssh ");
+    out.push_str(&quote(at.workspace));
+    out.push(' ');
+    out.push_str(&quote(at.run));
+    out.push(' ');
+    out.push_str(&quote(at.cwd.unwrap_or("")));
+    out.push(' ');
+    match at.stdin_len {
+        Some(n) => out.push_str(&n.to_string()),
+        None => out.push_str("stream"),
+    }
+    out.push(' ');
+    out.push_str(&quote(command));
+    for arg in args {
+        out.push(' ');
+        out.push_str(&quote(arg));
+    }
+    out
+}
+
+/// Sends `signal` to the process group recorded at `run`.pid, if it is still there.
+pub(crate) fn signal_run(run: &str, signal: &str) -> String {
+    format!(
+        "p=$(cat {f} 2>/dev/null) && [ -n \"$p\" ] && kill -{signal} \"-$p\" 2>/dev/null; exit 0",
+        f = quote(&format!("{run}.pid"))
+    )
+}
+
+/// Kills every command a lease runs: each recorded process group, then every process of
+/// the remote user whose working directory lies in the lease directory (what left its
+/// group with `setsid`), looked up in `/proc` where there is one.
+pub(crate) fn kill_lease(lease_dir: &str) -> String {
+    format!(
+        r#"d={d}
+for f in "$d"/run/*.pid; do
+  [ -f "$f" ] || continue
+  p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && kill -KILL "-$p" 2>/dev/null
+done
+if [ -d /proc/self ]; then
+  for c in /proc/[0-9]*/cwd; do
+    t=$(readlink "$c" 2>/dev/null) || continue
+    case "$t/" in "$d"/*) q=${{c#/proc/}}; kill -KILL "${{q%/cwd}}" 2>/dev/null ;; esac
+  done
+fi
+exit 0"#,
+        d = quote(lease_dir)
+    )
+}
+
+/// Creates the lease directory (`0700`, with `work` and `run`) under `root` (relative to
+/// the remote home unless absolute) and prints the workspace's canonical path. Fails when
+/// it exists already.
+pub(crate) fn create_lease(root: &str, name: &str) -> String {
+    format!(
+        "set -e; umask 077; cd; mkdir -p -- {root}; cd -P -- {root}; mkdir -- {name}; mkdir -- {name}/work {name}/run; \
+         cd -P -- {name}/work; pwd -P",
+        root = quote(root),
+        name = quote(name)
+    )
+}
+
+/// Prints the workspace's canonical path when the lease directory exists, nothing
+/// otherwise.
+pub(crate) fn find_lease(root: &str, name: &str) -> String {
+    format!(
+        "cd && cd -P -- {root} 2>/dev/null && [ -d {name}/work ] && [ ! -L {name} ] && cd -P -- {name}/work && pwd -P; exit 0",
+        root = quote(root),
+        name = quote(name)
+    )
+}
+
+/// Kills what the lease runs and removes its directory; succeeds when it is gone already.
+pub(crate) fn remove_lease(lease_dir: &str) -> String {
+    format!(
+        "{kill}\nchmod -R u+rwx -- {d} 2>/dev/null; rm -rf -- {d}; [ ! -e {d} ]",
+        kill = kill_lease(lease_dir).trim_end_matches("exit 0"),
+        d = quote(lease_dir)
+    )
+}
+
+/// Lists the lease directories under `root`, one absolute path per line.
+pub(crate) fn list_leases(root: &str) -> String {
+    format!(
+        "cd && cd -P -- {root} 2>/dev/null || exit 0; for d in lease-*; do [ -d \"$d\" ] && printf '%s/%s\\n' \"$(pwd -P)\" \"$d\"; done; exit 0",
+        root = quote(root)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_a_real_shell() {
+        let hostile = "a'b \"c\" $(x) `y` \\ \n\u{e9}";
+        let out = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!("printf %s {}", quote(hostile)))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), hostile);
+    }
+
+    #[test]
+    fn names_and_values_are_checked() {
+        assert!(valid_name("ENVRT_P_1") && valid_name("_x"));
+        assert!(!valid_name("1A") && !valid_name("A-B") && !valid_name(""));
+        let mut env = BTreeMap::new();
+        env.insert("A-B".to_string(), EnvValue::from("x"));
+        assert_eq!(
+            validate("true", &[], &env).unwrap_err().to_string(),
+            "Invalid input: environment variable name \"A-B\" is not valid"
+        );
+        assert_eq!(
+            validate("", &[], &BTreeMap::new()).unwrap_err().to_string(),
+            "Invalid input: the command is empty"
+        );
+    }
+
+    #[test]
+    fn the_env_block_is_read_back_by_sh() {
+        let mut env = BTreeMap::new();
+        env.insert("V".to_string(), EnvValue::from("it's\nmulti = line\n\n"));
+        let mut input = env_block(&env);
+        input.extend_from_slice(b"rest of stdin");
+        let script = "IFS= read -r n; eval \"$(head -c \"$n\")\"; printf '%s|' \"$V\"; cat";
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(&input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            "it's\nmulti = line\n\n|rest of stdin"
+        );
+    }
+}
