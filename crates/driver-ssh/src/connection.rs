@@ -238,16 +238,12 @@ fn connect_error(target: &SshTarget, error: &openssh::Error) -> DriverError {
         openssh::Error::Connect(e) | openssh::Error::Master(e) => e.to_string(),
         other => other.to_string(),
     };
-    let why = if detail.contains("Host key verification failed") || detail.contains("REMOTE HOST IDENTIFICATION") {
-        "the host key does not match the known-hosts file".to_owned()
-    } else if detail.contains("No ED25519 host key is known")
-        || detail.contains("No RSA host key is known")
-        || detail.contains("No ECDSA host key is known")
-        || detail.contains("host key is known")
-    {
+    let why = if detail.contains("host key is known") {
         "the host key is not in the known-hosts file".to_owned()
+    } else if detail.contains("Host key verification failed") || detail.contains("REMOTE HOST IDENTIFICATION") {
+        "the host key does not match the known-hosts file".to_owned()
     } else {
-        detail.trim().to_owned()
+        detail.trim().trim_end_matches('.').to_owned()
     };
     DriverError::Unavailable {
         message: format!("Cannot connect to SSH host {}: {why}.", target.shown()),

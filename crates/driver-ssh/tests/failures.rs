@@ -84,7 +84,7 @@ async fn an_unreachable_host_is_refused_quickly() {
     assert_eq!(
         err.to_string(),
         format!(
-            "Cannot connect to SSH host {}@127.0.0.1:{port}: ssh: connect to host 127.0.0.1 port {port}: Connection refused.",
+            "Cannot connect to SSH host {}@127.0.0.1:{port}: connect to host 127.0.0.1 port {port}: Connection refused.",
             server.user
         )
     );
