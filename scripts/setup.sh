@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up of everything the tests need on a fresh Debian machine:
 # Debian packages (docker.io with its tini init, bubblewrap, busybox-static), a running
-# Docker engine, the local test image, and the npm fixture of the plugin SDK interop test.
+# Docker engine, the local test image, the npm fixture of the plugin SDK interop test, and
+# the test sshd of the ssh driver (scripts/start-sshd.sh).
 # Run as root; later runs only check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ fi
 
 bash scripts/start-dockerd.sh 120
 bash scripts/docker-test-image.sh
+bash scripts/start-sshd.sh
 if [ ! -d crates/driver-plugin-sandbox/tests/fixtures/sdk-worker/node_modules/@paperclipai ]; then
     bash crates/driver-plugin-sandbox/scripts/install-sdk-fixture.sh
 fi

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::util::{cargo, root};
 
-const DRIVERS: &[&str] = &["local", "docker", "sandbox"];
+const DRIVERS: &[&str] = &["local", "docker", "sandbox", "ssh"];
 
 #[derive(Debug)]
 struct Options {
@@ -351,7 +351,7 @@ mod tests {
     fn option_errors_are_clear() {
         assert_eq!(
             parse(&args(&["--driver", "zzz"])).err().unwrap(),
-            "unknown driver \"zzz\"; one of [\"local\", \"docker\", \"sandbox\"] or all"
+            "unknown driver \"zzz\"; one of [\"local\", \"docker\", \"sandbox\", \"ssh\"] or all"
         );
         assert_eq!(
             parse(&args(&["--worker", "w"])).err().unwrap(),
@@ -366,7 +366,7 @@ mod tests {
             "--deadline takes a positive number of seconds, not \"0\""
         );
         let all = parse(&args(&[])).unwrap();
-        assert_eq!(all.drivers, vec!["local", "docker", "sandbox"]);
+        assert_eq!(all.drivers, vec!["local", "docker", "sandbox", "ssh"]);
     }
 
     #[test]
