@@ -17,6 +17,7 @@ const DRIVERS: &[(&str, &str, &str)] = &[
         "crates/driver-plugin-sandbox/src",
         "pub struct SandboxDriver",
     ),
+    ("ssh", "crates/driver-ssh/src/lib.rs", "pub struct SshDriver"),
 ];
 
 /// Whether some file under `path` (a file or a directory) contains `needle`.

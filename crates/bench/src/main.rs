@@ -12,7 +12,7 @@
 
 // Built without some driver, the helpers only that driver's rows use are unused.
 #![cfg_attr(
-    not(all(feature = "local", feature = "docker", feature = "sandbox")),
+    not(all(feature = "local", feature = "docker", feature = "sandbox", feature = "ssh")),
     allow(dead_code, unused_imports)
 )]
 
@@ -23,6 +23,7 @@ mod local;
 mod measure;
 mod report;
 mod sandbox;
+mod ssh;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -171,6 +172,9 @@ async fn run_all(config: &Config) -> Vec<Row> {
     if config.wants("exec-sandbox", 3) {
         section("exec-sandbox", sandbox::exec_rows(config).await);
     }
+    if config.wants("exec-ssh", 2) {
+        section("exec-ssh", ssh::exec_rows(config).await);
+    }
     if config.wants("stdout", 4) {
         section("stdout", local::stdout_rows(config).await);
     }
@@ -184,6 +188,9 @@ async fn run_all(config: &Config) -> Vec<Row> {
     }
     if config.wants("sync-docker", 6) {
         section("sync-docker", docker::sync_rows(config).await);
+    }
+    if config.wants("sync-ssh", 6) {
+        section("sync-ssh", ssh::sync_rows(config).await);
     }
     if config.wants("scale-exec", 7) {
         section("scale-exec", local::scale_exec_rows(config).await);

@@ -13,7 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Mutex, mpsc, watch};
 
 use crate::connection::{Host, exit_code};
-use crate::remote;
+use crate::{SshDriver, remote};
+use envrt_runtime_core::{DuplexChannels, LeaseContext};
 
 /// One duplex channel.
 pub(crate) struct SshDuplex {
@@ -161,5 +162,33 @@ impl Drop for SshDuplex {
                 });
             }
         }
+    }
+}
+
+#[async_trait]
+impl DuplexChannels for SshDriver {
+    async fn open_duplex_channel(
+        &self,
+        context: &LeaseContext,
+        command: &[String],
+    ) -> Result<Box<dyn DuplexChannel>, DriverError> {
+        let place = self.place(context).await?;
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| DriverError::invalid("the command is empty"))?;
+        remote::validate(program, args, &Default::default())?;
+        let run = format!("{}/run/{}", place.lease_dir, uuid::Uuid::new_v4().simple());
+        let script = remote::launch(
+            &remote::Launch {
+                workspace: &place.workspace,
+                run: &run,
+                cwd: None,
+                allowlist: &self.config.env_allowlist,
+                stdin_len: None,
+            },
+            program,
+            args,
+        );
+        Ok(Box::new(SshDuplex::open(place.host.clone(), &script, run).await?))
     }
 }

@@ -146,7 +146,6 @@ pub(crate) async fn run(
             }
         }
     }
-    drop(feed);
     drop(stdin);
     let status = remote.child.wait().await;
     let code = exit_code(status);

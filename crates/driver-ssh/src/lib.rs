@@ -87,12 +87,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use envrt_runtime_core::capability::{CapabilityDeclaration, CapabilityKey, SupportSet};
 use envrt_runtime_core::driver::classify_driver;
-use envrt_runtime_core::sync::{check_post_upload_cwd, confine_to_workspace, post_upload_verdict};
+use envrt_runtime_core::sync::confine_to_workspace;
 use envrt_runtime_core::{
-    AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannel, DuplexChannels,
-    EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, Lease, LeaseContext, LeaseGrant,
-    LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, SyncKind,
-    SyncOperation, SyncOperationResult, SyncResult, WorkspaceRequest,
+    AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannels, EnvironmentDriver,
+    Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy,
+    LeaseStatus, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, WorkspaceRequest,
 };
 
 mod connection;
@@ -100,6 +99,7 @@ mod duplex;
 mod exec;
 mod recovery;
 mod remote;
+mod sync;
 mod sync_in;
 mod sync_out;
 mod target;
@@ -161,12 +161,12 @@ impl std::fmt::Debug for SshDriver {
 }
 
 /// A lease's place on its host.
-struct Place {
-    host: Arc<Host>,
+pub(crate) struct Place {
+    pub(crate) host: Arc<Host>,
     /// `{root}/lease-{id}` (absolute, canonical).
-    lease_dir: String,
+    pub(crate) lease_dir: String,
     /// `{lease_dir}/work`.
-    workspace: String,
+    pub(crate) workspace: String,
 }
 
 /// `lease-{id}`, refusing ids that could leave the root.
@@ -285,7 +285,7 @@ impl SshDriver {
     }
 
     /// Where a lease lives, from its metadata when recorded (no round trip).
-    async fn place(&self, context: &LeaseContext) -> Result<Place, DriverError> {
+    pub(crate) async fn place(&self, context: &LeaseContext) -> Result<Place, DriverError> {
         let gone = || DriverError::ResourceGone {
             id: context
                 .lease
@@ -364,7 +364,7 @@ impl SshDriver {
         }
     }
 
-    async fn exec_at(&self, place: &Place, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+    pub(crate) async fn exec_at(&self, place: &Place, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
         let cwd = match &request.cwd {
             None => None,
             Some(cwd) => Some(confine_to_workspace(&place.workspace, cwd)?),
@@ -531,114 +531,5 @@ impl Execute for SshDriver {
     async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
         let place = self.place(context).await?;
         self.exec_at(&place, request).await
-    }
-}
-
-#[async_trait]
-impl FileSync for SshDriver {
-    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        let place = self.place(context).await?;
-        let mut results = Vec::new();
-        for op in operations {
-            let plans = op
-                .files
-                .iter()
-                .map(|f| sync_in::plan(f, &place.workspace))
-                .collect::<Result<Vec<_>, _>>()?;
-            let targets: Vec<(String, String)> = plans
-                .iter()
-                .map(|p| (p.target.clone(), p.target_shown.clone()))
-                .collect();
-            sync_in::check_distinct(&targets, &place.workspace, "target")?;
-            let target_paths: Vec<String> = targets.iter().map(|(t, _)| t.clone()).collect();
-            let mut commands = Vec::new();
-            for command in &op.post_upload_commands {
-                let cwd = match &command.cwd {
-                    Some(cwd) => check_post_upload_cwd(cwd, &target_paths)?,
-                    None => match plans.first() {
-                        Some(p) if p.kind == SyncKind::File => std::path::Path::new(&p.target)
-                            .parent()
-                            .map(|d| d.to_string_lossy().into_owned())
-                            .unwrap_or_else(|| place.workspace.clone()),
-                        Some(p) => p.target.clone(),
-                        None => place.workspace.clone(),
-                    },
-                };
-                commands.push((command, cwd));
-            }
-            let counts = sync_in::transfer(&place.host, &place.workspace, &place.lease_dir, plans).await?;
-            for (command, cwd) in commands {
-                let mut request = ExecuteRequest::new("sh", ["-c".to_string(), command.command.clone()]);
-                request.cwd = Some(cwd);
-                request.timeout = command.timeout_ms.map(Duration::from_millis);
-                let result = self.exec_at(&place, request).await?;
-                post_upload_verdict(
-                    &command.command,
-                    result.timed_out,
-                    result.signal.as_deref(),
-                    result.exit_code,
-                )?;
-            }
-            results.push(SyncOperationResult {
-                operation_id: op.operation_id.clone(),
-                files_transferred: counts.files,
-                bytes_transferred: counts.bytes,
-            });
-        }
-        Ok(SyncResult { operations: results })
-    }
-
-    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        let place = self.place(context).await?;
-        let mut results = Vec::new();
-        for op in operations {
-            let plans = op
-                .files
-                .iter()
-                .map(|f| sync_out::plan(f, &place.workspace))
-                .collect::<Result<Vec<_>, _>>()?;
-            let sources: Vec<(String, String)> = plans
-                .iter()
-                .map(|p| (p.source().to_owned(), p.source_shown().to_owned()))
-                .collect();
-            let _ = sources;
-            let counts = sync_out::transfer(&place.host, &place.workspace, plans).await?;
-            results.push(SyncOperationResult {
-                operation_id: op.operation_id.clone(),
-                files_transferred: counts.files,
-                bytes_transferred: counts.bytes,
-            });
-        }
-        Ok(SyncResult { operations: results })
-    }
-}
-
-#[async_trait]
-impl DuplexChannels for SshDriver {
-    async fn open_duplex_channel(
-        &self,
-        context: &LeaseContext,
-        command: &[String],
-    ) -> Result<Box<dyn DuplexChannel>, DriverError> {
-        let place = self.place(context).await?;
-        let (program, args) = command
-            .split_first()
-            .ok_or_else(|| DriverError::invalid("the command is empty"))?;
-        remote::validate(program, args, &Default::default())?;
-        let run = format!("{}/run/{}", place.lease_dir, uuid::Uuid::new_v4().simple());
-        let script = remote::launch(
-            &remote::Launch {
-                workspace: &place.workspace,
-                run: &run,
-                cwd: None,
-                allowlist: &self.config.env_allowlist,
-                stdin_len: None,
-            },
-            program,
-            args,
-        );
-        Ok(Box::new(
-            duplex::SshDuplex::open(place.host.clone(), &script, run).await?,
-        ))
     }
 }

@@ -39,18 +39,18 @@ pub(crate) fn host_path(path: &str) -> Result<PathBuf, DriverError> {
     }
 }
 
-/// Refuses a workspace-side path equal to the workspace itself, and overlapping ones.
-pub(crate) fn check_distinct(paths: &[(String, String)], workspace: &str, what: &str) -> Result<(), DriverError> {
-    for (i, (a, a_shown)) in paths.iter().enumerate() {
-        if a == workspace && what == "target" {
+/// Refuses a target equal to the workspace itself (sync in), and targets that overlap.
+pub(crate) fn check_distinct(targets: &[(String, String)], workspace: Option<&str>) -> Result<(), DriverError> {
+    for (i, (a, a_shown)) in targets.iter().enumerate() {
+        if workspace == Some(a.as_str()) {
             return Err(DriverError::invalid(format!(
                 "sync target {a_shown:?} is the lease workspace itself; name a path inside it"
             )));
         }
-        for (b, b_shown) in &paths[i + 1..] {
+        for (b, b_shown) in &targets[i + 1..] {
             if is_within(a, b) || is_within(b, a) {
                 return Err(DriverError::invalid(format!(
-                    "sync {what}s {a_shown:?} and {b_shown:?} overlap"
+                    "sync targets {a_shown:?} and {b_shown:?} overlap"
                 )));
             }
         }

@@ -42,11 +42,9 @@ pub(crate) fn plan(file: &SyncFile, workspace: &str) -> Result<Planned, DriverEr
 }
 
 impl Planned {
-    pub(crate) fn source(&self) -> &str {
-        &self.source
-    }
-    pub(crate) fn source_shown(&self) -> &str {
-        &self.source_shown
+    /// The host-side target (normalized) and as the caller gave it.
+    pub(crate) fn target(&self) -> (String, String) {
+        (self.target.to_string_lossy().into_owned(), self.target_shown.clone())
     }
 }
 
