@@ -89,7 +89,7 @@ fn worker_binary() -> Result<PathBuf, String> {
         Ok(candidate)
     } else {
         Err(format!(
-            "{} is not built; run `cargo build -p envrt-driver-plugin-sandbox --bin envrt-sandbox-worker`",
+            "{} is not built; run `cargo build -p envrt-sandbox-worker`",
             candidate.display()
         ))
     }

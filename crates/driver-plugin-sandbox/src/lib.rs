@@ -1,8 +1,8 @@
 //! # envrt-driver-plugin-sandbox
 //!
-//! Two halves: the host ([`host`], the `sandbox` driver) and a reference worker
-//! ([`worker`], the `envrt-sandbox-worker` binary) that runs every command inside
-//! bubblewrap.
+//! The host side ([`host`], the `sandbox` driver). The reference worker that runs every
+//! command inside bubblewrap is the `envrt-sandbox-worker` binary of its own crate,
+//! `crates/sandbox-worker`.
 //!
 //! The `sandbox` driver: a sandbox provider runs as a plugin worker process and the host
 //! talks to it with the Paperclip plugin worker protocol (newline-delimited JSON-RPC 2.0
@@ -63,7 +63,6 @@
 
 pub mod host;
 pub mod protocol;
-pub mod worker;
 
 pub use host::{
     DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,

@@ -14,7 +14,7 @@ use host_common::*;
 
 /// The reference worker with extra flags; `None` when the binary is not built.
 fn manifest_with(root: &std::path::Path, flags: &[&str]) -> Option<PluginManifest> {
-    let worker = REFERENCE_WORKER?;
+    let worker = reference_worker()?;
     let mut command = vec![worker.to_owned(), "--root".into(), root.display().to_string()];
     command.extend(flags.iter().map(|f| f.to_string()));
     let value = serde_json::json!({
