@@ -62,7 +62,9 @@
 //! ```
 
 pub mod host;
-pub mod protocol;
+
+/// The wire protocol (the `envrt-plugin-protocol` crate), shared with the reference worker.
+pub use envrt_plugin_protocol as protocol;
 
 pub use host::{
     DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use envrt_plugin_protocol::notifications;
 use envrt_runtime_core::DriverError;
 use envrt_runtime_core::execute::{CappedBuffer, signal_name};
 use serde::Deserialize;
@@ -384,7 +385,9 @@ async fn emit(sink: &LogSink<'_>, stream: Stream, carry: &mut Utf8Carry, bytes: 
     if sink.encoding == Encoding::Base64 {
         params["encoding"] = json!("base64");
     }
-    sink.out.notify("execute.log", params, sink.invocation).await;
+    sink.out
+        .notify(notifications::EXECUTE_LOG, params, sink.invocation)
+        .await;
 }
 
 /// Decodes strict base64: canonical, padded, standard alphabet.

@@ -106,51 +106,49 @@ use serde_json::{Value, json};
 
 use args::{Config, parse_args};
 use duplex::Channels;
+use envrt_plugin_protocol::codes as code;
+use envrt_plugin_protocol::{HostMessage, RequestId, methods};
 use exec::Encoding;
 use lease::Leases;
-use rpc::{Incoming, Line, Outbound, RpcError, code};
+use rpc::{Line, Outbound, RpcError};
 use sandbox::{Sandbox, WORKSPACE};
 
 /// Largest request line accepted (a longer one is dropped and answered with an error).
 const MAX_LINE: usize = 64 * 1024 * 1024;
 
-/// Every method the worker implements, as advertised in `supportedMethods`.
+/// Every method the worker implements, as advertised in `supportedMethods` (the duplex
+/// verbs only without `--no-duplex`).
 const SUPPORTED_METHODS: &[&str] = &[
-    "health",
-    "shutdown",
-    "environmentValidateConfig",
-    "environmentProbe",
-    "environmentAcquireLease",
-    "environmentResumeLease",
-    "environmentReleaseLease",
-    "environmentDestroyLease",
-    "environmentRealizeWorkspace",
-    "environmentExecute",
-    "environmentExecuteBinary",
-    "environmentSyncIn",
-    "environmentSyncOut",
-    "duplexChannelOpen",
-    "duplexChannelWrite",
-    "duplexChannelStop",
-    "duplexChannelClose",
-    "duplexChannelCloseInput",
+    methods::HEALTH,
+    methods::SHUTDOWN,
+    methods::VALIDATE_CONFIG,
+    methods::PROBE,
+    methods::ACQUIRE_LEASE,
+    methods::RESUME_LEASE,
+    methods::RELEASE_LEASE,
+    methods::DESTROY_LEASE,
+    methods::REALIZE_WORKSPACE,
+    methods::EXECUTE,
+    methods::EXECUTE_BINARY,
+    methods::SYNC_IN,
+    methods::SYNC_OUT,
+    methods::DUPLEX_OPEN,
+    methods::DUPLEX_WRITE,
+    methods::DUPLEX_STOP,
+    methods::DUPLEX_CLOSE,
+    methods::DUPLEX_CLOSE_INPUT,
 ];
 
-/// Methods an SDK worker knows but this worker does not implement: answered `-32004`
-/// `"{method} is not implemented by this plugin"`, as an SDK worker without the hook does.
-const KNOWN_NOT_IMPLEMENTED: &[&str] = &[
-    "validateConfig",
-    "environmentRunnerIngressEndpoint",
-    "environmentStartInteractiveSetup",
-    "environmentGetInteractiveSetup",
-    "environmentCaptureTemplate",
-    "environmentCancelInteractiveSetup",
-    "environmentDeleteTemplate",
-    "loginPtyOpen",
-    "loginPtyInput",
-    "loginPtyStop",
-    "loginPtyClose",
-];
+/// Whether `method` is one an SDK worker knows but this worker does not implement
+/// (plugin-level `validateConfig`, the environment verbs it does not serve, the login
+/// pseudo-terminal): answered `-32004` `"{method} is not implemented by this plugin"`, as
+/// an SDK worker without the hook does.
+fn known_not_implemented(method: &str) -> bool {
+    !SUPPORTED_METHODS.contains(&method)
+        && (method == methods::PLUGIN_VALIDATE_CONFIG
+            || methods::ENVIRONMENT.contains(&method)
+            || methods::LOGIN_PTY.contains(&method))
+}
 
 /// Runs the worker until stdin closes or `shutdown`; the exit code of the process.
 pub fn main() -> ExitCode {
@@ -247,7 +245,7 @@ struct Worker {
 impl Worker {
     /// The methods this worker serves and advertises.
     fn serves(&self, method: &str) -> bool {
-        !(self.no_duplex && method.starts_with("duplexChannel"))
+        !(self.no_duplex && methods::is_duplex(method))
     }
 }
 
@@ -281,8 +279,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
                 } else {
                     code::INVALID_REQUEST
                 };
-                out.respond(id.unwrap_or(Value::Null), Err(RpcError { code, message }))
-                    .await;
+                out.respond(id.as_ref(), Err(RpcError { code, message })).await;
                 continue;
             }
             Ok(Line::Text(text)) => text,
@@ -290,9 +287,9 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
         if line.trim().is_empty() {
             continue;
         }
-        match rpc::classify(&line) {
-            Incoming::Ignored => {}
-            Incoming::Cancel(id) => {
+        match HostMessage::classify(&line) {
+            HostMessage::Ignored => {}
+            HostMessage::Cancel(id) => {
                 let cancel = worker
                     .cancels
                     .lock()
@@ -302,15 +299,21 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
                     let _ = cancel.send(());
                 }
             }
-            Incoming::Invalid(error) => out.respond(Value::Null, Err(error)).await,
-            Incoming::Request {
+            HostMessage::Invalid(error) => {
+                let error = RpcError {
+                    code: error.code,
+                    message: error.message,
+                };
+                out.respond(None, Err(error)).await;
+            }
+            HostMessage::Request {
                 id,
                 method,
                 params,
                 invocation,
             } => {
-                if method == "shutdown" {
-                    out.respond(id, Ok(Value::Null)).await;
+                if method == methods::SHUTDOWN {
+                    out.respond(Some(&id), Ok(Value::Null)).await;
                     break;
                 }
                 dispatch(&worker, id, method, params, invocation).await;
@@ -331,26 +334,28 @@ fn parse<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError
 
 /// Answers one request. Ordered verbs (duplex write, half-close) are queued here, before
 /// the next line is read; everything else runs on its own task.
-async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value, invocation: Option<String>) {
+async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: Value, invocation: Option<String>) {
     if !worker.serves(&method) {
         let error = RpcError {
             code: code::METHOD_NOT_FOUND,
             message: format!("Unknown method: {method}"),
         };
-        worker.out.respond(id, Err(error)).await;
+        worker.out.respond(Some(&id), Err(error)).await;
         return;
     }
     let queued = match method.as_str() {
-        "duplexChannelWrite" => Some(parse(&method, params.clone()).and_then(|p| worker.channels.write(p))),
-        "duplexChannelCloseInput" => Some(parse(&method, params.clone()).and_then(|p| worker.channels.close_input(p))),
-        "initialize" => {
+        methods::DUPLEX_WRITE => Some(parse(&method, params.clone()).and_then(|p| worker.channels.write(p))),
+        methods::DUPLEX_CLOSE_INPUT => {
+            Some(parse(&method, params.clone()).and_then(|p| worker.channels.close_input(p)))
+        }
+        methods::INITIALIZE => {
             let result = if worker.initialized.swap(true, Ordering::SeqCst) {
                 Err(RpcError::worker("Worker already initialized"))
             } else {
                 let methods: Vec<&str> = SUPPORTED_METHODS.iter().copied().filter(|m| worker.serves(m)).collect();
                 Ok(json!({"ok": true, "supportedMethods": methods}))
             };
-            worker.out.respond(id, result).await;
+            worker.out.respond(Some(&id), result).await;
             return;
         }
         _ => None,
@@ -362,10 +367,10 @@ async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value
                 let result = pending
                     .await
                     .unwrap_or_else(|_| Err(RpcError::worker(DriverError::ChannelClosed.to_string())));
-                worker.out.respond(id, result.map(|()| Value::Null)).await;
+                worker.out.respond(Some(&id), result.map(|()| Value::Null)).await;
             });
         }
-        Some(Err(error)) => worker.out.respond(id, Err(error)).await,
+        Some(Err(error)) => worker.out.respond(Some(&id), Err(error)).await,
         None => {
             let key = id.to_string();
             let (cancel_tx, cancel_rx) = tokio::sync::oneshot::channel();
@@ -377,7 +382,7 @@ async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value
             tokio::spawn(async move {
                 let result = handle(&worker, &method, params, invocation.as_deref(), cancel_rx).await;
                 worker.cancels.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-                worker.out.respond(id, result).await;
+                worker.out.respond(Some(&id), result).await;
             });
         }
     }
@@ -432,7 +437,7 @@ async fn handle(
     cancel: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<Value, RpcError> {
     match method {
-        "health" => Ok(json!({
+        methods::HEALTH => Ok(json!({
             "status": "ok",
             "details": {
                 "leasesRoot": worker.leases.root.display().to_string(),
@@ -441,7 +446,7 @@ async fn handle(
                 "runningSandboxes": worker.sandbox.live_count(),
             }
         })),
-        "environmentValidateConfig" => {
+        methods::VALIDATE_CONFIG => {
             let p: ValidateParams = parse(method, params)?;
             match p.config {
                 Value::Object(_) | Value::Null => {
@@ -450,12 +455,12 @@ async fn handle(
                 _ => Ok(json!({"ok": false, "errors": ["config must be a JSON object"]})),
             }
         }
-        "environmentProbe" => Ok(json!({
+        methods::PROBE => Ok(json!({
             "ok": true,
             "summary": format!("bubblewrap sandbox ready ({}, leases under {})", worker.sandbox.version, worker.leases.root.display()),
             "metadata": {"root": worker.leases.root.display().to_string(), "bwrap": worker.sandbox.version},
         })),
-        "environmentAcquireLease" => {
+        methods::ACQUIRE_LEASE => {
             let p: AcquireParams = parse(method, params)?;
             let requested = match p.requested_expires_at.as_deref() {
                 None => None,
@@ -473,7 +478,7 @@ async fn handle(
             }
             Ok(json!({"providerLeaseId": id, "metadata": lease_metadata(), "expiresAt": at.to_rfc3339()}))
         }
-        "environmentResumeLease" => {
+        methods::RESUME_LEASE => {
             let p: LeaseIdParams = parse(method, params)?;
             match p.provider_lease_id.as_deref().map(|id| worker.leases.existing(id)) {
                 Some(Ok(dir)) => {
@@ -488,7 +493,7 @@ async fn handle(
                 _ => Ok(json!({"providerLeaseId": null, "metadata": {"gone": true}})),
             }
         }
-        "environmentReleaseLease" | "environmentDestroyLease" => {
+        methods::RELEASE_LEASE | methods::DESTROY_LEASE => {
             let p: LeaseIdParams = parse(method, params)?;
             let Some(id) = p.provider_lease_id else {
                 return Ok(Value::Null);
@@ -500,7 +505,7 @@ async fn handle(
             // its channels send their exit frames. Destroy also removes the directory.
             worker.expiries.forget(&dir);
             worker.sandbox.kill_lease(&dir);
-            if method == "environmentDestroyLease" {
+            if method == methods::DESTROY_LEASE {
                 match std::fs::remove_dir_all(&dir) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -513,7 +518,7 @@ async fn handle(
                 Ok(json!({"providerLeaseId": id, "state": "stopped"}))
             }
         }
-        "environmentRealizeWorkspace" => {
+        methods::REALIZE_WORKSPACE => {
             let p: RealizeParams = parse(method, params)?;
             let dir = lease_dir(worker, &p.lease)?;
             let wanted = p.workspace.remote_path.as_deref().unwrap_or(WORKSPACE);
@@ -529,10 +534,10 @@ async fn handle(
             .map_err(|e| lease::beneath_error(wanted, e))?;
             Ok(json!({"cwd": resolved.sandbox, "metadata": {"remoteCwd": resolved.sandbox}}))
         }
-        "environmentExecute" | "environmentExecuteBinary" => {
+        methods::EXECUTE | methods::EXECUTE_BINARY => {
             let p: exec::ExecuteParams = parse(method, params)?;
             let dir = lease_dir(worker, &p.lease)?;
-            let encoding = if method == "environmentExecute" {
+            let encoding = if method == methods::EXECUTE {
                 Encoding::Text
             } else {
                 Encoding::Base64
@@ -549,17 +554,17 @@ async fn handle(
             )
             .await
         }
-        "environmentSyncIn" | "environmentSyncOut" => {
+        methods::SYNC_IN | methods::SYNC_OUT => {
             let p: sync::SyncParams = parse(method, params)?;
             let dir = lease_dir(worker, &p.lease)?;
-            let direction = if method == "environmentSyncIn" {
+            let direction = if method == methods::SYNC_IN {
                 sync::Direction::In
             } else {
                 sync::Direction::Out
             };
             Ok(sync::sync(&worker.sandbox, &dir, p, direction).await?)
         }
-        "duplexChannelOpen" => {
+        methods::DUPLEX_OPEN => {
             let p: duplex::OpenParams = parse(method, params)?;
             let dir = worker.leases.existing(&p.provider_lease_id)?;
             worker.channels.open(
@@ -570,9 +575,9 @@ async fn handle(
                 invocation.map(str::to_owned),
             )
         }
-        "duplexChannelStop" => worker.channels.stop(parse(method, params)?),
-        "duplexChannelClose" => Ok(worker.channels.close(parse(method, params)?)),
-        other if KNOWN_NOT_IMPLEMENTED.contains(&other) => Err(RpcError {
+        methods::DUPLEX_STOP => worker.channels.stop(parse(method, params)?),
+        methods::DUPLEX_CLOSE => Ok(worker.channels.close(parse(method, params)?)),
+        other if known_not_implemented(other) => Err(RpcError {
             code: code::METHOD_NOT_IMPLEMENTED,
             message: format!("{other} is not implemented by this plugin"),
         }),
