@@ -146,6 +146,11 @@ pub struct AcquireLeaseParams {
     /// The latest time the lease may stay active (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_expires_at: Option<String>,
+    /// Extension: envrt's own id of the lease, which a worker serving `envrtListLeases`
+    /// keeps and lists, so recovery can tell a lease the store still knows from an orphan.
+    /// Other workers ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envrt_lease_id: Option<String>,
 }
 
 /// `environmentResumeLease` params.
@@ -336,9 +341,9 @@ pub struct ListLeasesParams {
 pub struct WorkerLease {
     /// The provider lease id (what acquire returned).
     pub provider_lease_id: String,
-    /// When it was created, in milliseconds since the epoch, when the worker knows.
+    /// envrt's id of the lease (acquire's `envrtLeaseId`), when the worker was told it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub created_at_ms: Option<u64>,
+    pub envrt_lease_id: Option<String>,
     /// When it expires (RFC 3339), when an expiry was requested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,

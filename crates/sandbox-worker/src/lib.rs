@@ -84,6 +84,7 @@ mod duplex;
 mod exec;
 mod expiry;
 mod init;
+mod inventory;
 mod lease;
 mod policy;
 mod rpc;
@@ -137,6 +138,7 @@ const SUPPORTED_METHODS: &[&str] = &[
     methods::DUPLEX_STOP,
     methods::DUPLEX_CLOSE,
     methods::DUPLEX_CLOSE_INPUT,
+    methods::LIST_LEASES,
 ];
 
 /// Whether `method` is one an SDK worker knows but this worker does not implement
@@ -402,6 +404,7 @@ struct LeaseIdParams {
 #[serde(rename_all = "camelCase")]
 struct AcquireParams {
     requested_expires_at: Option<String>,
+    envrt_lease_id: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -469,6 +472,9 @@ async fn handle(
                 })?),
             };
             let (id, dir) = worker.leases.create()?;
+            if let Some(holder) = &p.envrt_lease_id {
+                inventory::record(&dir, holder)?;
+            }
             let Some(at) = requested else {
                 return Ok(json!({"providerLeaseId": id, "metadata": lease_metadata()}));
             };
@@ -506,6 +512,7 @@ async fn handle(
             worker.expiries.forget(&dir);
             worker.sandbox.kill_lease(&dir);
             if method == methods::DESTROY_LEASE {
+                inventory::forget(&dir);
                 match std::fs::remove_dir_all(&dir) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -575,6 +582,7 @@ async fn handle(
                 invocation.map(str::to_owned),
             )
         }
+        methods::LIST_LEASES => Ok(envrt_plugin_protocol::to_value(&inventory::list(&worker.leases)?)),
         methods::DUPLEX_STOP => worker.channels.stop(parse(method, params)?),
         methods::DUPLEX_CLOSE => Ok(worker.channels.close(parse(method, params)?)),
         other if known_not_implemented(other) => Err(RpcError {

@@ -12,8 +12,8 @@ use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, CappedBuffer, DestroyLease, DriverError,
     DuplexChannel, DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap,
-    LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
-    SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
+    LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput,
+    ResumeLease, SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -32,6 +32,7 @@ use crate::protocol::environment::{
 use crate::protocol::handshake::NoParams;
 use crate::protocol::{methods, to_value};
 
+mod recovery;
 mod validate;
 
 /// The driver key used when the manifest names none.
@@ -153,6 +154,14 @@ impl SandboxDriver {
             .await
     }
 
+    /// A call on no company's behalf (recovery works across them).
+    async fn call_unscoped(&self, method: &str, params: &impl Serialize) -> Result<Value, SandboxError> {
+        let timeout = self.supervisor.options.rpc_timeout;
+        self.supervisor
+            .call(method, to_value(params), timeout, None, None)
+            .await
+    }
+
     fn base(&self, context: &LeaseContext) -> DriverBase {
         let lease = &context.lease;
         DriverBase {
@@ -265,6 +274,7 @@ impl EnvironmentDriver for SandboxDriver {
             requested_cwd: input.requested_cwd.clone(),
             execution_workspace_id: input.execution_workspace_id.clone(),
             requested_expires_at: input.requested_expires_at.map(|at| at.to_rfc3339()),
+            envrt_lease_id: Some(input.lease_id.clone()),
             ..AcquireLeaseParams::default()
         };
         let value = self.rpc(methods::ACQUIRE_LEASE, &params, &input.company_id).await?;
@@ -339,6 +349,10 @@ impl EnvironmentDriver for SandboxDriver {
 
     fn as_sync(&self) -> Option<&dyn FileSync> {
         (self.advertises(methods::SYNC_IN) || self.advertises(methods::SYNC_OUT)).then_some(self as &dyn FileSync)
+    }
+
+    fn as_recovery(&self) -> Option<&dyn Recovery> {
+        self.advertises(methods::LIST_LEASES).then_some(self as &dyn Recovery)
     }
 
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {

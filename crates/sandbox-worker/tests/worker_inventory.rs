@@ -1,0 +1,75 @@
+//! The `envrtListLeases` extension: the worker lists every lease directory under its root
+//! with the envrt lease id the host gave at acquire, across a restart, and forgets a
+//! destroyed one.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+fn acquire_for(w: &mut Worker, envrt_lease_id: Option<&str>) -> String {
+    let mut params =
+        json!({"driverKey": "sandbox", "companyId": "co-1", "environmentId": "env-1", "config": {}, "runId": "run-1"});
+    if let Some(id) = envrt_lease_id {
+        params["envrtLeaseId"] = json!(id);
+    }
+    w.ok("environmentAcquireLease", params)["providerLeaseId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn the_worker_lists_its_leases_with_their_envrt_ids_and_forgets_destroyed_ones() {
+    let mut w = Worker::ready();
+    assert_eq!(
+        w.ok("envrtListLeases", json!({"driverKey": "sandbox"})),
+        json!({"leases": []})
+    );
+    let held = acquire_for(&mut w, Some("lease-held"));
+    let anonymous = acquire_for(&mut w, None);
+    let mut expected = vec![
+        json!({"providerLeaseId": held, "envrtLeaseId": "lease-held"}),
+        json!({"providerLeaseId": anonymous}),
+    ];
+    expected.sort_by_key(|v| v["providerLeaseId"].as_str().unwrap().to_owned());
+    assert_eq!(w.ok("envrtListLeases", json!({})), json!({"leases": expected}));
+    // the record lives beside the lease directory, not in the workspace a sandbox sees
+    assert!(w.root.path().join(format!(".lease-{held}")).is_file());
+    let listing = w.ok(
+        "environmentExecute",
+        on_lease(&held, json!({"command": "ls", "args": ["-a", "/workspace"]})),
+    );
+    assert_eq!(listing["stdout"], ".\n..\n");
+
+    // a released lease keeps its files, so it is still listed
+    w.ok("environmentReleaseLease", json!({"providerLeaseId": anonymous}));
+    w.ok("environmentDestroyLease", json!({"providerLeaseId": held}));
+    assert!(!w.root.path().join(format!(".lease-{held}")).exists());
+    assert_eq!(
+        w.ok("envrtListLeases", json!({})),
+        json!({"leases": [{"providerLeaseId": anonymous}]})
+    );
+}
+
+#[test]
+fn a_restarted_worker_lists_what_the_previous_one_left() {
+    let root;
+    let held;
+    {
+        let mut first = Worker::ready();
+        held = acquire_for(&mut first, Some("lease-1"));
+        root = first.root.path().to_path_buf();
+        // keep the directory: a second worker is started over the same root below
+        std::mem::forget(std::mem::replace(&mut first.root, tempfile::tempdir().unwrap()));
+    }
+    let mut second = Worker::ready_with(&["--root", root.to_str().unwrap()]);
+    assert_eq!(
+        second.ok("envrtListLeases", json!({})),
+        json!({"leases": [{"providerLeaseId": held, "envrtLeaseId": "lease-1"}]})
+    );
+    second.ok("environmentDestroyLease", json!({"providerLeaseId": held}));
+    assert_eq!(second.ok("envrtListLeases", json!({})), json!({"leases": []}));
+    drop(second);
+    let _ = std::fs::remove_dir_all(&root);
+}
