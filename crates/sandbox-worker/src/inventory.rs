@@ -1,39 +1,51 @@
 //! The worker's inventory for the `envrtListLeases` extension: every lease directory
-//! under the root, with the envrt lease id the host gave at acquire (kept in a record
-//! `.lease-<providerLeaseId>` beside the directory, outside what any sandbox sees) and the
-//! pending expiry, if any.
+//! under the root, with the envrt lease id the host gave at acquire and the pending
+//! expiry, if any.
+//!
+//! The envrt lease id is kept as an extended attribute of the lease directory, so it
+//! goes with the directory (destroy, expiry) and adds nothing to the root or to the
+//! workspace a sandbox sees: `trusted.envrt.lease` when the worker runs as root (the
+//! sandboxed user, who owns the directory, cannot change it), else `user.envrt.lease`.
+//! On a filesystem without extended attributes the lease is simply not recorded (listed
+//! without an id, so recovery never reaps it).
 
 use std::path::Path;
 
 use envrt_plugin_protocol::environment::{ListLeasesResult, WorkerLease};
 use envrt_runtime_core::{DriverError, Timestamp};
+use rustix::fs::XattrFlags;
 
 use super::lease::Leases;
 
-/// Prefix of the records naming a lease's envrt lease id.
-const RECORD_PREFIX: &str = ".lease-";
-
-fn record_of(lease_dir: &Path) -> Option<std::path::PathBuf> {
-    let name = lease_dir.file_name()?.to_str()?;
-    Some(lease_dir.parent()?.join(format!("{RECORD_PREFIX}{name}")))
-}
-
-/// Records which envrt lease the lease directory `dir` belongs to.
-pub(crate) fn record(dir: &Path, envrt_lease_id: &str) -> Result<(), DriverError> {
-    let Some(path) = record_of(dir) else { return Ok(()) };
-    std::fs::write(&path, envrt_lease_id)
-        .map_err(|e| DriverError::io(format!("Writing lease record {}", path.display()), e))
-}
-
-/// Drops the record of a destroyed lease (gone already is fine).
-pub(crate) fn forget(dir: &Path) {
-    if let Some(path) = record_of(dir) {
-        let _ = std::fs::remove_file(path);
+/// The attribute naming a lease's envrt lease id.
+fn attribute() -> &'static str {
+    if rustix::process::geteuid().is_root() {
+        "trusted.envrt.lease"
+    } else {
+        "user.envrt.lease"
     }
 }
 
-/// Every lease directory under the root; records whose directory is gone (an expiry
-/// removed it) are dropped on the way.
+/// Records which envrt lease the lease directory `dir` belongs to (best effort: a
+/// filesystem without extended attributes leaves it unrecorded, said on stderr).
+pub(crate) fn record(dir: &Path, envrt_lease_id: &str) {
+    if let Err(e) = rustix::fs::setxattr(dir, attribute(), envrt_lease_id.as_bytes(), XattrFlags::empty()) {
+        eprintln!(
+            "envrt-sandbox-worker: cannot record lease {envrt_lease_id} on {}: {e}",
+            dir.display()
+        );
+    }
+}
+
+/// The envrt lease id recorded on `dir`, if any.
+fn recorded(dir: &Path) -> Option<String> {
+    let mut buf = vec![0u8; 512];
+    let len = rustix::fs::getxattr(dir, attribute(), &mut buf[..]).ok()?;
+    let id = String::from_utf8(buf.get(..len)?.to_vec()).ok()?;
+    (!id.is_empty()).then_some(id)
+}
+
+/// Every lease directory under the root, in id order.
 pub(crate) fn list(leases: &Leases) -> Result<ListLeasesResult, DriverError> {
     let root = &leases.root;
     let entries =
@@ -42,23 +54,16 @@ pub(crate) fn list(leases: &Leases) -> Result<ListLeasesResult, DriverError> {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let Some(id) = name.strip_prefix(RECORD_PREFIX) {
-            if !root.join(id).is_dir() {
-                let _ = std::fs::remove_file(entry.path());
-            }
-            continue;
-        }
         let Some(dir) = leases.path_of(name) else { continue };
-        if !dir.is_dir() {
+        if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
             continue;
         }
-        let read = |prefix: &str| std::fs::read_to_string(root.join(format!("{prefix}{name}"))).ok();
+        let expiry = root.join(format!("{}{name}", super::expiry::RECORD_PREFIX));
         result.leases.push(WorkerLease {
             provider_lease_id: name.to_owned(),
-            envrt_lease_id: read(RECORD_PREFIX)
-                .map(|t| t.trim().to_owned())
-                .filter(|t| !t.is_empty()),
-            expires_at: read(super::expiry::RECORD_PREFIX)
+            envrt_lease_id: recorded(&dir),
+            expires_at: std::fs::read_to_string(expiry)
+                .ok()
                 .and_then(|t| t.trim().parse::<u64>().ok())
                 .map(|ms| Timestamp(ms).to_rfc3339()),
         });

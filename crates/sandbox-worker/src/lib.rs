@@ -473,7 +473,7 @@ async fn handle(
             };
             let (id, dir) = worker.leases.create()?;
             if let Some(holder) = &p.envrt_lease_id {
-                inventory::record(&dir, holder)?;
+                inventory::record(&dir, holder);
             }
             let Some(at) = requested else {
                 return Ok(json!({"providerLeaseId": id, "metadata": lease_metadata()}));
@@ -512,7 +512,6 @@ async fn handle(
             worker.expiries.forget(&dir);
             worker.sandbox.kill_lease(&dir);
             if method == methods::DESTROY_LEASE {
-                inventory::forget(&dir);
                 match std::fs::remove_dir_all(&dir) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

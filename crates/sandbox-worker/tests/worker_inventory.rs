@@ -34,8 +34,7 @@ fn the_worker_lists_its_leases_with_their_envrt_ids_and_forgets_destroyed_ones()
     ];
     expected.sort_by_key(|v| v["providerLeaseId"].as_str().unwrap().to_owned());
     assert_eq!(w.ok("envrtListLeases", json!({})), json!({"leases": expected}));
-    // the record lives beside the lease directory, not in the workspace a sandbox sees
-    assert!(w.root.path().join(format!(".lease-{held}")).is_file());
+    // the record is an attribute of the lease directory: nothing in the workspace or the root
     let listing = w.ok(
         "environmentExecute",
         on_lease(&held, json!({"command": "ls", "args": ["-a", "/workspace"]})),
@@ -45,7 +44,11 @@ fn the_worker_lists_its_leases_with_their_envrt_ids_and_forgets_destroyed_ones()
     // a released lease keeps its files, so it is still listed
     w.ok("environmentReleaseLease", json!({"providerLeaseId": anonymous}));
     w.ok("environmentDestroyLease", json!({"providerLeaseId": held}));
-    assert!(!w.root.path().join(format!(".lease-{held}")).exists());
+    let left: Vec<String> = std::fs::read_dir(w.root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, std::slice::from_ref(&anonymous));
     assert_eq!(
         w.ok("envrtListLeases", json!({})),
         json!({"leases": [{"providerLeaseId": anonymous}]})
