@@ -68,5 +68,6 @@ pub use envrt_plugin_protocol as protocol;
 
 pub use host::{
     DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,
-    RestartPolicy, RouteSlots, SandboxDriver, SandboxError, SandboxOptions,
+    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, SandboxDriver, SandboxError, SandboxOptions,
+    reference_manifest,
 };

@@ -59,7 +59,7 @@ pub(crate) fn docker_config(paths: &Paths, config: &Config) -> envrt::docker::Do
 
 /// The reference worker: next to this executable, else on `PATH`.
 pub(crate) fn reference_worker() -> Option<std::path::PathBuf> {
-    const NAME: &str = "envrt-sandbox-worker";
+    const NAME: &str = envrt::plugin_sandbox::REFERENCE_WORKER_BINARY;
     let beside = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(|dir| dir.join(NAME)))
@@ -69,21 +69,7 @@ pub(crate) fn reference_worker() -> Option<std::path::PathBuf> {
 
 /// The plugin manifest of the reference worker, leases under `<state dir>/sandbox`.
 fn reference_manifest(worker: &std::path::Path, paths: &Paths) -> envrt::plugin_sandbox::PluginManifest {
-    let manifest = serde_json::json!({
-        "id": "envrt-sandbox",
-        "worker": {"command": [worker, "--root", paths.state_dir.join("sandbox")]},
-        "environmentDrivers": [{
-            "driverKey": "sandbox",
-            "kind": "sandbox_provider",
-            "displayName": "bwrap sandbox",
-            "sandboxCapabilities": {
-                "incrementalSessionOutput": true,
-                "concurrentSyncOperations": true,
-                "duplexCommandStream": true
-            }
-        }]
-    });
-    serde_json::from_value(manifest).unwrap_or_else(|e| unreachable!("the reference manifest is valid: {e}"))
+    envrt::plugin_sandbox::reference_manifest(worker, &paths.state_dir.join("sandbox"))
 }
 
 /// The plugins to start: the configured ones, plus the reference worker when an
@@ -117,26 +103,15 @@ fn plugins(
             o.driver_key.as_deref() == Some(key) || m.environment_drivers.iter().any(|d| d.driver_key == key)
         })
     };
-    let needs_sandbox = needed.contains("sandbox");
-    if needs_sandbox
-        && !provided("sandbox")
+    let default_key = envrt::plugin_sandbox::DEFAULT_DRIVER_KEY;
+    if needed.contains(default_key)
+        && !provided(default_key)
         && let Some(worker) = reference_worker()
     {
         out.push((reference_manifest(&worker, paths), SandboxOptions::default()));
     }
     // Only start workers some environment uses.
-    out.retain(|(m, o)| {
-        let key = o
-            .driver_key
-            .clone()
-            .or_else(|| {
-                m.driver_entry(Some("sandbox"))
-                    .or_else(|| m.driver_entry(None))
-                    .map(|d| d.driver_key.clone())
-            })
-            .unwrap_or_else(|| "sandbox".into());
-        needed.contains(&key)
-    });
+    out.retain(|(m, o)| needed.contains(&m.driver_key(o.driver_key.as_deref())));
     Ok(out)
 }
 

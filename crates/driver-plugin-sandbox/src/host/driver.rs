@@ -35,8 +35,9 @@ use crate::protocol::{methods, to_value};
 mod recovery;
 mod validate;
 
-/// The driver key used when the manifest names none.
-pub const DEFAULT_DRIVER_KEY: &str = "sandbox";
+/// The driver key used when the manifest names none: runtime-core's fallback key, so a
+/// lease that names no driver reaches this one.
+pub const DEFAULT_DRIVER_KEY: &str = envrt_runtime_core::model::FALLBACK_DRIVER_KEY;
 
 /// A sandbox provider run as a plugin worker. Optional operations are offered only while
 /// the live worker advertises their verb.
@@ -67,11 +68,9 @@ impl SandboxDriver {
             Some(key) => Some(manifest.driver_entry(Some(key)).ok_or_else(|| SandboxError::Manifest {
                 message: format!("no environmentDrivers entry has driverKey \"{key}\""),
             })?),
-            None => manifest
-                .driver_entry(Some(DEFAULT_DRIVER_KEY))
-                .or_else(|| manifest.driver_entry(None)),
+            None => manifest.default_entry(),
         };
-        let key = entry.map_or(DEFAULT_DRIVER_KEY.to_owned(), |e| e.driver_key.clone());
+        let key = manifest.driver_key(options.driver_key.as_deref());
         let declaration = entry.and_then(|e| e.sandbox_capabilities);
         let supervisor = Supervisor::start(manifest, options).await?;
         Ok(SandboxDriver {

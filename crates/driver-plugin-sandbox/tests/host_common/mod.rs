@@ -144,17 +144,7 @@ fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
 /// A manifest running the reference worker with leases under `root`.
 pub fn reference_manifest(root: &Path) -> Option<PluginManifest> {
     let worker = reference_worker()?;
-    let value = serde_json::json!({
-        "id": "envrt.reference",
-        "worker": {"command": [worker, "--root", root]},
-        "environmentDrivers": [{
-            "driverKey": "sandbox",
-            "kind": "sandbox_provider",
-            "displayName": "Reference sandbox",
-            "sandboxCapabilities": {"duplexCommandStream": true, "incrementalSessionOutput": true},
-        }],
-    });
-    Some(PluginManifest::from_json(&value.to_string()).unwrap())
+    Some(envrt_driver_plugin_sandbox::reference_manifest(Path::new(worker), root))
 }
 
 /// Host pids of processes whose argv is exactly `argv`.
