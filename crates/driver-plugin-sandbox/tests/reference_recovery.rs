@@ -77,3 +77,29 @@ async fn a_worker_without_the_list_extension_offers_no_recovery() {
     assert_eq!(report.kept, 0, "no inventory, nothing counted");
     driver.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_failing_inventory_and_a_reap_without_destroy_are_refused_with_the_exact_texts() {
+    // advertises the list verb but does not serve it, and cannot destroy
+    let manifest = script_manifest("", &[("SUPPORTED", "health,envrtListLeases")]);
+    let driver = start(manifest, SandboxOptions::default()).await;
+    let recovery = driver.as_recovery().expect("the list verb is advertised");
+    let error = recovery.inventory().await.unwrap_err();
+    assert_eq!(error.to_string(), "Unknown method: envrtListLeases");
+    let item = envrt_runtime_core::InventoryItem {
+        kind: "sandbox-lease".into(),
+        id: "sbx-1".into(),
+        lease_id: Some("lease-1".into()),
+    };
+    assert_eq!(
+        recovery.reap(&item).await.unwrap_err().to_string(),
+        "Worker for plugin \"fault.plugin\" does not advertise \"environmentDestroyLease\"."
+    );
+    // reconcile reports the failed inventory and goes on
+    let runtime = runtime_with(driver.clone()).await;
+    let report = bounded("reconcile", runtime.reconcile(false)).await.unwrap();
+    assert_eq!(report.failures.len(), 1);
+    assert_eq!(report.failures[0].0, "sandbox");
+    assert!(report.orphans.is_empty());
+    driver.shutdown().await;
+}
