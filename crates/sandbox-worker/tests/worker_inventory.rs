@@ -76,3 +76,42 @@ fn a_restarted_worker_lists_what_the_previous_one_left() {
     drop(second);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn a_sandboxed_command_cannot_change_which_envrt_lease_its_workspace_belongs_to() {
+    if !running_as_root() {
+        eprintln!("SKIPPED: the trusted.* record needs a worker running as root");
+        return;
+    }
+    let mut w = Worker::ready();
+    let held = acquire_for(&mut w, Some("lease-held"));
+    let script = "import os\n\
+        for name in ('trusted.envrt.lease', 'user.envrt.lease'):\n\
+        \x20   try:\n\
+        \x20       os.setxattr('/workspace', name, b'lease-other')\n\
+        \x20       print(name, 'set')\n\
+        \x20   except OSError as e:\n\
+        \x20       print(name, e.errno)\n";
+    let result = w.ok(
+        "environmentExecute",
+        on_lease(&held, json!({"command": "python3", "args": ["-c", script]})),
+    );
+    assert_eq!(result["exitCode"], 0, "{result}");
+    let stdout = result["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("trusted.envrt.lease 1\n"), "{stdout}");
+    assert_eq!(
+        w.ok("envrtListLeases", json!({})),
+        json!({"leases": [{"providerLeaseId": held, "envrtLeaseId": "lease-held"}]})
+    );
+}
+
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
