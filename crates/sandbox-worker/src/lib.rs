@@ -86,6 +86,7 @@ mod expiry;
 mod init;
 mod inventory;
 mod lease;
+mod lifecycle;
 mod policy;
 mod rpc;
 mod sandbox;
@@ -100,19 +101,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use envrt_runtime_core::sync::confine_to_workspace;
-use envrt_runtime_core::{DriverError, Timestamp};
+use envrt_runtime_core::DriverError;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use args::{Config, parse_args};
 use duplex::Channels;
 use envrt_plugin_protocol::codes as code;
-use envrt_plugin_protocol::{HostMessage, RequestId, methods};
+use envrt_plugin_protocol::handshake::{HealthResult, InitializeResult};
+use envrt_plugin_protocol::{HostMessage, RequestId, methods, to_value};
 use exec::Encoding;
 use lease::Leases;
 use rpc::{Line, Outbound, RpcError};
-use sandbox::{Sandbox, WORKSPACE};
+use sandbox::Sandbox;
 
 /// Largest request line accepted (a longer one is dropped and answered with an error).
 const MAX_LINE: usize = 64 * 1024 * 1024;
@@ -355,7 +356,11 @@ async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: V
                 Err(RpcError::worker("Worker already initialized"))
             } else {
                 let methods: Vec<&str> = SUPPORTED_METHODS.iter().copied().filter(|m| worker.serves(m)).collect();
-                Ok(json!({"ok": true, "supportedMethods": methods}))
+                let supported_methods = methods.into_iter().map(str::to_owned).collect();
+                Ok(to_value(&InitializeResult {
+                    ok: true,
+                    supported_methods,
+                }))
             };
             worker.out.respond(Some(&id), result).await;
             return;
@@ -394,44 +399,6 @@ fn lease_dir(worker: &Worker, lease: &exec::LeaseRef) -> Result<PathBuf, RpcErro
     Ok(worker.leases.existing(lease.id()?)?)
 }
 
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LeaseIdParams {
-    provider_lease_id: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AcquireParams {
-    requested_expires_at: Option<String>,
-    envrt_lease_id: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RealizeParams {
-    lease: exec::LeaseRef,
-    #[serde(default)]
-    workspace: RealizeWorkspace,
-}
-
-#[derive(serde::Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct RealizeWorkspace {
-    remote_path: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ValidateParams {
-    #[serde(default)]
-    config: Value,
-}
-
-fn lease_metadata() -> Value {
-    json!({"remoteCwd": WORKSPACE, "sandbox": "bwrap"})
-}
-
 async fn handle(
     worker: &Worker,
     method: &str,
@@ -440,106 +407,21 @@ async fn handle(
     cancel: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<Value, RpcError> {
     match method {
-        methods::HEALTH => Ok(json!({
-            "status": "ok",
-            "details": {
+        methods::HEALTH => Ok(to_value(&HealthResult {
+            status: "ok".into(),
+            details: Some(json!({
                 "leasesRoot": worker.leases.root.display().to_string(),
                 "bwrap": worker.sandbox.version,
                 "openChannels": worker.channels.count(),
                 "runningSandboxes": worker.sandbox.live_count(),
-            }
+            })),
         })),
-        methods::VALIDATE_CONFIG => {
-            let p: ValidateParams = parse(method, params)?;
-            match p.config {
-                Value::Object(_) | Value::Null => {
-                    Ok(json!({"ok": true, "normalizedConfig": p.config.as_object().cloned().unwrap_or_default()}))
-                }
-                _ => Ok(json!({"ok": false, "errors": ["config must be a JSON object"]})),
-            }
-        }
-        methods::PROBE => Ok(json!({
-            "ok": true,
-            "summary": format!("bubblewrap sandbox ready ({}, leases under {})", worker.sandbox.version, worker.leases.root.display()),
-            "metadata": {"root": worker.leases.root.display().to_string(), "bwrap": worker.sandbox.version},
-        })),
-        methods::ACQUIRE_LEASE => {
-            let p: AcquireParams = parse(method, params)?;
-            let requested = match p.requested_expires_at.as_deref() {
-                None => None,
-                Some(text) => Some(Timestamp::parse_rfc3339(text).ok_or_else(|| {
-                    RpcError::invalid_params(format!("requestedExpiresAt {text:?} is not an RFC 3339 time"))
-                })?),
-            };
-            let (id, dir) = worker.leases.create()?;
-            if let Some(holder) = &p.envrt_lease_id {
-                inventory::record(&dir, holder);
-            }
-            let Some(at) = requested else {
-                return Ok(json!({"providerLeaseId": id, "metadata": lease_metadata()}));
-            };
-            if let Err(e) = worker.expiries.watch(&worker.sandbox, &dir, at) {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e.into());
-            }
-            Ok(json!({"providerLeaseId": id, "metadata": lease_metadata(), "expiresAt": at.to_rfc3339()}))
-        }
-        methods::RESUME_LEASE => {
-            let p: LeaseIdParams = parse(method, params)?;
-            match p.provider_lease_id.as_deref().map(|id| worker.leases.existing(id)) {
-                Some(Ok(dir)) => {
-                    // a lease made by an older worker (files owned by root) becomes the
-                    // sandbox user's, so its workspace stays writable
-                    let leases = worker.leases.clone();
-                    tokio::task::spawn_blocking(move || leases.adopt(&dir))
-                        .await
-                        .map_err(|e| DriverError::other(format!("adopting the lease failed: {e}")))??;
-                    Ok(json!({"providerLeaseId": p.provider_lease_id, "metadata": lease_metadata()}))
-                }
-                _ => Ok(json!({"providerLeaseId": null, "metadata": {"gone": true}})),
-            }
-        }
-        methods::RELEASE_LEASE | methods::DESTROY_LEASE => {
-            let p: LeaseIdParams = parse(method, params)?;
-            let Some(id) = p.provider_lease_id else {
-                return Ok(Value::Null);
-            };
-            let Some(dir) = worker.leases.path_of(&id) else {
-                return Ok(Value::Null);
-            };
-            // Every sandbox over the lease directory is killed: its calls end (killed) and
-            // its channels send their exit frames. Destroy also removes the directory.
-            worker.expiries.forget(&dir);
-            worker.sandbox.kill_lease(&dir);
-            if method == methods::DESTROY_LEASE {
-                match std::fs::remove_dir_all(&dir) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(DriverError::io(format!("Removing lease directory {}", dir.display()), e).into());
-                    }
-                }
-                Ok(json!({"providerLeaseId": id, "state": "destroyed"}))
-            } else {
-                Ok(json!({"providerLeaseId": id, "state": "stopped"}))
-            }
-        }
-        methods::REALIZE_WORKSPACE => {
-            let p: RealizeParams = parse(method, params)?;
-            let dir = lease_dir(worker, &p.lease)?;
-            let wanted = p.workspace.remote_path.as_deref().unwrap_or(WORKSPACE);
-            confine_to_workspace(WORKSPACE, wanted)?;
-            let resolved = lease::resolve(&dir, wanted, true)?;
-            // Created one component at a time without following links, so a link swapped in
-            // by a running command cannot make the worker create directories elsewhere.
-            lease::Beneath::open(
-                &dir,
-                &lease::components_below_workspace(&resolved.sandbox),
-                Some(&worker.leases.policy),
-            )
-            .map_err(|e| lease::beneath_error(wanted, e))?;
-            Ok(json!({"cwd": resolved.sandbox, "metadata": {"remoteCwd": resolved.sandbox}}))
-        }
+        methods::VALIDATE_CONFIG => lifecycle::validate(params),
+        methods::PROBE => Ok(lifecycle::probe(worker)),
+        methods::ACQUIRE_LEASE => lifecycle::acquire(worker, params),
+        methods::RESUME_LEASE => lifecycle::resume(worker, params).await,
+        methods::RELEASE_LEASE | methods::DESTROY_LEASE => lifecycle::end(worker, method, params),
+        methods::REALIZE_WORKSPACE => lifecycle::realize(worker, params),
         methods::EXECUTE | methods::EXECUTE_BINARY => {
             let p: exec::ExecuteParams = parse(method, params)?;
             let dir = lease_dir(worker, &p.lease)?;
