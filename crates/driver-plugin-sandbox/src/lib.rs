@@ -47,6 +47,17 @@
 //!   and a worker that returns none, or a later one, is refused by the facade
 //!   (`Environment driver "{key}" does not support lease expiry.`).
 //!
+//! - while the worker advertises the `envrtListLeases` extension the driver offers the
+//!   recovery group (`as_recovery`): inventory is the worker's own lease list, each lease
+//!   tied to the envrt lease id the host sent at acquire (`envrtLeaseId`), and reaping
+//!   destroys it at the worker; a worker without the extension has no recovery group;
+//! - the reference worker's manifest is [`reference_manifest`], and the key a driver
+//!   registers under is [`PluginManifest::driver_key`] ([`DEFAULT_DRIVER_KEY`] is
+//!   runtime-core's fallback key).
+//!
+//! The wire vocabulary (envelopes, names, codes, typed params and results) is the
+//! `envrt-plugin-protocol` crate, re-exported as [`protocol`].
+//!
 //! Errors are [`SandboxError`]s carried inside
 //! [`DriverError::Other`](envrt_runtime_core::DriverError::Other); find them with
 //! [`SandboxError::of`].
