@@ -3,116 +3,21 @@
 
 use std::sync::Arc;
 
+use envrt::config::{Assembly, Config, Paths};
 use envrt::sqlite::holder::Holder;
 use envrt::{
-    AcquireRequest, Environment, EnvironmentRuntime, JsonMap, Lease, LeasePolicy, LeaseStatus, LeaseStore,
-    RuntimeBuilder, RuntimeError, SkippedDriver, SqliteStore,
+    AcquireRequest, Environment, EnvironmentRuntime, JsonMap, Lease, LeasePolicy, LeaseStatus, RuntimeError,
+    SkippedDriver,
 };
 
 use crate::Target;
-use crate::config::{Config, Paths};
 use crate::error::CliError;
 
 /// An opened runtime.
 pub(crate) struct App {
-    pub(crate) runtime: EnvironmentRuntime,
+    pub(crate) runtime: Arc<EnvironmentRuntime>,
     pub(crate) config: Config,
     pub(crate) skipped: Vec<SkippedDriver>,
-}
-
-/// Creates `dir` (mode 0700) when missing.
-pub(crate) fn ensure_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Opens the lease store in the state directory.
-pub(crate) async fn open_store(paths: &Paths) -> Result<SqliteStore, CliError> {
-    ensure_private_dir(&paths.state_dir).map_err(|e| {
-        CliError::Failure(format!(
-            "envrt: cannot create the state directory \"{}\": {e}",
-            paths.state_dir.display()
-        ))
-    })?;
-    Ok(SqliteStore::open(paths.database()).await?)
-}
-
-/// The label that scopes the Docker containers of one state directory, so `gc` only
-/// reaps containers leased through this store.
-pub(crate) const STATE_LABEL: &str = "envrt.cli-state";
-
-/// The Docker driver's configuration: the configured host, labelled with the state dir.
-pub(crate) fn docker_config(paths: &Paths, config: &Config) -> envrt::docker::DockerConfig {
-    let mut docker = envrt::docker::DockerConfig {
-        host: config.docker_host.clone(),
-        ..Default::default()
-    };
-    docker
-        .extra_labels
-        .insert(STATE_LABEL.into(), paths.state_dir.display().to_string());
-    docker
-}
-
-/// The reference worker: next to this executable, else on `PATH`.
-pub(crate) fn reference_worker() -> Option<std::path::PathBuf> {
-    const NAME: &str = envrt::plugin_sandbox::REFERENCE_WORKER_BINARY;
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|dir| dir.join(NAME)))
-        .filter(|p| p.is_file());
-    beside.or_else(|| crate::doctor::find_in_path(NAME))
-}
-
-/// The plugin manifest of the reference worker, leases under `<state dir>/sandbox`.
-fn reference_manifest(worker: &std::path::Path, paths: &Paths) -> envrt::plugin_sandbox::PluginManifest {
-    envrt::plugin_sandbox::reference_manifest(worker, &paths.state_dir.join("sandbox"))
-}
-
-/// The plugins to start: the configured ones, plus the reference worker when an
-/// `needed` driver (environments configured or stored, `--driver`) is `sandbox` and no
-/// plugin provides it. A plugin no needed driver uses is not started.
-fn plugins(
-    paths: &Paths,
-    config: &Config,
-    needed: &std::collections::BTreeSet<String>,
-) -> Result<
-    Vec<(
-        envrt::plugin_sandbox::PluginManifest,
-        envrt::plugin_sandbox::SandboxOptions,
-    )>,
-    CliError,
-> {
-    use envrt::plugin_sandbox::{PluginManifest, SandboxOptions};
-    let mut out = Vec::new();
-    for plugin in &config.plugins {
-        let manifest = PluginManifest::load(&plugin.manifest)
-            .map_err(|e| CliError::Usage(format!("envrt: plugin \"{}\": {e}", plugin.manifest.display())))?;
-        let options = SandboxOptions {
-            driver_key: plugin.driver_key.clone(),
-            config: plugin.config.clone(),
-            ..Default::default()
-        };
-        out.push((manifest, options));
-    }
-    let provided = |key: &str| {
-        out.iter().any(|(m, o): &(PluginManifest, SandboxOptions)| {
-            o.driver_key.as_deref() == Some(key) || m.environment_drivers.iter().any(|d| d.driver_key == key)
-        })
-    };
-    let default_key = envrt::plugin_sandbox::DEFAULT_DRIVER_KEY;
-    if needed.contains(default_key)
-        && !provided(default_key)
-        && let Some(worker) = reference_worker()
-    {
-        out.push((reference_manifest(&worker, paths), SandboxOptions::default()));
-    }
-    // Only start workers some environment uses.
-    out.retain(|(m, o)| needed.contains(&m.driver_key(o.driver_key.as_deref())));
-    Ok(out)
 }
 
 impl App {
@@ -126,29 +31,11 @@ impl App {
     /// driver that needs a connection or a worker (docker, plugins) is set up only when an
     /// environment (configured, or recorded in the store) or `extra` uses it.
     pub(crate) async fn open_for(paths: &Paths, extra: Option<&str>) -> Result<App, CliError> {
-        let config = Config::load(paths)?;
-        let store = open_store(paths).await?;
-        let mut needed: std::collections::BTreeSet<String> =
-            config.environments.iter().map(|e| e.driver.clone()).collect();
-        needed.extend(store.list_environments().await?.into_iter().map(|e| e.driver));
-        needed.extend(extra.map(str::to_owned));
-        let mut builder = RuntimeBuilder::new().store(Arc::new(store));
-        if !needed.contains("docker") {
-            builder = builder.without_driver("docker");
-        }
-        let builder = builder.local_config(envrt::local::LocalConfig {
-            root: Some(config.local_root.clone()),
-            ..Default::default()
-        });
-        let builder = builder.docker_config(docker_config(paths, &config));
-        let mut builder = builder;
-        for (manifest, options) in plugins(paths, &config, &needed)? {
-            builder = builder.sandbox_plugin(manifest, options);
-        }
-        let (runtime, skipped) = builder.build_lenient().await;
-        for environment in &config.environments {
-            runtime.put_environment(environment.clone()).await?;
-        }
+        let Assembly {
+            runtime,
+            config,
+            skipped,
+        } = Assembly::open(paths, extra).await?;
         Ok(App {
             runtime,
             config,
