@@ -9,25 +9,35 @@ use serde_json::Value;
 pub use envrt_runtime_core::sync::{SyncOperation, SyncResult};
 pub use envrt_runtime_core::{JsonMap, RealizedWorkspace, WorkspaceRequest};
 
-/// The fields every environment verb carries (`PluginEnvironmentDriverBaseParams`).
+/// The fields every environment verb carries (`PluginEnvironmentDriverBaseParams`). Read
+/// leniently: a field that is missing or `null` is empty.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DriverBase {
     /// The driver key of the environment.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub driver_key: String,
     /// The company the call acts for.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub company_id: String,
     /// The environment.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub environment_id: String,
     /// The issue, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issue_id: Option<String>,
     /// The environment's provider configuration.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub config: JsonMap,
+}
+
+/// `null` reads as the type's default.
+fn null_is_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// `environmentValidateConfig` params (only these two fields).
@@ -102,7 +112,7 @@ pub struct ProbeResult {
 /// the lease-bound verbs, and the result of acquire and resume.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Lease {
+pub struct LeaseRef {
     /// The provider's lease id; `null` (or empty) in a resume result: the resource is gone.
     #[serde(default)]
     pub provider_lease_id: Option<String>,
@@ -213,7 +223,7 @@ pub struct RealizeWorkspaceParams {
     #[serde(flatten)]
     pub base: DriverBase,
     /// The lease.
-    pub lease: Lease,
+    pub lease: LeaseRef,
     /// What to realize.
     #[serde(default)]
     pub workspace: WorkspaceRequest,
@@ -228,7 +238,7 @@ pub struct ExecuteParams {
     #[serde(flatten)]
     pub base: DriverBase,
     /// The lease.
-    pub lease: Lease,
+    pub lease: LeaseRef,
     /// The program.
     pub command: String,
     /// Its arguments.
@@ -285,7 +295,7 @@ pub struct SyncParams {
     #[serde(flatten)]
     pub base: DriverBase,
     /// The lease.
-    pub lease: Lease,
+    pub lease: LeaseRef,
     /// The operations, applied in order.
     pub operations: Vec<SyncOperation>,
 }
@@ -297,7 +307,7 @@ pub struct RunnerIngressEndpointParams {
     #[serde(flatten)]
     pub base: DriverBase,
     /// The lease.
-    pub lease: Lease,
+    pub lease: LeaseRef,
     /// The port inside the lease.
     pub port: u16,
     /// The HTTP path.

@@ -396,7 +396,7 @@ async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: V
 }
 
 fn lease_dir(worker: &Worker, lease: &exec::LeaseRef) -> Result<PathBuf, RpcError> {
-    Ok(worker.leases.existing(lease.id()?)?)
+    Ok(worker.leases.existing(exec::lease_id(lease)?)?)
 }
 
 async fn handle(

@@ -3,8 +3,8 @@
 //! protocol's typed results.
 
 use envrt_plugin_protocol::environment::{
-    EndState, JsonMap, Lease, ProbeResult, RealizedWorkspace, TerminationReceipt, ValidateConfigParams,
-    ValidationResult,
+    AcquireLeaseParams, EndLeaseParams, EndState, JsonMap, LeaseRef, ProbeResult, RealizeWorkspaceParams,
+    RealizedWorkspace, ResumeLeaseParams, TerminationReceipt, ValidateConfigParams, ValidationResult,
 };
 use envrt_plugin_protocol::{methods, to_value};
 use envrt_runtime_core::sync::confine_to_workspace;
@@ -13,34 +13,7 @@ use serde_json::{Value, json};
 
 use super::rpc::RpcError;
 use super::sandbox::WORKSPACE;
-use super::{Worker, exec, inventory, lease, lease_dir, parse};
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LeaseIdParams {
-    provider_lease_id: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AcquireParams {
-    requested_expires_at: Option<String>,
-    envrt_lease_id: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RealizeParams {
-    lease: exec::LeaseRef,
-    #[serde(default)]
-    workspace: RealizeWorkspace,
-}
-
-#[derive(serde::Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct RealizeWorkspace {
-    remote_path: Option<String>,
-}
+use super::{Worker, inventory, lease, lease_dir, parse};
 
 fn lease_metadata() -> JsonMap {
     JsonMap::from_iter([
@@ -56,7 +29,7 @@ fn lease_result(id: Option<String>, expires_at: Option<Timestamp>) -> Value {
         None => JsonMap::from_iter([("gone".into(), json!(true))]),
     };
     let expires_at = expires_at.map(|at| json!(at.to_rfc3339()));
-    to_value(&Lease {
+    to_value(&LeaseRef {
         provider_lease_id: id,
         metadata: Some(metadata),
         expires_at,
@@ -103,7 +76,7 @@ pub(super) fn probe(worker: &Worker) -> Value {
 
 /// `environmentAcquireLease`.
 pub(super) fn acquire(worker: &Worker, params: Value) -> Result<Value, RpcError> {
-    let p: AcquireParams = parse(methods::ACQUIRE_LEASE, params)?;
+    let p: AcquireLeaseParams = parse(methods::ACQUIRE_LEASE, params)?;
     let requested =
         match p.requested_expires_at.as_deref() {
             None => None,
@@ -127,7 +100,7 @@ pub(super) fn acquire(worker: &Worker, params: Value) -> Result<Value, RpcError>
 
 /// `environmentResumeLease`.
 pub(super) async fn resume(worker: &Worker, params: Value) -> Result<Value, RpcError> {
-    let p: LeaseIdParams = parse(methods::RESUME_LEASE, params)?;
+    let p: ResumeLeaseParams = parse(methods::RESUME_LEASE, params)?;
     match p.provider_lease_id.as_deref().map(|id| worker.leases.existing(id)) {
         Some(Ok(dir)) => {
             // a lease made by an older worker (files owned by root) becomes the
@@ -144,7 +117,7 @@ pub(super) async fn resume(worker: &Worker, params: Value) -> Result<Value, RpcE
 
 /// `environmentReleaseLease` and `environmentDestroyLease`.
 pub(super) fn end(worker: &Worker, method: &str, params: Value) -> Result<Value, RpcError> {
-    let p: LeaseIdParams = parse(method, params)?;
+    let p: EndLeaseParams = parse(method, params)?;
     let Some(id) = p.provider_lease_id else {
         return Ok(Value::Null);
     };
@@ -177,7 +150,7 @@ pub(super) fn end(worker: &Worker, method: &str, params: Value) -> Result<Value,
 
 /// `environmentRealizeWorkspace`.
 pub(super) fn realize(worker: &Worker, params: Value) -> Result<Value, RpcError> {
-    let p: RealizeParams = parse(methods::REALIZE_WORKSPACE, params)?;
+    let p: RealizeWorkspaceParams = parse(methods::REALIZE_WORKSPACE, params)?;
     let dir = lease_dir(worker, &p.lease)?;
     let wanted = p.workspace.remote_path.as_deref().unwrap_or(WORKSPACE);
     confine_to_workspace(WORKSPACE, wanted)?;

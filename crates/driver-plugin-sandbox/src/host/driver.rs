@@ -26,7 +26,7 @@ use super::options::SandboxOptions;
 use super::supervisor::Supervisor;
 use crate::protocol::duplex::OpenParams;
 use crate::protocol::environment::{
-    AcquireLeaseParams, DriverBase, EndLeaseParams, ExecuteParams, Lease, RealizeWorkspaceParams, ResumeLeaseParams,
+    AcquireLeaseParams, DriverBase, EndLeaseParams, ExecuteParams, LeaseRef, RealizeWorkspaceParams, ResumeLeaseParams,
     SyncParams,
 };
 use crate::protocol::handshake::NoParams;
@@ -177,9 +177,9 @@ impl SandboxDriver {
     }
 
     /// The `lease` param of the lease-bound verbs.
-    fn lease(context: &LeaseContext) -> Lease {
+    fn lease(context: &LeaseContext) -> LeaseRef {
         let lease = &context.lease;
-        Lease {
+        LeaseRef {
             provider_lease_id: lease.provider_lease_id.clone(),
             metadata: Some(lease.metadata.clone()),
             expires_at: lease.expires_at.map(|at| Value::String(at.to_rfc3339())),
