@@ -26,8 +26,8 @@ use super::options::SandboxOptions;
 use super::supervisor::Supervisor;
 use crate::protocol::duplex::OpenParams;
 use crate::protocol::environment::{
-    AcquireLeaseParams, DriverBase, EndLeaseParams, ExecuteParams, LeaseRef, RealizeWorkspaceParams, ResumeLeaseParams,
-    SyncParams,
+    AcquireLeaseParams, DriverBase, EndLeaseParams, ExecuteParams, ExecuteResult as WireExecuteResult, LeaseRef,
+    RealizeWorkspaceParams, ResumeLeaseParams, SyncParams,
 };
 use crate::protocol::handshake::NoParams;
 use crate::protocol::{methods, to_value};
@@ -413,22 +413,6 @@ impl RealizeWorkspace for SandboxDriver {
             message: e.to_string(),
         })?)
     }
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WireExecuteResult {
-    exit_code: Option<i32>,
-    #[serde(default)]
-    signal: Option<String>,
-    #[serde(default)]
-    timed_out: bool,
-    #[serde(default)]
-    stdout: String,
-    #[serde(default)]
-    stderr: String,
-    #[serde(default)]
-    metadata: Option<JsonMap>,
 }
 
 #[async_trait]
