@@ -12,8 +12,10 @@
 //!   reads from a worker, and what a worker reads from a host, with the SDK's exact
 //!   parse-error texts);
 //! - [`methods`], [`notifications`], [`codes`]: every name and number, each listed once;
-//! - [`handshake`], [`environment`], [`setup`], [`duplex`]: typed params and results of
-//!   every verb (the SDK's and envrt's extensions).
+//! - [`handshake`], [`environment`], [`setup`], [`duplex`], [`login`]: typed params and
+//!   results of every environment, duplex and login verb (the SDK's and envrt's
+//!   extensions). The SDK's plugin-level verbs ([`methods::PLUGIN`]: `onEvent`,
+//!   `runJob`, ...) are named, not typed: envrt neither sends nor serves them.
 //!
 //! Params types serialize exactly as the SDK's TypeScript shapes (camelCase, optional
 //! fields left out when absent) and deserialize leniently: unknown fields are ignored
@@ -25,6 +27,7 @@ pub mod envelope;
 pub mod environment;
 pub mod handshake;
 pub mod line;
+pub mod login;
 pub mod methods;
 pub mod notifications;
 pub mod setup;
