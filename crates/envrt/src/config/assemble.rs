@@ -214,12 +214,23 @@ impl Assembly {
     }
 
     /// The warm pools the configuration declares (`[environment.pool]`), each for the
-    /// configured tenant, with ephemeral leases.
+    /// configured tenant, with ephemeral leases held by this process (`holderPid` +
+    /// `holderStartTime`, as the CLI's leases are), so that `envrt gc` releases the pool's
+    /// leases once this process is gone.
     pub fn pool_specs(&self) -> Vec<PoolSpec> {
+        let mut metadata = envrt_runtime_core::JsonMap::new();
+        metadata.insert("acquiredBy".into(), "envrt pool".into());
+        if let Ok(holder) = crate::sqlite::holder::Holder::current() {
+            holder.write_to(&mut metadata);
+        }
         self.config
             .pools
             .iter()
-            .map(|(environment, size)| PoolSpec::new(environment.clone(), self.config.company.clone(), *size))
+            .map(|(environment, size)| {
+                let mut spec = PoolSpec::new(environment.clone(), self.config.company.clone(), *size);
+                spec.metadata = metadata.clone();
+                spec
+            })
             .collect()
     }
 
