@@ -248,3 +248,27 @@ impl Assembly {
         Ok(specs)
     }
 }
+
+#[cfg(all(test, not(feature = "plugin-sandbox")))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_plugin_without_the_plugin_sandbox_feature_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("envrt.toml");
+        std::fs::write(&file, "[[plugin]]\nmanifest = \"plugin.json\"\n").unwrap();
+        let paths = Paths {
+            config: Some(file.clone()),
+            state_dir: dir.path().join("state"),
+        };
+        let error = Assembly::open(&paths, None).await.unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "envrt: config \"{}\": [[plugin]] needs the plugin-sandbox feature, which this build of envrt lacks",
+                file.display()
+            )
+        );
+    }
+}
