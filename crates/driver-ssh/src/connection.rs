@@ -82,6 +82,7 @@ impl Host {
     }
 
     async fn connect(&self) -> Result<Session, DriverError> {
+        prepare_control_dir(&self.control_dir)?;
         let t = &self.target;
         let mut builder = SessionBuilder::default();
         builder
@@ -251,16 +252,35 @@ fn connect_error(target: &SshTarget, error: &openssh::Error) -> DriverError {
     }
 }
 
-/// The directory holding this process's control sockets.
-pub(crate) fn default_control_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("envrt-ssh-{}", std::process::id()))
+/// This user's uid (the owner of `/proc/self`), when it can be told.
+fn own_uid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
 }
 
-/// Creates `dir` (`0700`) when missing.
+/// The directory holding control sockets: `{temp dir}/envrt-ssh-{uid}`, one per user
+/// (each connection gets a fresh directory inside it, removed when it closes).
+pub(crate) fn default_control_dir() -> PathBuf {
+    let uid = own_uid().map_or_else(|| "user".to_owned(), |u| u.to_string());
+    std::env::temp_dir().join(format!("envrt-ssh-{uid}"))
+}
+
+/// Creates `dir` (`0700`) when missing; refuses one another user owns or others may
+/// enter (a prepared directory would let them reach the control sockets).
 pub(crate) fn prepare_control_dir(dir: &Path) -> Result<(), DriverError> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new().mode(0o700).recursive(true).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) => Err(DriverError::io(format!("cannot create {}", dir.display()), e)),
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(dir)
+        .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?;
+    let meta =
+        std::fs::symlink_metadata(dir).map_err(|e| DriverError::io(format!("cannot inspect {}", dir.display()), e))?;
+    if !meta.is_dir() || own_uid().is_some_and(|u| u != meta.uid()) || meta.mode() & 0o077 != 0 {
+        return Err(DriverError::invalid(format!(
+            "the control directory {} must be a directory of this user with mode 0700",
+            dir.display()
+        )));
     }
+    Ok(())
 }

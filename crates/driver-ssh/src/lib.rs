@@ -127,7 +127,12 @@ pub struct SshConfig {
     pub env_allowlist: Vec<String>,
     /// Time between `SIGTERM` and `SIGKILL` when a command times out; default 2 s.
     pub kill_grace: Duration,
-    /// Where the control sockets live; `{temp dir}/envrt-ssh-{pid}` when `None`.
+    /// Further hosts whose lease directories [`Recovery::inventory`] lists (besides the
+    /// default target and every host this driver has connected to): the hosts of the
+    /// configured environments, so `envrt gc` cleans them from a fresh process.
+    pub known_targets: Vec<SshTarget>,
+    /// Where the control sockets live (`0700`, this user's); `{temp dir}/envrt-ssh-{uid}`
+    /// when `None`.
     pub control_dir: Option<PathBuf>,
 }
 
@@ -142,6 +147,7 @@ impl Default for SshConfig {
                 .map(String::from)
                 .collect(),
             kill_grace: Duration::from_secs(2),
+            known_targets: Vec::new(),
             control_dir: None,
         }
     }
@@ -185,11 +191,12 @@ fn lease_dir_name(lease_id: &str) -> Result<String, DriverError> {
 impl SshDriver {
     /// A driver over `config`. Connects lazily, on the first call for a host.
     pub fn new(config: SshConfig) -> Result<SshDriver, DriverError> {
+        // Created (and checked) on the first connection, so a driver that never connects
+        // leaves nothing behind.
         let control_dir = config
             .control_dir
             .clone()
             .unwrap_or_else(connection::default_control_dir);
-        connection::prepare_control_dir(&control_dir)?;
         if config.root.is_empty() || config.root.contains('\0') {
             return Err(DriverError::invalid("the ssh driver's root must be a non-empty path"));
         }

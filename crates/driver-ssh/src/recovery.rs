@@ -1,5 +1,6 @@
 //! The recovery group: the lease directories on every host this driver knows (its default
-//! target and every host it has connected to), and removing one whose lease is over.
+//! target, [`SshConfig::known_targets`](crate::SshConfig::known_targets) and every host it
+//! has connected to), and removing one whose lease is over.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use crate::{SshDriver, remote};
 
 impl SshDriver {
     fn known_hosts(&self) -> Vec<Arc<Host>> {
-        if let Some(target) = &self.config.target {
+        for target in self.config.target.iter().chain(&self.config.known_targets) {
             self.host(target);
         }
         self.hosts

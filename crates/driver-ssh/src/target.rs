@@ -1,6 +1,6 @@
 //! Which host an environment's leases live on: the driver's defaults, overridden by the
-//! environment's configuration (`host`, `port`, `user`, `key`, `knownHosts`,
-//! `acceptNewHostKey`).
+//! environment's configuration (`host`, `port`, `user`, `key`, `knownHosts` or
+//! `known_hosts`, `acceptNewHostKey` or `accept_new_host_key`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -103,10 +103,11 @@ impl SshTarget {
         if let Some(key) = text("key")? {
             target.key = Some(PathBuf::from(key));
         }
-        if let Some(file) = text("knownHosts")? {
+        // envrt.toml spells keys in snake case; JSON configurations in camel case.
+        if let Some(file) = text("knownHosts")?.or(text("known_hosts")?) {
             target.known_hosts = Some(PathBuf::from(file));
         }
-        match config.get("acceptNewHostKey") {
+        match config.get("acceptNewHostKey").or(config.get("accept_new_host_key")) {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::Bool(b)) => target.accept_new_host_key = *b,
             Some(_) => {

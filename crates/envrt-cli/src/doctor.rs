@@ -166,6 +166,16 @@ pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
                 fix: None,
             });
         }
+        for environment in config.environments.iter().filter(|e| e.driver == "ssh") {
+            let (ok, detail, fix) = crate::doctor_ssh::check(environment).await;
+            checks.push(Check {
+                name: "ssh host",
+                required: true,
+                ok,
+                detail,
+                fix,
+            });
+        }
         for skip in app.skipped.iter().filter(|s| s.key != "docker" && s.key != "local") {
             checks.push(Check {
                 name: "plugin worker",

@@ -17,6 +17,17 @@ pub(crate) fn enforcement(environment: &Environment) -> Vec<(String, String)> {
             Ok(config) => config.enforcement(),
             Err(e) => vec![("config", e.to_string())],
         },
+        "ssh" => vec![
+            (
+                "isolation",
+                "none beyond the remote login user: commands run as that user on the remote host".to_owned(),
+            ),
+            (
+                "host",
+                envrt::ssh::SshTarget::from_config(&environment.config, None)
+                    .map_or_else(|e| e.to_string(), |t| t.shown()),
+            ),
+        ],
         _ => vec![("isolation", "set by the plugin worker".to_owned())],
     };
     rows.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()

@@ -10,6 +10,7 @@ mod app;
 mod caps;
 mod cp;
 mod doctor;
+mod doctor_ssh;
 mod error;
 mod exec;
 mod isolation;

@@ -27,7 +27,7 @@ pub struct BuildError {
 }
 
 /// Builds an [`EnvironmentRuntime`] that registers every driver enabled by cargo features
-/// (`local`, `docker`), then one sandbox driver per plugin added with `sandbox_plugin`
+/// (`local`, `docker`, `ssh`), then one sandbox driver per plugin added with `sandbox_plugin`
 /// (feature `plugin-sandbox`: a plugin needs a manifest naming its worker), then the
 /// drivers added with [`driver`](Self::driver). A later registration replaces an earlier
 /// one with the same key.
@@ -56,6 +56,8 @@ pub struct RuntimeBuilder {
     local: envrt_driver_local::LocalConfig,
     #[cfg(feature = "docker")]
     docker: envrt_driver_docker::DockerConfig,
+    #[cfg(feature = "ssh")]
+    ssh: envrt_driver_ssh::SshConfig,
     #[cfg(feature = "plugin-sandbox")]
     plugins: Vec<(
         envrt_driver_plugin_sandbox::PluginManifest,
@@ -94,6 +96,8 @@ impl RuntimeBuilder {
             local: envrt_driver_local::LocalConfig::default(),
             #[cfg(feature = "docker")]
             docker: envrt_driver_docker::DockerConfig::default(),
+            #[cfg(feature = "ssh")]
+            ssh: envrt_driver_ssh::SshConfig::default(),
             #[cfg(feature = "plugin-sandbox")]
             plugins: Vec::new(),
         }
@@ -107,6 +111,8 @@ impl RuntimeBuilder {
             "local",
             #[cfg(feature = "docker")]
             "docker",
+            #[cfg(feature = "ssh")]
+            "ssh",
         ]
     }
 
@@ -142,6 +148,14 @@ impl RuntimeBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
     pub fn docker_config(mut self, config: envrt_driver_docker::DockerConfig) -> Self {
         self.docker = config;
+        self
+    }
+
+    /// Configures the SSH driver (it connects lazily, on a lease's first call).
+    #[cfg(feature = "ssh")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "ssh")))]
+    pub fn ssh_config(mut self, config: envrt_driver_ssh::SshConfig) -> Self {
+        self.ssh = config;
         self
     }
 
@@ -192,6 +206,11 @@ impl RuntimeBuilder {
         if wanted("docker") {
             let made = envrt_driver_docker::DockerDriver::connect(self.docker.clone()).await;
             add("docker", made.map(|d| Arc::new(d) as Arc<dyn EnvironmentDriver>));
+        }
+        #[cfg(feature = "ssh")]
+        if wanted("ssh") {
+            let made = envrt_driver_ssh::SshDriver::new(self.ssh.clone());
+            add("ssh", made.map(|d| Arc::new(d) as Arc<dyn EnvironmentDriver>));
         }
         #[cfg(feature = "plugin-sandbox")]
         for (manifest, options) in self.plugins {

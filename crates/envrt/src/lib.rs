@@ -16,7 +16,8 @@
 //! | `local` | yes | [`local`]: commands as processes on this host (key `local`) |
 //! | `docker` | no | `docker`: commands in Docker containers (key `docker`) |
 //! | `plugin-sandbox` | no | `plugin_sandbox`: sandboxes run by a plugin worker (key `sandbox`) |
-//! | `all-drivers` | no | all three drivers |
+//! | `ssh` | no | `ssh`: private workspaces on remote hosts over SSH (key `ssh`) |
+//! | `all-drivers` | no | all four drivers |
 //! | `sqlite` | no | [`sqlite`]: leases that survive the process ([`SqliteStore`]) |
 //! | `config` | no | [`config`]: `envrt.toml` and the runtime it describes (implies `sqlite`) |
 //!
@@ -77,6 +78,12 @@ pub use envrt_driver_docker as docker;
 #[cfg(feature = "plugin-sandbox")]
 #[cfg_attr(docsrs, doc(cfg(feature = "plugin-sandbox")))]
 pub use envrt_driver_plugin_sandbox as plugin_sandbox;
+
+/// The SSH driver: a private workspace on a remote host per lease, through the system
+/// OpenSSH (one multiplexed connection per host).
+#[cfg(feature = "ssh")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ssh")))]
+pub use envrt_driver_ssh as ssh;
 
 /// The durable SQLite lease store.
 #[cfg(feature = "sqlite")]

@@ -166,6 +166,20 @@ impl Assembly {
         {
             builder = builder.docker_config(docker_config(paths, &config));
         }
+        #[cfg(feature = "ssh")]
+        {
+            // Recovery (`envrt gc`) lists the lease directories of every configured host.
+            let known_targets = config
+                .environments
+                .iter()
+                .filter(|e| e.driver == "ssh")
+                .filter_map(|e| crate::ssh::SshTarget::from_config(&e.config, None).ok())
+                .collect();
+            builder = builder.ssh_config(crate::ssh::SshConfig {
+                known_targets,
+                ..Default::default()
+            });
+        }
         #[cfg(feature = "plugin-sandbox")]
         for (manifest, options) in plugins(paths, &config, &needed)? {
             builder = builder.sandbox_plugin(manifest, options);
