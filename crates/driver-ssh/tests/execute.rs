@@ -228,7 +228,7 @@ async fn a_reusable_lease_resumes_from_another_driver() {
     );
     // A second driver (a restarted host program) finds it again.
     let other = envrt_driver_ssh::SshDriver::new(envrt_driver_ssh::SshConfig {
-        root: root.clone(),
+        root: root.to_string(),
         ..Default::default()
     })
     .unwrap();

@@ -24,7 +24,7 @@ async fn a_fresh_driver_inventories_and_reaps_a_remote_lease() {
 
     let fresh = SshDriver::new(SshConfig {
         target: Some(server.target()),
-        root: root.clone(),
+        root: root.to_string(),
         ..Default::default()
     })
     .unwrap();

@@ -88,12 +88,31 @@ pub fn uuid_like() -> String {
     )
 }
 
+/// A test's remote root (relative to the remote home), removed with everything below it
+/// when dropped (this machine is the server).
+pub struct Root {
+    relative: String,
+    home: String,
+}
+
+impl std::fmt::Display for Root {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.relative)
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(format!("{}/{}", self.home, self.relative));
+    }
+}
+
 /// A driver with its own root, and a runtime with one environment on the server.
 pub async fn runtime(
     server: &Server,
     tag: &str,
     tune: impl FnOnce(&mut SshConfig),
-) -> (Arc<SshDriver>, EnvironmentRuntime, String) {
+) -> (Arc<SshDriver>, EnvironmentRuntime, Root) {
     let root = unique_root(tag);
     let mut config = SshConfig {
         root: root.clone(),
@@ -107,6 +126,10 @@ pub async fn runtime(
         .put_environment(Environment::new("env-ssh", "Remote", "ssh").with_config(server.config()))
         .await
         .unwrap();
+    let root = Root {
+        relative: root,
+        home: server.home(),
+    };
     (driver, runtime, root)
 }
 
