@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 use envrt_runtime_core::sync::{ExcludeSet, SyncKind, confine_to_workspace, is_within, normalize_absolute};
 use envrt_runtime_core::tree::{MAX_TREE_DEPTH, check_tree_links_except, too_deep};
 use envrt_runtime_core::{DriverError, SyncFile};
-use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
 
 use crate::connection::{Host, exit_code};
 use crate::remote::quote;
@@ -107,31 +105,6 @@ pub(crate) struct Counts {
     pub(crate) bytes: u64,
 }
 
-/// A `Write` that hands full chunks to the async side.
-struct ChunkWriter {
-    tx: mpsc::Sender<Vec<u8>>,
-    buf: Vec<u8>,
-}
-
-impl Write for ChunkWriter {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.buf.extend_from_slice(data);
-        if self.buf.len() >= 256 * 1024 {
-            self.flush()?;
-        }
-        Ok(data.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        if !self.buf.is_empty() {
-            let chunk = std::mem::take(&mut self.buf);
-            self.tx
-                .blocking_send(chunk)
-                .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the channel closed"))?;
-        }
-        Ok(())
-    }
-}
-
 fn header(kind: tar::EntryType, mode: u32, size: u64, mtime: u64) -> tar::Header {
     let mut h = tar::Header::new_gnu();
     h.set_entry_type(kind);
@@ -143,8 +116,8 @@ fn header(kind: tar::EntryType, mode: u32, size: u64, mtime: u64) -> tar::Header
 
 /// Writes entry `index` of `plans` as the tree `{index}` of the archive (names as raw
 /// bytes, so non-UTF-8 names survive), iteratively with the shared depth bound.
-fn append(
-    builder: &mut tar::Builder<ChunkWriter>,
+fn append<W: Write>(
+    builder: &mut tar::Builder<W>,
     index: usize,
     plan: &Planned,
     counts: &mut Counts,
@@ -208,6 +181,9 @@ fn append(
     Ok(())
 }
 
+/// The archive's last entry, which says the archive is whole.
+const COMPLETE: &str = "complete";
+
 /// Exit code of the remote side when a target resolves outside the workspace; stderr
 /// names the entry's index.
 const OUTSIDE_CODE: i32 = 121;
@@ -219,6 +195,7 @@ fn remote_script(workspace: &str, lease_dir: &str, plans: &[Planned]) -> String 
     let mut s = format!(
         "w={w}; s={s}\numask 077\nmkdir -- \"$s\" || exit 1\ntrap 'rm -rf -- \"$s\"' EXIT\n\
          tar -x -p --no-same-owner -f - -C \"$s\" || exit 1\n\
+         [ -f \"$s/{complete}\" ] || exit 1\n\
          inside() {{ case \"$(pwd -P)/\" in \"$w\"/*) return 0;; esac; return 1; }}\n\
          check() {{ a=$1; while [ ! -e \"$a\" ] && [ ! -L \"$a\" ]; do a=$(dirname -- \"$a\"); done\n\
            (cd -P -- \"$a\" 2>/dev/null && inside) || {{ echo \"outside $2\" >&2; exit {code}; }}\n\
@@ -226,6 +203,7 @@ fn remote_script(workspace: &str, lease_dir: &str, plans: &[Planned]) -> String 
         w = quote(workspace),
         s = quote(&stage),
         code = OUTSIDE_CODE,
+        complete = COMPLETE,
     );
     for (i, plan) in plans.iter().enumerate() {
         let parent = Path::new(&plan.target)
@@ -253,37 +231,38 @@ pub(crate) async fn transfer(
 ) -> Result<Counts, DriverError> {
     let script = remote_script(workspace, lease_dir, &plans);
     let mut remote = host.spawn(&script).await?;
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(8);
+    // The archive is written straight into the channel's stdin (a blocking fd on the
+    // blocking pool): no copy through the async side.
+    let stdin = remote
+        .child
+        .stdin()
+        .take()
+        .ok_or_else(|| DriverError::other("the channel has no stdin"))?
+        .into_owned_fd()
+        .map_err(|e| DriverError::io("cannot take the channel's stdin", e))?;
     let builder = tokio::task::spawn_blocking(move || {
         let mut counts = Counts::default();
-        let mut builder = tar::Builder::new(ChunkWriter { tx, buf: Vec::new() });
+        let pipe = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::from(stdin));
+        let mut builder = tar::Builder::new(pipe);
         builder.follow_symlinks(false);
         for (i, plan) in plans.iter().enumerate() {
             append(&mut builder, i, plan, &mut counts)?;
         }
-        let mut writer = builder
+        // Last: the mark that every entry before it is complete. An archive cut short (a
+        // source unreadable half-way) has none, and the remote side then commits nothing.
+        let mut mark = header(tar::EntryType::Regular, 0o600, 0, 0);
+        builder
+            .append_data(&mut mark, COMPLETE, std::io::empty())
+            .map_err(|e| DriverError::io("cannot write the archive", e))?;
+        let mut pipe = builder
             .into_inner()
             .map_err(|e| DriverError::io("cannot finish the archive", e))?;
-        writer
-            .flush()
+        pipe.flush()
             .map_err(|e| DriverError::io("cannot send the archive", e))?;
         Ok::<_, DriverError>((counts, plans))
     });
-    let mut stdin = remote.child.stdin().take();
     let mut stderr = remote.child.stderr().take();
     let mut stdout = remote.child.stdout().take();
-    let send = async {
-        while let Some(chunk) = rx.recv().await {
-            if let Some(pipe) = stdin.as_mut() {
-                if pipe.write_all(&chunk).await.is_err() {
-                    stdin = None;
-                }
-            }
-        }
-        if let Some(mut pipe) = stdin.take() {
-            let _ = pipe.shutdown().await;
-        }
-    };
     let mut err = Vec::new();
     let read_err = async {
         use tokio::io::AsyncReadExt;
@@ -294,7 +273,7 @@ pub(crate) async fn transfer(
             let _ = pipe.read_to_end(&mut Vec::new()).await;
         }
     };
-    tokio::join!(send, read_err);
+    read_err.await;
     let built = builder
         .await
         .map_err(|e| DriverError::other(format!("the archive task failed: {e}")))?;
