@@ -9,15 +9,18 @@
 #   $STATE/id_ed25519   the test user's private key (readable by root only)
 #
 #   env: ENVRT_TEST_SSH_STATE (default /var/lib/envrt-test-ssh), ENVRT_TEST_SSH_USER
-#        (default envrt-ssh). Run as root; later runs only check.
+#        (default envrt-ssh). Run as root (as anyone else it only says it cannot);
+#        later runs only check.
 set -euo pipefail
 
 STATE="${ENVRT_TEST_SSH_STATE:-/var/lib/envrt-test-ssh}"
 USER_NAME="${ENVRT_TEST_SSH_USER:-envrt-ssh}"
 
 if [ "$(id -u)" != 0 ]; then
-    echo "start-sshd: run as root" >&2
-    exit 1
+    # Not fatal: without the server the ssh tests skip loudly (and fail under
+    # ENVRT_REQUIRE_SSH=1, as in CI, which runs as root).
+    echo "start-sshd: not root, no test sshd started (the ssh tests will skip)" >&2
+    exit 0
 fi
 if ! [ -x /usr/sbin/sshd ] || ! command -v ssh >/dev/null 2>&1; then
     echo "start-sshd: apt-get install openssh-server openssh-client"
