@@ -261,3 +261,27 @@ async fn a_reusable_lease_resumes_from_another_driver() {
     );
     other.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_never_shows_on_any_command_line() {
+    let Some(server) = server() else { return };
+    let (_driver, rt, _root) = runtime(&server, "secret", |_| {}).await;
+    let lease = acquire(&rt).await;
+    let secret = format!("envrt-ssh-secret-{}", common::uuid_like());
+    let mut request = ExecuteRequest::new("sh", ["-c", "sleep 2; printf %s \"$TOKEN\""]);
+    request.env.insert("TOKEN".into(), Secret::new(secret.clone()).into());
+    let run = rt.execute(&lease.id, request);
+    let watch = async {
+        let mut seen = Vec::new();
+        // Every process of this machine (host and server side) while the command runs.
+        for _ in 0..15 {
+            seen.extend(common::processes_with(&secret));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        seen
+    };
+    let (result, seen) = tokio::join!(run, watch);
+    assert_eq!(result.unwrap().stdout, secret.as_bytes());
+    assert_eq!(seen, Vec::<u32>::new(), "the secret showed on a command line");
+    rt.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+}
