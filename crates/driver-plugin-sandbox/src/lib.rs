@@ -61,6 +61,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod dataplane_frame;
 pub mod host;
 pub mod protocol;
 pub mod worker;

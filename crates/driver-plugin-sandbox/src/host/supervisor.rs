@@ -105,17 +105,19 @@ impl Supervisor {
             ParentDeathSignal::Kill => Signal::SIGKILL,
             ParentDeathSignal::Term => Signal::SIGTERM,
         };
-        let spawned = spawn_worker(&self.manifest.worker, death_signal).await.map_err(|e| {
-            failed(format!(
-                "cannot start worker command {:?}: {e}",
-                self.manifest
-                    .worker
-                    .command
-                    .first()
-                    .map(String::as_str)
-                    .unwrap_or_default()
-            ))
-        })?;
+        let spawned = spawn_worker(&self.manifest.worker, death_signal, self.options.data_plane)
+            .await
+            .map_err(|e| {
+                failed(format!(
+                    "cannot start worker command {:?}: {e}",
+                    self.manifest
+                        .worker
+                        .command
+                        .first()
+                        .map(String::as_str)
+                        .unwrap_or_default()
+                ))
+            })?;
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let events = Arc::new(Events {
             supervisor: self.me.clone(),
@@ -128,7 +130,7 @@ impl Supervisor {
             (self.options.max_line_bytes, self.options.max_request_bytes),
             events,
         );
-        let params = json!({
+        let mut params = json!({
             "manifest": self.manifest.to_wire(),
             "config": self.options.config,
             "instanceInfo": {
@@ -138,6 +140,9 @@ impl Supervisor {
             "apiVersion": 1,
             "databaseNamespace": null,
         });
+        if let Some(offer) = connection.plane.offer(&self.options.duplex_limits) {
+            params[crate::dataplane_frame::OFFER_PARAM] = offer;
+        }
         let timeout = self.options.initialize_timeout;
         let answer = connection
             .call(
@@ -165,6 +170,7 @@ impl Supervisor {
         });
         match result {
             Ok(result) => {
+                super::dataplane::settle(&connection, &result.supported_methods, &self.options, &self.routes);
                 *self.supported.lock().unwrap_or_else(|e| e.into_inner()) =
                     Arc::new(result.supported_methods.into_iter().collect());
                 tracing::info!(plugin = %self.manifest.id, pid = connection.pid(), generation, "worker ready");

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use super::dataplane::{Output, Plane};
 use super::exec::decode_strict;
 use super::init::Reported;
 use super::rpc::{Outbound, RpcError};
@@ -73,6 +74,8 @@ type Pair = (String, String);
 #[derive(Default)]
 pub(crate) struct Channels {
     open: Mutex<HashMap<Pair, Channel>>,
+    /// The binary data plane, once `initialize` accepted it.
+    pub(crate) plane: std::sync::OnceLock<Arc<Plane>>,
 }
 
 /// A queued write or half-close whose reply is pending.
@@ -152,6 +155,10 @@ impl Channels {
             session: session.clone(),
             closed: closed.clone(),
             invocation,
+            plane: self
+                .plane
+                .get()
+                .and_then(|p| p.register(&route, &session, closed.clone())),
         };
         let kill_wait = kill.clone();
         tokio::spawn(async move {
@@ -172,8 +179,13 @@ impl Channels {
                 status = child.wait() => (status.ok(), false),
                 () = kill_wait.notified() => (sandbox.terminate(&mut child).await.0.ok(), true),
             };
-            // Every data frame goes out before the exit frame (bounded: the namespace is gone).
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), reader).await;
+            // Every data frame goes out before the exit frame (bounded: the namespace is gone;
+            // on the data plane the reader also waits for credit, which a close ends).
+            if frames.plane.is_some() {
+                let _ = reader.await;
+            } else {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), reader).await;
+            }
             let exit_code = match (killed || tracked.killed(), tracked.reported()) {
                 (true, _) | (false, Some(Reported::Signaled(_))) => None,
                 (false, Some(Reported::Exited(code))) => Some(code),
@@ -215,6 +227,22 @@ impl Channels {
         Ok(rx)
     }
 
+    /// Queues a write of raw bytes (from the data plane) in order.
+    pub(crate) fn write_bytes(&self, route: &str, session: &str, bytes: Vec<u8>) -> Result<Pending, RpcError> {
+        let (tx, rx) = oneshot::channel();
+        self.with_pair(route, session, |c| c.input.send(Input::Data(bytes, tx)))?
+            .map_err(|_| closed_error())?;
+        Ok(rx)
+    }
+
+    /// Queues the half-close of (`route`, `session`) after every earlier write.
+    pub(crate) fn close_input_pair(&self, route: &str, session: &str) -> Result<Pending, RpcError> {
+        let (tx, rx) = oneshot::channel();
+        self.with_pair(route, session, |c| c.input.send(Input::CloseInput(tx)))?
+            .map_err(|_| closed_error())?;
+        Ok(rx)
+    }
+
     /// Queues the half-close after every earlier write.
     pub(crate) fn close_input(&self, params: PairParams) -> Result<Pending, RpcError> {
         let (tx, rx) = oneshot::channel();
@@ -246,6 +274,9 @@ impl Channels {
             if let Some(channel) = open.remove(&key) {
                 channel.closed.store(true, Ordering::SeqCst);
                 channel.kill.notify_one();
+                if let Some(plane) = self.plane.get() {
+                    plane.forget(&key.0);
+                }
             }
         }
         match params.worker_session_id {
@@ -266,12 +297,17 @@ struct FrameSender {
     session: String,
     closed: Arc<AtomicBool>,
     invocation: Option<String>,
+    /// The route's output on the data plane, when it is on it.
+    plane: Option<Arc<Output>>,
 }
 
 impl FrameSender {
     async fn data(&self, bytes: &[u8]) {
         if self.closed.load(Ordering::SeqCst) || bytes.is_empty() {
             return;
+        }
+        if let Some(plane) = &self.plane {
+            return plane.data(bytes).await;
         }
         let params =
             json!({"hostRouteId": self.route, "workerSessionId": self.session, "chunk": STANDARD.encode(bytes)});
@@ -283,6 +319,9 @@ impl FrameSender {
     async fn exit(&self, exit_code: Option<i32>) {
         if self.closed.load(Ordering::SeqCst) {
             return;
+        }
+        if let Some(plane) = &self.plane {
+            return plane.exit(exit_code);
         }
         let params = json!({
             "hostRouteId": self.route,

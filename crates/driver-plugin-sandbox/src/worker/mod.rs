@@ -80,6 +80,7 @@
 //! module). A malformed `requestedExpiresAt` is refused as invalid params.
 
 mod args;
+mod dataplane;
 mod duplex;
 mod exec;
 mod expiry;
@@ -165,6 +166,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    dataplane::adopt_inherited_sockets(!config.no_data_plane);
     if config.policy.identity == Some((0, 0)) {
         // uid 0 in the sandbox is the host's root: the old, unsafe layout, on request only
         config.policy.identity = None;
@@ -347,7 +349,10 @@ async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value
             let result = if worker.initialized.swap(true, Ordering::SeqCst) {
                 Err(RpcError::worker("Worker already initialized"))
             } else {
-                let methods: Vec<&str> = SUPPORTED_METHODS.iter().copied().filter(|m| worker.serves(m)).collect();
+                let mut methods: Vec<&str> = SUPPORTED_METHODS.iter().copied().filter(|m| worker.serves(m)).collect();
+                if !worker.no_duplex && dataplane::accept(&params, &worker.channels) {
+                    methods.push(crate::dataplane_frame::EXTENSION);
+                }
                 Ok(json!({"ok": true, "supportedMethods": methods}))
             };
             worker.out.respond(id, result).await;
