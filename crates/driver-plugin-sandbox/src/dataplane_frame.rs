@@ -42,6 +42,8 @@ pub struct Offer {
     pub fd: i32,
     /// Bytes of `data` each side may have in flight per route before credit comes back.
     pub window: u32,
+    /// The largest `data` payload the host takes (its chunk bound).
+    pub chunk: u32,
 }
 
 /// What a frame is.

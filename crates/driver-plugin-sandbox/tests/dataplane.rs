@@ -411,8 +411,8 @@ fn the_worker_declines_an_offer_it_cannot_take_and_keeps_json_frames() {
     // no socket was inherited at the named descriptor, a version it does not speak, and no
     // offer at all: `supportedMethods` stays as it was
     for offer in [
-        json!({"version": 1, "fd": 3, "window": 65536}),
-        json!({"version": 2, "fd": 3, "window": 65536}),
+        json!({"version": 1, "fd": 3, "window": 65536, "chunk": 65536}),
+        json!({"version": 2, "fd": 3, "window": 65536, "chunk": 65536}),
         json!(null),
     ] {
         let mut w = common::Worker::start();
@@ -425,4 +425,25 @@ fn the_worker_declines_an_offer_it_cannot_take_and_keeps_json_frames() {
         assert!(!methods.contains(&json!(EXTENSION)), "{result}");
         assert!(methods.contains(&json!("duplexChannelWrite")));
     }
+}
+
+#[tokio::test]
+async fn an_sdk_worker_ignores_the_offer_and_keeps_json_frames() {
+    let root = TempDir::new("plane-sdk");
+    let driver = start(sdk_manifest(root.path()), SandboxOptions::default()).await;
+    assert!(!driver.supported_methods().contains(EXTENSION));
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+    let channel = bounded("open", runtime.open_duplex_channel(&lease.id, &["cat".to_owned()]))
+        .await
+        .unwrap();
+    let payload = noise(300_000, 3);
+    channel.write(&payload).await.unwrap();
+    let mut echoed = Vec::new();
+    while echoed.len() < payload.len() {
+        echoed.extend(bounded("read", channel.read()).await.unwrap().expect("cat output"));
+    }
+    assert!(echoed == payload);
+    channel.close().await.unwrap();
+    bounded("shutdown", driver.shutdown()).await;
 }

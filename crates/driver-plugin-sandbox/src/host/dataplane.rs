@@ -110,6 +110,7 @@ impl PlaneSlot {
             version: wire::VERSION,
             fd: *fd,
             window: window(limits),
+            chunk: limits.max_chunk_bytes.clamp(1, wire::MAX_PAYLOAD) as u32,
         })
         .ok()
     }

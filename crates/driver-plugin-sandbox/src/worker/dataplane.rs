@@ -74,13 +74,13 @@ pub(crate) fn accept(params: &Value, channels: &Arc<Channels>) -> bool {
     else {
         return false;
     };
-    if offer.version != wire::VERSION || offer.window == 0 {
+    if offer.version != wire::VERSION || offer.window == 0 || offer.chunk == 0 {
         return false;
     }
     let Some(fd) = adopted.into_iter().find(|fd| fd.as_raw_fd() == offer.fd) else {
         return false;
     };
-    match Plane::start(fd, offer.window, Arc::downgrade(channels)) {
+    match Plane::start(fd, offer, Arc::downgrade(channels)) {
         Ok(plane) => channels.plane.set(plane).is_ok(),
         Err(e) => {
             eprintln!("envrt-sandbox-worker: the data plane could not start: {e}");
@@ -94,6 +94,7 @@ pub(crate) struct Plane {
     frames: mpsc::UnboundedSender<Vec<u8>>,
     routes: Mutex<HashMap<u64, Entry>>,
     window: u32,
+    chunk: usize,
 }
 
 #[derive(Clone)]
@@ -112,14 +113,15 @@ enum Ack {
 }
 
 impl Plane {
-    fn start(fd: OwnedFd, window: u32, channels: Weak<Channels>) -> std::io::Result<Arc<Plane>> {
+    fn start(fd: OwnedFd, offer: Offer, channels: Weak<Channels>) -> std::io::Result<Arc<Plane>> {
         let stream = std::os::unix::net::UnixStream::from(fd);
         stream.set_nonblocking(true)?;
         let (read, write) = tokio::net::UnixStream::from_std(stream)?.into_split();
         let plane = Arc::new(Plane {
             frames: wire::spawn_writer(write),
             routes: Mutex::new(HashMap::new()),
-            window,
+            window: offer.window,
+            chunk: (offer.chunk as usize).min(wire::MAX_PAYLOAD),
         });
         tokio::spawn(read_frames(
             Arc::downgrade(&plane),
@@ -141,6 +143,7 @@ impl Plane {
             number,
             frames: self.frames.clone(),
             credit: Mutex::new(u64::from(self.window)),
+            chunk: self.chunk,
             notify: Notify::new(),
             closed,
         });
@@ -173,6 +176,8 @@ pub(crate) struct Output {
     number: u64,
     frames: mpsc::UnboundedSender<Vec<u8>>,
     credit: Mutex<u64>,
+    /// The largest data payload the host takes.
+    chunk: usize,
     notify: Notify,
     closed: Arc<AtomicBool>,
 }
@@ -191,7 +196,10 @@ impl Output {
             }
             let granted = {
                 let mut credit = self.credit.lock().unwrap_or_else(|e| e.into_inner());
-                let n = rest.len().min(usize::try_from(*credit).unwrap_or(usize::MAX));
+                let n = rest
+                    .len()
+                    .min(self.chunk)
+                    .min(usize::try_from(*credit).unwrap_or(usize::MAX));
                 *credit -= n as u64;
                 n
             };
@@ -204,6 +212,13 @@ impl Output {
                 .send(wire::encode(self.number, Kind::Data, &rest[..granted]));
             rest = &rest[granted..];
         }
+    }
+
+    /// Prepares the command's stdout `pipe` for bulk output (a 1 MiB pipe where the
+    /// system allows) and returns how many bytes to read from it at a time.
+    pub(crate) fn prepare(&self, pipe: &impl std::os::fd::AsFd) -> usize {
+        let _ = rustix::pipe::fcntl_setpipe_size(pipe, 1024 * 1024);
+        self.chunk
     }
 
     /// Sends the exit frame (after every data frame sent before).

@@ -166,7 +166,8 @@ impl Channels {
                 let frames = frames.clone();
                 async move {
                     let Some(mut pipe) = stdout else { return };
-                    let mut buf = vec![0u8; FRAME_BYTES];
+                    let size = frames.plane.as_ref().map_or(FRAME_BYTES, |p| p.prepare(&pipe));
+                    let mut buf = vec![0u8; size];
                     while let Ok(n) = pipe.read(&mut buf).await {
                         if n == 0 {
                             break;
