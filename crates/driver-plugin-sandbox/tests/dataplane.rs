@@ -356,6 +356,9 @@ async fn half_close_stop_and_close_work_on_the_data_plane() {
         channel.write(&[b'x'; 1000]).await.unwrap();
     }
     channel.close_input().await.unwrap();
+    // stdin is closed: a write now fails as on the JSON path
+    let err = channel.write(b"late").await.unwrap_err();
+    assert!(matches!(err, DriverError::ChannelClosed), "{err:?}");
     assert_eq!(read_all(channel.as_ref()).await, b"100000\ndone\n");
     assert_eq!(bounded("wait", channel.wait()).await.unwrap().exit_code, Some(0));
     channel.close().await.unwrap();
@@ -446,4 +449,22 @@ async fn an_sdk_worker_ignores_the_offer_and_keeps_json_frames() {
     assert!(echoed == payload);
     channel.close().await.unwrap();
     bounded("shutdown", driver.shutdown()).await;
+}
+
+#[tokio::test]
+async fn no_sandboxed_command_holds_the_data_plane_socket() {
+    let Some(s) = setup(&[], SandboxOptions::default()).await else {
+        return;
+    };
+    assert!(s.driver.supported_methods().contains(EXTENSION));
+    let list = "for f in /proc/self/fd/*; do readlink $f || true; done";
+    let (code, out) = s.sh(list).await;
+    assert_eq!(code, Some(0));
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("pipe:") && !out.contains("socket:"), "{out}");
+    let channel = s.open(&["sh", "-c", list]).await;
+    let out = String::from_utf8(read_all(channel.as_ref()).await).unwrap();
+    assert!(out.contains("pipe:") && !out.contains("socket:"), "{out}");
+    channel.close().await.unwrap();
+    s.shutdown().await;
 }

@@ -23,7 +23,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use envrt_runtime_core::DuplexExit;
+use envrt_runtime_core::{DriverError, DuplexExit};
 use serde_json::Value;
 use tokio::io::BufReader;
 use tokio::sync::{Notify, mpsc};
@@ -338,8 +338,13 @@ impl PlaneLink {
         }
     }
 
-    /// Half-closes the command's stdin after every byte sent before.
+    /// Half-closes the command's stdin after every byte sent before; later writes fail
+    /// as the worker would fail them (`Duplex channel is closed.`).
     pub(crate) fn eof(&self) {
+        self.input
+            .lock()
+            .error
+            .get_or_insert_with(|| DriverError::ChannelClosed.to_string());
         let _ = self.plane.frames.send(wire::encode(self.number, Kind::Eof, &[]));
     }
 

@@ -30,10 +30,16 @@
 //!   process): the command's `RLIMIT_NPROC` and `RLIMIT_AS`, 0 for none;
 //! - `--max-line-bytes N` (64 MiB): the longest request line read; a longer one is
 //!   dropped and answered `-32600` with `id: null` (the host refuses such requests before
-//!   sending them, see `SandboxOptions::max_request_bytes`).
+//!   sending them, see `SandboxOptions::max_request_bytes`);
+//! - `--no-data-plane`: decline the host's `envrt.dataPlane` offer, so duplex bytes stay
+//!   on the JSON frames (see the `dataplane` module).
 //!
 //! Extension notification: `envrt.cancel {id}` from the host (it gave up on request
 //! `id`) stops that request's command as a timeout would; the answer still follows.
+//!
+//! Extension `envrt.dataPlane`: when `initialize` offers it (naming a socket the worker
+//! inherited), the worker advertises it and every duplex channel's bytes move over that
+//! socket in binary frames with credit-based flow control (the `dataplane` module).
 //!
 //! At start the worker checks that `bwrap` exists and can build a sandbox; if not it
 //! prints why on stderr (naming `apt-get install bubblewrap` when it is missing) and exits
