@@ -2,9 +2,9 @@
 //! real `bwrap`. Large transfers both ways arrive intact, a slow reader slows the command
 //! instead of losing the route (the JSON path still ends it at the buffered bound), a
 //! writer without credit waits, half-close, stop and close work, and a worker that does
-//! not take the offer keeps JSON frames.
+//! not take the offer keeps JSON frames (the worker's own side of the offer:
+//! `worker_dataplane.rs`).
 
-mod common;
 mod host_common;
 
 use std::process::Stdio;
@@ -15,7 +15,6 @@ use envrt_driver_plugin_sandbox::dataplane_frame::EXTENSION;
 use envrt_driver_plugin_sandbox::{DuplexLimits, PluginManifest, SandboxDriver, SandboxOptions};
 use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit, EnvironmentRuntime, ExecuteRequest, Lease};
 use host_common::*;
-use serde_json::json;
 
 /// The reference worker with extra flags, leases under `root`.
 fn manifest_with(root: &TempDir, flags: &[&str]) -> Option<PluginManifest> {
@@ -407,27 +406,6 @@ async fn half_close_stop_and_close_work_on_the_data_plane() {
     assert_eq!(bounded("read", channel.read()).await.unwrap().unwrap(), b"again");
     channel.close().await.unwrap();
     s.shutdown().await;
-}
-
-#[test]
-fn the_worker_declines_an_offer_it_cannot_take_and_keeps_json_frames() {
-    // no socket was inherited at the named descriptor, a version it does not speak, and no
-    // offer at all: `supportedMethods` stays as it was
-    for offer in [
-        json!({"version": 1, "fd": 3, "window": 65536, "chunk": 65536}),
-        json!({"version": 2, "fd": 3, "window": 65536, "chunk": 65536}),
-        json!(null),
-    ] {
-        let mut w = common::Worker::start();
-        let mut params = common::init_params();
-        if !offer.is_null() {
-            params["envrtDataPlane"] = offer;
-        }
-        let result = w.ok("initialize", params);
-        let methods = result["supportedMethods"].as_array().unwrap();
-        assert!(!methods.contains(&json!(EXTENSION)), "{result}");
-        assert!(methods.contains(&json!("duplexChannelWrite")));
-    }
 }
 
 #[tokio::test]
