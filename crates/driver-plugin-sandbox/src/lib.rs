@@ -1,8 +1,8 @@
 //! # envrt-driver-plugin-sandbox
 //!
-//! Two halves: the host ([`host`], the `sandbox` driver) and a reference worker
-//! ([`worker`], the `envrt-sandbox-worker` binary) that runs every command inside
-//! bubblewrap.
+//! The host side ([`host`], the `sandbox` driver). The reference worker that runs every
+//! command inside bubblewrap is the `envrt-sandbox-worker` binary of its own crate,
+//! `crates/sandbox-worker`.
 //!
 //! The `sandbox` driver: a sandbox provider runs as a plugin worker process and the host
 //! talks to it with the Paperclip plugin worker protocol (newline-delimited JSON-RPC 2.0
@@ -44,13 +44,24 @@
 //! - duplex routes follow the protocol page: see [`DuplexLimits`] and [`RouteSlots`].
 //!   A worker that accepts the `envrt.dataPlane` offer (the reference worker does) moves
 //!   duplex bytes over a socket pair made at spawn, in binary frames with per-route credit
-//!   ([`dataplane_frame`]): writes are pipelined and a slow reader slows the command
+//!   ([`envrt_plugin_protocol::dataplane`]): writes are pipelined and a slow reader slows the command
 //!   instead of losing the route; other workers keep the JSON frames
 //!   ([`SandboxOptions::data_plane`] turns the offer off);
 //! - a requested lease expiry goes to `environmentAcquireLease` as `requestedExpiresAt`
 //!   (RFC 3339); the worker's `expiresAt` (RFC 3339 or milliseconds) becomes the lease's,
 //!   and a worker that returns none, or a later one, is refused by the facade
 //!   (`Environment driver "{key}" does not support lease expiry.`).
+//!
+//! - while the worker advertises the `envrtListLeases` extension the driver offers the
+//!   recovery group (`as_recovery`): inventory is the worker's own lease list, each lease
+//!   tied to the envrt lease id the host sent at acquire (`envrtLeaseId`), and reaping
+//!   destroys it at the worker; a worker without the extension has no recovery group;
+//! - the reference worker's manifest is [`reference_manifest`], and the key a driver
+//!   registers under is [`PluginManifest::driver_key`] ([`DEFAULT_DRIVER_KEY`] is
+//!   runtime-core's fallback key).
+//!
+//! The wire vocabulary (envelopes, names, codes, typed params and results) is the
+//! `envrt-plugin-protocol` crate, re-exported as [`protocol`].
 //!
 //! Errors are [`SandboxError`]s carried inside
 //! [`DriverError::Other`](envrt_runtime_core::DriverError::Other); find them with
@@ -66,12 +77,13 @@
 //! # Ok(()) }
 //! ```
 
-pub mod dataplane_frame;
 pub mod host;
-pub mod protocol;
-pub mod worker;
+
+/// The wire protocol (the `envrt-plugin-protocol` crate), shared with the reference worker.
+pub use envrt_plugin_protocol as protocol;
 
 pub use host::{
     DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,
-    RestartPolicy, RouteSlots, SandboxDriver, SandboxError, SandboxOptions,
+    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, SandboxDriver, SandboxError, SandboxOptions,
+    reference_manifest,
 };

@@ -11,8 +11,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envrt_driver_plugin_sandbox::dataplane_frame::EXTENSION;
 use envrt_driver_plugin_sandbox::{DuplexLimits, PluginManifest, SandboxDriver, SandboxOptions};
+use envrt_plugin_protocol::dataplane::EXTENSION;
 use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit, EnvironmentRuntime, ExecuteRequest, Lease};
 use host_common::*;
 

@@ -7,8 +7,8 @@ mod host_common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envrt_driver_plugin_sandbox::dataplane_frame::{self as wire, EXTENSION, Kind};
 use envrt_driver_plugin_sandbox::{DuplexLimits, RouteSlots, SandboxDriver, SandboxOptions};
+use envrt_plugin_protocol::dataplane::{self as wire, EXTENSION, Kind};
 use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit, EnvironmentRuntime, Lease};
 use host_common::*;
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! The host side of the `envrt.dataPlane` extension: a unix socket pair made at spawn (the
 //! worker inherits its end), the offer in `initialize`, and, once the worker accepts,
 //! duplex bytes in binary frames with credit-based flow control instead of base64 JSON
-//! lines (framing in [`crate::dataplane_frame`]).
+//! lines (framing in [`envrt_plugin_protocol::dataplane`]).
 //!
 //! - Output (worker → host): the worker sends at most `window` bytes of a route before the
 //!   host hands credit back, which it does as the reader consumes them; so the route's
@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use envrt_runtime_core::{DriverError, DuplexExit};
-use serde_json::Value;
 use tokio::io::BufReader;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
@@ -33,8 +32,8 @@ use super::connection::Connection;
 use super::error::SandboxError;
 use super::options::SandboxOptions;
 use super::routes::{DuplexLimits, Frame, RouteTable};
-use crate::dataplane_frame::{self as wire, Kind, Offer};
 use crate::protocol::{codes, methods};
+use envrt_plugin_protocol::dataplane::{self as wire, Kind, Offer};
 
 /// The most bytes each side may have in flight per route (less when the buffered byte
 /// bound is lower: output credit never lets the unread buffer pass it).
@@ -103,16 +102,15 @@ impl PlaneSlot {
     }
 
     /// The offer for `initialize`, when a socket was passed.
-    pub(crate) fn offer(&self, limits: &DuplexLimits) -> Option<Value> {
+    pub(crate) fn offer(&self, limits: &DuplexLimits) -> Option<Offer> {
         let offered = self.offered.lock().unwrap_or_else(|e| e.into_inner());
         let (_, fd) = offered.as_ref()?;
-        serde_json::to_value(Offer {
+        Some(Offer {
             version: wire::VERSION,
             fd: *fd,
             window: window(limits),
             chunk: limits.max_chunk_bytes.clamp(1, wire::MAX_PAYLOAD) as u32,
         })
-        .ok()
     }
 
     /// Starts the plane when `accepted`, else closes the host's end. `retire` kills the

@@ -1,0 +1,197 @@
+//! `envrt cp SRC DST`: native sync between the host and a lease. `lease:ID:/path` names the
+//! lease side; exactly one side is a lease. DST is the exact path the source becomes (a
+//! directory target is replaced by the source tree).
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use clap::Args;
+use envrt::{DriverError, RuntimeError, SyncFile, SyncKind, SyncOperation, SyncResult};
+
+use crate::app::App;
+use crate::error::CliError;
+use envrt::config::Paths;
+
+#[derive(Debug, Args)]
+pub(crate) struct CpArgs {
+    /// No progress line and no summary.
+    #[arg(short, long)]
+    quiet: bool,
+    /// The source: a host path or `lease:ID:/path`.
+    src: String,
+    /// The destination: a host path or `lease:ID:/path`.
+    dst: String,
+}
+
+/// One side of a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// A host path.
+    Host(String),
+    /// A path in a lease's environment.
+    Lease { id: String, path: String },
+}
+
+/// Parses `lease:ID:PATH` (else a host path).
+pub(crate) fn parse_side(arg: &str) -> Result<Side, CliError> {
+    let Some(rest) = arg.strip_prefix("lease:") else {
+        return Ok(Side::Host(arg.to_owned()));
+    };
+    match rest.split_once(':') {
+        Some((id, path)) if !id.is_empty() && !path.is_empty() => Ok(Side::Lease {
+            id: id.to_owned(),
+            path: path.to_owned(),
+        }),
+        _ => Err(CliError::Usage(format!(
+            "envrt: \"{arg}\" is not a lease path; write lease:ID:/path"
+        ))),
+    }
+}
+
+fn host_absolute(path: &str) -> Result<String, CliError> {
+    let absolute = std::path::absolute(Path::new(path))
+        .map_err(|e| CliError::Usage(format!("envrt: bad path \"{path}\": {e}")))?;
+    absolute
+        .to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| CliError::Usage(format!("envrt: path \"{path}\" is not valid UTF-8")))
+}
+
+/// A spinner on stderr while the copy runs; cleared when dropped.
+struct Progress {
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(show: bool, label: String) -> Progress {
+        if !show {
+            return Progress { task: None };
+        }
+        const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
+        let started = std::time::Instant::now();
+        let draw = move |i: usize| {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(
+                err,
+                "\r\x1b[2K{} {label} ({:.1} s)",
+                FRAMES[i % FRAMES.len()],
+                started.elapsed().as_secs_f64()
+            );
+            let _ = err.flush();
+        };
+        // The first frame right away, so even a quick copy shows what it did.
+        draw(0);
+        let task = tokio::spawn(async move {
+            for i in 1.. {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                draw(i);
+            }
+        });
+        Progress { task: Some(task) }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
+    }
+}
+
+fn totals(result: &SyncResult) -> (u64, u64) {
+    result.operations.iter().fold((0, 0), |(f, b), op| {
+        (f + op.files_transferred, b + op.bytes_transferred)
+    })
+}
+
+pub(crate) async fn run(paths: &Paths, args: CpArgs) -> Result<u8, CliError> {
+    let (src, dst) = (parse_side(&args.src)?, parse_side(&args.dst)?);
+    let (lease_id, inbound, host, remote) = match (&src, &dst) {
+        (Side::Host(h), Side::Lease { id, path }) => (id.clone(), true, host_absolute(h)?, path.clone()),
+        (Side::Lease { id, path }, Side::Host(h)) => (id.clone(), false, host_absolute(h)?, path.clone()),
+        _ => {
+            return Err(CliError::Usage(
+                "envrt: exactly one of SRC and DST must be a lease path (lease:ID:/path)".into(),
+            ));
+        }
+    };
+    let app = App::open(paths).await?;
+    app.existing_lease(&lease_id).await?;
+    let show = !args.quiet && std::io::stderr().is_terminal();
+    let label = format!("copying {} → {}", args.src, args.dst);
+    let progress = Progress::start(show, label);
+    let operation = |kind: SyncKind| {
+        let (source, target) = if inbound {
+            (host.clone(), remote.clone())
+        } else {
+            (remote.clone(), host.clone())
+        };
+        let file = match kind {
+            SyncKind::File => SyncFile::file(source, target),
+            SyncKind::Directory => SyncFile::directory(source, target),
+        };
+        vec![SyncOperation {
+            operation_id: "envrt-cp".into(),
+            files: vec![file],
+            post_upload_commands: Vec::new(),
+        }]
+    };
+    let result = if inbound {
+        let kind = if Path::new(&host).is_dir() {
+            SyncKind::Directory
+        } else {
+            SyncKind::File
+        };
+        app.runtime.sync_in(&lease_id, &operation(kind)).await
+    } else {
+        // The environment side's kind is unknown here: try a directory, then a file.
+        match app.runtime.sync_out(&lease_id, &operation(SyncKind::Directory)).await {
+            Err(RuntimeError::Driver(DriverError::SourceKind { .. })) => {
+                app.runtime.sync_out(&lease_id, &operation(SyncKind::File)).await
+            }
+            other => other,
+        }
+    };
+    drop(progress);
+    let result = result?;
+    if !args.quiet {
+        let (files, bytes) = totals(&result);
+        eprintln!("copied {files} files, {bytes} bytes: {} → {}", args.src, args.dst);
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_paths_parse_and_bad_ones_are_refused() {
+        assert_eq!(parse_side("./x").unwrap(), Side::Host("./x".into()));
+        assert_eq!(
+            parse_side("lease:abc:/w/x").unwrap(),
+            Side::Lease {
+                id: "abc".into(),
+                path: "/w/x".into()
+            }
+        );
+        assert_eq!(
+            parse_side("lease:abc:rel:with:colons").unwrap(),
+            Side::Lease {
+                id: "abc".into(),
+                path: "rel:with:colons".into()
+            }
+        );
+        for bad in ["lease:", "lease:abc", "lease::/x", "lease:abc:"] {
+            assert_eq!(
+                parse_side(bad).unwrap_err().to_string(),
+                format!("envrt: \"{bad}\" is not a lease path; write lease:ID:/path")
+            );
+        }
+    }
+}

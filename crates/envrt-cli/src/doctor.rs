@@ -1,0 +1,194 @@
+//! `envrt doctor`: checks what the configured environments need and says how to fix what
+//! is missing. A check is required when a configured environment uses its driver; the
+//! exit code is 1 when a required check fails.
+
+use envrt::{LeaseFilter, LeaseStatus, LeaseStore};
+
+use envrt::config::open_store;
+
+use crate::app::App;
+use crate::error::CliError;
+use envrt::config::{Config, Paths};
+
+/// One check's outcome.
+struct Check {
+    name: &'static str,
+    required: bool,
+    ok: bool,
+    detail: String,
+    fix: Option<String>,
+}
+
+async fn store_check(paths: &Paths) -> Check {
+    let name = "lease store";
+    match open_store(paths).await {
+        Ok(store) => match store.list_leases(&LeaseFilter::default()).await {
+            Ok(leases) => {
+                let active = leases.iter().filter(|l| l.status == LeaseStatus::Active).count();
+                Check {
+                    name,
+                    required: true,
+                    ok: true,
+                    detail: format!(
+                        "{} ({} leases, {active} active)",
+                        paths.database().display(),
+                        leases.len()
+                    ),
+                    fix: None,
+                }
+            }
+            Err(e) => Check {
+                name,
+                required: true,
+                ok: false,
+                detail: e.to_string(),
+                fix: Some(format!(
+                    "move {} aside (it is unreadable) or pass another --state-dir",
+                    paths.database().display()
+                )),
+            },
+        },
+        Err(e) => Check {
+            name,
+            required: true,
+            ok: false,
+            detail: e.to_string(),
+            fix: Some(format!(
+                "make {} a writable directory, or pass --state-dir / set ENVRT_STATE_DIR",
+                paths.state_dir.display()
+            )),
+        },
+    }
+}
+
+fn driver_check(app: &App, key: &'static str, name: &'static str, fix: &str) -> Check {
+    let required = app.config.environments.iter().any(|e| e.driver == key);
+    if !envrt::RuntimeBuilder::enabled_drivers().contains(&key) {
+        return Check {
+            name,
+            required,
+            ok: false,
+            detail: format!("this envrt was built without the \"{key}\" driver"),
+            fix: Some(format!("rebuild envrt with the cargo feature for \"{key}\"")),
+        };
+    }
+    match app.skipped.iter().find(|s| s.key == key) {
+        Some(s) => Check {
+            name,
+            required,
+            ok: false,
+            detail: s.error.to_string(),
+            fix: Some(fix.to_owned()),
+        },
+        None => Check {
+            name,
+            required,
+            ok: true,
+            detail: format!("driver \"{key}\" ready"),
+            fix: None,
+        },
+    }
+}
+
+fn binary_check(binary: &'static str, name: &'static str, required: bool, fix: &str) -> Check {
+    match envrt::config::find_in_path(binary) {
+        Some(path) => Check {
+            name,
+            required,
+            ok: true,
+            detail: path.display().to_string(),
+            fix: None,
+        },
+        None => Check {
+            name,
+            required,
+            ok: false,
+            detail: format!("`{binary}` is not on PATH"),
+            fix: Some(fix.to_owned()),
+        },
+    }
+}
+
+pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
+    // The configuration must load for anything else to mean something.
+    let config = Config::load(paths)?;
+    let mut checks = vec![store_check(paths).await];
+    if checks[0].ok {
+        let app = App::open_for(paths, Some("docker")).await?;
+        checks.push(driver_check(
+            &app,
+            "local",
+            "local driver",
+            "make the workspace root ([local] root in envrt.toml) a writable directory",
+        ));
+        checks.push(driver_check(
+            &app,
+            "docker",
+            "Docker engine",
+            "start the Docker engine (systemctl start docker) or point DOCKER_HOST at one",
+        ));
+        let sandbox = config.environments.iter().any(|e| e.driver == "sandbox");
+        checks.push(binary_check(
+            "bwrap",
+            "bubblewrap",
+            sandbox,
+            "install bubblewrap (apt-get install bubblewrap)",
+        ));
+        let configured_plugin = !config.plugins.is_empty();
+        checks.push(match envrt::config::reference_worker() {
+            Some(path) => Check {
+                name: "sandbox worker",
+                required: sandbox && !configured_plugin,
+                ok: true,
+                detail: path.display().to_string(),
+                fix: None,
+            },
+            None => Check {
+                name: "sandbox worker",
+                required: sandbox && !configured_plugin,
+                ok: false,
+                detail: "`envrt-sandbox-worker` is neither next to envrt nor on PATH".into(),
+                fix: Some("cargo build -p envrt-sandbox-worker, then put it next to envrt or on PATH".into()),
+            },
+        });
+        // What each environment enforces (information, never a failure).
+        for environment in &config.environments {
+            checks.push(Check {
+                name: "isolation",
+                required: false,
+                ok: true,
+                detail: format!(
+                    "{} ({}): {}",
+                    environment.id,
+                    environment.driver,
+                    crate::isolation::line(&crate::isolation::enforcement(environment))
+                ),
+                fix: None,
+            });
+        }
+        for skip in app.skipped.iter().filter(|s| s.key != "docker" && s.key != "local") {
+            checks.push(Check {
+                name: "plugin worker",
+                required: true,
+                ok: false,
+                detail: format!("driver \"{}\": {}", skip.key, skip.error),
+                fix: Some("check the manifest's worker.command and run it by hand to see why it exits".into()),
+            });
+        }
+    }
+    let mut missing_required = false;
+    for check in &checks {
+        let mark = match (check.ok, check.required) {
+            (true, _) => "ok     ",
+            (false, true) => "MISSING",
+            (false, false) => "absent ",
+        };
+        let need = if check.required { "" } else { " (optional)" };
+        println!("{mark} {}{need}: {}", check.name, check.detail);
+        if let (false, Some(fix)) = (check.ok, &check.fix) {
+            println!("        fix: {fix}");
+        }
+        missing_required |= check.required && !check.ok;
+    }
+    Ok(if missing_required { 1 } else { 0 })
+}

@@ -1,0 +1,409 @@
+//! `envrt lease acquire | list | release | destroy` and `envrt gc`.
+//!
+//! A lease records its holder process (`holderPid` + `holderStartTime`). `exec` and
+//! `shell` hold their ephemeral leases themselves; `lease acquire` names the process that
+//! ran it (usually the shell) unless `--holder-pid` or `--detached` says otherwise. `gc`
+//! releases active leases whose holder is gone, and retries `pending_cleanup` ones.
+
+use clap::{Args, Subcommand};
+use envrt::sqlite::holder::Holder;
+use envrt::{Lease, LeaseFilter, LeasePolicy, LeaseStatus};
+
+use crate::Target;
+use crate::app::App;
+use crate::error::CliError;
+use envrt::config::Paths;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum LeaseCommand {
+    /// Acquire a lease and print its id.
+    Acquire(AcquireArgs),
+    /// List leases (active and pending clean-up; --all for every one).
+    List(ListArgs),
+    /// Release a lease.
+    Release(ReleaseArgs),
+    /// Destroy a lease's resource whatever its policy.
+    Destroy {
+        /// The lease id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AcquireArgs {
+    #[command(flatten)]
+    target: Target,
+    /// ephemeral, reuse_by_environment, reuse_by_execution_workspace or retain_on_failure.
+    #[arg(long, value_name = "POLICY", default_value = "ephemeral", value_parser = parse_policy)]
+    policy: LeasePolicy,
+    /// The run this lease belongs to.
+    #[arg(long, value_name = "ID")]
+    run_id: Option<String>,
+    /// The process holding the lease (gc releases it once that process is gone); default
+    /// the process that ran envrt.
+    #[arg(long, value_name = "PID", conflicts_with = "detached")]
+    holder_pid: Option<u32>,
+    /// No holder: gc never releases this lease (before its expiry).
+    #[arg(long)]
+    detached: bool,
+    /// The lease expires after this long (default: the environment's `ttl`, else never):
+    /// the driver ends it then even if its holder is gone, and `gc` records it expired.
+    #[arg(long, value_name = "DURATION")]
+    ttl: Option<String>,
+    /// Print the whole lease record as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Every lease, ended ones included.
+    #[arg(long)]
+    all: bool,
+    /// JSON (an array of lease records).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// The lease id.
+    id: String,
+    /// released, failed or expired.
+    #[arg(long, default_value = "released", value_parser = parse_status)]
+    status: LeaseStatus,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GcArgs {
+    /// Say what would be done, do nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn parse_policy(s: &str) -> Result<LeasePolicy, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
+        "expected ephemeral, reuse_by_environment, reuse_by_execution_workspace or retain_on_failure".to_owned()
+    })
+}
+
+fn parse_status(s: &str) -> Result<LeaseStatus, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| "expected released, failed or expired".to_owned())
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".into())
+}
+
+pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliError> {
+    let extra = match &command {
+        LeaseCommand::Acquire(args) => args.target.driver.clone(),
+        _ => None,
+    };
+    let app = App::open_for(paths, extra.as_deref()).await?;
+    match command {
+        LeaseCommand::Acquire(args) => {
+            let holder = if args.detached {
+                None
+            } else {
+                let found = match args.holder_pid {
+                    Some(pid) => Holder::of(pid).ok().flatten(),
+                    None => Holder::parent().ok(),
+                };
+                match found {
+                    Some(h) => Some(h),
+                    None => {
+                        return Err(CliError::Usage(format!(
+                            "envrt: holder process {} is not running",
+                            args.holder_pid.unwrap_or_else(std::os::unix::process::parent_id)
+                        )));
+                    }
+                }
+            };
+            let ttl = args
+                .ttl
+                .as_deref()
+                .map(|raw| envrt::config::parse_duration("--ttl", raw))
+                .transpose()?;
+            let environment = app.environment_id(&args.target).await?;
+            let lease = app
+                .acquire(
+                    &environment,
+                    args.policy,
+                    args.run_id,
+                    holder,
+                    ttl,
+                    "envrt lease acquire",
+                )
+                .await?;
+            if args.json {
+                println!("{}", to_json(&lease));
+            } else {
+                println!("{}", lease.id);
+            }
+            Ok(0)
+        }
+        LeaseCommand::List(args) => {
+            let filter = LeaseFilter {
+                statuses: if args.all {
+                    Vec::new()
+                } else {
+                    vec![LeaseStatus::Active, LeaseStatus::PendingCleanup]
+                },
+                ..Default::default()
+            };
+            let leases = app.runtime.leases(&filter).await?;
+            if args.json {
+                println!("{}", to_json(&leases));
+            } else {
+                print_table(&leases);
+            }
+            Ok(0)
+        }
+        LeaseCommand::Release(args) => {
+            app.existing_lease(&args.id).await?;
+            let lease = app.runtime.release_lease(&args.id, args.status).await?;
+            println!("{} {}", lease.id, lease.status);
+            Ok(0)
+        }
+        LeaseCommand::Destroy { id } => {
+            app.existing_lease(&id).await?;
+            let lease = app.runtime.destroy_lease(&id).await?;
+            println!("{} {} (destroyed)", lease.id, lease.status);
+            Ok(0)
+        }
+    }
+}
+
+fn holder_text(lease: &Lease) -> String {
+    if !matches!(lease.status, LeaseStatus::Active | LeaseStatus::PendingCleanup) {
+        return "-".into();
+    }
+    match Holder::from_metadata(&lease.metadata) {
+        None => "-".into(),
+        Some(h) if h.is_alive() => format!("{} (alive)", h.pid),
+        Some(h) => format!("{} (gone)", h.pid),
+    }
+}
+
+fn print_table(leases: &[Lease]) {
+    let rows: Vec<[String; 7]> = leases
+        .iter()
+        .map(|l| {
+            [
+                l.id.clone(),
+                l.environment_id.clone().unwrap_or_else(|| "-".into()),
+                l.metadata_driver().unwrap_or("-").to_owned(),
+                l.status.to_string(),
+                l.lease_policy.as_str().to_owned(),
+                holder_text(l),
+                l.expires_at.map_or_else(|| "-".to_owned(), |t| t.to_rfc3339()),
+            ]
+        })
+        .collect();
+    let header = ["ID", "ENVIRONMENT", "DRIVER", "STATUS", "POLICY", "HOLDER", "EXPIRES"].map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let line: Vec<String> = row.iter().zip(widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+}
+
+/// What gc does with one lease.
+#[derive(Debug, PartialEq, Eq)]
+enum GcAction {
+    /// Active, holder gone: release as failed.
+    HolderGone(u32),
+    /// A clean-up failed earlier: release again.
+    RetryCleanup,
+}
+
+fn gc_action(lease: &Lease) -> Option<GcAction> {
+    match lease.status {
+        LeaseStatus::PendingCleanup => Some(GcAction::RetryCleanup),
+        LeaseStatus::Active => match Holder::from_metadata(&lease.metadata) {
+            Some(h) if !h.is_alive() => Some(GcAction::HolderGone(h.pid)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
+    let app = App::open(paths).await?;
+    let filter = LeaseFilter {
+        statuses: vec![LeaseStatus::Active, LeaseStatus::PendingCleanup],
+        ..Default::default()
+    };
+    let mut failures = 0;
+    let mut done = 0;
+    // Expired leases first: their driver already ended them (or ends them now); the store
+    // records them `expired`, whether or not their holder lives.
+    if args.dry_run {
+        let now = envrt::Timestamp::now();
+        for lease in app.runtime.leases(&filter).await? {
+            if lease.status == LeaseStatus::Active && lease.expires_at.is_some_and(|at| at <= now) {
+                println!("would release {} (expired)", lease.id);
+            }
+        }
+    } else {
+        let report = app.runtime.release_expired().await?;
+        for lease in &report.released {
+            done += 1;
+            println!("released {} (expired): {}", lease.id, lease.status);
+        }
+        for failure in &report.failures {
+            failures += 1;
+            eprintln!(
+                "envrt: gc could not release {} (expired): {}",
+                failure.lease_id, failure.error
+            );
+        }
+    }
+    for lease in app.runtime.leases(&filter).await? {
+        if args.dry_run && lease.expires_at.is_some_and(|at| at <= envrt::Timestamp::now()) {
+            continue;
+        }
+        let Some(action) = gc_action(&lease) else {
+            continue;
+        };
+        let why = match action {
+            GcAction::HolderGone(pid) => format!("holder {pid} is gone"),
+            GcAction::RetryCleanup => "clean-up failed earlier".to_owned(),
+        };
+        if args.dry_run {
+            println!("would release {} ({why})", lease.id);
+            continue;
+        }
+        let status = match action {
+            GcAction::HolderGone(_) => LeaseStatus::Failed,
+            GcAction::RetryCleanup => LeaseStatus::Released,
+        };
+        if let GcAction::HolderGone(_) = action {
+            kill_local_leftovers(&lease);
+        }
+        let released = match app.check_driver_of(&lease).await {
+            Ok(()) => app
+                .runtime
+                .release_lease(&lease.id, status)
+                .await
+                .map_err(CliError::from),
+            Err(e) => Err(e),
+        };
+        match released {
+            Ok(mut ended) => {
+                if matches!(action, GcAction::HolderGone(_)) && ended.failure_reason.is_none() {
+                    ended.failure_reason = Some("holder_gone".into());
+                    app.runtime.store().put_lease(&ended).await?;
+                }
+                done += 1;
+                println!("released {} ({why}): {}", lease.id, ended.status);
+            }
+            Err(e) => {
+                failures += 1;
+                eprintln!("envrt: gc could not release {} ({why}): {e}", lease.id);
+            }
+        }
+    }
+    if app.runtime.driver("docker").is_some() {
+        match reap_docker_orphans(&app, paths, args.dry_run).await {
+            Ok(n) => done += n,
+            Err(e) => {
+                failures += 1;
+                eprintln!("envrt: gc could not reap orphan containers: {e}");
+            }
+        }
+    }
+    if !args.dry_run {
+        println!("gc: {done} released, {failures} failed");
+    }
+    Ok(if failures == 0 { 0 } else { 1 })
+}
+
+/// Removes the containers of this state directory that no lease keeps (left by a crash
+/// between creating a container and recording its lease, or by a lost record). Kept:
+/// every active, retained or pending lease, and released reusable ones.
+async fn reap_docker_orphans(app: &App, paths: &Paths, dry_run: bool) -> Result<usize, CliError> {
+    let driver = envrt::docker::DockerDriver::connect(envrt::config::docker_config(paths, &app.config))
+        .await
+        .map_err(|e| CliError::Runtime(e.into()))?;
+    let keep: Vec<String> = app
+        .runtime
+        .leases(&LeaseFilter::default())
+        .await?
+        .into_iter()
+        .filter(|l| {
+            matches!(
+                l.status,
+                LeaseStatus::Active | LeaseStatus::Retained | LeaseStatus::PendingCleanup
+            ) || (l.status == LeaseStatus::Released && l.lease_policy == LeasePolicy::ReuseByEnvironment)
+        })
+        .map(|l| l.id)
+        .collect();
+    if dry_run {
+        let orphans: Vec<_> = driver
+            .managed_containers()
+            .await
+            .map_err(|e| CliError::Runtime(e.into()))?
+            .into_iter()
+            .filter(|(_, lease)| !keep.contains(lease))
+            .collect();
+        for (container, lease) in &orphans {
+            println!("would remove orphan container {container} (lease {lease})");
+        }
+        return Ok(0);
+    }
+    let removed = driver
+        .reap_orphans(&keep)
+        .await
+        .map_err(|e| CliError::Runtime(e.into()))?;
+    for container in &removed {
+        println!("removed orphan container {container}");
+    }
+    Ok(removed.len())
+}
+
+/// A dead holder's local commands outlive it (the driver's process table died with the
+/// holder): kill them before the release removes their workspace.
+fn kill_local_leftovers(lease: &Lease) {
+    if lease.metadata_driver() != Some("local") {
+        return;
+    }
+    if let Some(workspace) = lease.metadata.get("workspace").and_then(|w| w.as_str()) {
+        let killed = envrt::local::kill_tied_to(std::path::Path::new(workspace));
+        if killed > 0 {
+            println!("killed {killed} processes left running in lease {}", lease.id);
+        }
+    }
+}
+
+impl App {
+    async fn check_driver_of(&self, lease: &Lease) -> Result<(), CliError> {
+        self.existing_lease(&lease.id).await.map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_and_statuses_parse_by_wire_name() {
+        assert_eq!(parse_policy("retain_on_failure").unwrap(), LeasePolicy::RetainOnFailure);
+        assert_eq!(
+            parse_policy("forever").unwrap_err(),
+            "expected ephemeral, reuse_by_environment, reuse_by_execution_workspace or retain_on_failure"
+        );
+        assert_eq!(parse_status("expired").unwrap(), LeaseStatus::Expired);
+        assert_eq!(
+            parse_status("gone").unwrap_err(),
+            "expected released, failed or expired"
+        );
+    }
+}

@@ -1,0 +1,553 @@
+//! `environmentSyncIn` / `environmentSyncOut` (contract section 6). The worker itself is not
+//! sandboxed: it copies between host paths given by the host and the lease directory.
+//! Sandbox-side paths are confined to `/workspace` with links read in sandbox terms; each
+//! entry is built in a hidden sibling and renamed into place, so a failure leaves no
+//! half-written target; links copied as links must stay inside the copied tree.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use envrt_runtime_core::DriverError;
+use envrt_runtime_core::sync::{
+    ExcludeSet, SyncFile, SyncKind, check_post_upload_cwd, confine_to_workspace, normalize_absolute,
+};
+use serde_json::{Value, json};
+
+use super::exec::{check_argv, check_cwd, run};
+use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
+use super::policy::Policy;
+use super::sandbox::{Sandbox, WORKSPACE};
+
+/// Timeout of a post-upload command that does not set its own.
+const POST_UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
+
+pub(crate) use envrt_plugin_protocol::environment::SyncParams;
+
+/// Which way files move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// Host → lease.
+    In,
+    /// Lease → host.
+    Out,
+}
+
+/// Applies every operation in order; the first failure stops the call.
+pub(crate) async fn sync(
+    sandbox: &Sandbox,
+    lease_dir: &Path,
+    params: SyncParams,
+    direction: Direction,
+) -> Result<Value, DriverError> {
+    let mut results = Vec::new();
+    for op in params.operations {
+        let excludes = op
+            .files
+            .iter()
+            .map(|f| ExcludeSet::new(&f.exclude))
+            .collect::<Result<Vec<_>, _>>()?;
+        if direction == Direction::Out && !op.post_upload_commands.is_empty() {
+            return Err(DriverError::invalid(
+                "postUploadCommands are only run by environmentSyncIn",
+            ));
+        }
+        let environment_paths = op
+            .files
+            .iter()
+            .map(|f| {
+                let p = match direction {
+                    Direction::In => &f.target_path,
+                    Direction::Out => &f.source_path,
+                };
+                confine_to_workspace(WORKSPACE, p)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for command in &op.post_upload_commands {
+            if let Some(cwd) = &command.cwd {
+                check_post_upload_cwd(cwd, &environment_paths)?;
+            }
+            // checked before any file is written
+            check_argv(&["/bin/sh".to_owned(), "-c".to_owned(), command.command.clone()], &[])?;
+        }
+        for file in &op.files {
+            let host = match direction {
+                Direction::In => &file.source_path,
+                Direction::Out => &file.target_path,
+            };
+            if host.contains('\0') {
+                return Err(DriverError::invalid(format!("host path {host:?} contains a NUL byte")));
+            }
+            if normalize_absolute(host).is_none() {
+                return Err(DriverError::invalid(format!(
+                    "host path \"{host}\" must be absolute and free of \"..\""
+                )));
+            }
+        }
+        let mut counts = Counts::default();
+        for (file, excludes) in op.files.iter().zip(&excludes) {
+            let lease_dir = lease_dir.to_path_buf();
+            let file = file.clone();
+            let excludes = excludes.clone();
+            let policy = sandbox.policy.clone();
+            let done = tokio::task::spawn_blocking(move || match direction {
+                Direction::In => copy_in(&lease_dir, &file, excludes, &policy),
+                Direction::Out => copy_out(&lease_dir, &file, excludes),
+            })
+            .await
+            .map_err(|e| DriverError::other(format!("sync task failed: {e}")))??;
+            counts.files += done.files;
+            counts.bytes += done.bytes;
+        }
+        for command in &op.post_upload_commands {
+            let cwd = check_cwd(lease_dir, command.cwd.as_deref())?;
+            let argv = vec!["/bin/sh".to_owned(), "-c".to_owned(), command.command.clone()];
+            let timeout = command
+                .timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or(POST_UPLOAD_TIMEOUT);
+            let outcome = run(
+                sandbox,
+                lease_dir,
+                &cwd,
+                &[],
+                &argv,
+                None,
+                Some(timeout),
+                64 * 1024,
+                None,
+                None,
+            )
+            .await?;
+            envrt_runtime_core::sync::post_upload_verdict(
+                &command.command,
+                outcome.timed_out,
+                outcome.signal.as_deref(),
+                outcome.exit_code,
+            )?;
+        }
+        results.push(json!({
+            "operationId": op.operation_id,
+            "filesTransferred": counts.files,
+            "bytesTransferred": counts.bytes,
+        }));
+    }
+    Ok(json!({ "operations": results }))
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    files: u64,
+    bytes: u64,
+}
+
+/// Where a copied tree's links are read: on the host as they are, or in sandbox terms.
+enum Source<'a> {
+    Host,
+    Lease(&'a Path),
+}
+
+struct Copier<'a> {
+    source: Source<'a>,
+    follow: bool,
+    excludes: ExcludeSet,
+    target_display: String,
+    /// The synced source as given (for messages).
+    source_display: String,
+    ancestors: Vec<(u64, u64)>,
+    counts: Counts,
+}
+
+fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, policy: &Policy) -> Result<Counts, DriverError> {
+    let target = resolve(lease_dir, &file.target_path, false)?;
+    let source = PathBuf::from(&file.source_path);
+    check_kind(&source, file)?;
+    if target.sandbox == WORKSPACE && file.kind == SyncKind::File {
+        return Err(DriverError::invalid("a file cannot replace the workspace root"));
+    }
+    let mut copier = Copier {
+        source: Source::Host,
+        follow: file.follows_symlinks(),
+        excludes,
+        target_display: file.target_path.clone(),
+        source_display: file.source_path.clone(),
+        ancestors: Vec::new(),
+        counts: Counts::default(),
+    };
+    // Built where the sandbox cannot see it (the lease root, beside the lease
+    // directories), then renamed into a parent opened link-free beneath the lease.
+    let scratch = scratch_dir(lease_dir);
+    let staged = staging_name(&scratch);
+    let name = source
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let placed = copier
+        .copy_entry(&source, None, &staged, "", &name, file.mode)
+        // what lands in the workspace belongs to the sandbox's user, so it can change it
+        .and_then(|()| {
+            policy
+                .hand_over_tree(&staged)
+                .map_err(|e| io("Handing over", &staged, e))
+        })
+        .and_then(|()| open_parent(lease_dir, &file.target_path, &target, Some(policy)))
+        .and_then(|(parent, last)| match last {
+            Some(last) => replace(&staged, &parent.join(&last), &scratch),
+            None => {
+                let entries = fs::read_dir(&staged).map_err(|e| io("Reading", &staged, e))?;
+                for entry in entries {
+                    let entry = entry.map_err(|e| io("Reading", &staged, e))?;
+                    replace(&entry.path(), &parent.join(entry.file_name()), &scratch)?;
+                }
+                Ok(())
+            }
+        });
+    remove_any(&staged);
+    placed.map(|()| copier.counts)
+}
+
+fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Counts, DriverError> {
+    let resolved = resolve(lease_dir, &file.source_path, file.follows_symlinks())?;
+    let (parent, last) = open_parent(lease_dir, &file.source_path, &resolved, None)?;
+    let source = match &last {
+        Some(last) => parent.join(last),
+        None => parent.path(),
+    };
+    check_kind(&source, file)?;
+    let mut copier = Copier {
+        source: Source::Lease(lease_dir),
+        follow: file.follows_symlinks(),
+        excludes,
+        target_display: file.target_path.clone(),
+        source_display: file.source_path.clone(),
+        ancestors: Vec::new(),
+        counts: Counts::default(),
+    };
+    let target = Path::new(&file.target_path);
+    let target_parent = target.parent().unwrap_or(Path::new("/"));
+    fs::create_dir_all(target_parent).map_err(|e| io("Creating", target_parent, e))?;
+    let staged = staging_name(target_parent);
+    let placed = copier
+        .copy_entry(
+            &source,
+            Some(resolved.sandbox),
+            &staged,
+            "",
+            last.as_deref().unwrap_or(""),
+            file.mode,
+        )
+        .and_then(|()| replace(&staged, target, target_parent));
+    if placed.is_err() {
+        remove_any(&staged);
+    }
+    placed.map(|()| copier.counts)
+}
+
+/// The worker's private scratch space for a lease: its root, which is never bound into a
+/// sandbox.
+fn scratch_dir(lease_dir: &Path) -> PathBuf {
+    lease_dir.parent().unwrap_or(Path::new("/")).to_path_buf()
+}
+
+fn check_kind(source: &Path, file: &SyncFile) -> Result<(), DriverError> {
+    let meta = if file.follows_symlinks() {
+        fs::metadata(source)
+    } else {
+        fs::symlink_metadata(source)
+    };
+    let meta = meta.map_err(|_| DriverError::SourceMissing {
+        path: file.source_path.clone(),
+    })?;
+    let ok = match file.kind {
+        SyncKind::File => meta.is_file() || meta.file_type().is_symlink(),
+        SyncKind::Directory => meta.is_dir(),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(DriverError::SourceKind {
+            path: file.source_path.clone(),
+            expected: match file.kind {
+                SyncKind::File => "file",
+                SyncKind::Directory => "directory",
+            },
+        })
+    }
+}
+
+fn io(context: &str, path: &Path, e: std::io::Error) -> DriverError {
+    DriverError::io(format!("{context} {}", path.display()), e)
+}
+
+fn staging_name(dir: &Path) -> PathBuf {
+    dir.join(format!(".envrt-sync-{}", uuid::Uuid::new_v4()))
+}
+
+fn remove_any(path: &Path) {
+    // Best effort clean-up of our own staging or trash entry.
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => {
+            let _ = fs::remove_dir_all(path);
+        }
+        Ok(_) => {
+            let _ = fs::remove_file(path);
+        }
+        Err(_) => {}
+    }
+}
+
+/// Renames `staged` onto `target`, replacing whatever is there; a replaced directory is
+/// moved to `scratch` first and removed there.
+fn replace(staged: &Path, target: &Path, scratch: &Path) -> Result<(), DriverError> {
+    let existing = fs::symlink_metadata(target).ok();
+    let staged_is_dir = fs::symlink_metadata(staged).is_ok_and(|m| m.is_dir());
+    let trash = match existing {
+        Some(m) if m.is_dir() || staged_is_dir => {
+            let trash = staging_name(scratch);
+            fs::rename(target, &trash).map_err(|e| io("Moving aside", target, e))?;
+            Some(trash)
+        }
+        _ => None,
+    };
+    if let Err(e) = fs::rename(staged, target) {
+        if let Some(trash) = &trash {
+            // Put the previous target back: the failure must not lose it.
+            let _ = fs::rename(trash, target);
+        }
+        return Err(io("Renaming into", target, e));
+    }
+    if let Some(trash) = trash {
+        remove_any(&trash);
+    }
+    Ok(())
+}
+
+/// How deep a synced tree may go: runtime-core's bound for every driver's walk. Deeper
+/// trees are refused with [`DriverError::TreeTooDeep`] before anything is placed; the walk
+/// itself is iterative, so depth never costs stack (the worker raises its open-file limit
+/// at start: a walk in a lease holds one descriptor per level).
+pub(crate) use envrt_runtime_core::tree::MAX_TREE_DEPTH;
+
+/// One step of the iterative walk.
+enum Step {
+    /// Copy an entry (a directory pushes its children and a `Leave`).
+    Visit {
+        source: PathBuf,
+        sandbox_path: Option<String>,
+        dest: PathBuf,
+        rel: String,
+        name: String,
+        mode: Option<u32>,
+        depth: usize,
+    },
+    /// All children of a directory are done: give it its final mode.
+    Leave {
+        dest: PathBuf,
+        mode: u32,
+        /// The directory opened beneath the lease, kept open while its children are
+        /// copied through it.
+        _dir: Option<Beneath>,
+    },
+}
+
+impl Copier<'_> {
+    /// Copies `source` (and, for a directory, everything below it) to `dest`. Names are
+    /// carried as bytes (`OsString`), so non-UTF-8 names survive both ways.
+    fn copy_entry(
+        &mut self,
+        source: &Path,
+        sandbox_path: Option<String>,
+        dest: &Path,
+        rel: &str,
+        name: &str,
+        mode: Option<u32>,
+    ) -> Result<(), DriverError> {
+        let mut stack = vec![Step::Visit {
+            source: source.to_path_buf(),
+            sandbox_path,
+            dest: dest.to_path_buf(),
+            rel: rel.to_owned(),
+            name: name.to_owned(),
+            mode,
+            depth: 0,
+        }];
+        while let Some(step) = stack.pop() {
+            match step {
+                Step::Leave { dest, mode, _dir } => {
+                    self.ancestors.pop();
+                    fs::set_permissions(&dest, fs::Permissions::from_mode(mode))
+                        .map_err(|e| io("Setting mode of", &dest, e))?;
+                }
+                Step::Visit {
+                    source,
+                    sandbox_path,
+                    dest,
+                    rel,
+                    name,
+                    mode,
+                    depth,
+                } => self.visit(&mut stack, &source, sandbox_path, &dest, &rel, &name, mode, depth)?,
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn visit(
+        &mut self,
+        stack: &mut Vec<Step>,
+        source: &Path,
+        sandbox_path: Option<String>,
+        dest: &Path,
+        rel: &str,
+        name: &str,
+        mode: Option<u32>,
+        depth: usize,
+    ) -> Result<(), DriverError> {
+        let lmeta = fs::symlink_metadata(source).map_err(|e| io("Reading", source, e))?;
+        // Keeps a directory opened beneath the lease alive while paths through it are used.
+        let mut _held: Option<Beneath> = None;
+        let (real, sandbox_path, meta) = if lmeta.file_type().is_symlink() {
+            if !self.follow {
+                let target = fs::read_link(source).map_err(|e| io("Reading link", source, e))?;
+                let entry = if rel.is_empty() { name } else { rel };
+                if !link_stays_inside(entry, &target) {
+                    return Err(DriverError::EntryEscapesTarget {
+                        entry: entry.to_owned(),
+                        target: self.target_display.clone(),
+                    });
+                }
+                return symlink(&target, dest).map_err(|e| io("Creating link", dest, e));
+            }
+            match (&self.source, &sandbox_path) {
+                (Source::Lease(lease_dir), Some(path)) => {
+                    let resolved = resolve(lease_dir, path, true)?;
+                    let (parent, last) = open_parent(lease_dir, path, &resolved, None)?;
+                    let real = match &last {
+                        Some(last) => parent.join(last),
+                        None => parent.path(),
+                    };
+                    let meta =
+                        fs::symlink_metadata(&real).map_err(|_| DriverError::SourceMissing { path: path.clone() })?;
+                    _held = Some(parent);
+                    (real, Some(resolved.sandbox), meta)
+                }
+                _ => {
+                    let missing = || DriverError::SourceMissing {
+                        path: source.display().to_string(),
+                    };
+                    let real = fs::canonicalize(source).map_err(|_| missing())?;
+                    let meta = fs::metadata(&real).map_err(|_| missing())?;
+                    (real, None, meta)
+                }
+            }
+        } else {
+            (source.to_path_buf(), sandbox_path, lmeta)
+        };
+        if meta.is_dir() {
+            if depth >= MAX_TREE_DEPTH {
+                return Err(envrt_runtime_core::tree::too_deep(&self.source_display));
+            }
+            let key = (meta.dev(), meta.ino());
+            if self.ancestors.contains(&key) {
+                return Err(DriverError::invalid(format!(
+                    "sync source {} loops back on itself through a symlink",
+                    source.display()
+                )));
+            }
+            fs::create_dir(dest).map_err(|e| io("Creating", dest, e))?;
+            fs::set_permissions(dest, fs::Permissions::from_mode(0o700)).map_err(|e| io("Setting mode of", dest, e))?;
+            self.ancestors.push(key);
+            // Inside a lease, walk through an opened descriptor so that no link swapped in
+            // later can lead the walk out of the lease.
+            let dir = match self.source {
+                Source::Lease(_) => Some(
+                    Beneath::open_path(&real)
+                        .map_err(|e| beneath_error(&sandbox_path.clone().unwrap_or_default(), e))?,
+                ),
+                Source::Host => None,
+            };
+            let real = dir.as_ref().map(Beneath::path).unwrap_or(real);
+            let mut names: Vec<_> = fs::read_dir(&real)
+                .map_err(|e| io("Reading", &real, e))?
+                .map(|e| e.map(|e| e.file_name()))
+                .collect::<Result<_, _>>()
+                .map_err(|e| io("Reading", &real, e))?;
+            names.sort();
+            let mut children = Vec::with_capacity(names.len());
+            for child in names {
+                // The lossy form is for globs, link checks and messages only: every file
+                // system operation uses the name's own bytes.
+                let child_name = child.to_string_lossy().into_owned();
+                let child_rel = if rel.is_empty() {
+                    child_name.clone()
+                } else {
+                    format!("{rel}/{child_name}")
+                };
+                if self.excludes.is_excluded(&child_rel) {
+                    continue;
+                }
+                let child_sandbox = sandbox_path.as_ref().map(|p| format!("{p}/{child_name}"));
+                let child_path = match &dir {
+                    Some(dir) => dir.join(&child),
+                    None => real.join(&child),
+                };
+                children.push(Step::Visit {
+                    source: child_path,
+                    sandbox_path: child_sandbox,
+                    dest: dest.join(&child),
+                    rel: child_rel,
+                    name: child_name,
+                    mode: None,
+                    depth: depth + 1,
+                });
+            }
+            stack.push(Step::Leave {
+                dest: dest.to_path_buf(),
+                mode: mode.unwrap_or(meta.mode() & 0o7777),
+                _dir: dir,
+            });
+            // popped in name order
+            stack.extend(children.into_iter().rev());
+            Ok(())
+        } else if meta.is_file() {
+            let bytes = copy_file(&real, dest, mode.unwrap_or(meta.mode() & 0o7777))?;
+            self.counts.files += 1;
+            self.counts.bytes += bytes;
+            Ok(())
+        } else {
+            // FIFOs, sockets and devices are not copied (reading a FIFO could block forever).
+            Ok(())
+        }
+    }
+}
+
+/// Copies one regular file; the copy is created 0600 and gets its final mode before it is
+/// renamed anywhere visible.
+fn copy_file(source: &Path, dest: &Path, mode: u32) -> Result<u64, DriverError> {
+    let flags = (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits();
+    let mut input = OpenOptions::new()
+        .read(true)
+        .custom_flags(flags as i32)
+        .open(source)
+        .map_err(|e| io("Opening", source, e))?;
+    let meta = input.metadata().map_err(|e| io("Reading", source, e))?;
+    if !meta.is_file() {
+        return Err(DriverError::invalid(format!(
+            "{} is not a regular file",
+            source.display()
+        )));
+    }
+    let mut output: File = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dest)
+        .map_err(|e| io("Creating", dest, e))?;
+    let bytes = std::io::copy(&mut input, &mut output).map_err(|e| io("Copying to", dest, e))?;
+    output
+        .set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(|e| io("Setting mode of", dest, e))?;
+    Ok(bytes)
+}
