@@ -89,6 +89,15 @@ pub struct Frame {
     pub payload: Vec<u8>,
 }
 
+/// Writes the header of a frame whose payload already follows [`HEADER_BYTES`] bytes of
+/// room at the start of `frame` (so bulk data is read straight into its frame).
+pub fn write_header(frame: &mut [u8], route: u64, kind: Kind) {
+    let length = (frame.len().saturating_sub(HEADER_BYTES)) as u32;
+    frame[..8].copy_from_slice(&route.to_be_bytes());
+    frame[8] = kind as u8;
+    frame[9..HEADER_BYTES].copy_from_slice(&length.to_be_bytes());
+}
+
 /// Encodes one frame.
 pub fn encode(route: u64, kind: Kind, payload: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(HEADER_BYTES + payload.len());
@@ -262,6 +271,10 @@ mod tests {
         // a stream cut inside a frame is an error, not a clean end
         let cut = &encode(1, Kind::Data, b"abc")[..14];
         assert!(read_frame(&mut &cut[..]).await.is_err());
+        let mut framed = vec![0u8; HEADER_BYTES + 3];
+        framed[HEADER_BYTES..].copy_from_slice(b"abc");
+        write_header(&mut framed, 9, Kind::Data);
+        assert_eq!(framed, encode(9, Kind::Data, b"abc"));
         assert_eq!(route_number(&route_id(42)), Some(42));
         assert_eq!(route_number("route-1"), None);
     }

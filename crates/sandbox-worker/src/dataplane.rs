@@ -17,13 +17,13 @@
 //!   closed.`).
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use envrt_runtime_core::DriverError;
 use serde_json::Value;
-use tokio::io::BufReader;
+use tokio::io::{AsyncRead, AsyncReadExt as _, BufReader};
 use tokio::sync::{Notify, mpsc};
 
 use super::duplex::{Channels, Pending};
@@ -121,12 +121,15 @@ impl Plane {
             frames: wire::spawn_writer(write),
             routes: Mutex::new(HashMap::new()),
             window: offer.window,
-            chunk: (offer.chunk as usize).min(wire::MAX_PAYLOAD),
+            // a quarter of the window per frame keeps several frames in flight per route
+            chunk: (offer.chunk as usize)
+                .min(wire::MAX_PAYLOAD)
+                .min((offer.window as usize / 4).max(1)),
         });
         tokio::spawn(read_frames(
             Arc::downgrade(&plane),
             channels,
-            BufReader::with_capacity(256 * 1024, read),
+            BufReader::with_capacity(16 * 1024, read),
         ));
         Ok(plane)
     }
@@ -176,49 +179,47 @@ pub(crate) struct Output {
     number: u64,
     frames: mpsc::UnboundedSender<Vec<u8>>,
     credit: Mutex<u64>,
-    /// The largest data payload the host takes.
+    /// The largest data payload to send: the host's chunk bound, at most a quarter of the
+    /// window.
     chunk: usize,
     notify: Notify,
     closed: Arc<AtomicBool>,
 }
 
 impl Output {
-    /// Sends `bytes` as data frames as credit allows, waiting for credit; gives up when
-    /// the channel is closed.
-    pub(crate) async fn data(&self, bytes: &[u8]) {
-        let mut rest = bytes;
-        while !rest.is_empty() {
+    /// Moves the command's stdout to the host: reads at most the credit (and the host's
+    /// chunk bound) at a time straight into a frame, and reads nothing while there is no
+    /// credit, so the command blocks on its writes. Ends at the end of output, or when the
+    /// channel is closed (the rest is not read).
+    pub(crate) async fn pump<R: AsyncRead + AsFd + Unpin>(&self, mut pipe: R) {
+        // bulk output in fewer, larger reads (best effort: the system may refuse)
+        let _ = rustix::pipe::fcntl_setpipe_size(&pipe, 1024 * 1024);
+        loop {
             let credited = self.notify.notified();
             tokio::pin!(credited);
             credited.as_mut().enable();
             if self.closed.load(Ordering::SeqCst) {
                 return;
             }
-            let granted = {
-                let mut credit = self.credit.lock().unwrap_or_else(|e| e.into_inner());
-                let n = rest
-                    .len()
-                    .min(self.chunk)
-                    .min(usize::try_from(*credit).unwrap_or(usize::MAX));
-                *credit -= n as u64;
-                n
-            };
-            if granted == 0 {
+            let credit = *self.credit.lock().unwrap_or_else(|e| e.into_inner());
+            let want = self.chunk.min(usize::try_from(credit).unwrap_or(usize::MAX));
+            if want == 0 {
                 credited.await;
                 continue;
             }
-            let _ = self
-                .frames
-                .send(wire::encode(self.number, Kind::Data, &rest[..granted]));
-            rest = &rest[granted..];
+            let mut frame = vec![0u8; wire::HEADER_BYTES + want];
+            let n = match pipe.read(&mut frame[wire::HEADER_BYTES..]).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            *self.credit.lock().unwrap_or_else(|e| e.into_inner()) -= n as u64;
+            frame.truncate(wire::HEADER_BYTES + n);
+            wire::write_header(&mut frame, self.number, Kind::Data);
+            let _ = self.frames.send(frame);
         }
-    }
-
-    /// Prepares the command's stdout `pipe` for bulk output (a 1 MiB pipe where the
-    /// system allows) and returns how many bytes to read from it at a time.
-    pub(crate) fn prepare(&self, pipe: &impl std::os::fd::AsFd) -> usize {
-        let _ = rustix::pipe::fcntl_setpipe_size(pipe, 1024 * 1024);
-        self.chunk
     }
 
     /// Sends the exit frame (after every data frame sent before).

@@ -167,8 +167,10 @@ impl Channels {
                 let frames = frames.clone();
                 async move {
                     let Some(mut pipe) = stdout else { return };
-                    let size = frames.plane.as_ref().map_or(FRAME_BYTES, |p| p.prepare(&pipe));
-                    let mut buf = vec![0u8; size];
+                    if let Some(plane) = &frames.plane {
+                        return plane.pump(pipe).await;
+                    }
+                    let mut buf = vec![0u8; FRAME_BYTES];
                     while let Ok(n) = pipe.read(&mut buf).await {
                         if n == 0 {
                             break;
@@ -307,9 +309,6 @@ impl FrameSender {
     async fn data(&self, bytes: &[u8]) {
         if self.closed.load(Ordering::SeqCst) || bytes.is_empty() {
             return;
-        }
-        if let Some(plane) = &self.plane {
-            return plane.data(bytes).await;
         }
         let params =
             json!({"hostRouteId": self.route, "workerSessionId": self.session, "chunk": STANDARD.encode(bytes)});
