@@ -154,10 +154,9 @@ mod imp {
     }
 
     /// A sandbox driver over the reference worker with leases under `root`, and a lease.
-    /// Duplex routes may carry more than the default 256 MiB (the 1 GiB rows) and hold
-    /// more unread output than the default 384 KiB: the protocol has no flow control, so a
-    /// reader that falls that far behind a bulk producer loses the route (see
-    /// docs/benchmarks.md).
+    /// Duplex routes may carry more than the default 256 MiB (the 1 GiB rows); every other
+    /// bound is the default: the reference worker takes the `envrt.dataPlane` extension,
+    /// whose flow control keeps unread output within the 384 KiB buffered bound.
     async fn open(root: &Path) -> Result<(Leased, Arc<SandboxDriver>), String> {
         let worker = worker_path()?;
         let manifest = serde_json::json!({
@@ -174,8 +173,6 @@ mod imp {
         let options = SandboxOptions {
             duplex_limits: DuplexLimits {
                 max_total_bytes: u64::MAX,
-                max_buffered_bytes: 1 << 30,
-                max_buffered_frames: 1 << 20,
                 ..Default::default()
             },
             ..Default::default()

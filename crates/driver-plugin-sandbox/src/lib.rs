@@ -42,6 +42,11 @@
 //!   within their own timeout, except after a restart attempt failed: until the next
 //!   attempt they fail at once with the error that ended the worker;
 //! - duplex routes follow the protocol page: see [`DuplexLimits`] and [`RouteSlots`].
+//!   A worker that accepts the `envrt.dataPlane` offer (the reference worker does) moves
+//!   duplex bytes over a socket pair made at spawn, in binary frames with per-route credit
+//!   ([`envrt_plugin_protocol::dataplane`]): writes are pipelined and a slow reader slows the command
+//!   instead of losing the route; other workers keep the JSON frames
+//!   ([`SandboxOptions::data_plane`] turns the offer off);
 //! - a requested lease expiry goes to `environmentAcquireLease` as `requestedExpiresAt`
 //!   (RFC 3339); the worker's `expiresAt` (RFC 3339 or milliseconds) becomes the lease's,
 //!   and a worker that returns none, or a later one, is refused by the facade

@@ -27,6 +27,10 @@ pub struct InitializeParams {
     /// The plugin database namespace; envrt has none and sends `null`.
     #[serde(default)]
     pub database_namespace: Option<String>,
+    /// Extension: the host's offer of the binary duplex data plane
+    /// ([`OFFER_PARAM`](crate::dataplane::OFFER_PARAM)); absent when it passed no socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envrt_data_plane: Option<crate::dataplane::Offer>,
 }
 
 /// The host instance named in [`InitializeParams`].

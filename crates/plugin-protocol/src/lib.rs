@@ -14,7 +14,9 @@
 //! - [`methods`], [`notifications`], [`codes`]: every name and number, each listed once;
 //! - [`handshake`], [`environment`], [`setup`], [`duplex`], [`login`]: typed params and
 //!   results of every environment, duplex and login verb (the SDK's and envrt's
-//!   extensions). The SDK's plugin-level verbs ([`methods::PLUGIN`]: `onEvent`,
+//!   extensions);
+//! - [`dataplane`]: the `envrt.dataPlane` extension's binary frames, which carry duplex
+//!   bytes on a socket of their own when host and worker agree at `initialize`. The SDK's plugin-level verbs ([`methods::PLUGIN`]: `onEvent`,
 //!   `runJob`, ...) are named, not typed: envrt neither sends nor serves them.
 //!
 //! Params types serialize exactly as the SDK's TypeScript shapes (camelCase, optional
@@ -22,6 +24,7 @@
 //! and the common driver fields default, so a worker can answer a host that sends less.
 
 pub mod codes;
+pub mod dataplane;
 pub mod duplex;
 pub mod envelope;
 pub mod environment;

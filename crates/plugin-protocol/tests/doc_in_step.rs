@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use envrt_plugin_protocol::{codes, methods, notifications};
+use envrt_plugin_protocol::{codes, dataplane, methods, notifications};
 
 fn page() -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/plugin-protocol.md");
@@ -23,7 +23,12 @@ fn head(span: &str) -> &str {
 }
 
 /// Fields the page names that look like verbs but are not.
-const NOT_VERBS: &[&str] = &["environmentDrivers", "environmentId", "envrtLeaseId"];
+const NOT_VERBS: &[&str] = &[
+    "environmentDrivers",
+    "environmentId",
+    "envrtLeaseId",
+    dataplane::OFFER_PARAM,
+];
 
 /// Spans that name a verb: the families of the SDK's verbs and envrt's extensions.
 fn is_verb_like(name: &str) -> bool {
@@ -65,8 +70,17 @@ fn every_notification_is_documented_and_every_documented_one_has_a_constant() {
     for name in notifications::ALL {
         assert!(heads.contains(*name), "`{name}` is not in docs/plugin-protocol.md");
     }
+    // the data plane's name is advertised in `supportedMethods`, not sent
+    assert!(
+        heads.contains(dataplane::EXTENSION),
+        "`{}` is not in docs/plugin-protocol.md",
+        dataplane::EXTENSION
+    );
     let families = ["execute.", "duplexChannel.", "loginPty.", "envrt."];
-    for name in heads.iter().filter(|n| families.iter().any(|f| n.starts_with(f))) {
+    for name in heads
+        .iter()
+        .filter(|n| families.iter().any(|f| n.starts_with(f)) && *n != dataplane::EXTENSION)
+    {
         assert!(
             notifications::ALL.contains(&name.as_str()),
             "docs/plugin-protocol.md names notification `{name}`, which has no constant"

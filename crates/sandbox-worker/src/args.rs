@@ -18,6 +18,8 @@ pub(super) struct Config {
     pub(super) grace: Duration,
     pub(super) max_output: usize,
     pub(super) no_duplex: bool,
+    /// Never accept the `envrt.dataPlane` offer: duplex stays on JSON frames.
+    pub(super) no_data_plane: bool,
     pub(super) policy: policy::Policy,
     pub(super) max_line: usize,
 }
@@ -36,6 +38,7 @@ pub(super) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
         grace: Duration::from_millis(1000),
         max_output: DEFAULT_OUTPUT_LIMIT,
         no_duplex: false,
+        no_data_plane: false,
         policy: policy::Policy::default(),
         max_line: MAX_LINE,
     };
@@ -55,6 +58,7 @@ pub(super) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
                 config.max_output = v.parse().map_err(|_| format!("--max-output-bytes: bad number {v:?}"))?;
             }
             "--no-duplex" => config.no_duplex = true,
+            "--no-data-plane" => config.no_data_plane = true,
             "--sandbox-uid" | "--sandbox-gid" => {
                 let id: u32 = number(&flag, &value()?)?;
                 if !root {

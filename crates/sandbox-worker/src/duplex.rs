@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use super::dataplane::{Output, Plane};
 use super::exec::decode_strict;
 use super::init::Reported;
 use super::rpc::{Outbound, RpcError};
@@ -74,6 +75,8 @@ type Pair = (String, String);
 #[derive(Default)]
 pub(crate) struct Channels {
     open: Mutex<HashMap<Pair, Channel>>,
+    /// The binary data plane, once `initialize` accepted it.
+    pub(crate) plane: std::sync::OnceLock<Arc<Plane>>,
 }
 
 /// A queued write or half-close whose reply is pending.
@@ -153,6 +156,10 @@ impl Channels {
             session: session.clone(),
             closed: closed.clone(),
             invocation,
+            plane: self
+                .plane
+                .get()
+                .and_then(|p| p.register(&route, &session, closed.clone())),
         };
         let kill_wait = kill.clone();
         tokio::spawn(async move {
@@ -160,6 +167,9 @@ impl Channels {
                 let frames = frames.clone();
                 async move {
                     let Some(mut pipe) = stdout else { return };
+                    if let Some(plane) = &frames.plane {
+                        return plane.pump(pipe).await;
+                    }
                     let mut buf = vec![0u8; FRAME_BYTES];
                     while let Ok(n) = pipe.read(&mut buf).await {
                         if n == 0 {
@@ -173,8 +183,13 @@ impl Channels {
                 status = child.wait() => (status.ok(), false),
                 () = kill_wait.notified() => (sandbox.terminate(&mut child).await.0.ok(), true),
             };
-            // Every data frame goes out before the exit frame (bounded: the namespace is gone).
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), reader).await;
+            // Every data frame goes out before the exit frame (bounded: the namespace is gone;
+            // on the data plane the reader also waits for credit, which a close ends).
+            if frames.plane.is_some() {
+                let _ = reader.await;
+            } else {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), reader).await;
+            }
             let exit_code = match (killed || tracked.killed(), tracked.reported()) {
                 (true, _) | (false, Some(Reported::Signaled(_))) => None,
                 (false, Some(Reported::Exited(code))) => Some(code),
@@ -216,6 +231,22 @@ impl Channels {
         Ok(rx)
     }
 
+    /// Queues a write of raw bytes (from the data plane) in order.
+    pub(crate) fn write_bytes(&self, route: &str, session: &str, bytes: Vec<u8>) -> Result<Pending, RpcError> {
+        let (tx, rx) = oneshot::channel();
+        self.with_pair(route, session, |c| c.input.send(Input::Data(bytes, tx)))?
+            .map_err(|_| closed_error())?;
+        Ok(rx)
+    }
+
+    /// Queues the half-close of (`route`, `session`) after every earlier write.
+    pub(crate) fn close_input_pair(&self, route: &str, session: &str) -> Result<Pending, RpcError> {
+        let (tx, rx) = oneshot::channel();
+        self.with_pair(route, session, |c| c.input.send(Input::CloseInput(tx)))?
+            .map_err(|_| closed_error())?;
+        Ok(rx)
+    }
+
     /// Queues the half-close after every earlier write.
     pub(crate) fn close_input(&self, params: PairParams) -> Result<Pending, RpcError> {
         let (tx, rx) = oneshot::channel();
@@ -247,6 +278,9 @@ impl Channels {
             if let Some(channel) = open.remove(&key) {
                 channel.closed.store(true, Ordering::SeqCst);
                 channel.kill.notify_one();
+                if let Some(plane) = self.plane.get() {
+                    plane.forget(&key.0);
+                }
             }
         }
         match params.worker_session_id {
@@ -267,6 +301,8 @@ struct FrameSender {
     session: String,
     closed: Arc<AtomicBool>,
     invocation: Option<String>,
+    /// The route's output on the data plane, when it is on it.
+    plane: Option<Arc<Output>>,
 }
 
 impl FrameSender {
@@ -284,6 +320,9 @@ impl FrameSender {
     async fn exit(&self, exit_code: Option<i32>) {
         if self.closed.load(Ordering::SeqCst) {
             return;
+        }
+        if let Some(plane) = &self.plane {
+            return plane.exit(exit_code);
         }
         let params = json!({
             "hostRouteId": self.route,

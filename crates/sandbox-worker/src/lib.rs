@@ -30,10 +30,16 @@
 //!   process): the command's `RLIMIT_NPROC` and `RLIMIT_AS`, 0 for none;
 //! - `--max-line-bytes N` (64 MiB): the longest request line read; a longer one is
 //!   dropped and answered `-32600` with `id: null` (the host refuses such requests before
-//!   sending them, see `SandboxOptions::max_request_bytes`).
+//!   sending them, see `SandboxOptions::max_request_bytes`);
+//! - `--no-data-plane`: decline the host's `envrt.dataPlane` offer, so duplex bytes stay
+//!   on the JSON frames (see the `dataplane` module).
 //!
 //! Extension notification: `envrt.cancel {id}` from the host (it gave up on request
 //! `id`) stops that request's command as a timeout would; the answer still follows.
+//!
+//! Extension `envrt.dataPlane`: when `initialize` offers it (naming a socket the worker
+//! inherited), the worker advertises it and every duplex channel's bytes move over that
+//! socket in binary frames with credit-based flow control (the `dataplane` module).
 //!
 //! At start the worker checks that `bwrap` exists and can build a sandbox; if not it
 //! prints why on stderr (naming `apt-get install bubblewrap` when it is missing) and exits
@@ -80,6 +86,7 @@
 //! module). A malformed `requestedExpiresAt` is refused as invalid params.
 
 mod args;
+mod dataplane;
 mod duplex;
 mod exec;
 mod expiry;
@@ -166,6 +173,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    dataplane::adopt_inherited_sockets(!config.no_data_plane);
     if config.policy.identity == Some((0, 0)) {
         // uid 0 in the sandbox is the host's root: the old, unsafe layout, on request only
         config.policy.identity = None;
@@ -355,7 +363,10 @@ async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: V
             let result = if worker.initialized.swap(true, Ordering::SeqCst) {
                 Err(RpcError::worker("Worker already initialized"))
             } else {
-                let methods: Vec<&str> = SUPPORTED_METHODS.iter().copied().filter(|m| worker.serves(m)).collect();
+                let mut methods: Vec<&str> = SUPPORTED_METHODS.iter().copied().filter(|m| worker.serves(m)).collect();
+                if !worker.no_duplex && dataplane::accept(&params, &worker.channels) {
+                    methods.push(envrt_plugin_protocol::dataplane::EXTENSION);
+                }
                 let supported_methods = methods.into_iter().map(str::to_owned).collect();
                 Ok(to_value(&InitializeResult {
                     ok: true,

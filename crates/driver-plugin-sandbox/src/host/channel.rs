@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::connection::Connection;
+use super::dataplane::PlaneLink;
 use super::error::SandboxError;
 use super::routes::{BindOutcome, RouteShared, SlotPermit, next_route_id};
 use super::supervisor::Supervisor;
@@ -84,6 +85,7 @@ pub(crate) async fn open(
     };
     match supervisor.routes.bind(&route_id, &session) {
         BindOutcome::Bound(route) => Ok(SandboxChannel {
+            plane: connection.plane.link(&route_id),
             route,
             connection,
             supervisor: supervisor.clone(),
@@ -145,6 +147,8 @@ pub(crate) struct SandboxChannel {
     connection: Arc<Connection>,
     supervisor: Arc<Supervisor>,
     permit: Mutex<Option<SlotPermit>>,
+    /// The route's handle on the binary data plane, when the worker accepted it.
+    plane: Option<PlaneLink>,
 }
 
 struct PendingWrite<'a>(&'a RouteShared);
@@ -201,6 +205,10 @@ impl SandboxChannel {
         let limits = &self.supervisor.routes.limits;
         for piece in data.chunks(limits.max_chunk_bytes.max(1)) {
             self.check_usable()?;
+            if let Some(plane) = &self.plane {
+                self.plane_write(plane, piece).await?;
+                continue;
+            }
             let over = {
                 let mut state = self.route.lock();
                 state.total_bytes += piece.len() as u64;
@@ -234,6 +242,28 @@ impl SandboxChannel {
                 .await?;
         }
         Ok(())
+    }
+
+    /// One piece over the data plane: counted towards the total bound, then sent under
+    /// credit (pipelined: no round trip per write).
+    async fn plane_write(&self, plane: &PlaneLink, piece: &[u8]) -> Result<(), SandboxError> {
+        let over = {
+            let mut state = self.route.lock();
+            state.total_bytes += piece.len() as u64;
+            state.total_bytes > self.supervisor.routes.limits.max_total_bytes
+        };
+        if over {
+            let reason = "the route passed its total byte bound";
+            self.supervisor.routes.end_route(&self.route, reason.into());
+            return Err(SandboxError::RouteEnded {
+                route_id: self.route.route_id.clone(),
+                reason: reason.into(),
+            });
+        }
+        let timeout = self.supervisor.options.duplex_timeout;
+        plane
+            .send(piece, &self.route.notify, || self.check_usable(), timeout)
+            .await
     }
 
     async fn close_inner(&self) -> Result<(), SandboxError> {
@@ -271,6 +301,9 @@ impl DuplexChannel for SandboxChannel {
                 let mut state = self.route.lock();
                 if let Some(chunk) = state.chunks.pop_front() {
                     state.buffered_bytes -= chunk.len();
+                    if let Some(plane) = &self.plane {
+                        plane.consumed(chunk.len());
+                    }
                     return Ok(Some(chunk));
                 }
                 if state.exit.is_some() || state.closed || state.ended.is_some() {
@@ -286,6 +319,10 @@ impl DuplexChannel for SandboxChannel {
             return Err(SandboxError::CloseInputUnsupported.into());
         }
         self.check_usable()?;
+        if let Some(plane) = &self.plane {
+            plane.eof();
+            return Ok(());
+        }
         self.call(
             methods::DUPLEX_CLOSE_INPUT,
             to_value(&self.ids()),

@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{mpsc, oneshot};
 
+use super::dataplane::PlaneSlot;
 use super::error::SandboxError;
 use super::process::{LineRead, LineReader, Spawned, StderrTail, WorkerExit, WorkerProcess};
 use crate::protocol::handshake::CancelParams;
@@ -54,6 +55,8 @@ pub(crate) struct Connection {
     state: Mutex<State>,
     exited: tokio::sync::watch::Sender<bool>,
     max_request_bytes: usize,
+    /// The binary data plane (`envrt.dataPlane`), when offered.
+    pub(crate) plane: PlaneSlot,
 }
 
 /// Removes a pending call (and its sink) when the call future ends or is dropped.
@@ -100,6 +103,7 @@ impl Connection {
             stdout,
             stderr,
             exit,
+            plane,
         } = spawned;
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
         tokio::spawn(async move {
@@ -121,6 +125,7 @@ impl Connection {
             state: Mutex::new(State::default()),
             exited: tokio::sync::watch::Sender::new(false),
             max_request_bytes,
+            plane: PlaneSlot::new(plane),
         });
         let reader = LineReader::new(stdout, max_line_bytes);
         tokio::spawn(read_loop(connection.clone(), reader, exit, tail, events));

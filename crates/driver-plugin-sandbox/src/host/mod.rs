@@ -3,6 +3,7 @@
 
 mod channel;
 mod connection;
+mod dataplane;
 mod driver;
 mod error;
 mod manifest;

@@ -88,6 +88,10 @@ pub struct SandboxOptions {
     pub duplex_limits: DuplexLimits,
     /// The ceiling on open duplex routes ([`RouteSlots::global`], 128, by default).
     pub route_slots: Arc<RouteSlots>,
+    /// Offer the `envrt.dataPlane` extension at `initialize` (true): a worker that accepts
+    /// it moves duplex bytes over a socket of its own in binary frames with flow control;
+    /// one that does not keeps the JSON frames.
+    pub data_plane: bool,
 }
 
 /// The default [`SandboxOptions::max_request_bytes`]: 64 MiB, the reference worker's own
@@ -119,6 +123,7 @@ impl Default for SandboxOptions {
             parent_death_signal: ParentDeathSignal::Kill,
             duplex_limits: DuplexLimits::default(),
             route_slots: RouteSlots::global(),
+            data_plane: true,
         }
     }
 }
@@ -142,6 +147,7 @@ impl std::fmt::Debug for SandboxOptions {
             .field("parent_death_signal", &self.parent_death_signal)
             .field("duplex_limits", &self.duplex_limits)
             .field("route_slots", &self.route_slots)
+            .field("data_plane", &self.data_plane)
             .finish()
     }
 }

@@ -73,6 +73,8 @@ pub(crate) struct Spawned {
     pub(crate) stdout: ChildStdout,
     pub(crate) stderr: ChildStderr,
     pub(crate) exit: oneshot::Receiver<WorkerExit>,
+    /// The host's end of the data plane socket and the worker's descriptor number of its end.
+    pub(crate) plane: Option<(OwnedFd, i32)>,
 }
 
 type SpawnJob = (Command, std_mpsc::Sender<io::Result<Child>>);
@@ -227,8 +229,9 @@ impl WorkerCgroup {
 }
 
 /// Starts a worker with a minimal environment: `PATH`, `TZ` (when the host has them) and
-/// the manifest's variables. Nothing else of the host's environment is passed.
-pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal) -> io::Result<Spawned> {
+/// the manifest's variables. Nothing else of the host's environment is passed. With
+/// `data_plane`, the worker also inherits its end of a socket pair (see `dataplane`).
+pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal, data_plane: bool) -> io::Result<Spawned> {
     let program = spec
         .command
         .first()
@@ -250,6 +253,10 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal) -> 
     command.envs(&spec.env);
     let cgroup = WorkerCgroup::create();
     die_with_parent(&mut command, death_signal, cgroup.as_ref().map(|c| c.procs.clone()));
+    let plane = match data_plane {
+        true => Some(super::dataplane::pass_to_child(&mut command)?),
+        false => None,
+    };
 
     let (reply_tx, reply_rx) = std_mpsc::channel();
     spawner()
@@ -288,6 +295,7 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal) -> 
         stdout,
         stderr,
         exit: exit_rx,
+        plane,
     })
 }
 

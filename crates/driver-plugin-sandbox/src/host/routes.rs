@@ -121,8 +121,11 @@ fn route_number(route_id: &str) -> Option<u64> {
 
 /// One decoded frame.
 #[derive(Debug)]
-enum Frame {
+pub(crate) enum Frame {
     Data(Vec<u8>),
+    /// Bytes from the binary data plane: part of a stream, so they may join the unread
+    /// chunk before them (flow control bounds the bytes, not the frames).
+    Stream(Vec<u8>),
     Invalid,
     Exit(DuplexExit),
 }
@@ -184,6 +187,7 @@ impl RouteState {
         if Instant::now() >= self.deadline {
             return Some("the route passed its lifetime".into());
         }
+        let merge = matches!(frame, Frame::Stream(_));
         match frame {
             Frame::Exit(exit) => {
                 if self.exit.is_none() {
@@ -196,8 +200,8 @@ impl RouteState {
                 (self.protocol_errors >= limits.max_protocol_errors)
                     .then(|| format!("{} protocol errors (invalid or empty base64)", self.protocol_errors))
             }
-            Frame::Data(_) if self.exit.is_some() => None,
-            Frame::Data(bytes) => {
+            Frame::Data(_) | Frame::Stream(_) if self.exit.is_some() => None,
+            Frame::Data(bytes) | Frame::Stream(bytes) => {
                 if bytes.len() > limits.max_chunk_bytes {
                     return Some(format!("a chunk of {} bytes passed the chunk bound", bytes.len()));
                 }
@@ -207,6 +211,14 @@ impl RouteState {
                 }
                 if self.buffered_bytes + bytes.len() > limits.max_buffered_bytes {
                     return Some("unread output passed the buffered byte bound".into());
+                }
+                if merge
+                    && let Some(last) = self.chunks.back_mut()
+                    && last.len() + bytes.len() <= limits.max_chunk_bytes
+                {
+                    self.buffered_bytes += bytes.len();
+                    last.extend_from_slice(&bytes);
+                    return None;
                 }
                 if self.chunks.len() + 1 > limits.max_buffered_frames {
                     return Some("unread output passed the buffered frame bound".into());
@@ -221,7 +233,9 @@ impl RouteState {
 
 struct PendingRoute {
     generation: u64,
-    held: Vec<(String, Frame)>,
+    /// Held frames with the session they named (`None`: from the data plane, which names
+    /// routes only).
+    held: Vec<(Option<String>, Frame)>,
     held_bytes: usize,
     overflowed: bool,
 }
@@ -340,7 +354,7 @@ impl RouteTable {
         {
             let mut state = route.lock();
             for (session, frame) in pending.held {
-                if session != session_id {
+                if session.as_deref().is_some_and(|s| s != session_id) {
                     self.tombstone(&mut table, route_id, Some(session_id.to_owned()));
                     return BindOutcome::Forged;
                 }
@@ -478,15 +492,32 @@ impl RouteTable {
                 Err(_) => Frame::Invalid,
             }
         };
+        self.route_frame(generation, route_id, Some(session), frame)
+    }
+
+    /// Routes one decoded frame; `session` is `None` for frames of the data plane. Returns
+    /// false when the pair was never issued by this host (the worker must be retired).
+    pub(crate) fn route_frame(&self, generation: u64, route_id: &str, session: Option<&str>, frame: Frame) -> bool {
         let mut table = self.lock();
         let table = &mut *table;
         match table.live.get_mut(route_id) {
             Some(Entry::Pending(pending)) => {
                 if pending.generation == generation && !pending.overflowed {
-                    if let Frame::Data(bytes) = &frame {
+                    if let Frame::Data(bytes) | Frame::Stream(bytes) = &frame {
                         pending.held_bytes += bytes.len();
                     }
-                    pending.held.push((session.to_owned(), frame));
+                    let merged = match (&frame, pending.held.last_mut()) {
+                        (Frame::Stream(bytes), Some((None, Frame::Stream(last))))
+                            if last.len() + bytes.len() <= self.limits.max_chunk_bytes =>
+                        {
+                            last.extend_from_slice(bytes);
+                            true
+                        }
+                        _ => false,
+                    };
+                    if !merged {
+                        pending.held.push((session.map(str::to_owned), frame));
+                    }
                     if pending.held.len() > self.limits.max_buffered_frames
                         || pending.held_bytes > self.limits.max_buffered_bytes
                     {
@@ -502,7 +533,7 @@ impl RouteTable {
                 if *g != generation {
                     return true;
                 }
-                if route.session_id != session {
+                if session.is_some_and(|s| s != route.session_id) {
                     return false;
                 }
                 let route = route.clone();
@@ -518,14 +549,14 @@ impl RouteTable {
                 };
                 route.notify.notify_waiters();
                 if ended.is_some() {
-                    self.tombstone(table, route_id, Some(session.to_owned()));
+                    self.tombstone(table, route_id, Some(route.session_id.clone()));
                     let _ = self.closer.send(route);
                 }
                 true
             }
             None => match table.tombstones.get(route_id) {
                 Some(None) => true,
-                Some(Some(closed_session)) => closed_session == session,
+                Some(Some(closed_session)) => session.is_none_or(|s| s == closed_session),
                 // an id older than every remembered tombstone may be one of ours whose
                 // tombstone was evicted: drop it quietly rather than retire the worker
                 None => route_number(route_id).is_some_and(|n| n <= table.evicted_upto),

@@ -106,17 +106,19 @@ impl Supervisor {
             ParentDeathSignal::Kill => Signal::SIGKILL,
             ParentDeathSignal::Term => Signal::SIGTERM,
         };
-        let spawned = spawn_worker(&self.manifest.worker, death_signal).await.map_err(|e| {
-            failed(format!(
-                "cannot start worker command {:?}: {e}",
-                self.manifest
-                    .worker
-                    .command
-                    .first()
-                    .map(String::as_str)
-                    .unwrap_or_default()
-            ))
-        })?;
+        let spawned = spawn_worker(&self.manifest.worker, death_signal, self.options.data_plane)
+            .await
+            .map_err(|e| {
+                failed(format!(
+                    "cannot start worker command {:?}: {e}",
+                    self.manifest
+                        .worker
+                        .command
+                        .first()
+                        .map(String::as_str)
+                        .unwrap_or_default()
+                ))
+            })?;
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let events = Arc::new(Events {
             supervisor: self.me.clone(),
@@ -138,6 +140,7 @@ impl Supervisor {
             },
             api_version: 1,
             database_namespace: None,
+            envrt_data_plane: connection.plane.offer(&self.options.duplex_limits),
         });
         let timeout = self.options.initialize_timeout;
         let answer = connection
@@ -166,6 +169,7 @@ impl Supervisor {
         });
         match result {
             Ok(result) => {
+                super::dataplane::settle(&connection, &result.supported_methods, &self.options, &self.routes);
                 *self.supported.lock().unwrap_or_else(|e| e.into_inner()) =
                     Arc::new(result.supported_methods.into_iter().collect());
                 tracing::info!(plugin = %self.manifest.id, pid = connection.pid(), generation, "worker ready");
