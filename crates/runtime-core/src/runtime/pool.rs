@@ -4,7 +4,7 @@
 //! A pool is started with [`EnvironmentRuntime::start_pool`]. A background task keeps
 //! `size` leases acquired and ready; [`EnvironmentRuntime::acquire_lease`] hands one out
 //! when a request matches the pool (same environment, tenant and policy, and nothing that
-//! only a fresh acquire can honour: no requested cwd or expiry) and wakes the task to
+//! only a fresh acquire can honour: no requested cwd, expiry or template) and wakes the task to
 //! refill. Guarantees:
 //!
 //! - a ready lease is handed out at most once (one lock guards the queue);
@@ -80,7 +80,7 @@ impl PoolKey {
 
     fn of_request(request: &AcquireRequest) -> Option<Self> {
         // Only a fresh acquire can honour these.
-        if request.requested_cwd.is_some() || request.requested_expires_at.is_some() {
+        if request.requested_cwd.is_some() || request.requested_expires_at.is_some() || request.template.is_some() {
             return None;
         }
         Some(PoolKey {
