@@ -34,6 +34,15 @@
 //!   Uploaded files belong to the container's user. Host-side extraction refuses entries
 //!   with `..` or absolute names and links that lead out of the target.
 //! - **Duplex**: exec attach; output is stdout and stderr in arrival order.
+//! - **Templates**: a capture commits the lease's container (paused while it is
+//!   committed) to the image `envrt-template:{id}` (kind `image`), labelled
+//!   [`LABEL_MANAGED`], [`LABEL_TEMPLATE`], [`LABEL_TEMPLATE_ENVIRONMENT`] and the
+//!   configured extra labels; listing finds those images by label and tag. A lease started
+//!   from a template runs that image (with the environment's user, working directory,
+//!   variables and limits). Deleting removes the image (forced: leases already running it
+//!   keep running; the engine frees the layers when they are gone). A lease with
+//!   `readOnlyRootFs` keeps its workspace on a volume, which a commit does not hold, so its
+//!   capture is refused.
 //!
 //! - **Hardening** (always): every capability dropped but [`KEPT_CAPABILITIES`],
 //!   `no-new-privileges`, a process limit and a memory limit (defaults
@@ -58,6 +67,7 @@ mod process;
 mod recovery;
 mod sync_in;
 mod sync_out;
+mod templates;
 
 pub use config::{
     DEFAULT_DOCKER_HOST, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS_LIMIT, DEFAULT_WORKING_DIR, DockerConfig, EnvConfig,
@@ -65,4 +75,8 @@ pub use config::{
 };
 pub use driver::{
     DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED,
+};
+pub use templates::{
+    LABEL_TEMPLATE, LABEL_TEMPLATE_CREATED, LABEL_TEMPLATE_ENVIRONMENT, LABEL_TEMPLATE_LABEL, LABEL_TEMPLATE_SOURCE,
+    TEMPLATE_REPOSITORY,
 };
