@@ -16,7 +16,7 @@ use envrt_runtime_core::template::{check_template_id, new_template_id};
 use envrt_runtime_core::{DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp};
 
 use crate::config::EnvConfig;
-use crate::driver::{DockerDriver, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED};
+use crate::driver::{DockerDriver, LABEL_COMPANY_ID, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED};
 use crate::engine::{has_status, is_not_found};
 
 /// The repository of every template image; the tag is the template id.
@@ -38,10 +38,11 @@ pub(crate) fn template_image(id: &str) -> String {
 }
 
 impl DockerDriver {
-    fn template_filters(&self, environment_id: &str) -> HashMap<String, Vec<String>> {
+    fn template_filters(&self, environment_id: &str, company_id: &str) -> HashMap<String, Vec<String>> {
         let mut labels = vec![
             format!("{LABEL_MANAGED}=true"),
             format!("{LABEL_TEMPLATE_ENVIRONMENT}={environment_id}"),
+            format!("{LABEL_COMPANY_ID}={company_id}"),
         ];
         labels.extend(self.config.extra_labels.iter().map(|(k, v)| format!("{k}={v}")));
         HashMap::from([
@@ -52,11 +53,12 @@ impl DockerDriver {
 }
 
 /// The template an image summary stands for, if it is one (its tag and label agree).
-fn template_of(summary: &bollard::models::ImageSummary, environment_id: &str) -> Option<TemplateRef> {
+fn template_of(summary: &bollard::models::ImageSummary, environment_id: &str, company_id: &str) -> Option<TemplateRef> {
     let labels = &summary.labels;
     let id = labels.get(LABEL_TEMPLATE)?;
     let image = template_image(id);
-    if !summary.repo_tags.contains(&image) || check_template_id(id).is_err() {
+    let tenant = labels.get(LABEL_COMPANY_ID).map(String::as_str);
+    if !summary.repo_tags.contains(&image) || check_template_id(id).is_err() || tenant != Some(company_id) {
         return None;
     }
     let non_empty = |key: &str| labels.get(key).filter(|v| !v.is_empty()).cloned();
@@ -68,6 +70,7 @@ fn template_of(summary: &bollard::models::ImageSummary, environment_id: &str) ->
         id: id.clone(),
         kind: "image".into(),
         environment_id: environment_id.to_owned(),
+        company_id: company_id.to_owned(),
         label: non_empty(LABEL_TEMPLATE_LABEL),
         source_lease_id: non_empty(LABEL_TEMPLATE_SOURCE),
         created_at: labels
@@ -118,6 +121,7 @@ impl Templates for DockerDriver {
         image_labels.insert(LABEL_MANAGED.into(), "true".into());
         image_labels.insert(LABEL_TEMPLATE.into(), id.clone());
         image_labels.insert(LABEL_TEMPLATE_ENVIRONMENT.into(), environment_id.clone());
+        image_labels.insert(LABEL_COMPANY_ID.into(), context.lease.company_id.clone());
         image_labels.insert(LABEL_TEMPLATE_LABEL.into(), label.unwrap_or_default().to_owned());
         image_labels.insert(LABEL_TEMPLATE_SOURCE.into(), context.lease.id.clone());
         image_labels.insert(LABEL_TEMPLATE_CREATED.into(), created_at.0.to_string());
@@ -141,7 +145,7 @@ impl Templates for DockerDriver {
             .await
             .map_err(|e| self.engine.error("committing a container", e))?;
         let listed = match &context.environment {
-            Some(environment) => self.list_templates(environment).await?,
+            Some(environment) => self.list_templates(environment, &context.lease.company_id).await?,
             None => Vec::new(),
         };
         if let Some(found) = listed.into_iter().find(|t| t.id == id) {
@@ -154,6 +158,7 @@ impl Templates for DockerDriver {
             id,
             kind: "image".into(),
             environment_id,
+            company_id: context.lease.company_id.clone(),
             label: label.filter(|l| !l.is_empty()).map(str::to_owned),
             source_lease_id: Some(context.lease.id.clone()),
             created_at: Some(created_at),
@@ -161,16 +166,23 @@ impl Templates for DockerDriver {
         })
     }
 
-    async fn list_templates(&self, environment: &Environment) -> Result<Vec<TemplateRef>, DriverError> {
+    async fn list_templates(
+        &self,
+        environment: &Environment,
+        company_id: &str,
+    ) -> Result<Vec<TemplateRef>, DriverError> {
         let options = ListImagesOptionsBuilder::default()
-            .filters(&self.template_filters(&environment.id))
+            .filters(&self.template_filters(&environment.id, company_id))
             .build();
         let images = self
             .engine
             .retry(|| self.engine.docker.list_images(Some(options.clone())))
             .await
             .map_err(|e| self.engine.error("listing images", e))?;
-        let mut found: Vec<TemplateRef> = images.iter().filter_map(|s| template_of(s, &environment.id)).collect();
+        let mut found: Vec<TemplateRef> = images
+            .iter()
+            .filter_map(|s| template_of(s, &environment.id, company_id))
+            .collect();
         found.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         Ok(found)
     }

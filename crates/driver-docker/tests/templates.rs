@@ -73,10 +73,12 @@ async fn a_lease_from_a_template_runs_the_committed_image_without_later_changes(
     // The image is really there, labelled as a template of this driver's scope.
     assert_eq!(cli_images("envrt.template", &template.id).len(), 1);
     assert_eq!(cli_images(common::TEST_LABEL, &h.run).len(), 1);
-    assert_eq!(h.runtime.templates(&env).await.unwrap(), vec![template.clone()]);
+    assert_eq!(h.runtime.templates(&env, "acme").await.unwrap(), vec![template.clone()]);
     // Another environment does not see it.
     let other = h.environment(json!({})).await;
-    assert!(h.runtime.templates(&other).await.unwrap().is_empty());
+    assert!(h.runtime.templates(&other, "acme").await.unwrap().is_empty());
+    // Nor does another tenant.
+    assert!(h.runtime.templates(&env, "globex").await.unwrap().is_empty());
 
     let later = h
         .sh(
@@ -103,9 +105,9 @@ async fn a_lease_from_a_template_runs_the_committed_image_without_later_changes(
     assert_eq!(cli_label(&container, "envrt.template"), template.id);
 
     // Deleting the template while a lease runs its image: the lease keeps running.
-    assert!(h.runtime.delete_template(&env, &template.id).await.unwrap());
-    assert!(!h.runtime.delete_template(&env, &template.id).await.unwrap());
-    assert!(h.runtime.templates(&env).await.unwrap().is_empty());
+    assert!(h.runtime.delete_template(&env, "acme", &template.id).await.unwrap());
+    assert!(!h.runtime.delete_template(&env, "acme", &template.id).await.unwrap());
+    assert!(h.runtime.templates(&env, "acme").await.unwrap().is_empty());
     assert_eq!(h.sh(&lease, "cat config").await.stdout, b"v1\n");
     let error = acquire(&h, &env, Some(&template.id)).await.unwrap_err();
     assert_eq!(
@@ -152,11 +154,11 @@ async fn an_expiry_of_the_source_does_not_carry_over_and_read_only_roots_are_ref
         error.to_string(),
         "Invalid input: a container with readOnlyRootFs keeps its workspace on a volume, which a template (an image commit) would not hold"
     );
-    assert!(h.runtime.templates(&read_only).await.unwrap().is_empty());
+    assert!(h.runtime.templates(&read_only, "acme").await.unwrap().is_empty());
     for l in [&source, &lease, &ro] {
         h.runtime.release_lease(&l.id, LeaseStatus::Released).await.unwrap();
     }
-    assert!(h.runtime.delete_template(&env, &template.id).await.unwrap());
+    assert!(h.runtime.delete_template(&env, "acme", &template.id).await.unwrap());
     assert!(
         cli_images(common::TEST_LABEL, &h.run).is_empty(),
         "template images left behind"

@@ -159,6 +159,7 @@ impl Templates for LocalDriver {
                 id: id.clone(),
                 kind: "snapshot".into(),
                 environment_id: context.lease.environment_id.clone().unwrap_or_default(),
+                company_id: context.lease.company_id.clone(),
                 label: label.map(str::to_owned),
                 source_lease_id: Some(context.lease.id.clone()),
                 created_at: Some(Timestamp::now()),
@@ -182,7 +183,11 @@ impl Templates for LocalDriver {
         result
     }
 
-    async fn list_templates(&self, environment: &Environment) -> Result<Vec<TemplateRef>, DriverError> {
+    async fn list_templates(
+        &self,
+        environment: &Environment,
+        company_id: &str,
+    ) -> Result<Vec<TemplateRef>, DriverError> {
         let parent = self.templates_dir();
         let entries = match fs::read_dir(&parent) {
             Ok(entries) => entries,
@@ -193,7 +198,8 @@ impl Templates for LocalDriver {
             .flatten()
             .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
             .filter_map(|e| Self::read_template(&e.path()))
-            .filter(|t| t.environment_id == environment.id && check_template_id(&t.id).is_ok())
+            .filter(|t| t.environment_id == environment.id && t.company_id == company_id)
+            .filter(|t| check_template_id(&t.id).is_ok())
             .collect();
         found.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         Ok(found)

@@ -65,11 +65,27 @@ async fn a_lease_from_a_template_has_the_captured_files_and_not_later_changes() 
         "v1"
     );
 
-    assert_eq!(h.runtime.templates("env-local").await.unwrap(), vec![template.clone()]);
+    assert_eq!(
+        h.runtime.templates("env-local", "acme").await.unwrap(),
+        vec![template.clone()]
+    );
+    // Another tenant neither sees nor deletes it.
+    assert!(h.runtime.templates("env-local", "globex").await.unwrap().is_empty());
+    assert!(
+        !h.runtime
+            .delete_template("env-local", "globex", &template.id)
+            .await
+            .unwrap()
+    );
     for l in [&source, &lease, &again] {
         h.runtime.release_lease(&l.id, LeaseStatus::Released).await.unwrap();
     }
-    assert!(h.runtime.delete_template("env-local", &template.id).await.unwrap());
+    assert!(
+        h.runtime
+            .delete_template("env-local", "acme", &template.id)
+            .await
+            .unwrap()
+    );
     assert!(h.leftovers().iter().all(|n| n == ".templates"), "{:?}", h.leftovers());
     assert_eq!(std::fs::read_dir(h.root.join(".templates")).unwrap().count(), 0);
     h.finish_templates();
@@ -81,8 +97,18 @@ async fn a_deleted_template_refuses_an_acquire_with_its_text_and_leaves_no_works
     let source = h.lease().await;
     h.sh(&source, "echo x > f").await;
     let template = h.runtime.capture_template(&source.id, None).await.unwrap();
-    assert!(h.runtime.delete_template("env-local", &template.id).await.unwrap());
-    assert!(!h.runtime.delete_template("env-local", &template.id).await.unwrap());
+    assert!(
+        h.runtime
+            .delete_template("env-local", "acme", &template.id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !h.runtime
+            .delete_template("env-local", "acme", &template.id)
+            .await
+            .unwrap()
+    );
     let error = h.runtime.acquire_lease(from(&template.id)).await.unwrap_err();
     assert!(matches!(error, RuntimeError::TemplateNotFound { .. }));
     assert_eq!(
@@ -112,7 +138,7 @@ async fn capture_of_an_ended_lease_is_refused_and_captures_nothing() {
         error.to_string(),
         format!("Lease \"{}\" is not active (status: released).", source.id)
     );
-    assert!(h.runtime.templates("env-local").await.unwrap().is_empty());
+    assert!(h.runtime.templates("env-local", "acme").await.unwrap().is_empty());
     h.finish_templates();
 }
 

@@ -19,7 +19,8 @@ fn handshake_advertises_every_verb_and_both_extensions() {
             "environmentDestroyLease", "environmentRealizeWorkspace", "environmentExecute",
             "environmentExecuteBinary", "environmentSyncIn", "environmentSyncOut",
             "duplexChannelOpen", "duplexChannelWrite", "duplexChannelStop", "duplexChannelClose",
-            "duplexChannelCloseInput"]}})
+            "duplexChannelCloseInput", "environmentCaptureTemplate", "environmentDeleteTemplate",
+            "environmentListTemplates"]}})
     );
     assert_eq!(
         w.err("initialize", init_params()),

@@ -27,6 +27,8 @@ pub struct TemplateRef {
     pub kind: String,
     /// The environment it was captured in; leases start from it in that environment only.
     pub environment_id: String,
+    /// The tenant of the lease it was captured from; only that tenant sees and uses it.
+    pub company_id: String,
     /// A human label given at capture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
@@ -50,8 +52,31 @@ pub trait Templates: Send + Sync {
     /// the lease changes afterwards MUST NOT reach the template. The lease stays usable.
     async fn capture_template(&self, context: &LeaseContext, label: Option<&str>) -> Result<TemplateRef, DriverError>;
 
-    /// Every template of `environment` this driver holds, oldest first.
-    async fn list_templates(&self, environment: &Environment) -> Result<Vec<TemplateRef>, DriverError>;
+    /// Every template of `environment` for tenant `company_id` this driver holds, oldest
+    /// first. Templates of other tenants MUST NOT be listed.
+    async fn list_templates(
+        &self,
+        environment: &Environment,
+        company_id: &str,
+    ) -> Result<Vec<TemplateRef>, DriverError>;
+
+    /// The template `id` of `environment` for tenant `company_id`, or `None` when the driver has no such template.
+    /// The facade looks templates up through this before an acquire and a delete. The
+    /// default searches [`list_templates`](Self::list_templates); a driver whose backend
+    /// cannot list (a plugin worker without the listing verb) may vouch for the id and let
+    /// the backend refuse it.
+    async fn find_template(
+        &self,
+        environment: &Environment,
+        company_id: &str,
+        id: &str,
+    ) -> Result<Option<TemplateRef>, DriverError> {
+        Ok(self
+            .list_templates(environment, company_id)
+            .await?
+            .into_iter()
+            .find(|t| t.id == id))
+    }
 
     /// Deletes a template (one of [`list_templates`](Self::list_templates)). Returns
     /// whether something was deleted; a template already gone is `Ok(false)`, not an
@@ -109,6 +134,7 @@ mod tests {
             id: "tpl-1".into(),
             kind: "snapshot".into(),
             environment_id: "env".into(),
+            company_id: "acme".into(),
             label: Some("base".into()),
             source_lease_id: None,
             created_at: Some(Timestamp(5)),
@@ -117,7 +143,7 @@ mod tests {
         let json = serde_json::to_value(&t).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"id": "tpl-1", "kind": "snapshot", "environmentId": "env", "label": "base", "createdAt": 5})
+            serde_json::json!({"id": "tpl-1", "kind": "snapshot", "environmentId": "env", "companyId": "acme", "label": "base", "createdAt": 5})
         );
         assert_eq!(serde_json::from_value::<TemplateRef>(json).unwrap(), t);
     }

@@ -51,6 +51,7 @@ impl Templates for TemplateDriver {
             id: template::new_template_id(),
             kind: "snapshot".into(),
             environment_id: context.lease.environment_id.clone().unwrap_or_default(),
+            company_id: context.lease.company_id.clone(),
             label: label.map(str::to_owned),
             source_lease_id: Some(context.lease.id.clone()),
             created_at: Some(Timestamp::now()),
@@ -59,11 +60,15 @@ impl Templates for TemplateDriver {
         self.templates.lock().unwrap().push(template.clone());
         Ok(template)
     }
-    async fn list_templates(&self, environment: &Environment) -> Result<Vec<TemplateRef>, DriverError> {
+    async fn list_templates(
+        &self,
+        environment: &Environment,
+        company_id: &str,
+    ) -> Result<Vec<TemplateRef>, DriverError> {
         let all = self.templates.lock().unwrap();
         Ok(all
             .iter()
-            .filter(|t| t.environment_id == environment.id)
+            .filter(|t| t.environment_id == environment.id && t.company_id == company_id)
             .cloned()
             .collect())
     }
@@ -100,9 +105,17 @@ async fn a_captured_template_is_listed_and_seeds_a_new_lease() {
     let template = runtime.capture_template(&source.id, Some("base")).await.unwrap();
     assert_eq!(template.label.as_deref(), Some("base"));
     assert_eq!(template.source_lease_id.as_deref(), Some(source.id.as_str()));
-    assert_eq!(runtime.templates("env").await.unwrap(), vec![template.clone()]);
-    // Templates belong to their environment.
-    assert!(runtime.templates("other").await.unwrap().is_empty());
+    assert_eq!(runtime.templates("env", "acme").await.unwrap(), vec![template.clone()]);
+    // Templates belong to their environment and tenant.
+    assert!(runtime.templates("other", "acme").await.unwrap().is_empty());
+    assert!(runtime.templates("env", "globex").await.unwrap().is_empty());
+    let mut foreign = from("env", &template.id);
+    foreign.company_id = "globex".into();
+    assert_eq!(
+        runtime.acquire_lease(foreign).await.unwrap_err().to_string(),
+        format!("Template \"{}\" was not found in environment \"env\".", template.id)
+    );
+    assert!(!runtime.delete_template("env", "globex", &template.id).await.unwrap());
 
     let lease = runtime.acquire_lease(from("env", &template.id)).await.unwrap();
     assert_eq!(lease.metadata["seededFrom"], template.id.as_str());
@@ -115,10 +128,10 @@ async fn a_deleted_or_unknown_template_refuses_the_acquire_before_the_driver() {
     let (runtime, driver, _) = runtime().await;
     let source = runtime.acquire_lease(AcquireRequest::new("env", "acme")).await.unwrap();
     let template = runtime.capture_template(&source.id, None).await.unwrap();
-    assert!(runtime.delete_template("env", &template.id).await.unwrap());
+    assert!(runtime.delete_template("env", "acme", &template.id).await.unwrap());
     // Deleting again is not an error: nothing is left to delete.
-    assert!(!runtime.delete_template("env", &template.id).await.unwrap());
-    assert!(runtime.templates("env").await.unwrap().is_empty());
+    assert!(!runtime.delete_template("env", "acme", &template.id).await.unwrap());
+    assert!(runtime.templates("env", "acme").await.unwrap().is_empty());
 
     let error = runtime.acquire_lease(from("env", &template.id)).await.unwrap_err();
     assert_eq!(
@@ -158,12 +171,12 @@ async fn drivers_without_templates_are_refused_with_the_exact_texts() {
         "Environment driver \"plain\" does not support template capture."
     );
     assert_eq!(capture.kind(), "template_capture_unsupported");
-    let list = runtime.templates("plain-env").await.unwrap_err();
+    let list = runtime.templates("plain-env", "acme").await.unwrap_err();
     assert_eq!(
         list.to_string(),
         "Environment driver \"plain\" does not support templates."
     );
-    let delete = runtime.delete_template("plain-env", "tpl-x").await.unwrap_err();
+    let delete = runtime.delete_template("plain-env", "acme", "tpl-x").await.unwrap_err();
     assert_eq!(
         delete.to_string(),
         "Environment driver \"plain\" does not support template deletion."
@@ -193,15 +206,19 @@ async fn the_checks_run_in_the_contract_order() {
         .unwrap();
     let unregistered = "Environment driver \"ghost\" is not registered in the environment runtime yet.";
     assert_eq!(
-        runtime.templates("ghost-env").await.unwrap_err().to_string(),
+        runtime.templates("ghost-env", "acme").await.unwrap_err().to_string(),
         unregistered
     );
     assert_eq!(
-        runtime.delete_template("ghost-env", "t").await.unwrap_err().to_string(),
+        runtime
+            .delete_template("ghost-env", "acme", "t")
+            .await
+            .unwrap_err()
+            .to_string(),
         unregistered
     );
     assert_eq!(
-        runtime.templates("nowhere").await.unwrap_err().to_string(),
+        runtime.templates("nowhere", "acme").await.unwrap_err().to_string(),
         "Environment \"nowhere\" was not found."
     );
     // Capture needs an active lease.
@@ -214,7 +231,7 @@ async fn the_checks_run_in_the_contract_order() {
     );
     assert!(driver.templates.lock().unwrap().is_empty());
     // A malformed id is refused by delete before the driver is asked.
-    let error = runtime.delete_template("env", "a/b").await.unwrap_err();
+    let error = runtime.delete_template("env", "acme", "a/b").await.unwrap_err();
     assert_eq!(
         error.to_string(),
         "Invalid input: template id \"a/b\" is not valid (allowed: ASCII letters, digits, '-', '_' and '.')"

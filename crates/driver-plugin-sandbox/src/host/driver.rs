@@ -25,6 +25,7 @@ use super::options::SandboxOptions;
 use super::supervisor::Supervisor;
 use crate::protocol::methods;
 
+mod templates;
 mod validate;
 
 /// The driver key used when the manifest names none.
@@ -274,6 +275,7 @@ impl EnvironmentDriver for SandboxDriver {
         if let Some(at) = input.requested_expires_at {
             params.insert("requestedExpiresAt".into(), json!(at.to_rfc3339()));
         }
+        self.add_template(input, &mut params)?;
         let value = self.rpc(methods::ACQUIRE_LEASE, params, &input.company_id).await?;
         let grant = self.grant(methods::ACQUIRE_LEASE, value)?;
         Ok(grant.ok_or_else(|| SandboxError::InvalidResult {
@@ -351,6 +353,11 @@ impl EnvironmentDriver for SandboxDriver {
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         self.advertises(methods::DUPLEX_OPEN)
             .then_some(self as &dyn DuplexChannels)
+    }
+
+    /// Always offered: a worker without the verbs is refused in Paperclip's words.
+    fn as_templates(&self) -> Option<&dyn envrt_runtime_core::Templates> {
+        Some(self)
     }
 
     fn verified_verbs(&self) -> VerbSet {

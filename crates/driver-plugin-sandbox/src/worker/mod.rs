@@ -78,6 +78,10 @@
 //! at that time the lease's sandboxes are killed and its directory removed, by this worker
 //! or, should it be gone, by the next one started over the same root (see the `expiry`
 //! module). A malformed `requestedExpiresAt` is refused as invalid params.
+//!
+//! Templates (`environmentCaptureTemplate`, `environmentDeleteTemplate`, and the extension
+//! `environmentListTemplates`) snapshot a lease's workspace; acquire with
+//! `sourceTemplateRef` starts from one (see the `template` module).
 
 mod args;
 mod duplex;
@@ -88,6 +92,7 @@ mod lease;
 mod policy;
 mod rpc;
 mod sandbox;
+mod template;
 mod view;
 
 pub use sandbox::{INIT_PATH, SANDBOX_PATH, bwrap_options};
@@ -134,6 +139,9 @@ const SUPPORTED_METHODS: &[&str] = &[
     "duplexChannelStop",
     "duplexChannelClose",
     "duplexChannelCloseInput",
+    template::CAPTURE,
+    template::DELETE,
+    template::LIST,
 ];
 
 /// Methods an SDK worker knows but this worker does not implement: answered `-32004`
@@ -143,9 +151,7 @@ const KNOWN_NOT_IMPLEMENTED: &[&str] = &[
     "environmentRunnerIngressEndpoint",
     "environmentStartInteractiveSetup",
     "environmentGetInteractiveSetup",
-    "environmentCaptureTemplate",
     "environmentCancelInteractiveSetup",
-    "environmentDeleteTemplate",
     "loginPtyOpen",
     "loginPtyInput",
     "loginPtyStop",
@@ -397,6 +403,8 @@ struct LeaseIdParams {
 #[serde(rename_all = "camelCase")]
 struct AcquireParams {
     requested_expires_at: Option<String>,
+    #[serde(default)]
+    source_template_ref: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -456,7 +464,7 @@ async fn handle(
             "metadata": {"root": worker.leases.root.display().to_string(), "bwrap": worker.sandbox.version},
         })),
         "environmentAcquireLease" => {
-            let p: AcquireParams = parse(method, params)?;
+            let p: AcquireParams = parse(method, params.clone())?;
             let requested = match p.requested_expires_at.as_deref() {
                 None => None,
                 Some(text) => Some(Timestamp::parse_rfc3339(text).ok_or_else(|| {
@@ -464,6 +472,12 @@ async fn handle(
                 })?),
             };
             let (id, dir) = worker.leases.create()?;
+            if let Some(reference) = &p.source_template_ref
+                && let Err(e) = template::seed(worker, &id, &dir, &params, reference).await
+            {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
             let Some(at) = requested else {
                 return Ok(json!({"providerLeaseId": id, "metadata": lease_metadata()}));
             };
@@ -572,6 +586,7 @@ async fn handle(
         }
         "duplexChannelStop" => worker.channels.stop(parse(method, params)?),
         "duplexChannelClose" => Ok(worker.channels.close(parse(method, params)?)),
+        template::CAPTURE | template::DELETE | template::LIST => template::handle(worker, method, params).await,
         other if KNOWN_NOT_IMPLEMENTED.contains(&other) => Err(RpcError {
             code: code::METHOD_NOT_IMPLEMENTED,
             message: format!("{other} is not implemented by this plugin"),

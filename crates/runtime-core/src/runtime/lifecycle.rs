@@ -146,7 +146,10 @@ impl EnvironmentRuntime {
                 return Err(crate::DriverError::invalid(message).into());
             }
             let template = match &request.template {
-                Some(id) => Some(self.template_for_acquire(&environment, driver.as_ref(), id).await?),
+                Some(id) => Some(
+                    self.template_for_acquire(&environment, driver.as_ref(), &request.company_id, id)
+                        .await?,
+                ),
                 None => None,
             };
             let mut metadata = request.metadata.clone();

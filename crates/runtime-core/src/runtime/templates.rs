@@ -23,33 +23,34 @@ impl EnvironmentRuntime {
         .await
     }
 
-    /// Every template of an environment, oldest first. Refused with
-    /// `Environment driver "{key}" does not support templates.` when its driver has none.
-    pub async fn templates(&self, environment_id: &str) -> Result<Vec<TemplateRef>, RuntimeError> {
+    /// Every template of an environment for tenant `company_id`, oldest first. Refused
+    /// with `Environment driver "{key}" does not support templates.` when its driver has
+    /// none.
+    pub async fn templates(&self, environment_id: &str, company_id: &str) -> Result<Vec<TemplateRef>, RuntimeError> {
         let environment = self.known_environment(environment_id).await?;
         let driver = self.registered(&environment.driver)?;
         let templates = gate_driver(&environment.driver, driver.as_ref(), Operation::ListTemplates, |d| {
             d.as_templates()
         })?;
-        Ok(templates.list_templates(&environment).await?)
+        Ok(templates.list_templates(&environment, company_id).await?)
     }
 
-    /// Deletes a template of an environment; `Ok(false)` when there is none by that id
-    /// (idempotent). Refused with `Environment driver "{key}" does not support template
-    /// deletion.` when its driver has no templates group.
-    pub async fn delete_template(&self, environment_id: &str, template_id: &str) -> Result<bool, RuntimeError> {
+    /// Deletes a template of an environment and tenant; `Ok(false)` when there is none by
+    /// that id (idempotent). Refused with `Environment driver "{key}" does not support
+    /// template deletion.` when its driver has no templates group.
+    pub async fn delete_template(
+        &self,
+        environment_id: &str,
+        company_id: &str,
+        template_id: &str,
+    ) -> Result<bool, RuntimeError> {
         let environment = self.known_environment(environment_id).await?;
         let driver = self.registered(&environment.driver)?;
         let templates = gate_driver(&environment.driver, driver.as_ref(), Operation::DeleteTemplate, |d| {
             d.as_templates()
         })?;
         check_template_id(template_id)?;
-        let found = templates
-            .list_templates(&environment)
-            .await?
-            .into_iter()
-            .find(|t| t.id == template_id);
-        match found {
+        match templates.find_template(&environment, company_id, template_id).await? {
             Some(template) => Ok(templates.delete_template(&environment, &template).await?),
             None => Ok(false),
         }
@@ -62,6 +63,7 @@ impl EnvironmentRuntime {
         &self,
         environment: &Environment,
         driver: &dyn crate::EnvironmentDriver,
+        company_id: &str,
         template_id: &str,
     ) -> Result<TemplateRef, RuntimeError> {
         let templates = gate_driver(&environment.driver, driver, Operation::AcquireFromTemplate, |d| {
@@ -75,10 +77,8 @@ impl EnvironmentRuntime {
             return Err(not_found());
         }
         templates
-            .list_templates(environment)
+            .find_template(environment, company_id, template_id)
             .await?
-            .into_iter()
-            .find(|t| t.id == template_id)
             .ok_or_else(not_found)
     }
 }

@@ -1,0 +1,242 @@
+//! Templates of the reference worker (Paperclip's `environmentCaptureTemplate` and
+//! `environmentDeleteTemplate`, plus our `environmentListTemplates` extension): a template
+//! is a snapshot of a lease's `/workspace` kept under `{root}/.templates/{ref}/tree`, with
+//! `template.json` beside it naming its tenant and environment. `environmentAcquireLease`
+//! with `sourceTemplateRef` seeds the new lease's workspace with a copy of it.
+//!
+//! Both copies go through the worker's own sync (`environmentSyncOut` from `/workspace`,
+//! `environmentSyncIn` to it), so they carry its guarantees: links in the workspace are
+//! read in sandbox terms and must stay inside the copied tree (a capture of a workspace
+//! with a link that leads out is refused), nothing is half-written, and what lands in a
+//! workspace belongs to the sandbox user. Templates are kept per tenant and environment:
+//! another tenant's template is not listed, cannot be deleted and does not seed a lease.
+
+use std::path::{Path, PathBuf};
+
+use envrt_runtime_core::template::{check_template_id, new_template_id};
+use envrt_runtime_core::{DriverError, Timestamp};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::rpc::RpcError;
+use super::sync::{self, Direction, SyncParams};
+use super::{Worker, parse};
+
+/// Paperclip's capture verb.
+pub(super) const CAPTURE: &str = "environmentCaptureTemplate";
+/// Paperclip's deletion verb.
+pub(super) const DELETE: &str = "environmentDeleteTemplate";
+/// Extension: the templates of a tenant's environment.
+pub(super) const LIST: &str = "environmentListTemplates";
+
+/// The directory under the root holding every template.
+const TEMPLATES_DIR: &str = ".templates";
+/// The description of one template.
+const RECORD: &str = "template.json";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Scope {
+    company_id: String,
+    environment_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CaptureParams {
+    #[serde(flatten)]
+    scope: Scope,
+    provider_lease_id: Option<String>,
+    #[serde(default)]
+    template_label: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeleteParams {
+    #[serde(flatten)]
+    scope: Scope,
+    template_ref: String,
+}
+
+/// What `template.json` holds, and what listing answers.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Record {
+    template_ref: String,
+    template_kind: String,
+    company_id: String,
+    environment_id: String,
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    source_lease_id: Option<String>,
+    created_at: String,
+    files: u64,
+    bytes: u64,
+}
+
+impl Record {
+    fn listed(&self) -> Value {
+        json!({
+            "templateRef": self.template_ref,
+            "templateKind": self.template_kind,
+            "label": self.label,
+            "sourceLeaseId": self.source_lease_id,
+            "createdAt": self.created_at,
+            "metadata": {"files": self.files, "bytes": self.bytes},
+        })
+    }
+
+    fn belongs_to(&self, scope: &Scope) -> bool {
+        self.company_id == scope.company_id && self.environment_id == scope.environment_id
+    }
+}
+
+fn templates_dir(worker: &Worker) -> PathBuf {
+    worker.leases.root.join(TEMPLATES_DIR)
+}
+
+fn read_record(dir: &Path) -> Option<Record> {
+    serde_json::from_slice(&std::fs::read(dir.join(RECORD)).ok()?).ok()
+}
+
+/// The record of template `reference` when it exists and belongs to `scope`.
+fn find(worker: &Worker, reference: &str, scope: &Scope) -> Option<(PathBuf, Record)> {
+    check_template_id(reference).ok()?;
+    let dir = templates_dir(worker).join(reference);
+    let record = read_record(&dir)?;
+    (record.template_ref == reference && record.belongs_to(scope)).then_some((dir, record))
+}
+
+fn copy_params(lease_id: &str, source: &str, target: &str) -> Result<SyncParams, RpcError> {
+    serde_json::from_value(json!({
+        "lease": {"providerLeaseId": lease_id},
+        "operations": [{
+            "operationId": "template",
+            "files": [{"sourcePath": source, "targetPath": target, "kind": "directory"}],
+        }],
+    }))
+    .map_err(|e| RpcError::worker(format!("building a template copy failed: {e}")))
+}
+
+fn counted(result: &Value, key: &str) -> u64 {
+    result["operations"][0][key].as_u64().unwrap_or(0)
+}
+
+/// Answers the template verbs.
+pub(super) async fn handle(worker: &Worker, method: &str, params: Value) -> Result<Value, RpcError> {
+    match method {
+        CAPTURE => capture(worker, parse(method, params)?).await,
+        DELETE => {
+            let p: DeleteParams = parse(method, params)?;
+            let Some((dir, _)) = find(worker, &p.template_ref, &p.scope) else {
+                return Ok(json!({"deleted": false}));
+            };
+            // Renamed away first: it is no longer listed even if the removal is cut short.
+            let doomed = templates_dir(worker).join(format!(".old-{}", p.template_ref));
+            std::fs::rename(&dir, &doomed)
+                .map_err(|e| DriverError::io(format!("Removing template {}", dir.display()), e))?;
+            std::fs::remove_dir_all(&doomed)
+                .map_err(|e| DriverError::io(format!("Removing template {}", doomed.display()), e))?;
+            Ok(json!({"deleted": true}))
+        }
+        _ => {
+            let scope: Scope = parse(method, params)?;
+            let mut records: Vec<Record> = match std::fs::read_dir(templates_dir(worker)) {
+                Ok(entries) => entries
+                    .flatten()
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .filter_map(|e| read_record(&e.path()))
+                    .filter(|r| r.belongs_to(&scope) && check_template_id(&r.template_ref).is_ok())
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            records.sort_by(|a, b| (&a.created_at, &a.template_ref).cmp(&(&b.created_at, &b.template_ref)));
+            Ok(json!({"templates": records.iter().map(Record::listed).collect::<Vec<_>>()}))
+        }
+    }
+}
+
+async fn capture(worker: &Worker, p: CaptureParams) -> Result<Value, RpcError> {
+    let lease_id = p
+        .provider_lease_id
+        .ok_or_else(|| RpcError::invalid_params("providerLeaseId is required"))?;
+    worker.leases.existing(&lease_id)?;
+    let parent = templates_dir(worker);
+    std::fs::create_dir_all(&parent).map_err(|e| DriverError::io(format!("Creating {}", parent.display()), e))?;
+    let reference = new_template_id();
+    let staging = parent.join(format!(".new-{reference}"));
+    let tree = staging.join("tree");
+    let done = parent.join(&reference);
+    let result = async {
+        let staged_tree = tree
+            .to_str()
+            .ok_or_else(|| RpcError::worker("the worker root is not UTF-8"))?;
+        let copied = sync::sync(
+            &worker.sandbox,
+            &worker.leases.existing(&lease_id)?,
+            copy_params(&lease_id, super::sandbox::WORKSPACE, staged_tree)?,
+            Direction::Out,
+        )
+        .await?;
+        let record = Record {
+            template_ref: reference.clone(),
+            template_kind: "snapshot".into(),
+            company_id: p.scope.company_id.clone(),
+            environment_id: p.scope.environment_id.clone(),
+            label: p.template_label.clone().filter(|l| !l.is_empty()),
+            source_lease_id: Some(lease_id.clone()),
+            created_at: Timestamp::now().to_rfc3339(),
+            files: counted(&copied, "filesTransferred"),
+            bytes: counted(&copied, "bytesTransferred"),
+        };
+        let text = serde_json::to_vec_pretty(&record).map_err(|e| RpcError::worker(e.to_string()))?;
+        std::fs::write(staging.join(RECORD), text)
+            .map_err(|e| DriverError::io(format!("Writing {}", staging.display()), e))?;
+        std::fs::rename(&staging, &done).map_err(|e| DriverError::io(format!("Placing {}", done.display()), e))?;
+        Ok::<Record, RpcError>(record)
+    }
+    .await;
+    let record = match result {
+        Ok(record) => record,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    let mut answer = record.listed();
+    answer["metadata"]["label"] = json!(record.label);
+    answer["metadata"]["createdAt"] = json!(record.created_at);
+    Ok(answer)
+}
+
+/// Fills the new lease `lease_id` (directory `dir`) from template `reference` of the
+/// acquire's tenant and environment (`params`), or refuses with the facade's words.
+pub(super) async fn seed(
+    worker: &Worker,
+    lease_id: &str,
+    dir: &Path,
+    params: &Value,
+    reference: &str,
+) -> Result<(), RpcError> {
+    let scope: Scope = parse("environmentAcquireLease", params.clone())?;
+    let Some((template, _)) = find(worker, reference, &scope) else {
+        return Err(RpcError::invalid_params(format!(
+            "Template \"{reference}\" was not found in environment \"{}\".",
+            scope.environment_id
+        )));
+    };
+    let tree = template.join("tree");
+    let source = tree
+        .to_str()
+        .ok_or_else(|| RpcError::worker("the worker root is not UTF-8"))?;
+    sync::sync(
+        &worker.sandbox,
+        dir,
+        copy_params(lease_id, source, super::sandbox::WORKSPACE)?,
+        Direction::In,
+    )
+    .await?;
+    Ok(())
+}
