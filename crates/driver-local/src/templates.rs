@@ -135,17 +135,25 @@ impl Templates for LocalDriver {
     async fn capture_template(&self, context: &LeaseContext, label: Option<&str>) -> Result<TemplateRef, DriverError> {
         let workspace = self.live_workspace(context)?;
         let parent = self.templates_dir();
-        match create_private_dir(&parent) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_err("create", &parent, e)),
-        }
         let id = new_template_id();
         let staging = parent.join(format!(".new-{id}"));
+        // The parent may be removed by a deletion of the last template meanwhile: retry.
+        let mut attempts = 0;
+        loop {
+            match create_private_dir(&parent) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err("create", &parent, e)),
+            }
+            match create_private_dir(&staging) {
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 3 => attempts += 1,
+                Err(e) => return Err(io_err("create", &staging, e)),
+            }
+        }
         let done = self.template_dir(&id)?;
         let started = std::time::Instant::now();
         let result = (|| {
-            create_private_dir(&staging).map_err(|e| io_err("create", &staging, e))?;
             let tree = staging.join(TREE);
             create_private_dir(&tree).map_err(|e| io_err("create", &tree, e))?;
             let stats = copy_tree(&workspace, &tree)?;
@@ -179,6 +187,7 @@ impl Templates for LocalDriver {
         })();
         if result.is_err() {
             let _ = remove_tree(&staging);
+            let _ = fs::remove_dir(&parent);
         }
         result
     }
@@ -215,6 +224,8 @@ impl Templates for LocalDriver {
         let doomed = self.templates_dir().join(format!(".old-{}", template.id));
         fs::rename(&dir, &doomed).map_err(|e| io_err("rename", &dir, e))?;
         remove_tree(&doomed).map_err(|e| io_err("remove", &doomed, e))?;
+        // The last template gone: nothing of templates is left under the root.
+        let _ = fs::remove_dir(self.templates_dir());
         Ok(true)
     }
 }

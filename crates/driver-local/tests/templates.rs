@@ -86,9 +86,7 @@ async fn a_lease_from_a_template_has_the_captured_files_and_not_later_changes() 
             .await
             .unwrap()
     );
-    assert!(h.leftovers().iter().all(|n| n == ".templates"), "{:?}", h.leftovers());
-    assert_eq!(std::fs::read_dir(h.root.join(".templates")).unwrap().count(), 0);
-    h.finish_templates();
+    h.finish();
 }
 
 #[tokio::test]
@@ -122,7 +120,7 @@ async fn a_deleted_template_refuses_an_acquire_with_its_text_and_leaves_no_works
         .release_lease(&source.id, LeaseStatus::Released)
         .await
         .unwrap();
-    h.finish_templates();
+    h.finish();
 }
 
 #[tokio::test]
@@ -139,17 +137,5 @@ async fn capture_of_an_ended_lease_is_refused_and_captures_nothing() {
         format!("Lease \"{}\" is not active (status: released).", source.id)
     );
     assert!(h.runtime.templates("env-local", "acme").await.unwrap().is_empty());
-    h.finish_templates();
-}
-
-trait FinishTemplates {
-    fn finish_templates(self);
-}
-
-impl FinishTemplates for Harness {
-    /// Like `finish`, with an empty template directory allowed.
-    fn finish_templates(self) {
-        let _ = std::fs::remove_dir(self.root.join(".templates"));
-        self.finish();
-    }
+    h.finish();
 }

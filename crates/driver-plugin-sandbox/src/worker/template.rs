@@ -139,6 +139,8 @@ pub(super) async fn handle(worker: &Worker, method: &str, params: Value) -> Resu
                 .map_err(|e| DriverError::io(format!("Removing template {}", dir.display()), e))?;
             std::fs::remove_dir_all(&doomed)
                 .map_err(|e| DriverError::io(format!("Removing template {}", doomed.display()), e))?;
+            // The last template gone: nothing of templates is left under the root.
+            let _ = std::fs::remove_dir(templates_dir(worker));
             Ok(json!({"deleted": true}))
         }
         _ => {
@@ -164,12 +166,13 @@ async fn capture(worker: &Worker, p: CaptureParams) -> Result<Value, RpcError> {
         .ok_or_else(|| RpcError::invalid_params("providerLeaseId is required"))?;
     worker.leases.existing(&lease_id)?;
     let parent = templates_dir(worker);
-    std::fs::create_dir_all(&parent).map_err(|e| DriverError::io(format!("Creating {}", parent.display()), e))?;
     let reference = new_template_id();
     let staging = parent.join(format!(".new-{reference}"));
     let tree = staging.join("tree");
     let done = parent.join(&reference);
     let result = async {
+        // The sync creates the parents; a deletion of the last template may remove the
+        // templates directory meanwhile, which the sync then creates again.
         let staged_tree = tree
             .to_str()
             .ok_or_else(|| RpcError::worker("the worker root is not UTF-8"))?;
@@ -202,6 +205,7 @@ async fn capture(worker: &Worker, p: CaptureParams) -> Result<Value, RpcError> {
         Ok(record) => record,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&staging);
+            let _ = std::fs::remove_dir(&parent);
             return Err(e);
         }
     };
