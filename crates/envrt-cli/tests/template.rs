@@ -82,3 +82,169 @@ fn capture_of_an_unknown_or_ended_lease_is_refused() {
         format!("Lease \"{lease}\" is not active (status: released).\n")
     );
 }
+
+#[test]
+fn setup_runs_a_command_on_a_fresh_lease_and_captures_it_only_when_it_succeeds() {
+    let s = Site::new();
+    let template = ok(
+        &s,
+        &[
+            "template",
+            "setup",
+            "--label",
+            "ready",
+            "--",
+            "sh",
+            "-c",
+            "echo ready > done; echo set up",
+        ],
+    );
+    let lines: Vec<&str> = template.lines().collect();
+    assert_eq!(lines.len(), 2, "{template}");
+    assert_eq!(lines[0], "set up");
+    let template = lines[1];
+    assert!(template.starts_with("tpl-"), "{template}");
+    assert_eq!(
+        ok(&s, &["exec", "--template", template, "--", "cat", "done"]),
+        "ready\n"
+    );
+    // A setup from that template builds on it.
+    let second = ok(
+        &s,
+        &[
+            "template",
+            "setup",
+            "--from",
+            template,
+            "--",
+            "sh",
+            "-c",
+            "cat done > copy",
+        ],
+    );
+    assert_eq!(
+        ok(&s, &["exec", "--template", second.trim(), "--", "cat", "copy"]),
+        "ready\n"
+    );
+
+    let failed = s.run(&["template", "setup", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(failed.code, Some(3));
+    assert_eq!(
+        failed.stderr,
+        "envrt: the setup session exited with 3; nothing was captured\n"
+    );
+    assert_eq!(
+        ok(&s, &["template", "list"]).lines().count(),
+        3,
+        "header and two templates"
+    );
+    // Without a duplex channel (local) an interactive setup is refused, and says what works.
+    let interactive = s.run(&["template", "setup"]);
+    assert_eq!(interactive.code, Some(2));
+    assert_eq!(
+        interactive.stderr,
+        "Environment driver \"local\" does not support duplex channels. An interactive setup needs a duplex channel; \
+         give the setup as a command: envrt template setup -- sh -c '…'\n"
+    );
+    // No lease of the setups is left active.
+    let leases = s.run(&["lease", "list", "--json"]);
+    assert_eq!(leases.stdout_text().trim(), "[]");
+}
+
+/// Removes the containers and template images of one state dir, whatever happened.
+struct DockerLeftovers(String);
+
+impl Drop for DockerLeftovers {
+    fn drop(&mut self) {
+        let filter = format!("label=envrt.cli-state={}", self.0);
+        for (list, remove) in [(["ps", "-aq"], ["rm", "-f"]), (["images", "-q"], ["rmi", "-f"])] {
+            let out = std::process::Command::new("docker")
+                .args(list)
+                .args(["--filter", &filter])
+                .output();
+            if let Ok(out) = out {
+                let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect();
+                if !ids.is_empty() {
+                    let _ = std::process::Command::new("docker").args(remove).args(&ids).output();
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_interactive_setup_in_a_container_is_captured_as_an_image() {
+    let image = std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".into());
+    let ready = std::process::Command::new("docker")
+        .args(["image", "inspect", &image])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ready {
+        assert!(
+            std::env::var("ENVRT_REQUIRE_DOCKER").map_or(true, |v| v != "1"),
+            "ENVRT_REQUIRE_DOCKER=1 but no engine or no image {image}"
+        );
+        eprintln!("SKIPPED: no Docker engine or no image {image}");
+        return;
+    }
+    let s = Site::new();
+    std::fs::write(
+        s.path().join("envrt.toml"),
+        format!("[[environment]]\nid = \"ctr\"\ndriver = \"docker\"\n[environment.config]\nimage = \"{image}\"\n"),
+    )
+    .unwrap();
+    let state = std::path::absolute(s.state()).unwrap();
+    let _cleanup = DockerLeftovers(state.display().to_string());
+    // The "user" types two lines into the shell, then leaves it.
+    let session = s.run_with(
+        &["template", "setup", "--env-id", "ctr", "--no-raw", "--label", "by-hand"],
+        Some(b"echo typed > by-hand\nexit\n"),
+    );
+    assert_eq!(session.code, Some(0), "{}", session.stderr);
+    // The id follows the session's output (the shell's last prompt ends no line).
+    let template = session
+        .stdout_text()
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        template.starts_with("tpl-"),
+        "{:?} / {:?}",
+        session.stdout_text(),
+        session.stderr
+    );
+    assert_eq!(
+        ok(
+            &s,
+            &[
+                "exec",
+                "--env-id",
+                "ctr",
+                "--template",
+                &template,
+                "--",
+                "cat",
+                "by-hand"
+            ]
+        ),
+        "typed\n"
+    );
+    let listed = ok(&s, &["template", "list", "--env-id", "ctr"]);
+    assert!(
+        listed.contains(&template) && listed.contains("image") && listed.contains("by-hand"),
+        "{listed}"
+    );
+    assert_eq!(
+        ok(&s, &["template", "delete", &template, "--env-id", "ctr"]),
+        format!("{template} deleted\n")
+    );
+    let images = std::process::Command::new("docker")
+        .args(["images", "-q", "--filter", &format!("label=envrt.template={template}")])
+        .output()
+        .unwrap();
+    assert!(images.stdout.is_empty(), "the template image is gone");
+}
