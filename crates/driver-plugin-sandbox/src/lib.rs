@@ -66,6 +66,6 @@ pub mod protocol;
 pub mod worker;
 
 pub use host::{
-    DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,
-    RestartPolicy, RouteSlots, SandboxDriver, SandboxError, SandboxOptions,
+    DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, InteractiveSetup, MAX_STDIN_BYTES, ParentDeathSignal,
+    PluginManifest, RestartPolicy, RouteSlots, SandboxDriver, SandboxError, SandboxOptions,
 };

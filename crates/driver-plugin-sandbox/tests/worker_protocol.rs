@@ -20,7 +20,8 @@ fn handshake_advertises_every_verb_and_both_extensions() {
             "environmentExecuteBinary", "environmentSyncIn", "environmentSyncOut",
             "duplexChannelOpen", "duplexChannelWrite", "duplexChannelStop", "duplexChannelClose",
             "duplexChannelCloseInput", "environmentCaptureTemplate", "environmentDeleteTemplate",
-            "environmentListTemplates"]}})
+            "environmentListTemplates", "environmentStartInteractiveSetup",
+            "environmentGetInteractiveSetup", "environmentCancelInteractiveSetup"]}})
     );
     assert_eq!(
         w.err("initialize", init_params()),

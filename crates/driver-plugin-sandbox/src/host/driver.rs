@@ -25,8 +25,11 @@ use super::options::SandboxOptions;
 use super::supervisor::Supervisor;
 use crate::protocol::methods;
 
+mod setup;
 mod templates;
 mod validate;
+
+pub use setup::InteractiveSetup;
 
 /// The driver key used when the manifest names none.
 pub const DEFAULT_DRIVER_KEY: &str = "sandbox";

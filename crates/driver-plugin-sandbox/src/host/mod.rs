@@ -13,7 +13,7 @@ mod routes;
 mod supervisor;
 mod sync_out;
 
-pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
+pub use driver::{DEFAULT_DRIVER_KEY, InteractiveSetup, SandboxDriver};
 pub use error::SandboxError;
 pub use manifest::{DriverKind, EnvironmentDriverEntry, PluginManifest, WorkerCommand};
 pub use options::{DEFAULT_MAX_REQUEST_BYTES, MAX_STDIN_BYTES, ParentDeathSignal, RestartPolicy, SandboxOptions};

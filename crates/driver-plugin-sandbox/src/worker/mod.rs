@@ -142,6 +142,9 @@ const SUPPORTED_METHODS: &[&str] = &[
     template::CAPTURE,
     template::DELETE,
     template::LIST,
+    template::SETUP_START,
+    template::SETUP_GET,
+    template::SETUP_CANCEL,
 ];
 
 /// Methods an SDK worker knows but this worker does not implement: answered `-32004`
@@ -149,9 +152,6 @@ const SUPPORTED_METHODS: &[&str] = &[
 const KNOWN_NOT_IMPLEMENTED: &[&str] = &[
     "validateConfig",
     "environmentRunnerIngressEndpoint",
-    "environmentStartInteractiveSetup",
-    "environmentGetInteractiveSetup",
-    "environmentCancelInteractiveSetup",
     "loginPtyOpen",
     "loginPtyInput",
     "loginPtyStop",
@@ -586,7 +586,7 @@ async fn handle(
         }
         "duplexChannelStop" => worker.channels.stop(parse(method, params)?),
         "duplexChannelClose" => Ok(worker.channels.close(parse(method, params)?)),
-        template::CAPTURE | template::DELETE | template::LIST => template::handle(worker, method, params).await,
+        m if template::handles(m) => template::handle(worker, method, params).await,
         other if KNOWN_NOT_IMPLEMENTED.contains(&other) => Err(RpcError {
             code: code::METHOD_NOT_IMPLEMENTED,
             message: format!("{other} is not implemented by this plugin"),

@@ -10,6 +10,13 @@
 //! with a link that leads out is refused), nothing is half-written, and what lands in a
 //! workspace belongs to the sandbox user. Templates are kept per tenant and environment:
 //! another tenant's template is not listed, cannot be deleted and does not seed a lease.
+//!
+//! Interactive setup (Paperclip's `environmentStartInteractiveSetup` / `Get` / `Cancel`):
+//! start makes a setup lease (from `sourceTemplateRef` when given) and answers
+//! `waiting_for_user` with a connection of type `duplex` (no host or port to hide: the user
+//! reaches the lease with `duplexChannelOpen` on its `providerLeaseId`); capturing it is
+//! `environmentCaptureTemplate` on that id; cancel kills its sandboxes and removes it
+//! (`cancelled`; `missing` when there is none).
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +35,17 @@ pub(super) const CAPTURE: &str = "environmentCaptureTemplate";
 pub(super) const DELETE: &str = "environmentDeleteTemplate";
 /// Extension: the templates of a tenant's environment.
 pub(super) const LIST: &str = "environmentListTemplates";
+/// Paperclip's interactive setup: start, look, cancel.
+pub(super) const SETUP_START: &str = "environmentStartInteractiveSetup";
+/// See [`SETUP_START`].
+pub(super) const SETUP_GET: &str = "environmentGetInteractiveSetup";
+/// See [`SETUP_START`].
+pub(super) const SETUP_CANCEL: &str = "environmentCancelInteractiveSetup";
+
+/// Whether `method` is one of this module's verbs.
+pub(super) fn handles(method: &str) -> bool {
+    [CAPTURE, DELETE, LIST, SETUP_START, SETUP_GET, SETUP_CANCEL].contains(&method)
+}
 
 /// The directory under the root holding every template.
 const TEMPLATES_DIR: &str = ".templates";
@@ -124,9 +142,70 @@ fn counted(result: &Value, key: &str) -> u64 {
     result["operations"][0][key].as_u64().unwrap_or(0)
 }
 
-/// Answers the template verbs.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SetupParams {
+    #[serde(default)]
+    provider_lease_id: Option<String>,
+    #[serde(default)]
+    source_template_ref: Option<String>,
+}
+
+/// A setup session's answer for the lease `id` in `status`.
+fn session(id: Option<&str>, status: &str) -> Value {
+    let summary = id.map(|_| json!({"type": "duplex", "hostRedacted": true, "portRedacted": true}));
+    json!({
+        "providerLeaseId": id,
+        "status": status,
+        "connectionSummary": summary,
+        "metadata": {"remoteCwd": super::sandbox::WORKSPACE, "sandbox": "bwrap"},
+    })
+}
+
+async fn setup(worker: &Worker, method: &str, params: Value) -> Result<Value, RpcError> {
+    let p: SetupParams = parse(method, params.clone())?;
+    match method {
+        SETUP_START => {
+            let (id, dir) = worker.leases.create()?;
+            if let Some(reference) = &p.source_template_ref
+                && let Err(e) = seed(worker, &id, &dir, &params, reference).await
+            {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+            Ok(session(Some(&id), "waiting_for_user"))
+        }
+        SETUP_GET => {
+            let live = p
+                .provider_lease_id
+                .as_deref()
+                .filter(|id| worker.leases.existing(id).is_ok());
+            Ok(match live {
+                Some(id) => session(Some(id), "waiting_for_user"),
+                None => session(None, "missing"),
+            })
+        }
+        _ => {
+            let Some(dir) = p
+                .provider_lease_id
+                .as_deref()
+                .and_then(|id| worker.leases.existing(id).ok())
+            else {
+                return Ok(json!({"status": "missing"}));
+            };
+            worker.expiries.forget(&dir);
+            worker.sandbox.kill_lease(&dir);
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| DriverError::io(format!("Removing lease directory {}", dir.display()), e))?;
+            Ok(json!({"status": "cancelled"}))
+        }
+    }
+}
+
+/// Answers the template and setup verbs.
 pub(super) async fn handle(worker: &Worker, method: &str, params: Value) -> Result<Value, RpcError> {
     match method {
+        SETUP_START | SETUP_GET | SETUP_CANCEL => setup(worker, method, params).await,
         CAPTURE => capture(worker, parse(method, params)?).await,
         DELETE => {
             let p: DeleteParams = parse(method, params)?;

@@ -57,7 +57,7 @@ impl SandboxDriver {
         Ok(())
     }
 
-    fn template_from(
+    pub(super) fn template_from(
         &self,
         method: &str,
         (environment_id, company_id): (&str, &str),
