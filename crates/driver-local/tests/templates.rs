@@ -139,3 +139,61 @@ async fn capture_of_an_ended_lease_is_refused_and_captures_nothing() {
     assert!(h.runtime.templates("env-local", "acme").await.unwrap().is_empty());
     h.finish();
 }
+
+/// On a file system that shares blocks (btrfs, XFS with reflink) every file of a capture is
+/// cloned, not copied. Set `ENVRT_REFLINK_DIR` to a directory on one to run it (it skips
+/// loudly otherwise; ext4 and tmpfs cannot clone).
+#[tokio::test]
+async fn on_a_reflink_file_system_a_capture_clones_every_file() {
+    let Some(dir) = std::env::var_os("ENVRT_REFLINK_DIR") else {
+        // Straight to the process's stderr, past the test harness's capture.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIPPED: set ENVRT_REFLINK_DIR to a directory on btrfs or XFS with reflink ***\n"
+        );
+        return;
+    };
+    let root = std::path::Path::new(&dir).join(format!("envrt-reflink-{}", uuid::Uuid::new_v4().simple()));
+    let driver = std::sync::Arc::new(
+        envrt_driver_local::LocalDriver::new(envrt_driver_local::LocalConfig {
+            root: Some(root.clone()),
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let runtime = envrt_runtime_core::EnvironmentRuntime::new();
+    runtime.register_driver(driver);
+    let env = envrt_runtime_core::Environment::new("env-local", "Local", "local");
+    runtime.put_environment(env).await.unwrap();
+    let sh = |lease: &envrt_runtime_core::Lease, script: &str| {
+        let request = envrt_runtime_core::ExecuteRequest::new("sh", ["-c", script]);
+        let id = lease.id.clone();
+        let runtime = &runtime;
+        async move { runtime.execute(&id, request).await.unwrap().stdout }
+    };
+    let source = runtime
+        .acquire_lease(AcquireRequest::new("env-local", "acme"))
+        .await
+        .unwrap();
+    sh(
+        &source,
+        "head -c 1048576 /dev/zero > big && echo small > small && mkdir d && echo x > d/x",
+    )
+    .await;
+    let template = runtime.capture_template(&source.id, None).await.unwrap();
+    assert_eq!(template.metadata["filesCloned"], 3, "{:?}", template.metadata);
+    assert_eq!(template.metadata["filesCopied"], 0, "{:?}", template.metadata);
+    let lease = runtime.acquire_lease(from(&template.id)).await.unwrap();
+    assert_eq!(sh(&lease, "wc -c < big; cat small d/x").await, b"1048576\nsmall\nx\n");
+    for l in [&source, &lease] {
+        runtime.release_lease(&l.id, LeaseStatus::Released).await.unwrap();
+    }
+    assert!(
+        runtime
+            .delete_template("env-local", "acme", &template.id)
+            .await
+            .unwrap()
+    );
+    std::fs::remove_dir(&root).expect("nothing is left under the root");
+}
