@@ -238,27 +238,55 @@ async fn the_checks_run_in_the_contract_order() {
     );
 }
 
+async fn wait_ready(ready: impl Fn() -> Option<PoolStatus>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ready().is_none_or(|s| s.ready < 1) {
+        assert!(std::time::Instant::now() < deadline, "the pool never filled");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
-async fn an_acquire_from_a_template_never_takes_a_pooled_lease() {
+async fn pools_serve_only_their_own_template_and_never_a_deleted_one() {
     let (runtime, driver, _) = runtime().await;
     let runtime = Arc::new(runtime);
     let source = runtime.acquire_lease(AcquireRequest::new("env", "acme")).await.unwrap();
     let template = runtime.capture_template(&source.id, None).await.unwrap();
+    // A clean pool does not serve an acquire from a template.
     runtime.start_pool(PoolSpec::new("env", "acme", 1)).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while runtime
-        .pool_status("env", "acme", LeasePolicy::Ephemeral)
-        .is_none_or(|s| s.ready < 1)
-    {
-        assert!(std::time::Instant::now() < deadline, "the pool never filled");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    wait_ready(|| runtime.pool_status("env", "acme", LeasePolicy::Ephemeral)).await;
     let lease = runtime.acquire_lease(from("env", &template.id)).await.unwrap();
     assert_eq!(lease.metadata["seededFrom"], template.id.as_str());
     assert!(!lease.metadata.contains_key(POOLED_KEY));
+    // A pool of the template does, with leases that started from it.
+    let mut spec = PoolSpec::new("env", "acme", 1);
+    spec.template = Some(template.id.clone());
+    runtime.start_pool(spec).unwrap();
+    let status = || runtime.template_pool_status("env", "acme", LeasePolicy::Ephemeral, &template.id);
+    wait_ready(status).await;
+    let acquires = driver.acquires.lock().unwrap().len();
+    let pooled = runtime.acquire_lease(from("env", &template.id)).await.unwrap();
+    assert_eq!(pooled.metadata["seededFrom"], template.id.as_str());
+    assert_eq!(pooled.metadata[SOURCE_TEMPLATE_KEY], template.id.as_str());
     assert_eq!(
-        driver.acquires.lock().unwrap().last().unwrap(),
-        &Some(template.id.clone())
+        driver.acquires.lock().unwrap().len(),
+        acquires,
+        "handed over, not acquired"
+    );
+    // Once the template is deleted, its ready leases are not handed out.
+    wait_ready(status).await;
+    assert!(runtime.delete_template("env", "acme", &template.id).await.unwrap());
+    let error = runtime.acquire_lease(from("env", &template.id)).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!("Template \"{}\" was not found in environment \"env\".", template.id)
     );
     runtime.stop_pools().await;
+    let active = LeaseFilter {
+        statuses: vec![LeaseStatus::Active],
+        ..Default::default()
+    };
+    let left: Vec<Lease> = runtime.leases(&active).await.unwrap();
+    let pooled_left: Vec<&Lease> = left.iter().filter(|l| l.metadata.contains_key(POOLED_KEY)).collect();
+    assert!(pooled_left.is_empty(), "pooled leases left: {pooled_left:?}");
 }

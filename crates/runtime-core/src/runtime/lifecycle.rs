@@ -101,9 +101,10 @@ impl EnvironmentRuntime {
     pub async fn acquire_lease(&self, request: AcquireRequest) -> Result<Lease, RuntimeError> {
         traced("acquire_lease", "", async {
             if let Some(lease) = self.pools.take(&request) {
-                // The same checks as a fresh acquire, so a pool never outlives its rules.
-                match self.check_acquirable(&request.environment_id).await {
-                    Ok(_) => {
+                // The same checks as a fresh acquire, so a pool never outlives its rules (a
+                // template deleted since the lease was made refuses it too).
+                match self.check_pooled(&request).await {
+                    Ok(()) => {
                         tracing::Span::current().record("lease_id", lease.id.as_str());
                         return self.hand_over(lease, request).await;
                     }
@@ -116,6 +117,17 @@ impl EnvironmentRuntime {
             self.acquire_fresh(request).await
         })
         .await
+    }
+
+    /// A fresh acquire's checks for a request served from a pool: the environment, and the
+    /// template when the request names one.
+    async fn check_pooled(&self, request: &AcquireRequest) -> Result<(), RuntimeError> {
+        let (environment, driver) = self.check_acquirable(&request.environment_id).await?;
+        if let Some(id) = &request.template {
+            self.template_for_acquire(&environment, driver.as_ref(), &request.company_id, id)
+                .await?;
+        }
+        Ok(())
     }
 
     /// The environment an acquire is for, with its driver, once it is known, registered and
