@@ -414,7 +414,11 @@ impl EnvironmentDriver for DockerDriver {
                 }
             }
             Some(false) => Ok(()),
-            None => self.remove(&id).await,
+            None => {
+                self.remove(&id).await?;
+                self.prune_after(context).await;
+                Ok(())
+            }
         }
     }
 
@@ -498,7 +502,11 @@ impl ResumeLease for DockerDriver {
 impl DestroyLease for DockerDriver {
     async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
         match self.owned_container(context).await? {
-            Some((id, _)) => self.remove(&id).await,
+            Some((id, _)) => {
+                self.remove(&id).await?;
+                self.prune_after(context).await;
+                Ok(())
+            }
             None => Ok(()),
         }
     }

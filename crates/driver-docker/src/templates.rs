@@ -209,6 +209,20 @@ impl Templates for DockerDriver {
 }
 
 impl DockerDriver {
+    /// After the container of a lease started from a template is removed: the image of a
+    /// template deleted while the lease ran has no user left, so it goes now (best effort;
+    /// the next deletion or prune retries).
+    pub(crate) async fn prune_after(&self, context: &LeaseContext) {
+        if context
+            .lease
+            .metadata
+            .contains_key(envrt_runtime_core::SOURCE_TEMPLATE_KEY)
+            && let Err(error) = self.prune_template_images().await
+        {
+            tracing::debug!(%error, "pruning deleted template images failed");
+        }
+    }
+
     /// Removes the images of deleted templates that a lease's container still ran when
     /// they were deleted (untagged, labelled as this driver's templates) and that no
     /// container uses any more. Returns the removed image ids. Deleting a template calls

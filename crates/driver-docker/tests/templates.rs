@@ -117,9 +117,9 @@ async fn a_lease_from_a_template_runs_the_committed_image_without_later_changes(
     for l in [&source, &lease] {
         h.runtime.release_lease(&l.id, LeaseStatus::Released).await.unwrap();
     }
-    // Whatever the engine kept of the deleted template for the lease that ran it is
-    // pruned now that the lease is gone: nothing of the test's is left.
-    h.driver.prune_template_images().await.unwrap();
+    // Whatever the engine kept of the deleted template for the lease that ran it went with
+    // that lease's container: nothing of the test's is left, and nothing is left to prune.
+    assert_eq!(h.driver.prune_template_images().await.unwrap(), Vec::<String>::new());
     assert!(
         cli_images(common::TEST_LABEL, &h.run).is_empty(),
         "template images left behind"
