@@ -39,8 +39,9 @@
 //!   [`LABEL_MANAGED`], [`LABEL_TEMPLATE`], [`LABEL_TEMPLATE_ENVIRONMENT`] and the
 //!   configured extra labels; listing finds those images by label and tag. A lease started
 //!   from a template runs that image (with the environment's user, working directory,
-//!   variables and limits). Deleting removes the image (forced: leases already running it
-//!   keep running; the engine frees the layers when they are gone). A lease with
+//!   variables and limits). Deleting removes the image; leases already running it keep
+//!   running, and the image goes when the last of them is released or destroyed
+//!   ([`DockerDriver::prune_template_images`]). A lease with
 //!   `readOnlyRootFs` keeps its workspace on a volume, which a commit does not hold, so its
 //!   capture is refused.
 //!
