@@ -59,7 +59,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     }
     build.args(["--bin", "envrt-bench"]);
     if features.contains(&"sandbox") {
-        build.args(["-p", "envrt-driver-plugin-sandbox", "--bin", "envrt-sandbox-worker"]);
+        build.args(["-p", "envrt-sandbox-worker", "--bin", "envrt-sandbox-worker"]);
     }
     run(build)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")

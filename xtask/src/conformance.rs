@@ -111,13 +111,7 @@ fn run_target(driver: &str, options: &Options, part: &Path) -> Result<(Value, bo
     if target == "sandbox" {
         // The reference worker is a binary of another package: build it first.
         let mut build = cargo();
-        build.args([
-            "build",
-            "-p",
-            "envrt-driver-plugin-sandbox",
-            "--bin",
-            "envrt-sandbox-worker",
-        ]);
+        build.args(["build", "-p", "envrt-sandbox-worker", "--bin", "envrt-sandbox-worker"]);
         crate::util::run(build)?;
     }
     let _ = std::fs::remove_file(part);

@@ -14,7 +14,7 @@ pub(crate) fn run_soak(args: &[String]) -> Result<(), String> {
         "build",
         "--quiet",
         "-p",
-        "envrt-driver-plugin-sandbox",
+        "envrt-sandbox-worker",
         "--bin",
         "envrt-sandbox-worker",
     ]);

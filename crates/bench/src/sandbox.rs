@@ -133,7 +133,7 @@ mod imp {
     use crate::report::{Figure, Row, Target};
 
     /// The `PATH` the worker gives bwrap and every sandboxed command.
-    use envrt_driver_plugin_sandbox::worker::{INIT_PATH, SANDBOX_PATH};
+    use envrt_sandbox_worker::{INIT_PATH, SANDBOX_PATH};
 
     /// The worker binary: beside this one (`cargo xtask bench` builds both), or
     /// `ENVRT_SANDBOX_WORKER`.
@@ -147,7 +147,7 @@ mod imp {
             Ok(path)
         } else {
             Err(format!(
-                "n/a (worker binary missing: build it with cargo build --release --bin envrt-sandbox-worker; looked for {})",
+                "n/a (worker binary missing: build it with cargo build --release -p envrt-sandbox-worker; looked for {})",
                 path.display()
             ))
         }
@@ -214,7 +214,7 @@ mod imp {
     /// The worker's own `bwrap` flags over `lease_dir`, the worker binary bound where the
     /// worker binds it: the baseline runs exactly what the worker runs.
     fn bwrap_args(lease_dir: &Path, worker: &Path) -> Vec<String> {
-        envrt_driver_plugin_sandbox::worker::bwrap_options(lease_dir, "/workspace", worker)
+        envrt_sandbox_worker::bwrap_options(lease_dir, "/workspace", worker)
     }
 
     /// A bare `bwrap` run of `argv` with the worker's flags and environment, output

@@ -83,27 +83,20 @@ fn worker_binary() -> Result<PathBuf, String> {
     let candidate = exe
         .parent()
         .and_then(Path::parent)
-        .map(|dir| dir.join("envrt-sandbox-worker"))
+        .map(|dir| dir.join(envrt_driver_plugin_sandbox::REFERENCE_WORKER_BINARY))
         .ok_or("no target directory")?;
     if candidate.exists() {
         Ok(candidate)
     } else {
         Err(format!(
-            "{} is not built; run `cargo build -p envrt-driver-plugin-sandbox --bin envrt-sandbox-worker`",
+            "{} is not built; run `cargo build -p envrt-sandbox-worker`",
             candidate.display()
         ))
     }
 }
 
 fn reference_manifest(root: &Path, extra_args: &[&str]) -> Result<PluginManifest, String> {
-    let binary = worker_binary()?;
-    let mut manifest =
-        PluginManifest::load(format!("{CRATE}/reference-worker.manifest.json")).map_err(|e| e.to_string())?;
-    manifest.worker.command = vec![
-        binary.to_string_lossy().into_owned(),
-        "--root".into(),
-        root.to_string_lossy().into_owned(),
-    ];
+    let mut manifest = envrt_driver_plugin_sandbox::reference_manifest(&worker_binary()?, root);
     manifest.worker.command.extend(extra_args.iter().map(|s| s.to_string()));
     Ok(manifest)
 }

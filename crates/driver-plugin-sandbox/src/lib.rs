@@ -1,8 +1,8 @@
 //! # envrt-driver-plugin-sandbox
 //!
-//! Two halves: the host ([`host`], the `sandbox` driver) and a reference worker
-//! ([`worker`], the `envrt-sandbox-worker` binary) that runs every command inside
-//! bubblewrap.
+//! The host side ([`host`], the `sandbox` driver). The reference worker that runs every
+//! command inside bubblewrap is the `envrt-sandbox-worker` binary of its own crate,
+//! `crates/sandbox-worker`.
 //!
 //! The `sandbox` driver: a sandbox provider runs as a plugin worker process and the host
 //! talks to it with the Paperclip plugin worker protocol (newline-delimited JSON-RPC 2.0
@@ -47,6 +47,17 @@
 //!   and a worker that returns none, or a later one, is refused by the facade
 //!   (`Environment driver "{key}" does not support lease expiry.`).
 //!
+//! - while the worker advertises the `envrtListLeases` extension the driver offers the
+//!   recovery group (`as_recovery`): inventory is the worker's own lease list, each lease
+//!   tied to the envrt lease id the host sent at acquire (`envrtLeaseId`), and reaping
+//!   destroys it at the worker; a worker without the extension has no recovery group;
+//! - the reference worker's manifest is [`reference_manifest`], and the key a driver
+//!   registers under is [`PluginManifest::driver_key`] ([`DEFAULT_DRIVER_KEY`] is
+//!   runtime-core's fallback key).
+//!
+//! The wire vocabulary (envelopes, names, codes, typed params and results) is the
+//! `envrt-plugin-protocol` crate, re-exported as [`protocol`].
+//!
 //! Errors are [`SandboxError`]s carried inside
 //! [`DriverError::Other`](envrt_runtime_core::DriverError::Other); find them with
 //! [`SandboxError::of`].
@@ -62,10 +73,12 @@
 //! ```
 
 pub mod host;
-pub mod protocol;
-pub mod worker;
+
+/// The wire protocol (the `envrt-plugin-protocol` crate), shared with the reference worker.
+pub use envrt_plugin_protocol as protocol;
 
 pub use host::{
-    DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, InteractiveSetup, MAX_STDIN_BYTES, ParentDeathSignal,
-    PluginManifest, RestartPolicy, RouteSlots, SandboxDriver, SandboxError, SandboxOptions,
+    DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,
+    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, SandboxDriver, SandboxError, SandboxOptions,
+    reference_manifest,
 };

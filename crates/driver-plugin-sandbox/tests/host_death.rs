@@ -195,7 +195,7 @@ fn a_sigkilled_host_leaves_no_reference_worker_and_no_sandboxed_process_behind()
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
     }
-    if REFERENCE_WORKER.is_none() {
+    if reference_worker().is_none() {
         eprintln!("SKIPPED: the envrt-sandbox-worker binary is not part of this build");
         return;
     }

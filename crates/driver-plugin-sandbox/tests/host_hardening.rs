@@ -14,15 +14,9 @@ use host_common::*;
 
 /// The reference worker with extra flags; `None` when the binary is not built.
 fn manifest_with(root: &std::path::Path, flags: &[&str]) -> Option<PluginManifest> {
-    let worker = REFERENCE_WORKER?;
-    let mut command = vec![worker.to_owned(), "--root".into(), root.display().to_string()];
-    command.extend(flags.iter().map(|f| f.to_string()));
-    let value = serde_json::json!({
-        "id": "envrt.reference",
-        "worker": {"command": command},
-        "environmentDrivers": [{"driverKey": "sandbox", "kind": "sandbox_provider", "displayName": "Reference"}],
-    });
-    Some(PluginManifest::from_json(&value.to_string()).unwrap())
+    let mut manifest = reference_manifest(root)?;
+    manifest.worker.command.extend(flags.iter().map(|f| f.to_string()));
+    Some(manifest)
 }
 
 async fn driver(root: &TempDir, flags: &[&str], options: SandboxOptions) -> Option<Arc<SandboxDriver>> {

@@ -25,7 +25,7 @@ async fn a_setup_session_is_started_worked_in_captured_and_cancelled() {
         .unwrap();
     assert_eq!(session.status, "waiting_for_user");
     let id = session.provider_lease_id.clone().expect("a setup lease");
-    assert_eq!(session.connection_summary.as_ref().unwrap()["type"], "duplex");
+    assert_eq!(session.connection_summary.as_ref().unwrap().kind, "duplex");
     // The user works in the setup lease (here: one command on it).
     let done = driver
         .call(

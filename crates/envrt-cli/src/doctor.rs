@@ -148,10 +148,7 @@ pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
                 required: sandbox && !configured_plugin,
                 ok: false,
                 detail: "`envrt-sandbox-worker` is neither next to envrt nor on PATH".into(),
-                fix: Some(
-                    "cargo build -p envrt-driver-plugin-sandbox --bin envrt-sandbox-worker, then put it next to envrt or on PATH"
-                        .into(),
-                ),
+                fix: Some("cargo build -p envrt-sandbox-worker, then put it next to envrt or on PATH".into()),
             },
         });
         // What each environment enforces (information, never a failure).

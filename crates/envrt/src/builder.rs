@@ -215,14 +215,7 @@ fn plugin_key(
     manifest: &envrt_driver_plugin_sandbox::PluginManifest,
     options: &envrt_driver_plugin_sandbox::SandboxOptions,
 ) -> String {
-    let default = envrt_driver_plugin_sandbox::DEFAULT_DRIVER_KEY;
-    match &options.driver_key {
-        Some(key) => key.clone(),
-        None => manifest
-            .driver_entry(Some(default))
-            .or_else(|| manifest.driver_entry(None))
-            .map_or(default.to_owned(), |e| e.driver_key.clone()),
-    }
+    manifest.driver_key(options.driver_key.as_deref())
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use envrt_driver_docker::{DockerConfig, DockerDriver};
 use envrt_driver_local::{LocalConfig, LocalDriver};
-use envrt_driver_plugin_sandbox::{PluginManifest, SandboxDriver, SandboxOptions};
+use envrt_driver_plugin_sandbox::{SandboxDriver, SandboxOptions};
 use envrt_runtime_core::{Environment, EnvironmentRuntime, JsonMap};
 use envrt_store_sqlite::SqliteStore;
 
@@ -57,18 +57,8 @@ impl Setup {
                 config.insert("image".into(), image().into());
             }
             "sandbox" => {
-                let worker = crate::sibling("envrt-sandbox-worker")?;
-                let manifest = serde_json::json!({
-                    "id": "envrt.soak.sandbox",
-                    "worker": {"command": [worker.display().to_string(), "--root", scratch.join("sandbox").display().to_string()]},
-                    "environmentDrivers": [{
-                        "driverKey": "sandbox",
-                        "kind": "sandbox_provider",
-                        "displayName": "Soak sandbox",
-                        "sandboxCapabilities": {"duplexCommandStream": true},
-                    }],
-                });
-                let manifest = PluginManifest::from_json(&manifest.to_string()).map_err(|e| e.to_string())?;
+                let worker = crate::sibling(envrt_driver_plugin_sandbox::REFERENCE_WORKER_BINARY)?;
+                let manifest = envrt_driver_plugin_sandbox::reference_manifest(&worker, &scratch.join("sandbox"));
                 let driver = Arc::new(
                     SandboxDriver::start(manifest, SandboxOptions::default())
                         .await

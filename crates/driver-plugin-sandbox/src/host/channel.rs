@@ -6,20 +6,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::connection::Connection;
 use super::error::SandboxError;
 use super::routes::{BindOutcome, RouteShared, SlotPermit, next_route_id};
 use super::supervisor::Supervisor;
-use crate::protocol::{self, methods};
+use crate::protocol::duplex::{CloseParams, OpenParams, PairParams, WriteParams};
+use crate::protocol::{self, methods, to_value};
 
 /// Opens a channel: takes a slot (or refuses with nothing sent), mints the route id,
 /// sends `duplexChannelOpen` and binds the pair the worker answers.
 pub(crate) async fn open(
     supervisor: &Arc<Supervisor>,
-    mut params: serde_json::Map<String, Value>,
+    mut params: OpenParams,
     company_id: &str,
 ) -> Result<SandboxChannel, SandboxError> {
     let permit = supervisor
@@ -31,12 +32,12 @@ pub(crate) async fn open(
     let deadline = Instant::now() + timeout;
     let connection = supervisor.connection(methods::DUPLEX_OPEN, timeout, deadline).await?;
     let route_id = next_route_id();
-    params.insert("hostRouteId".into(), Value::String(route_id.clone()));
+    params.host_route_id = route_id.clone();
     supervisor.routes.register_pending(&route_id, connection.generation());
     let answer = connection
         .call(
             methods::DUPLEX_OPEN,
-            Value::Object(params),
+            to_value(&params),
             timeout,
             deadline,
             Some(company_id),
@@ -60,10 +61,10 @@ pub(crate) async fn open(
         _ => {
             supervisor.routes.fail_open(&route_id);
             // let the worker free whatever it opened
-            let mut close = json!({ "hostRouteId": route_id });
-            if let Some(session) = value.get("workerSessionId").and_then(Value::as_str) {
-                close["workerSessionId"] = Value::String(session.to_owned());
-            }
+            let close = to_value(&CloseParams {
+                host_route_id: route_id.clone(),
+                worker_session_id: value.get("workerSessionId").and_then(Value::as_str).map(str::to_owned),
+            });
             let close_timeout = supervisor.options.duplex_close_timeout;
             let connection = connection.clone();
             tokio::spawn(async move {
@@ -105,7 +106,10 @@ pub(crate) async fn send_close(
     route: &RouteShared,
     timeout: Duration,
 ) -> Result<(), SandboxError> {
-    let params = json!({ "hostRouteId": route.route_id, "workerSessionId": route.session_id });
+    let params = to_value(&CloseParams {
+        host_route_id: route.route_id.clone(),
+        worker_session_id: Some(route.session_id.clone()),
+    });
     let ack = connection
         .call(
             methods::DUPLEX_CLOSE,
@@ -152,8 +156,11 @@ impl Drop for PendingWrite<'_> {
 }
 
 impl SandboxChannel {
-    fn ids(&self) -> Value {
-        json!({ "hostRouteId": self.route.route_id, "workerSessionId": self.route.session_id })
+    fn ids(&self) -> PairParams {
+        PairParams {
+            host_route_id: self.route.route_id.clone(),
+            worker_session_id: self.route.session_id.clone(),
+        }
     }
 
     /// Fails when the route can no longer carry traffic.
@@ -214,8 +221,15 @@ impl SandboxChannel {
                 });
             }
             let _pending = PendingWrite(&self.route);
-            let mut params = self.ids();
-            params["data"] = Value::String(protocol::encode_base64(piece));
+            let PairParams {
+                host_route_id,
+                worker_session_id,
+            } = self.ids();
+            let params = to_value(&WriteParams {
+                host_route_id,
+                worker_session_id,
+                data: Value::String(protocol::encode_base64(piece)),
+            });
             self.call(methods::DUPLEX_WRITE, params, self.supervisor.options.duplex_timeout)
                 .await?;
         }
@@ -274,7 +288,7 @@ impl DuplexChannel for SandboxChannel {
         self.check_usable()?;
         self.call(
             methods::DUPLEX_CLOSE_INPUT,
-            self.ids(),
+            to_value(&self.ids()),
             self.supervisor.options.duplex_timeout,
         )
         .await?;
@@ -288,8 +302,12 @@ impl DuplexChannel for SandboxChannel {
                 return Ok(());
             }
         }
-        self.call(methods::DUPLEX_STOP, self.ids(), self.supervisor.options.duplex_timeout)
-            .await?;
+        self.call(
+            methods::DUPLEX_STOP,
+            to_value(&self.ids()),
+            self.supervisor.options.duplex_timeout,
+        )
+        .await?;
         Ok(())
     }
 

@@ -15,7 +15,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::error::SandboxError;
 use super::process::{LineRead, LineReader, Spawned, StderrTail, WorkerExit, WorkerProcess};
-use crate::protocol::{self, Incoming, Invocation, InvocationScope, RequestId, codes, notifications};
+use crate::protocol::handshake::CancelParams;
+use crate::protocol::{
+    self, ErrorObject, Incoming, Invocation, InvocationScope, RequestId, codes, notifications, to_value,
+};
 
 /// Receives `execute.log` chunks of one call.
 pub(crate) type ExecSink = Arc<dyn Fn(OutputStream, Vec<u8>) + Send + Sync>;
@@ -53,12 +56,6 @@ pub(crate) struct Connection {
     max_request_bytes: usize,
 }
 
-/// The envrt extension notification telling the worker that the host gave up on a
-/// request (dropped, cancelled or timed out): `{"id": <request id>}`. A worker that does
-/// not know it ignores it, as every unknown notification; the reference worker stops the
-/// request's command.
-pub(crate) const CANCEL_NOTIFICATION: &str = "envrt.cancel";
-
 /// Removes a pending call (and its sink) when the call future ends or is dropped.
 struct PendingGuard<'a> {
     connection: &'a Connection,
@@ -75,9 +72,13 @@ impl Drop for PendingGuard<'_> {
         };
         if unanswered {
             // the host gave up: let the worker stop whatever the call started
+            // (`envrt.cancel`: a worker that does not know it ignores it)
+            let params = CancelParams {
+                id: RequestId::Number(self.id),
+            };
             self.connection.send_line(protocol::notification_line(
-                CANCEL_NOTIFICATION,
-                serde_json::json!({ "id": self.id }),
+                notifications::CANCEL,
+                &to_value(&params),
                 None,
             ));
         }
@@ -291,9 +292,11 @@ impl Connection {
             }
             Incoming::Request { id, method, .. } => {
                 self.send_line(protocol::error_response_line(
-                    &id,
-                    codes::METHOD_NOT_FOUND,
-                    &format!("Host does not handle method \"{method}\""),
+                    Some(&id),
+                    &ErrorObject::new(
+                        codes::METHOD_NOT_FOUND,
+                        format!("Host does not handle method \"{method}\""),
+                    ),
                 ));
             }
             Incoming::Notification {

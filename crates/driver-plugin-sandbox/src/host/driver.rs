@@ -12,10 +12,11 @@ use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, CappedBuffer, DestroyLease, DriverError,
     DuplexChannel, DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap,
-    LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
-    SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
+    LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput,
+    ResumeLease, SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
 };
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::channel;
 use super::connection::ExecSink;
@@ -23,16 +24,22 @@ use super::error::SandboxError;
 use super::manifest::PluginManifest;
 use super::options::SandboxOptions;
 use super::supervisor::Supervisor;
-use crate::protocol::methods;
+use crate::protocol::duplex::OpenParams;
+use crate::protocol::environment::{
+    AcquireLeaseParams, DriverBase, EndLeaseParams, ExecuteParams, ExecuteResult as WireExecuteResult, LeaseRef,
+    RealizeWorkspaceParams, ResumeLeaseParams, SyncParams,
+};
+use crate::protocol::handshake::NoParams;
+use crate::protocol::{methods, to_value};
 
+mod recovery;
 mod setup;
 mod templates;
 mod validate;
 
-pub use setup::InteractiveSetup;
-
-/// The driver key used when the manifest names none.
-pub const DEFAULT_DRIVER_KEY: &str = "sandbox";
+/// The driver key used when the manifest names none: runtime-core's fallback key, so a
+/// lease that names no driver reaches this one.
+pub const DEFAULT_DRIVER_KEY: &str = envrt_runtime_core::model::FALLBACK_DRIVER_KEY;
 
 /// A sandbox provider run as a plugin worker. Optional operations are offered only while
 /// the live worker advertises their verb.
@@ -63,11 +70,9 @@ impl SandboxDriver {
             Some(key) => Some(manifest.driver_entry(Some(key)).ok_or_else(|| SandboxError::Manifest {
                 message: format!("no environmentDrivers entry has driverKey \"{key}\""),
             })?),
-            None => manifest
-                .driver_entry(Some(DEFAULT_DRIVER_KEY))
-                .or_else(|| manifest.driver_entry(None)),
+            None => manifest.default_entry(),
         };
-        let key = entry.map_or(DEFAULT_DRIVER_KEY.to_owned(), |e| e.driver_key.clone());
+        let key = manifest.driver_key(options.driver_key.as_deref());
         let declaration = entry.and_then(|e| e.sandbox_capabilities);
         let supervisor = Supervisor::start(manifest, options).await?;
         Ok(SandboxDriver {
@@ -99,7 +104,7 @@ impl SandboxDriver {
             .supervisor
             .call(
                 methods::HEALTH,
-                json!({}),
+                to_value(&NoParams {}),
                 self.supervisor.options.rpc_timeout,
                 None,
                 None,
@@ -138,11 +143,11 @@ impl SandboxDriver {
         }
     }
 
-    async fn rpc(&self, method: &str, params: JsonMap, company_id: &str) -> Result<Value, SandboxError> {
+    async fn rpc(&self, method: &str, params: &impl Serialize, company_id: &str) -> Result<Value, SandboxError> {
         self.supervisor
             .call(
                 method,
-                Value::Object(params),
+                to_value(params),
                 self.supervisor.options.rpc_timeout,
                 Some(company_id),
                 None,
@@ -150,38 +155,37 @@ impl SandboxDriver {
             .await
     }
 
-    fn base(&self, context: &LeaseContext) -> JsonMap {
-        let lease = &context.lease;
-        let mut params = JsonMap::new();
-        params.insert("driverKey".into(), json!(self.key));
-        params.insert("companyId".into(), json!(lease.company_id));
-        params.insert(
-            "environmentId".into(),
-            json!(lease.environment_id.clone().unwrap_or_default()),
-        );
-        if let Some(issue) = &lease.issue_id {
-            params.insert("issueId".into(), json!(issue));
-        }
-        let config = context
-            .environment
-            .as_ref()
-            .map(|e| e.config.clone())
-            .unwrap_or_default();
-        params.insert("config".into(), Value::Object(config));
-        params
+    /// A call on no company's behalf (recovery works across them).
+    async fn call_unscoped(&self, method: &str, params: &impl Serialize) -> Result<Value, SandboxError> {
+        let timeout = self.supervisor.options.rpc_timeout;
+        self.supervisor
+            .call(method, to_value(params), timeout, None, None)
+            .await
     }
 
-    fn with_lease(&self, context: &LeaseContext) -> JsonMap {
-        let mut params = self.base(context);
+    fn base(&self, context: &LeaseContext) -> DriverBase {
         let lease = &context.lease;
-        let mut object = JsonMap::new();
-        object.insert("providerLeaseId".into(), json!(lease.provider_lease_id));
-        object.insert("metadata".into(), Value::Object(lease.metadata.clone()));
-        if let Some(expires) = lease.expires_at {
-            object.insert("expiresAt".into(), json!(expires.to_rfc3339()));
+        DriverBase {
+            driver_key: self.key.clone(),
+            company_id: lease.company_id.clone(),
+            environment_id: lease.environment_id.clone().unwrap_or_default(),
+            issue_id: lease.issue_id.clone(),
+            config: context
+                .environment
+                .as_ref()
+                .map(|e| e.config.clone())
+                .unwrap_or_default(),
         }
-        params.insert("lease".into(), Value::Object(object));
-        params
+    }
+
+    /// The `lease` param of the lease-bound verbs.
+    fn lease(context: &LeaseContext) -> LeaseRef {
+        let lease = &context.lease;
+        LeaseRef {
+            provider_lease_id: lease.provider_lease_id.clone(),
+            metadata: Some(lease.metadata.clone()),
+            expires_at: lease.expires_at.map(|at| Value::String(at.to_rfc3339())),
+        }
     }
 
     fn grant(&self, method: &str, value: Value) -> Result<Option<LeaseGrant>, SandboxError> {
@@ -219,11 +223,13 @@ impl SandboxDriver {
     }
 
     async fn end_lease(&self, method: &str, context: &LeaseContext) -> Result<(), SandboxError> {
-        let mut params = self.base(context);
-        params.insert("providerLeaseId".into(), json!(context.lease.provider_lease_id));
-        params.insert("leaseMetadata".into(), Value::Object(context.lease.metadata.clone()));
-        params.insert("cancelActiveWork".into(), json!(true));
-        self.rpc(method, params, &context.lease.company_id).await?;
+        let params = EndLeaseParams {
+            base: self.base(context),
+            provider_lease_id: context.lease.provider_lease_id.clone(),
+            lease_metadata: Some(context.lease.metadata.clone()),
+            cancel_active_work: Some(true),
+        };
+        self.rpc(method, &params, &context.lease.company_id).await?;
         Ok(())
     }
 
@@ -236,12 +242,12 @@ impl SandboxDriver {
         self.require(method)?;
         let remote_cwd = context.lease.metadata.get("remoteCwd").and_then(|v| v.as_str());
         super::post_upload::check_cwds(operations, remote_cwd)?;
-        let mut params = self.with_lease(context);
-        params.insert(
-            "operations".into(),
-            serde_json::to_value(operations).map_err(|e| DriverError::invalid(e.to_string()))?,
-        );
-        let value = self.rpc(method, params, &context.lease.company_id).await?;
+        let params = SyncParams {
+            base: self.base(context),
+            lease: Self::lease(context),
+            operations: operations.to_vec(),
+        };
+        let value = self.rpc(method, &params, &context.lease.company_id).await?;
         Ok(serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
             method: method.to_owned(),
             message: e.to_string(),
@@ -257,29 +263,23 @@ impl EnvironmentDriver for SandboxDriver {
 
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         self.require(methods::ACQUIRE_LEASE)?;
-        let mut params = JsonMap::new();
-        params.insert("driverKey".into(), json!(self.key));
-        params.insert("companyId".into(), json!(input.company_id));
-        params.insert("environmentId".into(), json!(input.environment.id));
-        if let Some(issue) = &input.issue_id {
-            params.insert("issueId".into(), json!(issue));
-        }
-        params.insert("config".into(), Value::Object(input.environment.config.clone()));
-        params.insert(
-            "runId".into(),
-            json!(input.run_id.clone().unwrap_or_else(|| input.lease_id.clone())),
-        );
-        if let Some(cwd) = &input.requested_cwd {
-            params.insert("requestedCwd".into(), json!(cwd));
-        }
-        if let Some(ws) = &input.execution_workspace_id {
-            params.insert("executionWorkspaceId".into(), json!(ws));
-        }
-        if let Some(at) = input.requested_expires_at {
-            params.insert("requestedExpiresAt".into(), json!(at.to_rfc3339()));
-        }
+        let mut params = AcquireLeaseParams {
+            base: DriverBase {
+                driver_key: self.key.clone(),
+                company_id: input.company_id.clone(),
+                environment_id: input.environment.id.clone(),
+                issue_id: input.issue_id.clone(),
+                config: input.environment.config.clone(),
+            },
+            run_id: input.run_id.clone().unwrap_or_else(|| input.lease_id.clone()),
+            requested_cwd: input.requested_cwd.clone(),
+            execution_workspace_id: input.execution_workspace_id.clone(),
+            requested_expires_at: input.requested_expires_at.map(|at| at.to_rfc3339()),
+            envrt_lease_id: Some(input.lease_id.clone()),
+            ..AcquireLeaseParams::default()
+        };
         self.add_template(input, &mut params)?;
-        let value = self.rpc(methods::ACQUIRE_LEASE, params, &input.company_id).await?;
+        let value = self.rpc(methods::ACQUIRE_LEASE, &params, &input.company_id).await?;
         let grant = self.grant(methods::ACQUIRE_LEASE, value)?;
         Ok(grant.ok_or_else(|| SandboxError::InvalidResult {
             method: methods::ACQUIRE_LEASE.into(),
@@ -353,6 +353,10 @@ impl EnvironmentDriver for SandboxDriver {
         (self.advertises(methods::SYNC_IN) || self.advertises(methods::SYNC_OUT)).then_some(self as &dyn FileSync)
     }
 
+    fn as_recovery(&self) -> Option<&dyn Recovery> {
+        self.advertises(methods::LIST_LEASES).then_some(self as &dyn Recovery)
+    }
+
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         self.advertises(methods::DUPLEX_OPEN)
             .then_some(self as &dyn DuplexChannels)
@@ -376,11 +380,13 @@ impl EnvironmentDriver for SandboxDriver {
 impl ResumeLease for SandboxDriver {
     async fn resume_lease(&self, context: &LeaseContext) -> Result<Option<LeaseGrant>, DriverError> {
         self.require(methods::RESUME_LEASE)?;
-        let mut params = self.base(context);
-        params.insert("providerLeaseId".into(), json!(context.lease.provider_lease_id));
-        params.insert("leaseMetadata".into(), Value::Object(context.lease.metadata.clone()));
+        let params = ResumeLeaseParams {
+            base: self.base(context),
+            provider_lease_id: context.lease.provider_lease_id.clone(),
+            lease_metadata: Some(context.lease.metadata.clone()),
+        };
         let value = self
-            .rpc(methods::RESUME_LEASE, params, &context.lease.company_id)
+            .rpc(methods::RESUME_LEASE, &params, &context.lease.company_id)
             .await?;
         Ok(self.grant(methods::RESUME_LEASE, value)?)
     }
@@ -402,35 +408,19 @@ impl RealizeWorkspace for SandboxDriver {
         request: &WorkspaceRequest,
     ) -> Result<RealizedWorkspace, DriverError> {
         self.require(methods::REALIZE_WORKSPACE)?;
-        let mut params = self.with_lease(context);
-        params.insert(
-            "workspace".into(),
-            serde_json::to_value(request).map_err(|e| DriverError::invalid(e.to_string()))?,
-        );
+        let params = RealizeWorkspaceParams {
+            base: self.base(context),
+            lease: Self::lease(context),
+            workspace: request.clone(),
+        };
         let value = self
-            .rpc(methods::REALIZE_WORKSPACE, params, &context.lease.company_id)
+            .rpc(methods::REALIZE_WORKSPACE, &params, &context.lease.company_id)
             .await?;
         Ok(serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
             method: methods::REALIZE_WORKSPACE.into(),
             message: e.to_string(),
         })?)
     }
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WireExecuteResult {
-    exit_code: Option<i32>,
-    #[serde(default)]
-    signal: Option<String>,
-    #[serde(default)]
-    timed_out: bool,
-    #[serde(default)]
-    stdout: String,
-    #[serde(default)]
-    stderr: String,
-    #[serde(default)]
-    metadata: Option<JsonMap>,
 }
 
 #[async_trait]
@@ -444,20 +434,20 @@ impl Execute for SandboxDriver {
         };
         self.require(method)?;
         let b64 = base64::engine::general_purpose::STANDARD;
-        let mut params = self.with_lease(context);
-        params.insert("command".into(), json!(request.command));
-        params.insert("args".into(), json!(request.args));
-        if let Some(cwd) = &request.cwd {
-            params.insert("cwd".into(), json!(cwd));
-        }
-        if !request.env.is_empty() {
-            let env: JsonMap = request
+        let mut params = ExecuteParams {
+            base: self.base(context),
+            lease: Self::lease(context),
+            command: request.command.clone(),
+            args: request.args.clone(),
+            cwd: request.cwd.clone(),
+            env: request
                 .env
                 .iter()
-                .map(|(k, v)| (k.clone(), Value::String(v.expose().to_owned())))
-                .collect();
-            params.insert("env".into(), Value::Object(env));
-        }
+                .map(|(k, v)| (k.clone(), v.expose().to_owned()))
+                .collect(),
+            timeout_ms: request.timeout.map(|timeout| timeout.as_millis() as u64),
+            ..ExecuteParams::default()
+        };
         if let Some(stdin) = &request.stdin {
             let text = if binary {
                 b64.encode(stdin)
@@ -467,10 +457,7 @@ impl Execute for SandboxDriver {
                         .into(),
                 })?
             };
-            params.insert("stdin".into(), json!(text));
-        }
-        if let Some(timeout) = request.timeout {
-            params.insert("timeoutMs".into(), json!(timeout.as_millis() as u64));
+            params.stdin = Some(text);
         }
         let sink: Option<ExecSink> = request.sink.clone().map(|sink| {
             let sink: ExecSink = Arc::new(move |stream, bytes: Vec<u8>| sink.on_chunk(stream, &bytes));
@@ -483,13 +470,13 @@ impl Execute for SandboxDriver {
             Some(timeout) => {
                 let rpc_timeout = timeout + self.supervisor.options.execute_grace;
                 self.supervisor
-                    .call(method, Value::Object(params), rpc_timeout, company, sink)
+                    .call(method, to_value(&params), rpc_timeout, company, sink)
                     .await?
             }
             // a command runs as long as it runs: bound by the worker's life only
             None => {
                 self.supervisor
-                    .call_while_alive(method, Value::Object(params), company, sink)
+                    .call_while_alive(method, to_value(&params), company, sink)
                     .await?
             }
         };
@@ -568,15 +555,14 @@ impl DuplexChannels for SandboxDriver {
             .provider_lease_id
             .clone()
             .ok_or_else(|| DriverError::invalid("the lease has no provider lease id"))?;
-        let mut params = JsonMap::new();
-        params.insert("driverKey".into(), json!(self.key));
-        params.insert("companyId".into(), json!(lease.company_id));
-        params.insert(
-            "environmentId".into(),
-            json!(lease.environment_id.clone().unwrap_or_default()),
-        );
-        params.insert("providerLeaseId".into(), json!(provider_lease_id));
-        params.insert("command".into(), json!(command));
+        let params = OpenParams {
+            host_route_id: String::new(), // the channel picks it
+            driver_key: self.key.clone(),
+            company_id: lease.company_id.clone(),
+            environment_id: lease.environment_id.clone().unwrap_or_default(),
+            provider_lease_id,
+            command: command.to_vec(),
+        };
         let channel = channel::open(&self.supervisor, params, &lease.company_id).await?;
         Ok(Box::new(channel))
     }

@@ -160,6 +160,26 @@ impl PluginManifest {
         }
     }
 
+    /// The entry a driver started without a requested key uses: the one keyed
+    /// [`DEFAULT_DRIVER_KEY`](crate::DEFAULT_DRIVER_KEY), else the first.
+    pub fn default_entry(&self) -> Option<&EnvironmentDriverEntry> {
+        self.driver_entry(Some(super::DEFAULT_DRIVER_KEY))
+            .or_else(|| self.driver_entry(None))
+    }
+
+    /// The key a driver over this manifest registers under: `requested` (the options'
+    /// `driver_key`), else the default entry's key, else
+    /// [`DEFAULT_DRIVER_KEY`](crate::DEFAULT_DRIVER_KEY).
+    pub fn driver_key(&self, requested: Option<&str>) -> String {
+        match requested {
+            Some(key) => key.to_owned(),
+            None => self
+                .default_entry()
+                .map_or(super::DEFAULT_DRIVER_KEY, |e| e.driver_key.as_str())
+                .to_owned(),
+        }
+    }
+
     /// The manifest as sent in `initialize` (camelCase JSON).
     pub fn to_wire(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)

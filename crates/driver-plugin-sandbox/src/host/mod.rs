@@ -9,12 +9,14 @@ mod manifest;
 mod options;
 mod post_upload;
 mod process;
+mod reference;
 mod routes;
 mod supervisor;
 mod sync_out;
 
-pub use driver::{DEFAULT_DRIVER_KEY, InteractiveSetup, SandboxDriver};
+pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;
 pub use manifest::{DriverKind, EnvironmentDriverEntry, PluginManifest, WorkerCommand};
 pub use options::{DEFAULT_MAX_REQUEST_BYTES, MAX_STDIN_BYTES, ParentDeathSignal, RestartPolicy, SandboxOptions};
+pub use reference::{REFERENCE_WORKER_BINARY, reference_manifest};
 pub use routes::{DEFAULT_ROUTE_CEILING, DuplexLimits, RouteSlots};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use envrt_runtime_core::capability::VerbSet;
 use nix::sys::signal::Signal;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -17,7 +17,8 @@ use super::manifest::PluginManifest;
 use super::options::{ParentDeathSignal, SandboxOptions};
 use super::process::spawn_worker;
 use super::routes::{RouteShared, RouteTable};
-use crate::protocol::{InitializeResult, methods};
+use crate::protocol::handshake::{InitializeParams, InitializeResult, InstanceInfo, NoParams};
+use crate::protocol::{methods, to_value};
 
 #[derive(Clone)]
 enum Slot {
@@ -128,15 +129,15 @@ impl Supervisor {
             (self.options.max_line_bytes, self.options.max_request_bytes),
             events,
         );
-        let params = json!({
-            "manifest": self.manifest.to_wire(),
-            "config": self.options.config,
-            "instanceInfo": {
-                "instanceId": self.options.instance_id,
-                "hostVersion": env!("CARGO_PKG_VERSION"),
+        let params = to_value(&InitializeParams {
+            manifest: self.manifest.to_wire(),
+            config: self.options.config.clone(),
+            instance_info: InstanceInfo {
+                instance_id: self.options.instance_id.clone(),
+                host_version: env!("CARGO_PKG_VERSION").to_owned(),
             },
-            "apiVersion": 1,
-            "databaseNamespace": null,
+            api_version: 1,
+            database_namespace: None,
         });
         let timeout = self.options.initialize_timeout;
         let answer = connection
@@ -306,7 +307,7 @@ impl Supervisor {
             let _ = connection
                 .call(
                     methods::SHUTDOWN,
-                    json!({}),
+                    to_value(&NoParams {}),
                     timeout,
                     Instant::now() + timeout,
                     None,

@@ -89,27 +89,62 @@ pub fn script_manifest(mode: &str, extra_env: &[(&str, &str)]) -> PluginManifest
     PluginManifest::from_json(&value.to_string()).unwrap()
 }
 
-/// The crate's reference worker binary, when it is part of this build.
-pub const REFERENCE_WORKER: Option<&str> = option_env!("CARGO_BIN_EXE_envrt-sandbox-worker");
+/// The reference worker binary (crate `envrt-sandbox-worker`, a binary of another package):
+/// `ENVRT_SANDBOX_WORKER`, or the one built in this target directory. A missing binary, or
+/// one older than the worker's or the protocol's sources, fails the test with the command
+/// that builds it (`cargo xtask ci` builds the whole workspace, so it is always there).
+pub fn reference_worker() -> Option<&'static str> {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    Some(PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("ENVRT_SANDBOX_WORKER") {
+            return path.to_string_lossy().into_owned();
+        }
+        let exe = std::env::current_exe().unwrap();
+        // target/<profile>/deps/<test binary> → target/<profile>/envrt-sandbox-worker
+        let path = exe
+            .parent()
+            .and_then(Path::parent)
+            .unwrap()
+            .join("envrt-sandbox-worker");
+        let built = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap_or_else(|_| {
+            panic!(
+                "{} is not built; run `cargo build -p envrt-sandbox-worker`",
+                path.display()
+            )
+        });
+        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        for sources in ["sandbox-worker/src", "plugin-protocol/src"] {
+            if let Some(newest) = newest_mtime(&crates.join(sources)) {
+                assert!(
+                    newest <= built,
+                    "{} is older than crates/{sources}; run `cargo build -p envrt-sandbox-worker`",
+                    path.display()
+                );
+            }
+        }
+        path.to_string_lossy().into_owned()
+    }))
+}
 
-/// A manifest running the reference worker with leases under `root`; `None` (and a note
-/// on stderr) when the binary is not part of this build.
+/// The newest modification time of a file under `dir`.
+fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let time = if path.is_dir() {
+            newest_mtime(&path)
+        } else {
+            entry.metadata().and_then(|m| m.modified()).ok()
+        };
+        newest = newest.max(time);
+    }
+    newest
+}
+
+/// A manifest running the reference worker with leases under `root`.
 pub fn reference_manifest(root: &Path) -> Option<PluginManifest> {
-    let Some(worker) = REFERENCE_WORKER else {
-        eprintln!("SKIPPED: the envrt-sandbox-worker binary is not part of this build");
-        return None;
-    };
-    let value = serde_json::json!({
-        "id": "envrt.reference",
-        "worker": {"command": [worker, "--root", root]},
-        "environmentDrivers": [{
-            "driverKey": "sandbox",
-            "kind": "sandbox_provider",
-            "displayName": "Reference sandbox",
-            "sandboxCapabilities": {"duplexCommandStream": true, "incrementalSessionOutput": true},
-        }],
-    });
-    Some(PluginManifest::from_json(&value.to_string()).unwrap())
+    let worker = reference_worker()?;
+    Some(envrt_driver_plugin_sandbox::reference_manifest(Path::new(worker), root))
 }
 
 /// Host pids of processes whose argv is exactly `argv`.

@@ -88,21 +88,7 @@ pub fn reference_worker() -> Option<PathBuf> {
 /// The plugin manifest of the reference worker, leases under `<state dir>/sandbox`.
 #[cfg(feature = "plugin-sandbox")]
 fn reference_manifest(worker: &Path, paths: &Paths) -> crate::plugin_sandbox::PluginManifest {
-    let manifest = serde_json::json!({
-        "id": "envrt-sandbox",
-        "worker": {"command": [worker, "--root", paths.state_dir.join("sandbox")]},
-        "environmentDrivers": [{
-            "driverKey": "sandbox",
-            "kind": "sandbox_provider",
-            "displayName": "bwrap sandbox",
-            "sandboxCapabilities": {
-                "incrementalSessionOutput": true,
-                "concurrentSyncOperations": true,
-                "duplexCommandStream": true
-            }
-        }]
-    });
-    serde_json::from_value(manifest).unwrap_or_else(|e| unreachable!("the reference manifest is valid: {e}"))
+    crate::plugin_sandbox::reference_manifest(worker, &paths.state_dir.join("sandbox"))
 }
 
 /// The plugins to start: the configured ones, plus the reference worker when a `needed`
@@ -137,26 +123,15 @@ fn plugins(
             o.driver_key.as_deref() == Some(key) || m.environment_drivers.iter().any(|d| d.driver_key == key)
         })
     };
-    let needs_sandbox = needed.contains("sandbox");
-    if needs_sandbox
-        && !provided("sandbox")
+    let default_key = crate::plugin_sandbox::DEFAULT_DRIVER_KEY;
+    if needed.contains(default_key)
+        && !provided(default_key)
         && let Some(worker) = reference_worker()
     {
         out.push((reference_manifest(&worker, paths), SandboxOptions::default()));
     }
     // Only start workers some environment uses.
-    out.retain(|(m, o)| {
-        let key = o
-            .driver_key
-            .clone()
-            .or_else(|| {
-                m.driver_entry(Some("sandbox"))
-                    .or_else(|| m.driver_entry(None))
-                    .map(|d| d.driver_key.clone())
-            })
-            .unwrap_or_else(|| "sandbox".into());
-        needed.contains(&key)
-    });
+    out.retain(|(m, o)| needed.contains(&m.driver_key(o.driver_key.as_deref())));
     Ok(out)
 }
 

@@ -6,69 +6,27 @@
 //! worker's: capturing it is [`SandboxDriver::capture_setup`] (`environmentCaptureTemplate`
 //! on its `providerLeaseId`).
 
-use envrt_runtime_core::{DriverError, Environment, JsonMap, TemplateRef};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use envrt_plugin_protocol::methods;
+use envrt_plugin_protocol::setup::{
+    CancelInteractiveSetupParams, CancelInteractiveSetupResult, CaptureTemplateParams, GetInteractiveSetupParams,
+    InteractiveSetupSession, StartInteractiveSetupParams,
+};
+use envrt_runtime_core::{DriverError, Environment, TemplateRef};
+use serde::de::DeserializeOwned;
 
 use super::SandboxDriver;
-use super::templates::CAPTURE;
 use crate::host::error::SandboxError;
 
-const START: &str = "environmentStartInteractiveSetup";
-const GET: &str = "environmentGetInteractiveSetup";
-const CANCEL: &str = "environmentCancelInteractiveSetup";
-
-/// A setup session as the worker reports it (Paperclip's
-/// `PluginEnvironmentInteractiveSetupSession`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InteractiveSetup {
-    /// The worker's lease of the session; `None` once it is gone.
-    pub provider_lease_id: Option<String>,
-    /// `starting`, `waiting_for_user`, `capturing`, `promoted`, `cancelled`, `timed_out`,
-    /// `failed` or `missing`.
-    pub status: String,
-    /// How a user connects, with secrets redacted.
-    #[serde(default)]
-    pub connection_summary: Option<Value>,
-    /// The secret connection details, when asked for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub connection_payload: Option<Value>,
-    /// When the session ends by itself.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<String>,
-    /// Provider facts.
-    #[serde(default)]
-    pub metadata: Option<JsonMap>,
-}
-
 impl SandboxDriver {
-    fn setup_params(&self, environment: &Environment, company_id: &str) -> Result<JsonMap, DriverError> {
-        if !self.advertises(START) {
-            return Err(DriverError::ProviderUnsupported {
-                provider: self.key.clone(),
-                operation: "interactive setup",
-            });
+    fn require_setup(&self, method: &str) -> Result<(), DriverError> {
+        if self.advertises(method) {
+            Ok(())
+        } else {
+            Err(self.refuse("interactive setup"))
         }
-        let mut params = JsonMap::new();
-        params.insert("driverKey".into(), json!(self.key));
-        params.insert("companyId".into(), json!(company_id));
-        params.insert("environmentId".into(), json!(environment.id));
-        params.insert("config".into(), Value::Object(environment.config.clone()));
-        Ok(params)
     }
 
-    async fn setup_call(&self, method: &str, params: JsonMap, company_id: &str) -> Result<Value, DriverError> {
-        if !self.advertises(method) {
-            return Err(DriverError::ProviderUnsupported {
-                provider: self.key.clone(),
-                operation: "interactive setup",
-            });
-        }
-        Ok(self.rpc(method, params, company_id).await?)
-    }
-
-    fn session_from(method: &str, value: Value) -> Result<InteractiveSetup, DriverError> {
+    fn answer<T: DeserializeOwned>(method: &str, value: serde_json::Value) -> Result<T, DriverError> {
         serde_json::from_value(value).map_err(|e| {
             SandboxError::InvalidResult {
                 method: method.to_owned(),
@@ -86,15 +44,17 @@ impl SandboxDriver {
         company_id: &str,
         session_id: &str,
         template: Option<&TemplateRef>,
-    ) -> Result<InteractiveSetup, DriverError> {
-        let mut params = self.setup_params(environment, company_id)?;
-        params.insert("sessionId".into(), json!(session_id));
-        if let Some(template) = template {
-            params.insert("sourceTemplateRef".into(), json!(template.id));
-            params.insert("sourceTemplateKind".into(), json!(template.kind));
-        }
-        let value = self.setup_call(START, params, company_id).await?;
-        Self::session_from(START, value)
+    ) -> Result<InteractiveSetupSession, DriverError> {
+        let method = methods::START_INTERACTIVE_SETUP;
+        self.require_setup(method)?;
+        let params = StartInteractiveSetupParams {
+            base: self.environment_base(environment, company_id),
+            session_id: session_id.to_owned(),
+            source_template_ref: template.map(|t| t.id.clone()),
+            source_template_kind: template.map(|t| t.kind.clone()),
+            ..StartInteractiveSetupParams::default()
+        };
+        Self::answer(method, self.rpc(method, &params, company_id).await?)
     }
 
     /// Looks at a setup session (`environmentGetInteractiveSetup`).
@@ -103,11 +63,15 @@ impl SandboxDriver {
         environment: &Environment,
         company_id: &str,
         provider_lease_id: &str,
-    ) -> Result<InteractiveSetup, DriverError> {
-        let mut params = self.setup_params(environment, company_id)?;
-        params.insert("providerLeaseId".into(), json!(provider_lease_id));
-        let value = self.setup_call(GET, params, company_id).await?;
-        Self::session_from(GET, value)
+    ) -> Result<InteractiveSetupSession, DriverError> {
+        let method = methods::GET_INTERACTIVE_SETUP;
+        self.require_setup(method)?;
+        let params = GetInteractiveSetupParams {
+            base: self.environment_base(environment, company_id),
+            provider_lease_id: Some(provider_lease_id.to_owned()),
+            ..GetInteractiveSetupParams::default()
+        };
+        Self::answer(method, self.rpc(method, &params, company_id).await?)
     }
 
     /// Cancels a setup session; answers its final status (`cancelled`, `missing`, ...).
@@ -118,19 +82,16 @@ impl SandboxDriver {
         provider_lease_id: &str,
         reason: Option<&str>,
     ) -> Result<String, DriverError> {
-        let mut params = self.setup_params(environment, company_id)?;
-        params.insert("providerLeaseId".into(), json!(provider_lease_id));
-        if let Some(reason) = reason {
-            params.insert("reason".into(), json!(reason));
-        }
-        let value = self.setup_call(CANCEL, params, company_id).await?;
-        value["status"].as_str().map(str::to_owned).ok_or_else(|| {
-            SandboxError::InvalidResult {
-                method: CANCEL.into(),
-                message: "status must be a string".into(),
-            }
-            .into()
-        })
+        let method = methods::CANCEL_INTERACTIVE_SETUP;
+        self.require_setup(method)?;
+        let params = CancelInteractiveSetupParams {
+            base: self.environment_base(environment, company_id),
+            provider_lease_id: Some(provider_lease_id.to_owned()),
+            setup_metadata: None,
+            reason: reason.map(str::to_owned),
+        };
+        let result: CancelInteractiveSetupResult = Self::answer(method, self.rpc(method, &params, company_id).await?)?;
+        Ok(result.status)
     }
 
     /// Captures a setup session as a template (`environmentCaptureTemplate` on its
@@ -142,23 +103,18 @@ impl SandboxDriver {
         provider_lease_id: &str,
         label: Option<&str>,
     ) -> Result<TemplateRef, DriverError> {
-        if !self.advertises(CAPTURE) {
-            return Err(DriverError::ProviderUnsupported {
-                provider: self.key.clone(),
-                operation: "template capture",
-            });
+        let method = methods::CAPTURE_TEMPLATE;
+        if !self.advertises(method) {
+            return Err(self.refuse("template capture"));
         }
-        let mut params = JsonMap::new();
-        params.insert("driverKey".into(), json!(self.key));
-        params.insert("companyId".into(), json!(company_id));
-        params.insert("environmentId".into(), json!(environment.id));
-        params.insert("config".into(), Value::Object(environment.config.clone()));
-        params.insert("providerLeaseId".into(), json!(provider_lease_id));
-        if let Some(label) = label {
-            params.insert("templateLabel".into(), json!(label));
-        }
-        let value = self.rpc(CAPTURE, params, company_id).await?;
-        let mut template = self.template_from(CAPTURE, (&environment.id, company_id), &value)?;
+        let params = CaptureTemplateParams {
+            base: self.environment_base(environment, company_id),
+            provider_lease_id: Some(provider_lease_id.to_owned()),
+            template_label: label.map(str::to_owned),
+            ..CaptureTemplateParams::default()
+        };
+        let value = self.rpc(method, &params, company_id).await?;
+        let mut template = self.template_from(method, (&environment.id, company_id), &value)?;
         if template.label.is_none() {
             template.label = label.filter(|l| !l.is_empty()).map(str::to_owned);
         }

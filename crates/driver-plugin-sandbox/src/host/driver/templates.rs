@@ -10,23 +10,17 @@
 //! through and the worker refuses an unknown one itself.
 
 use async_trait::async_trait;
-use envrt_runtime_core::{
-    AcquireInput, DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp,
-};
-use serde_json::{Value, json};
+use envrt_plugin_protocol::environment::{AcquireLeaseParams, DriverBase};
+use envrt_plugin_protocol::methods;
+use envrt_plugin_protocol::setup::{CaptureTemplateParams, DeleteTemplateParams, DeleteTemplateResult};
+use envrt_runtime_core::{AcquireInput, DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp};
+use serde_json::Value;
 
 use super::SandboxDriver;
 use crate::host::error::SandboxError;
 
-/// Paperclip's capture verb.
-pub(crate) const CAPTURE: &str = "environmentCaptureTemplate";
-/// Paperclip's deletion verb.
-pub(crate) const DELETE: &str = "environmentDeleteTemplate";
-/// Extension: the templates of a tenant's environment.
-pub(crate) const LIST: &str = "environmentListTemplates";
-
 impl SandboxDriver {
-    fn refuse(&self, operation: &'static str) -> DriverError {
+    pub(super) fn refuse(&self, operation: &'static str) -> DriverError {
         DriverError::ProviderUnsupported {
             provider: self.key.clone(),
             operation,
@@ -34,29 +28,31 @@ impl SandboxDriver {
     }
 
     /// The base params of an environment-level verb (no lease).
-    fn environment_params(&self, environment: &Environment, company_id: &str) -> JsonMap {
-        let mut params = JsonMap::new();
-        params.insert("driverKey".into(), json!(self.key));
-        params.insert("companyId".into(), json!(company_id));
-        params.insert("environmentId".into(), json!(environment.id));
-        params.insert("config".into(), Value::Object(environment.config.clone()));
-        params
+    pub(super) fn environment_base(&self, environment: &Environment, company_id: &str) -> DriverBase {
+        DriverBase {
+            driver_key: self.key.clone(),
+            company_id: company_id.to_owned(),
+            environment_id: environment.id.clone(),
+            issue_id: None,
+            config: environment.config.clone(),
+        }
     }
 
     /// Adds the template of an acquire to its params. Starting from a template needs a
     /// worker that captures them: one that does not would ignore the template and start
     /// clean, so it is refused instead.
-    pub(super) fn add_template(&self, input: &AcquireInput, params: &mut JsonMap) -> Result<(), DriverError> {
+    pub(super) fn add_template(&self, input: &AcquireInput, params: &mut AcquireLeaseParams) -> Result<(), DriverError> {
         if let Some(template) = &input.template {
-            if !self.advertises(CAPTURE) {
+            if !self.advertises(methods::CAPTURE_TEMPLATE) {
                 return Err(self.refuse("template capture"));
             }
-            params.insert("sourceTemplateRef".into(), json!(template.id));
-            params.insert("sourceTemplateKind".into(), json!(template.kind));
+            params.source_template_ref = Some(template.id.clone());
+            params.source_template_kind = Some(template.kind.clone());
         }
         Ok(())
     }
 
+    /// A template out of a capture result or a listed entry.
     pub(super) fn template_from(
         &self,
         method: &str,
@@ -100,22 +96,28 @@ impl SandboxDriver {
 #[async_trait]
 impl Templates for SandboxDriver {
     async fn capture_template(&self, context: &LeaseContext, label: Option<&str>) -> Result<TemplateRef, DriverError> {
-        if !self.advertises(CAPTURE) {
+        if !self.advertises(methods::CAPTURE_TEMPLATE) {
             return Err(self.refuse("template capture"));
         }
-        let mut params = self.base(context);
-        params.insert("providerLeaseId".into(), json!(context.lease.provider_lease_id));
-        params.insert("setupMetadata".into(), Value::Object(context.lease.metadata.clone()));
-        if let Some(label) = label {
-            params.insert("templateLabel".into(), json!(label));
-        }
-        if let Some(source) = context.lease.metadata.get(envrt_runtime_core::SOURCE_TEMPLATE_KEY) {
-            params.insert("sourceTemplateRef".into(), source.clone());
-        }
-        let value = self.rpc(CAPTURE, params, &context.lease.company_id).await?;
+        let params = CaptureTemplateParams {
+            base: self.base(context),
+            provider_lease_id: context.lease.provider_lease_id.clone(),
+            setup_metadata: Some(context.lease.metadata.clone()),
+            source_template_ref: context
+                .lease
+                .metadata
+                .get(envrt_runtime_core::SOURCE_TEMPLATE_KEY)
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            template_label: label.map(str::to_owned),
+            ..CaptureTemplateParams::default()
+        };
+        let value = self
+            .rpc(methods::CAPTURE_TEMPLATE, &params, &context.lease.company_id)
+            .await?;
         let environment_id = context.lease.environment_id.clone().unwrap_or_default();
         let scope = (environment_id.as_str(), context.lease.company_id.as_str());
-        let mut template = self.template_from(CAPTURE, scope, &value)?;
+        let mut template = self.template_from(methods::CAPTURE_TEMPLATE, scope, &value)?;
         template.source_lease_id = Some(context.lease.id.clone());
         if template.label.is_none() {
             template.label = label.filter(|l| !l.is_empty()).map(str::to_owned);
@@ -123,26 +125,22 @@ impl Templates for SandboxDriver {
         Ok(template)
     }
 
-    async fn list_templates(
-        &self,
-        environment: &Environment,
-        company_id: &str,
-    ) -> Result<Vec<TemplateRef>, DriverError> {
-        if !self.advertises(LIST) {
+    async fn list_templates(&self, environment: &Environment, company_id: &str) -> Result<Vec<TemplateRef>, DriverError> {
+        if !self.advertises(methods::LIST_TEMPLATES) {
             return Err(self.refuse("template listing"));
         }
-        let params = self.environment_params(environment, company_id);
-        let value = self.rpc(LIST, params, company_id).await?;
+        let params = self.environment_base(environment, company_id);
+        let value = self.rpc(methods::LIST_TEMPLATES, &params, company_id).await?;
         let Some(items) = value["templates"].as_array() else {
             return Err(SandboxError::InvalidResult {
-                method: LIST.into(),
+                method: methods::LIST_TEMPLATES.into(),
                 message: "templates must be an array".into(),
             }
             .into());
         };
         Ok(items
             .iter()
-            .map(|item| self.template_from(LIST, (&environment.id, company_id), item))
+            .map(|item| self.template_from(methods::LIST_TEMPLATES, (&environment.id, company_id), item))
             .collect::<Result<_, _>>()?)
     }
 
@@ -152,7 +150,7 @@ impl Templates for SandboxDriver {
         company_id: &str,
         id: &str,
     ) -> Result<Option<TemplateRef>, DriverError> {
-        if self.advertises(LIST) {
+        if self.advertises(methods::LIST_TEMPLATES) {
             return Ok(self
                 .list_templates(environment, company_id)
                 .await?
@@ -174,22 +172,22 @@ impl Templates for SandboxDriver {
     }
 
     async fn delete_template(&self, environment: &Environment, template: &TemplateRef) -> Result<bool, DriverError> {
-        if !self.advertises(DELETE) {
+        if !self.advertises(methods::DELETE_TEMPLATE) {
             return Err(self.refuse("template deletion"));
         }
         let company = template.company_id.clone();
-        let mut params = self.environment_params(environment, &company);
-        params.insert("templateRef".into(), json!(template.id));
-        params.insert("templateKind".into(), json!(template.kind));
-        params.insert("metadata".into(), Value::Object(template.metadata.clone()));
-        let value = self.rpc(DELETE, params, &company).await?;
-        match value.get("deleted").and_then(Value::as_bool) {
-            Some(deleted) => Ok(deleted),
-            None => Err(SandboxError::InvalidResult {
-                method: DELETE.into(),
-                message: "deleted must be a boolean".into(),
-            }
-            .into()),
-        }
+        let params = DeleteTemplateParams {
+            base: self.environment_base(environment, &company),
+            template_ref: template.id.clone(),
+            template_kind: Some(template.kind.clone()),
+            metadata: Some(template.metadata.clone()),
+            reason: None,
+        };
+        let value = self.rpc(methods::DELETE_TEMPLATE, &params, &company).await?;
+        let result: DeleteTemplateResult = serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
+            method: methods::DELETE_TEMPLATE.into(),
+            message: e.to_string(),
+        })?;
+        Ok(result.deleted)
     }
 }

@@ -3,10 +3,11 @@
 //! classifier as `config_resolved`.
 
 use envrt_runtime_core::Environment;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::SandboxDriver;
-use crate::protocol::methods;
+use crate::protocol::environment::ValidateConfigParams;
+use crate::protocol::{methods, to_value};
 
 /// Most configuration verdicts kept; past it the cache starts afresh.
 const MAX_VALIDATED: usize = 256;
@@ -26,7 +27,10 @@ impl SandboxDriver {
         if let Some(ok) = self.validated.lock().unwrap_or_else(|e| e.into_inner()).get(&text) {
             return *ok;
         }
-        let params = json!({"driverKey": self.key, "config": environment.config});
+        let params = to_value(&ValidateConfigParams {
+            driver_key: self.key.clone(),
+            config: Value::Object(environment.config.clone()),
+        });
         let timeout = self.supervisor.options.rpc_timeout;
         let ok = match self
             .supervisor

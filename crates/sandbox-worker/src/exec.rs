@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use envrt_plugin_protocol::notifications;
 use envrt_runtime_core::DriverError;
 use envrt_runtime_core::execute::{CappedBuffer, signal_name};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -20,22 +20,13 @@ use super::lease::resolve;
 use super::rpc::{Outbound, RpcError};
 use super::sandbox::{Sandbox, WORKSPACE};
 
-/// The lease part of lease-bound params.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct LeaseRef {
-    pub(crate) provider_lease_id: Option<String>,
-}
+pub(crate) use envrt_plugin_protocol::environment::LeaseRef;
 
-impl LeaseRef {
-    pub(crate) fn id(&self) -> Result<&str, RpcError> {
-        self.provider_lease_id
-            .as_deref()
-            .ok_or_else(|| RpcError::invalid_params("lease.providerLeaseId is required"))
-    }
-}
-
-#[derive(Debug, Deserialize)]
+/// `environmentExecute` params as this worker reads them: the protocol's
+/// `ExecuteParams` without its driver fields (ignored here), read as a plain struct so
+/// params of the wrong shape get serde's plain-struct error (`expected struct LeaseRef`
+/// for an array) rather than a flattened one's.
+#[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ExecuteParams {
     pub(crate) lease: LeaseRef,
@@ -49,6 +40,14 @@ pub(crate) struct ExecuteParams {
     timeout_ms: Option<u64>,
     /// Extension: per-stream capture cap; the worker's default when absent.
     max_output_bytes: Option<usize>,
+}
+
+/// The provider lease id of the `lease` param of a lease-bound verb.
+pub(crate) fn lease_id(lease: &LeaseRef) -> Result<&str, RpcError> {
+    lease
+        .provider_lease_id
+        .as_deref()
+        .ok_or_else(|| RpcError::invalid_params("lease.providerLeaseId is required"))
 }
 
 /// How text crosses the wire.
@@ -384,7 +383,9 @@ async fn emit(sink: &LogSink<'_>, stream: Stream, carry: &mut Utf8Carry, bytes: 
     if sink.encoding == Encoding::Base64 {
         params["encoding"] = json!("base64");
     }
-    sink.out.notify("execute.log", params, sink.invocation).await;
+    sink.out
+        .notify(notifications::EXECUTE_LOG, params, sink.invocation)
+        .await;
 }
 
 /// Decodes strict base64: canonical, padded, standard alphabet.

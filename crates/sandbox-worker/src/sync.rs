@@ -11,12 +11,11 @@ use std::time::Duration;
 
 use envrt_runtime_core::DriverError;
 use envrt_runtime_core::sync::{
-    ExcludeSet, SyncFile, SyncKind, SyncOperation, check_post_upload_cwd, confine_to_workspace, normalize_absolute,
+    ExcludeSet, SyncFile, SyncKind, check_post_upload_cwd, confine_to_workspace, normalize_absolute,
 };
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::exec::{LeaseRef, check_argv, check_cwd, run};
+use super::exec::{check_argv, check_cwd, run};
 use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
 use super::policy::Policy;
 use super::sandbox::{Sandbox, WORKSPACE};
@@ -24,12 +23,7 @@ use super::sandbox::{Sandbox, WORKSPACE};
 /// Timeout of a post-upload command that does not set its own.
 const POST_UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct SyncParams {
-    pub(crate) lease: LeaseRef,
-    operations: Vec<SyncOperation>,
-}
+pub(crate) use envrt_plugin_protocol::environment::SyncParams;
 
 /// Which way files move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -79,16 +79,19 @@
 //! or, should it be gone, by the next one started over the same root (see the `expiry`
 //! module). A malformed `requestedExpiresAt` is refused as invalid params.
 //!
-//! Templates (`environmentCaptureTemplate`, `environmentDeleteTemplate`, and the extension
+//! Templates (`environmentCaptureTemplate`, `environmentDeleteTemplate`, the extension
 //! `environmentListTemplates`) snapshot a lease's workspace; acquire with
-//! `sourceTemplateRef` starts from one (see the `template` module).
+//! `sourceTemplateRef` starts from one; interactive setup (`environmentStartInteractiveSetup`
+//! / `Get` / `Cancel`) serves a setup lease (see the `template` module).
 
 mod args;
 mod duplex;
 mod exec;
 mod expiry;
 mod init;
+mod inventory;
 mod lease;
+mod lifecycle;
 mod policy;
 mod rpc;
 mod sandbox;
@@ -104,59 +107,63 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use envrt_runtime_core::sync::confine_to_workspace;
-use envrt_runtime_core::{DriverError, Timestamp};
+use envrt_runtime_core::DriverError;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use args::{Config, parse_args};
 use duplex::Channels;
+use envrt_plugin_protocol::codes as code;
+use envrt_plugin_protocol::handshake::{HealthResult, InitializeResult};
+use envrt_plugin_protocol::{HostMessage, RequestId, methods, to_value};
 use exec::Encoding;
 use lease::Leases;
-use rpc::{Incoming, Line, Outbound, RpcError, code};
-use sandbox::{Sandbox, WORKSPACE};
+use rpc::{Line, Outbound, RpcError};
+use sandbox::Sandbox;
 
 /// Largest request line accepted (a longer one is dropped and answered with an error).
 const MAX_LINE: usize = 64 * 1024 * 1024;
 
-/// Every method the worker implements, as advertised in `supportedMethods`.
+/// Every method the worker implements, as advertised in `supportedMethods` (the duplex
+/// verbs only without `--no-duplex`).
 const SUPPORTED_METHODS: &[&str] = &[
-    "health",
-    "shutdown",
-    "environmentValidateConfig",
-    "environmentProbe",
-    "environmentAcquireLease",
-    "environmentResumeLease",
-    "environmentReleaseLease",
-    "environmentDestroyLease",
-    "environmentRealizeWorkspace",
-    "environmentExecute",
-    "environmentExecuteBinary",
-    "environmentSyncIn",
-    "environmentSyncOut",
-    "duplexChannelOpen",
-    "duplexChannelWrite",
-    "duplexChannelStop",
-    "duplexChannelClose",
-    "duplexChannelCloseInput",
-    template::CAPTURE,
-    template::DELETE,
-    template::LIST,
-    template::SETUP_START,
-    template::SETUP_GET,
-    template::SETUP_CANCEL,
+    methods::HEALTH,
+    methods::SHUTDOWN,
+    methods::VALIDATE_CONFIG,
+    methods::PROBE,
+    methods::ACQUIRE_LEASE,
+    methods::RESUME_LEASE,
+    methods::RELEASE_LEASE,
+    methods::DESTROY_LEASE,
+    methods::REALIZE_WORKSPACE,
+    methods::EXECUTE,
+    methods::EXECUTE_BINARY,
+    methods::SYNC_IN,
+    methods::SYNC_OUT,
+    methods::DUPLEX_OPEN,
+    methods::DUPLEX_WRITE,
+    methods::DUPLEX_STOP,
+    methods::DUPLEX_CLOSE,
+    methods::DUPLEX_CLOSE_INPUT,
+    methods::LIST_LEASES,
+    methods::CAPTURE_TEMPLATE,
+    methods::DELETE_TEMPLATE,
+    methods::LIST_TEMPLATES,
+    methods::START_INTERACTIVE_SETUP,
+    methods::GET_INTERACTIVE_SETUP,
+    methods::CANCEL_INTERACTIVE_SETUP,
 ];
 
-/// Methods an SDK worker knows but this worker does not implement: answered `-32004`
-/// `"{method} is not implemented by this plugin"`, as an SDK worker without the hook does.
-const KNOWN_NOT_IMPLEMENTED: &[&str] = &[
-    "validateConfig",
-    "environmentRunnerIngressEndpoint",
-    "loginPtyOpen",
-    "loginPtyInput",
-    "loginPtyStop",
-    "loginPtyClose",
-];
+/// Whether `method` is one an SDK worker knows but this worker does not implement
+/// (plugin-level `validateConfig`, the environment verbs it does not serve, the login
+/// pseudo-terminal): answered `-32004` `"{method} is not implemented by this plugin"`, as
+/// an SDK worker without the hook does.
+fn known_not_implemented(method: &str) -> bool {
+    !SUPPORTED_METHODS.contains(&method)
+        && (method == methods::PLUGIN_VALIDATE_CONFIG
+            || methods::ENVIRONMENT.contains(&method)
+            || methods::LOGIN_PTY.contains(&method))
+}
 
 /// Runs the worker until stdin closes or `shutdown`; the exit code of the process.
 pub fn main() -> ExitCode {
@@ -253,7 +260,7 @@ struct Worker {
 impl Worker {
     /// The methods this worker serves and advertises.
     fn serves(&self, method: &str) -> bool {
-        !(self.no_duplex && method.starts_with("duplexChannel"))
+        !(self.no_duplex && methods::is_duplex(method))
     }
 }
 
@@ -287,8 +294,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
                 } else {
                     code::INVALID_REQUEST
                 };
-                out.respond(id.unwrap_or(Value::Null), Err(RpcError { code, message }))
-                    .await;
+                out.respond(id.as_ref(), Err(RpcError { code, message })).await;
                 continue;
             }
             Ok(Line::Text(text)) => text,
@@ -296,9 +302,9 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
         if line.trim().is_empty() {
             continue;
         }
-        match rpc::classify(&line) {
-            Incoming::Ignored => {}
-            Incoming::Cancel(id) => {
+        match HostMessage::classify(&line) {
+            HostMessage::Ignored => {}
+            HostMessage::Cancel(id) => {
                 let cancel = worker
                     .cancels
                     .lock()
@@ -308,15 +314,21 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
                     let _ = cancel.send(());
                 }
             }
-            Incoming::Invalid(error) => out.respond(Value::Null, Err(error)).await,
-            Incoming::Request {
+            HostMessage::Invalid(error) => {
+                let error = RpcError {
+                    code: error.code,
+                    message: error.message,
+                };
+                out.respond(None, Err(error)).await;
+            }
+            HostMessage::Request {
                 id,
                 method,
                 params,
                 invocation,
             } => {
-                if method == "shutdown" {
-                    out.respond(id, Ok(Value::Null)).await;
+                if method == methods::SHUTDOWN {
+                    out.respond(Some(&id), Ok(Value::Null)).await;
                     break;
                 }
                 dispatch(&worker, id, method, params, invocation).await;
@@ -337,26 +349,32 @@ fn parse<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError
 
 /// Answers one request. Ordered verbs (duplex write, half-close) are queued here, before
 /// the next line is read; everything else runs on its own task.
-async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value, invocation: Option<String>) {
+async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: Value, invocation: Option<String>) {
     if !worker.serves(&method) {
         let error = RpcError {
             code: code::METHOD_NOT_FOUND,
             message: format!("Unknown method: {method}"),
         };
-        worker.out.respond(id, Err(error)).await;
+        worker.out.respond(Some(&id), Err(error)).await;
         return;
     }
     let queued = match method.as_str() {
-        "duplexChannelWrite" => Some(parse(&method, params.clone()).and_then(|p| worker.channels.write(p))),
-        "duplexChannelCloseInput" => Some(parse(&method, params.clone()).and_then(|p| worker.channels.close_input(p))),
-        "initialize" => {
+        methods::DUPLEX_WRITE => Some(parse(&method, params.clone()).and_then(|p| worker.channels.write(p))),
+        methods::DUPLEX_CLOSE_INPUT => {
+            Some(parse(&method, params.clone()).and_then(|p| worker.channels.close_input(p)))
+        }
+        methods::INITIALIZE => {
             let result = if worker.initialized.swap(true, Ordering::SeqCst) {
                 Err(RpcError::worker("Worker already initialized"))
             } else {
                 let methods: Vec<&str> = SUPPORTED_METHODS.iter().copied().filter(|m| worker.serves(m)).collect();
-                Ok(json!({"ok": true, "supportedMethods": methods}))
+                let supported_methods = methods.into_iter().map(str::to_owned).collect();
+                Ok(to_value(&InitializeResult {
+                    ok: true,
+                    supported_methods,
+                }))
             };
-            worker.out.respond(id, result).await;
+            worker.out.respond(Some(&id), result).await;
             return;
         }
         _ => None,
@@ -368,10 +386,10 @@ async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value
                 let result = pending
                     .await
                     .unwrap_or_else(|_| Err(RpcError::worker(DriverError::ChannelClosed.to_string())));
-                worker.out.respond(id, result.map(|()| Value::Null)).await;
+                worker.out.respond(Some(&id), result.map(|()| Value::Null)).await;
             });
         }
-        Some(Err(error)) => worker.out.respond(id, Err(error)).await,
+        Some(Err(error)) => worker.out.respond(Some(&id), Err(error)).await,
         None => {
             let key = id.to_string();
             let (cancel_tx, cancel_rx) = tokio::sync::oneshot::channel();
@@ -383,53 +401,14 @@ async fn dispatch(worker: &Arc<Worker>, id: Value, method: String, params: Value
             tokio::spawn(async move {
                 let result = handle(&worker, &method, params, invocation.as_deref(), cancel_rx).await;
                 worker.cancels.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-                worker.out.respond(id, result).await;
+                worker.out.respond(Some(&id), result).await;
             });
         }
     }
 }
 
 fn lease_dir(worker: &Worker, lease: &exec::LeaseRef) -> Result<PathBuf, RpcError> {
-    Ok(worker.leases.existing(lease.id()?)?)
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LeaseIdParams {
-    provider_lease_id: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AcquireParams {
-    requested_expires_at: Option<String>,
-    #[serde(default)]
-    source_template_ref: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RealizeParams {
-    lease: exec::LeaseRef,
-    #[serde(default)]
-    workspace: RealizeWorkspace,
-}
-
-#[derive(serde::Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct RealizeWorkspace {
-    remote_path: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ValidateParams {
-    #[serde(default)]
-    config: Value,
-}
-
-fn lease_metadata() -> Value {
-    json!({"remoteCwd": WORKSPACE, "sandbox": "bwrap"})
+    Ok(worker.leases.existing(exec::lease_id(lease)?)?)
 }
 
 async fn handle(
@@ -440,113 +419,25 @@ async fn handle(
     cancel: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<Value, RpcError> {
     match method {
-        "health" => Ok(json!({
-            "status": "ok",
-            "details": {
+        methods::HEALTH => Ok(to_value(&HealthResult {
+            status: "ok".into(),
+            details: Some(json!({
                 "leasesRoot": worker.leases.root.display().to_string(),
                 "bwrap": worker.sandbox.version,
                 "openChannels": worker.channels.count(),
                 "runningSandboxes": worker.sandbox.live_count(),
-            }
+            })),
         })),
-        "environmentValidateConfig" => {
-            let p: ValidateParams = parse(method, params)?;
-            match p.config {
-                Value::Object(_) | Value::Null => {
-                    Ok(json!({"ok": true, "normalizedConfig": p.config.as_object().cloned().unwrap_or_default()}))
-                }
-                _ => Ok(json!({"ok": false, "errors": ["config must be a JSON object"]})),
-            }
-        }
-        "environmentProbe" => Ok(json!({
-            "ok": true,
-            "summary": format!("bubblewrap sandbox ready ({}, leases under {})", worker.sandbox.version, worker.leases.root.display()),
-            "metadata": {"root": worker.leases.root.display().to_string(), "bwrap": worker.sandbox.version},
-        })),
-        "environmentAcquireLease" => {
-            let p: AcquireParams = parse(method, params.clone())?;
-            let requested = match p.requested_expires_at.as_deref() {
-                None => None,
-                Some(text) => Some(Timestamp::parse_rfc3339(text).ok_or_else(|| {
-                    RpcError::invalid_params(format!("requestedExpiresAt {text:?} is not an RFC 3339 time"))
-                })?),
-            };
-            let (id, dir) = worker.leases.create()?;
-            if let Some(reference) = &p.source_template_ref
-                && let Err(e) = template::seed(worker, &id, &dir, &params, reference).await
-            {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-            let Some(at) = requested else {
-                return Ok(json!({"providerLeaseId": id, "metadata": lease_metadata()}));
-            };
-            if let Err(e) = worker.expiries.watch(&worker.sandbox, &dir, at) {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e.into());
-            }
-            Ok(json!({"providerLeaseId": id, "metadata": lease_metadata(), "expiresAt": at.to_rfc3339()}))
-        }
-        "environmentResumeLease" => {
-            let p: LeaseIdParams = parse(method, params)?;
-            match p.provider_lease_id.as_deref().map(|id| worker.leases.existing(id)) {
-                Some(Ok(dir)) => {
-                    // a lease made by an older worker (files owned by root) becomes the
-                    // sandbox user's, so its workspace stays writable
-                    let leases = worker.leases.clone();
-                    tokio::task::spawn_blocking(move || leases.adopt(&dir))
-                        .await
-                        .map_err(|e| DriverError::other(format!("adopting the lease failed: {e}")))??;
-                    Ok(json!({"providerLeaseId": p.provider_lease_id, "metadata": lease_metadata()}))
-                }
-                _ => Ok(json!({"providerLeaseId": null, "metadata": {"gone": true}})),
-            }
-        }
-        "environmentReleaseLease" | "environmentDestroyLease" => {
-            let p: LeaseIdParams = parse(method, params)?;
-            let Some(id) = p.provider_lease_id else {
-                return Ok(Value::Null);
-            };
-            let Some(dir) = worker.leases.path_of(&id) else {
-                return Ok(Value::Null);
-            };
-            // Every sandbox over the lease directory is killed: its calls end (killed) and
-            // its channels send their exit frames. Destroy also removes the directory.
-            worker.expiries.forget(&dir);
-            worker.sandbox.kill_lease(&dir);
-            if method == "environmentDestroyLease" {
-                match std::fs::remove_dir_all(&dir) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(DriverError::io(format!("Removing lease directory {}", dir.display()), e).into());
-                    }
-                }
-                Ok(json!({"providerLeaseId": id, "state": "destroyed"}))
-            } else {
-                Ok(json!({"providerLeaseId": id, "state": "stopped"}))
-            }
-        }
-        "environmentRealizeWorkspace" => {
-            let p: RealizeParams = parse(method, params)?;
-            let dir = lease_dir(worker, &p.lease)?;
-            let wanted = p.workspace.remote_path.as_deref().unwrap_or(WORKSPACE);
-            confine_to_workspace(WORKSPACE, wanted)?;
-            let resolved = lease::resolve(&dir, wanted, true)?;
-            // Created one component at a time without following links, so a link swapped in
-            // by a running command cannot make the worker create directories elsewhere.
-            lease::Beneath::open(
-                &dir,
-                &lease::components_below_workspace(&resolved.sandbox),
-                Some(&worker.leases.policy),
-            )
-            .map_err(|e| lease::beneath_error(wanted, e))?;
-            Ok(json!({"cwd": resolved.sandbox, "metadata": {"remoteCwd": resolved.sandbox}}))
-        }
-        "environmentExecute" | "environmentExecuteBinary" => {
+        methods::VALIDATE_CONFIG => lifecycle::validate(params),
+        methods::PROBE => Ok(lifecycle::probe(worker)),
+        methods::ACQUIRE_LEASE => template::acquire(worker, params).await,
+        methods::RESUME_LEASE => lifecycle::resume(worker, params).await,
+        methods::RELEASE_LEASE | methods::DESTROY_LEASE => lifecycle::end(worker, method, params),
+        methods::REALIZE_WORKSPACE => lifecycle::realize(worker, params),
+        methods::EXECUTE | methods::EXECUTE_BINARY => {
             let p: exec::ExecuteParams = parse(method, params)?;
             let dir = lease_dir(worker, &p.lease)?;
-            let encoding = if method == "environmentExecute" {
+            let encoding = if method == methods::EXECUTE {
                 Encoding::Text
             } else {
                 Encoding::Base64
@@ -563,17 +454,17 @@ async fn handle(
             )
             .await
         }
-        "environmentSyncIn" | "environmentSyncOut" => {
+        methods::SYNC_IN | methods::SYNC_OUT => {
             let p: sync::SyncParams = parse(method, params)?;
             let dir = lease_dir(worker, &p.lease)?;
-            let direction = if method == "environmentSyncIn" {
+            let direction = if method == methods::SYNC_IN {
                 sync::Direction::In
             } else {
                 sync::Direction::Out
             };
             Ok(sync::sync(&worker.sandbox, &dir, p, direction).await?)
         }
-        "duplexChannelOpen" => {
+        methods::DUPLEX_OPEN => {
             let p: duplex::OpenParams = parse(method, params)?;
             let dir = worker.leases.existing(&p.provider_lease_id)?;
             worker.channels.open(
@@ -584,10 +475,11 @@ async fn handle(
                 invocation.map(str::to_owned),
             )
         }
-        "duplexChannelStop" => worker.channels.stop(parse(method, params)?),
-        "duplexChannelClose" => Ok(worker.channels.close(parse(method, params)?)),
-        m if template::handles(m) => template::handle(worker, method, params).await,
-        other if KNOWN_NOT_IMPLEMENTED.contains(&other) => Err(RpcError {
+        methods::LIST_LEASES => Ok(envrt_plugin_protocol::to_value(&inventory::list(&worker.leases)?)),
+        methods::DUPLEX_STOP => worker.channels.stop(parse(method, params)?),
+        methods::DUPLEX_CLOSE => Ok(worker.channels.close(parse(method, params)?)),
+        m if template::handles(m) => template::handle(worker, m, params).await,
+        other if known_not_implemented(other) => Err(RpcError {
             code: code::METHOD_NOT_IMPLEMENTED,
             message: format!("{other} is not implemented by this plugin"),
         }),

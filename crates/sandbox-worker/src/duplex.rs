@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use envrt_plugin_protocol::notifications;
 use envrt_runtime_core::DriverError;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -276,7 +277,7 @@ impl FrameSender {
         let params =
             json!({"hostRouteId": self.route, "workerSessionId": self.session, "chunk": STANDARD.encode(bytes)});
         self.out
-            .notify("duplexChannel.data", params, self.invocation.as_deref())
+            .notify(notifications::DUPLEX_DATA, params, self.invocation.as_deref())
             .await;
     }
 
@@ -291,7 +292,7 @@ impl FrameSender {
             "transportClosed": false,
         });
         self.out
-            .notify("duplexChannel.exit", params, self.invocation.as_deref())
+            .notify(notifications::DUPLEX_EXIT, params, self.invocation.as_deref())
             .await;
     }
 }

@@ -19,8 +19,8 @@ fn handshake_advertises_every_verb_and_both_extensions() {
             "environmentDestroyLease", "environmentRealizeWorkspace", "environmentExecute",
             "environmentExecuteBinary", "environmentSyncIn", "environmentSyncOut",
             "duplexChannelOpen", "duplexChannelWrite", "duplexChannelStop", "duplexChannelClose",
-            "duplexChannelCloseInput", "environmentCaptureTemplate", "environmentDeleteTemplate",
-            "environmentListTemplates", "environmentStartInteractiveSetup",
+            "duplexChannelCloseInput", "envrtListLeases", "environmentCaptureTemplate",
+            "environmentDeleteTemplate", "environmentListTemplates", "environmentStartInteractiveSetup",
             "environmentGetInteractiveSetup", "environmentCancelInteractiveSetup"]}})
     );
     assert_eq!(

@@ -25,22 +25,18 @@ use envrt_runtime_core::{DriverError, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use envrt_plugin_protocol::methods;
+
 use super::rpc::RpcError;
 use super::sync::{self, Direction, SyncParams};
 use super::{Worker, parse};
 
-/// Paperclip's capture verb.
-pub(super) const CAPTURE: &str = "environmentCaptureTemplate";
-/// Paperclip's deletion verb.
-pub(super) const DELETE: &str = "environmentDeleteTemplate";
-/// Extension: the templates of a tenant's environment.
-pub(super) const LIST: &str = "environmentListTemplates";
-/// Paperclip's interactive setup: start, look, cancel.
-pub(super) const SETUP_START: &str = "environmentStartInteractiveSetup";
-/// See [`SETUP_START`].
-pub(super) const SETUP_GET: &str = "environmentGetInteractiveSetup";
-/// See [`SETUP_START`].
-pub(super) const SETUP_CANCEL: &str = "environmentCancelInteractiveSetup";
+const CAPTURE: &str = methods::CAPTURE_TEMPLATE;
+const DELETE: &str = methods::DELETE_TEMPLATE;
+const LIST: &str = methods::LIST_TEMPLATES;
+const SETUP_START: &str = methods::START_INTERACTIVE_SETUP;
+const SETUP_GET: &str = methods::GET_INTERACTIVE_SETUP;
+const SETUP_CANCEL: &str = methods::CANCEL_INTERACTIVE_SETUP;
 
 /// Whether `method` is one of this module's verbs.
 pub(super) fn handles(method: &str) -> bool {
@@ -294,6 +290,35 @@ async fn capture(worker: &Worker, p: CaptureParams) -> Result<Value, RpcError> {
     Ok(answer)
 }
 
+/// `environmentAcquireLease`: the life-cycle verb, then, with `sourceTemplateRef`, the
+/// new workspace filled from that template (checked first, so a refused template makes no
+/// lease; a failed copy removes the lease again).
+pub(super) async fn acquire(worker: &Worker, params: Value) -> Result<Value, RpcError> {
+    let Some(reference) = params.get("sourceTemplateRef").and_then(Value::as_str).map(str::to_owned) else {
+        return super::lifecycle::acquire(worker, params);
+    };
+    let scope: Scope = parse(methods::ACQUIRE_LEASE, params.clone())?;
+    if find(worker, &reference, &scope).is_none() {
+        return Err(not_found(&reference, &scope));
+    }
+    let answer = super::lifecycle::acquire(worker, params.clone())?;
+    let id = answer["providerLeaseId"].as_str().unwrap_or_default().to_owned();
+    let dir = worker.leases.existing(&id)?;
+    if let Err(e) = seed(worker, &id, &dir, &params, &reference).await {
+        worker.expiries.forget(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
+    }
+    Ok(answer)
+}
+
+fn not_found(reference: &str, scope: &Scope) -> RpcError {
+    RpcError::invalid_params(format!(
+        "Template \"{reference}\" was not found in environment \"{}\".",
+        scope.environment_id
+    ))
+}
+
 /// Fills the new lease `lease_id` (directory `dir`) from template `reference` of the
 /// acquire's tenant and environment (`params`), or refuses with the facade's words.
 pub(super) async fn seed(
@@ -305,10 +330,7 @@ pub(super) async fn seed(
 ) -> Result<(), RpcError> {
     let scope: Scope = parse("environmentAcquireLease", params.clone())?;
     let Some((template, _)) = find(worker, reference, &scope) else {
-        return Err(RpcError::invalid_params(format!(
-            "Template \"{reference}\" was not found in environment \"{}\".",
-            scope.environment_id
-        )));
+        return Err(not_found(reference, &scope));
     };
     let tree = template.join("tree");
     let source = tree

@@ -22,7 +22,7 @@ use envrt_runtime_core::{DriverError, Timestamp};
 use super::sandbox::Sandbox;
 
 /// Prefix of the expiry records in the root.
-const RECORD_PREFIX: &str = ".expiry-";
+pub(crate) const RECORD_PREFIX: &str = ".expiry-";
 
 /// The pending expiries of the leases under one root: their timers.
 #[derive(Default)]
