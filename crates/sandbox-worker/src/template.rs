@@ -294,7 +294,11 @@ async fn capture(worker: &Worker, p: CaptureParams) -> Result<Value, RpcError> {
 /// new workspace filled from that template (checked first, so a refused template makes no
 /// lease; a failed copy removes the lease again).
 pub(super) async fn acquire(worker: &Worker, params: Value) -> Result<Value, RpcError> {
-    let Some(reference) = params.get("sourceTemplateRef").and_then(Value::as_str).map(str::to_owned) else {
+    let Some(reference) = params
+        .get("sourceTemplateRef")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
         return super::lifecycle::acquire(worker, params);
     };
     let scope: Scope = parse(methods::ACQUIRE_LEASE, params.clone())?;

@@ -13,7 +13,9 @@ use async_trait::async_trait;
 use envrt_plugin_protocol::environment::{AcquireLeaseParams, DriverBase};
 use envrt_plugin_protocol::methods;
 use envrt_plugin_protocol::setup::{CaptureTemplateParams, DeleteTemplateParams, DeleteTemplateResult};
-use envrt_runtime_core::{AcquireInput, DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp};
+use envrt_runtime_core::{
+    AcquireInput, DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp,
+};
 use serde_json::Value;
 
 use super::SandboxDriver;
@@ -41,7 +43,11 @@ impl SandboxDriver {
     /// Adds the template of an acquire to its params. Starting from a template needs a
     /// worker that captures them: one that does not would ignore the template and start
     /// clean, so it is refused instead.
-    pub(super) fn add_template(&self, input: &AcquireInput, params: &mut AcquireLeaseParams) -> Result<(), DriverError> {
+    pub(super) fn add_template(
+        &self,
+        input: &AcquireInput,
+        params: &mut AcquireLeaseParams,
+    ) -> Result<(), DriverError> {
         if let Some(template) = &input.template {
             if !self.advertises(methods::CAPTURE_TEMPLATE) {
                 return Err(self.refuse("template capture"));
@@ -125,7 +131,11 @@ impl Templates for SandboxDriver {
         Ok(template)
     }
 
-    async fn list_templates(&self, environment: &Environment, company_id: &str) -> Result<Vec<TemplateRef>, DriverError> {
+    async fn list_templates(
+        &self,
+        environment: &Environment,
+        company_id: &str,
+    ) -> Result<Vec<TemplateRef>, DriverError> {
         if !self.advertises(methods::LIST_TEMPLATES) {
             return Err(self.refuse("template listing"));
         }
