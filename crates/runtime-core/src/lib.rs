@@ -51,8 +51,8 @@ pub use error::{DriverError, RuntimeError, StoreError};
 pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
 pub use runtime::{
-    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, ReconcileReport,
-    ReleaseReport, SOURCE_TEMPLATE_KEY,
+    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, RECONCILE_SETTLE,
+    ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,
 };
 pub use secret::{EnvValue, Secret};
 pub use store::{LeaseFilter, LeaseStore, MemoryStore};

@@ -49,6 +49,10 @@ pub struct PoolSpec {
     /// The template its leases start from (`None`: clean leases). Only acquires naming the
     /// same template are served from it.
     pub template: Option<String>,
+    /// Metadata written on every pooled lease (besides [`POOLED_KEY`]), e.g. the holder
+    /// process, so that clean-up elsewhere can tell when the pool's owner is gone. It stays
+    /// on a lease handed out (over the request's own keys of the same name).
+    pub metadata: crate::model::JsonMap,
 }
 
 impl PoolSpec {
@@ -61,6 +65,7 @@ impl PoolSpec {
             size,
             health_interval: Duration::from_secs(10),
             template: None,
+            metadata: crate::model::JsonMap::new(),
         }
     }
 }
@@ -348,6 +353,7 @@ fn pool_request(spec: &PoolSpec) -> AcquireRequest {
     let mut request = AcquireRequest::new(spec.environment_id.clone(), spec.company_id.clone());
     request.policy = spec.policy;
     request.template = spec.template.clone();
+    request.metadata = spec.metadata.clone();
     request.metadata.insert(POOLED_KEY.into(), true.into());
     request
 }
