@@ -28,6 +28,8 @@ pub struct Profile {
     pub has_sync: bool,
     /// Has duplex.
     pub has_duplex: bool,
+    /// Has templates.
+    pub has_templates: bool,
     /// The environment's snapshot before any lease.
     pub environment: CapabilitySnapshot,
     /// The snapshot of an ephemeral lease.
@@ -98,6 +100,7 @@ impl Ctx {
                 has_execute: inner.as_execute().is_some(),
                 has_sync: inner.as_sync().is_some(),
                 has_duplex: inner.as_duplex().is_some(),
+                has_templates: inner.as_templates().is_some(),
                 binary_safe: target.binary_safe,
                 half_close: target.half_close,
                 duplex_withheld: target.duplex_withheld,

@@ -83,6 +83,9 @@ impl EnvironmentDriver for Recorder {
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         self.inner.as_duplex().map(|_| self as _)
     }
+    fn as_templates(&self) -> Option<&dyn envrt_runtime_core::Templates> {
+        self.inner.as_templates()
+    }
     fn verified_verbs(&self) -> VerbSet {
         self.inner.verified_verbs()
     }

@@ -363,5 +363,25 @@ fn the_honest_driver_passes_the_same_checks() {
         "execute_cwd_confined",
         "execute_secrets_absent",
         "cleanup_no_process",
+        "templates_a_lease_from_a_template_has_its_files_and_not_later_changes",
+        "templates_a_deleted_template_refuses_acquire_with_its_text",
     ]);
+}
+
+#[test]
+fn a_template_that_follows_its_source_after_the_capture() {
+    let message = failure_of(
+        Fault::TemplateIsLive,
+        "templates_a_lease_from_a_template_has_its_files_and_not_later_changes",
+    );
+    assert!(message.starts_with("what a lease from the template sees"), "{message}");
+}
+
+#[test]
+fn a_template_deletion_that_keeps_the_template() {
+    let message = failure_of(
+        Fault::DeleteKeepsTemplate,
+        "templates_a_deleted_template_refuses_acquire_with_its_text",
+    );
+    assert!(message.starts_with("delete_template's answer"), "{message}");
 }

@@ -14,6 +14,7 @@ const PROBE_CHECKS: &[&str] = &[
     "lifecycle_acquire",
     "lifecycle_release",
     "lifecycle_destroy",
+    "templates_",
 ];
 
 fn suite(key: &'static str, shape: ProbeShape, declaration: Option<CapabilityDeclaration>) -> Suite {

@@ -191,8 +191,12 @@ impl DockerDriver {
             None => (vec!["sleep".into()], vec!["infinity".into()]),
         };
         let auto_remove = expiry.is_some() && input.policy != LeasePolicy::ReuseByEnvironment;
+        let image = match &input.template {
+            Some(template) => crate::templates::template_image(&template.id),
+            None => config.image.clone(),
+        };
         let body = ContainerCreateBody {
-            image: Some(config.image.clone()),
+            image: Some(image.clone()),
             entrypoint: Some(entrypoint),
             cmd: Some(cmd),
             user: config.user.clone(),
@@ -231,7 +235,7 @@ impl DockerDriver {
             Err(e) if is_not_found(&e) => {
                 return Err(DriverError::invalid(format!(
                     "Docker image \"{}\" is not present on the engine at {} (the driver never pulls images).",
-                    config.image, self.engine.address
+                    image, self.engine.address
                 )));
             }
             Err(e) => return Err(self.engine.error("creating a container", e)),
@@ -410,7 +414,11 @@ impl EnvironmentDriver for DockerDriver {
                 }
             }
             Some(false) => Ok(()),
-            None => self.remove(&id).await,
+            None => {
+                self.remove(&id).await?;
+                self.prune_after(context).await;
+                Ok(())
+            }
         }
     }
 
@@ -457,6 +465,9 @@ impl EnvironmentDriver for DockerDriver {
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         Some(self)
     }
+    fn as_templates(&self) -> Option<&dyn envrt_runtime_core::Templates> {
+        Some(self)
+    }
 }
 
 #[async_trait]
@@ -494,7 +505,11 @@ impl ResumeLease for DockerDriver {
 impl DestroyLease for DockerDriver {
     async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
         match self.owned_container(context).await? {
-            Some((id, _)) => self.remove(&id).await,
+            Some((id, _)) => {
+                self.remove(&id).await?;
+                self.prune_after(context).await;
+                Ok(())
+            }
             None => Ok(()),
         }
     }

@@ -36,6 +36,16 @@
 //!   Uploaded files belong to the container's user. Host-side extraction refuses entries
 //!   with `..` or absolute names and links that lead out of the target.
 //! - **Duplex**: exec attach; output is stdout and stderr in arrival order.
+//! - **Templates**: a capture commits the lease's container (paused while it is
+//!   committed) to the image `envrt-template:{id}` (kind `image`), labelled
+//!   [`LABEL_MANAGED`], [`LABEL_TEMPLATE`], [`LABEL_TEMPLATE_ENVIRONMENT`] and the
+//!   configured extra labels; listing finds those images by label and tag. A lease started
+//!   from a template runs that image (with the environment's user, working directory,
+//!   variables and limits). Deleting removes the image; leases already running it keep
+//!   running, and the image goes when the last of them is released or destroyed
+//!   ([`DockerDriver::prune_template_images`]). A lease with
+//!   `readOnlyRootFs` keeps its workspace on a volume, which a commit does not hold, so its
+//!   capture is refused.
 //!
 //! - **Hardening** (always): every capability dropped but [`KEPT_CAPABILITIES`],
 //!   `no-new-privileges`, a process limit and a memory limit (defaults
@@ -60,6 +70,7 @@ mod process;
 mod recovery;
 mod sync_in;
 mod sync_out;
+mod templates;
 
 pub use config::{
     DEFAULT_DOCKER_HOST, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS_LIMIT, DEFAULT_WORKING_DIR, DockerConfig, EnvConfig,
@@ -69,3 +80,7 @@ pub use driver::{
     DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED,
 };
 pub use recovery::KIND_CONTAINER;
+pub use templates::{
+    LABEL_TEMPLATE, LABEL_TEMPLATE_CREATED, LABEL_TEMPLATE_ENVIRONMENT, LABEL_TEMPLATE_LABEL, LABEL_TEMPLATE_SOURCE,
+    TEMPLATE_REPOSITORY,
+};

@@ -90,6 +90,22 @@ impl App {
         ttl: Option<std::time::Duration>,
         purpose: &str,
     ) -> Result<Lease, CliError> {
+        self.acquire_from(environment_id, policy, run_id, holder, ttl, purpose, None)
+            .await
+    }
+
+    /// [`acquire`](Self::acquire), starting the lease from `template` when one is given.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn acquire_from(
+        &self,
+        environment_id: &str,
+        policy: LeasePolicy,
+        run_id: Option<String>,
+        holder: Option<Holder>,
+        ttl: Option<std::time::Duration>,
+        purpose: &str,
+        template: Option<String>,
+    ) -> Result<Lease, CliError> {
         let ttl = ttl.or_else(|| self.config.ttls.get(environment_id).copied());
         if let Some(driver) = self.environment_driver(environment_id).await? {
             self.check_driver(&driver)?;
@@ -106,6 +122,7 @@ impl App {
             policy,
             metadata,
             requested_expires_at: ttl.map(|ttl| envrt::Timestamp::now().after(ttl)),
+            template,
             ..Default::default()
         };
         Ok(self.runtime.acquire_lease(request).await?)

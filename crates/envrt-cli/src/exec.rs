@@ -48,6 +48,9 @@ pub(crate) struct ExecArgs {
     /// `ttl`): the driver ends it then even if envrt is gone.
     #[arg(long, value_name = "DURATION", conflicts_with = "lease")]
     ttl: Option<String>,
+    /// Start the ephemeral lease from this template of the environment.
+    #[arg(long, value_name = "TEMPLATE", conflicts_with = "lease")]
+    template: Option<String>,
     /// Print one JSON document with the whole result (exit code, signal, timeout,
     /// output and truncation per stream, duration) instead of streaming the output; envrt
     /// then exits 0 whenever the command ran, and on its own errors prints
@@ -321,8 +324,17 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
         None => {
             let environment = app.environment_id(&args.target).await?;
             let holder = Holder::current().ok();
+            let template = args.template.clone();
             let lease = app
-                .acquire(&environment, LeasePolicy::Ephemeral, None, holder, ttl, "envrt exec")
+                .acquire_from(
+                    &environment,
+                    LeasePolicy::Ephemeral,
+                    None,
+                    holder,
+                    ttl,
+                    "envrt exec",
+                    template,
+                )
                 .await?;
             (lease, true)
         }

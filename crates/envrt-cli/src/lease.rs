@@ -52,6 +52,9 @@ pub(crate) struct AcquireArgs {
     /// the driver ends it then even if its holder is gone, and `gc` records it expired.
     #[arg(long, value_name = "DURATION")]
     ttl: Option<String>,
+    /// Start the lease from this template of the environment (`envrt template list`).
+    #[arg(long, value_name = "TEMPLATE")]
+    template: Option<String>,
     /// Print the whole lease record as JSON.
     #[arg(long)]
     json: bool,
@@ -130,13 +133,14 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                 .transpose()?;
             let environment = app.environment_id(&args.target).await?;
             let lease = app
-                .acquire(
+                .acquire_from(
                     &environment,
                     args.policy,
                     args.run_id,
                     holder,
                     ttl,
                     "envrt lease acquire",
+                    args.template,
                 )
                 .await?;
             if args.json {

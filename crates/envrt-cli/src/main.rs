@@ -16,6 +16,7 @@ mod exec;
 mod isolation;
 mod lease;
 mod shell;
+mod template;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,6 +58,9 @@ enum Command {
     /// Acquire, list, release and destroy leases.
     #[command(subcommand)]
     Lease(lease::LeaseCommand),
+    /// Capture a lease as a template, list and delete templates.
+    #[command(subcommand)]
+    Template(template::TemplateCommand),
     /// Release active leases whose holder process is gone, and retry failed clean-ups.
     Gc(lease::GcArgs),
     /// The nine-key capability matrix of the configured environments.
@@ -115,6 +119,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Shell(args) => shell::run(&paths, args).await,
         Command::Cp(args) => cp::run(&paths, args).await,
         Command::Lease(command) => lease::run(&paths, command).await,
+        Command::Template(command) => template::run(&paths, command).await,
         Command::Gc(args) => lease::gc(&paths, args).await,
         Command::Caps(args) => caps::run(&paths, args).await,
         Command::Doctor => doctor::run(&paths).await,

@@ -104,7 +104,7 @@ pub(crate) async fn run(paths: &Paths, args: ShellArgs) -> Result<u8, CliError> 
     outcome
 }
 
-async fn session(
+pub(crate) async fn session(
     channel: Arc<dyn DuplexChannel>,
     raw: bool,
     interrupts: &mut crate::exec::Interrupts,

@@ -161,6 +161,14 @@ pub struct AcquireLeaseParams {
     /// Other workers ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub envrt_lease_id: Option<String>,
+    /// Extension: the template the lease starts from (the name of
+    /// `environmentStartInteractiveSetup`'s param); sent only to a worker that advertises
+    /// `environmentCaptureTemplate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_template_ref: Option<String>,
+    /// Extension: its kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_template_kind: Option<String>,
 }
 
 /// `environmentResumeLease` params.

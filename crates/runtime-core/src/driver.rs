@@ -10,6 +10,7 @@ use crate::error::DriverError;
 use crate::execute::{ExecuteRequest, ExecuteResult};
 use crate::model::{Environment, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
 use crate::sync::{SyncOperation, SyncResult};
+use crate::template::{TemplateRef, Templates};
 
 /// Everything a driver needs to acquire a lease.
 #[derive(Clone, Debug)]
@@ -38,6 +39,11 @@ pub struct AcquireInput {
     /// [`LeaseGrant::expires_at`]; a driver that cannot MUST return none, and the facade
     /// then releases the lease and refuses the acquire.
     pub requested_expires_at: Option<Timestamp>,
+    /// The template the lease starts from (one of the driver's own
+    /// [`list_templates`](crate::Templates::list_templates) for this environment, looked up
+    /// by the facade). A driver MUST seed the new lease with it or fail the acquire; it
+    /// is only ever set for a driver with the [`Templates`] group.
+    pub template: Option<TemplateRef>,
 }
 
 /// What a driver returns from acquire or resume.
@@ -188,6 +194,13 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     /// enters the capability snapshot; `envrt gc` and
     /// [`EnvironmentRuntime::reconcile`](crate::EnvironmentRuntime) loop over it.
     fn as_recovery(&self) -> Option<&dyn Recovery> {
+        None
+    }
+    /// Templates (capture, list, delete, and acquire from one), if the driver has them.
+    /// Not a capability key: the snapshot stays the contract's nine keys; a driver that
+    /// has the group but cannot serve it on a given backend (a plugin worker that does not
+    /// advertise the verbs) refuses in its own words.
+    fn as_templates(&self) -> Option<&dyn Templates> {
         None
     }
 

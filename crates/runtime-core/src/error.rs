@@ -109,6 +109,34 @@ pub enum RuntimeError {
         /// When it expired.
         expires_at: crate::model::Timestamp,
     },
+    /// `capture_template` on a driver without the templates group.
+    #[error("Environment driver \"{key}\" does not support template capture.")]
+    TemplateCaptureUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// `delete_template` on a driver without the templates group.
+    #[error("Environment driver \"{key}\" does not support template deletion.")]
+    TemplateDeleteUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// `templates` (listing), or an acquire from a template, on a driver without the
+    /// templates group.
+    #[error("Environment driver \"{key}\" does not support templates.")]
+    TemplatesUnsupported {
+        /// The driver key.
+        key: String,
+    },
+    /// An acquire names a template its environment's driver does not have (never
+    /// captured, or deleted).
+    #[error("Template \"{id}\" was not found in environment \"{environment_id}\".")]
+    TemplateNotFound {
+        /// The template id as given.
+        id: String,
+        /// The environment of the acquire.
+        environment_id: String,
+    },
     /// A release was asked with a status that does not end a lease.
     #[error("A lease cannot be released with status \"{status}\"; use released, failed or expired.")]
     InvalidReleaseStatus {
@@ -198,6 +226,16 @@ pub enum DriverError {
     ResourceGone {
         /// The provider lease id.
         id: String,
+    },
+    /// A plugin worker lacks an optional verb the operation needs; Paperclip's own
+    /// refusal (`{operation}` is `template capture`, `template deletion` or
+    /// `interactive setup`).
+    #[error("Sandbox provider \"{provider}\" does not support {operation}.")]
+    ProviderUnsupported {
+        /// The provider (driver) key.
+        provider: String,
+        /// What it does not support.
+        operation: &'static str,
     },
     /// The duplex channel is closed.
     #[error("Duplex channel is closed.")]

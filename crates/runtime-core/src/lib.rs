@@ -36,6 +36,7 @@ mod runtime;
 pub mod secret;
 pub mod store;
 pub mod sync;
+pub mod template;
 pub mod testkit;
 mod time;
 pub mod tree;
@@ -51,8 +52,9 @@ pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputSink, Outpu
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
 pub use runtime::{
     AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, RECONCILE_SETTLE,
-    ReconcileReport, ReleaseReport,
+    ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,
 };
 pub use secret::{EnvValue, Secret};
 pub use store::{LeaseFilter, LeaseStore, MemoryStore};
 pub use sync::{SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult};
+pub use template::{TemplateRef, Templates};

@@ -84,6 +84,11 @@
 //! at that time the lease's sandboxes are killed and its directory removed, by this worker
 //! or, should it be gone, by the next one started over the same root (see the `expiry`
 //! module). A malformed `requestedExpiresAt` is refused as invalid params.
+//!
+//! Templates (`environmentCaptureTemplate`, `environmentDeleteTemplate`, the extension
+//! `environmentListTemplates`) snapshot a lease's workspace; acquire with
+//! `sourceTemplateRef` starts from one; interactive setup (`environmentStartInteractiveSetup`
+//! / `Get` / `Cancel`) serves a setup lease (see the `template` module).
 
 mod args;
 mod dataplane;
@@ -97,6 +102,7 @@ mod lifecycle;
 mod policy;
 mod rpc;
 mod sandbox;
+mod template;
 mod view;
 
 pub use sandbox::{INIT_PATH, SANDBOX_PATH, bwrap_options};
@@ -147,6 +153,12 @@ const SUPPORTED_METHODS: &[&str] = &[
     methods::DUPLEX_CLOSE,
     methods::DUPLEX_CLOSE_INPUT,
     methods::LIST_LEASES,
+    methods::CAPTURE_TEMPLATE,
+    methods::DELETE_TEMPLATE,
+    methods::LIST_TEMPLATES,
+    methods::START_INTERACTIVE_SETUP,
+    methods::GET_INTERACTIVE_SETUP,
+    methods::CANCEL_INTERACTIVE_SETUP,
 ];
 
 /// Whether `method` is one an SDK worker knows but this worker does not implement
@@ -429,7 +441,7 @@ async fn handle(
         })),
         methods::VALIDATE_CONFIG => lifecycle::validate(params),
         methods::PROBE => Ok(lifecycle::probe(worker)),
-        methods::ACQUIRE_LEASE => lifecycle::acquire(worker, params),
+        methods::ACQUIRE_LEASE => template::acquire(worker, params).await,
         methods::RESUME_LEASE => lifecycle::resume(worker, params).await,
         methods::RELEASE_LEASE | methods::DESTROY_LEASE => lifecycle::end(worker, method, params),
         methods::REALIZE_WORKSPACE => lifecycle::realize(worker, params),
@@ -477,6 +489,7 @@ async fn handle(
         methods::LIST_LEASES => Ok(envrt_plugin_protocol::to_value(&inventory::list(&worker.leases)?)),
         methods::DUPLEX_STOP => worker.channels.stop(parse(method, params)?),
         methods::DUPLEX_CLOSE => Ok(worker.channels.close(parse(method, params)?)),
+        m if template::handles(m) => template::handle(worker, m, params).await,
         other if known_not_implemented(other) => Err(RpcError {
             code: code::METHOD_NOT_IMPLEMENTED,
             message: format!("{other} is not implemented by this plugin"),

@@ -19,7 +19,9 @@ fn handshake_advertises_every_verb_and_both_extensions() {
             "environmentDestroyLease", "environmentRealizeWorkspace", "environmentExecute",
             "environmentExecuteBinary", "environmentSyncIn", "environmentSyncOut",
             "duplexChannelOpen", "duplexChannelWrite", "duplexChannelStop", "duplexChannelClose",
-            "duplexChannelCloseInput", "envrtListLeases"]}})
+            "duplexChannelCloseInput", "envrtListLeases", "environmentCaptureTemplate",
+            "environmentDeleteTemplate", "environmentListTemplates", "environmentStartInteractiveSetup",
+            "environmentGetInteractiveSetup", "environmentCancelInteractiveSetup"]}})
     );
     assert_eq!(
         w.err("initialize", init_params()),

@@ -13,6 +13,7 @@ mod lifecycle;
 mod lifecycle_driver;
 mod observe;
 mod sync;
+mod templates;
 mod tree;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +105,7 @@ pub(crate) fn all() -> Vec<Check> {
         duplex::CHECKS,
         observe::CHECKS,
         expiry::CHECKS,
+        templates::CHECKS,
         cleanup::CHECKS,
     ]
     .concat()

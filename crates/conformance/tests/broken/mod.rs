@@ -15,8 +15,8 @@ use envrt_driver_local::{LocalConfig, LocalDriver};
 use envrt_runtime_core::capability::VerbSet;
 use envrt_runtime_core::driver::*;
 use envrt_runtime_core::{
-    CapabilitySnapshot, DriverError, ExecuteRequest, ExecuteResult, Lease, LeasePolicy, SyncKind, SyncOperation,
-    SyncResult,
+    CapabilitySnapshot, DriverError, Environment, ExecuteRequest, ExecuteResult, Lease, LeasePolicy, SyncKind,
+    SyncOperation, SyncResult, TemplateRef, Templates,
 };
 
 /// One broken promise.
@@ -67,6 +67,11 @@ pub(crate) enum Fault {
     PanicsOnMissingProgram,
     /// Class 6: accepts a cwd outside the workspace (runs at the workspace root).
     AcceptsOutsideCwd,
+    /// Class 1: a lease "from a template" is a copy of the source lease as it is now,
+    /// later changes included (the template is a live link, not a capture).
+    TemplateIsLive,
+    /// Class 1: deleting a template answers `true` and keeps it.
+    DeleteKeepsTemplate,
 }
 
 /// The local driver with one fault.
@@ -90,6 +95,26 @@ impl EnvironmentDriver for Faulty {
         &self.key
     }
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+        if self.has(Fault::TemplateIsLive)
+            && let Some(source) = input.template.as_ref().and_then(|t| t.source_lease_id.clone())
+        {
+            let mut clean = input.clone();
+            clean.template = None;
+            let mut grant = self.inner.acquire_lease(&clean).await?;
+            let from = self.inner.workspace_of(&source)?;
+            let to = self.inner.workspace_of(&input.lease_id)?;
+            let copied = std::process::Command::new("cp")
+                .arg("-a")
+                .arg(from.join("."))
+                .arg(&to)
+                .status()
+                .map_err(|e| DriverError::io("cp", e))?;
+            if !copied.success() {
+                return Err(DriverError::other("cp failed"));
+            }
+            grant.metadata.insert("driver".into(), self.key().into());
+            return Ok(grant);
+        }
         let mut grant = self.inner.acquire_lease(input).await?;
         // The facade writes metadata.driver only when absent; make it ours.
         grant.metadata.insert("driver".into(), self.key().into());
@@ -134,6 +159,9 @@ impl EnvironmentDriver for Faulty {
             Fault::DuplexOwnRefusalText,
         ];
         duplex.contains(&self.fault).then_some(self as _)
+    }
+    fn as_templates(&self) -> Option<&dyn Templates> {
+        Some(self)
     }
     fn verified_verbs(&self) -> VerbSet {
         let mut verbs = self.inner.verified_verbs();
@@ -337,6 +365,26 @@ impl DuplexChannels for Faulty {
             )));
         }
         Err(DriverError::other("duplex is not really here"))
+    }
+}
+
+#[async_trait]
+impl Templates for Faulty {
+    async fn capture_template(&self, context: &LeaseContext, label: Option<&str>) -> Result<TemplateRef, DriverError> {
+        self.inner.capture_template(context, label).await
+    }
+    async fn list_templates(
+        &self,
+        environment: &Environment,
+        company_id: &str,
+    ) -> Result<Vec<TemplateRef>, DriverError> {
+        self.inner.list_templates(environment, company_id).await
+    }
+    async fn delete_template(&self, environment: &Environment, template: &TemplateRef) -> Result<bool, DriverError> {
+        if self.has(Fault::DeleteKeepsTemplate) {
+            return Ok(true);
+        }
+        self.inner.delete_template(environment, template).await
     }
 }
 

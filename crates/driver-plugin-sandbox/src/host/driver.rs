@@ -33,6 +33,8 @@ use crate::protocol::handshake::NoParams;
 use crate::protocol::{methods, to_value};
 
 mod recovery;
+mod setup;
+mod templates;
 mod validate;
 
 /// The driver key used when the manifest names none: runtime-core's fallback key, so a
@@ -261,7 +263,7 @@ impl EnvironmentDriver for SandboxDriver {
 
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         self.require(methods::ACQUIRE_LEASE)?;
-        let params = AcquireLeaseParams {
+        let mut params = AcquireLeaseParams {
             base: DriverBase {
                 driver_key: self.key.clone(),
                 company_id: input.company_id.clone(),
@@ -276,6 +278,7 @@ impl EnvironmentDriver for SandboxDriver {
             envrt_lease_id: Some(input.lease_id.clone()),
             ..AcquireLeaseParams::default()
         };
+        self.add_template(input, &mut params)?;
         let value = self.rpc(methods::ACQUIRE_LEASE, &params, &input.company_id).await?;
         let grant = self.grant(methods::ACQUIRE_LEASE, value)?;
         Ok(grant.ok_or_else(|| SandboxError::InvalidResult {
@@ -357,6 +360,11 @@ impl EnvironmentDriver for SandboxDriver {
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         self.advertises(methods::DUPLEX_OPEN)
             .then_some(self as &dyn DuplexChannels)
+    }
+
+    /// Always offered: a worker without the verbs is refused in Paperclip's words.
+    fn as_templates(&self) -> Option<&dyn envrt_runtime_core::Templates> {
+        Some(self)
     }
 
     fn verified_verbs(&self) -> VerbSet {

@@ -25,6 +25,10 @@ impl RuntimeError {
             RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",
             RuntimeError::ExpiryUnsupported { .. } => "expiry_unsupported",
             RuntimeError::LeaseExpired { .. } => "lease_expired",
+            RuntimeError::TemplateCaptureUnsupported { .. } => "template_capture_unsupported",
+            RuntimeError::TemplateDeleteUnsupported { .. } => "template_delete_unsupported",
+            RuntimeError::TemplatesUnsupported { .. } => "templates_unsupported",
+            RuntimeError::TemplateNotFound { .. } => "template_not_found",
             RuntimeError::Driver(error) => error.kind(),
             RuntimeError::Store(_) => "store",
         }
@@ -45,6 +49,7 @@ impl DriverError {
             DriverError::InvalidGlob { .. } => "invalid_glob",
             DriverError::InvalidInput { .. } => "invalid_input",
             DriverError::ResourceGone { .. } => "resource_gone",
+            DriverError::ProviderUnsupported { .. } => "provider_unsupported",
             DriverError::ChannelClosed => "channel_closed",
             DriverError::Unavailable { .. } => "unavailable",
             DriverError::Io { .. } => "io",
@@ -72,6 +77,21 @@ mod tests {
                 "path_outside_workspace",
             ),
             (DriverError::other("boom").into(), "other"),
+            (
+                RuntimeError::TemplateNotFound {
+                    id: "t".into(),
+                    environment_id: "e".into(),
+                },
+                "template_not_found",
+            ),
+            (
+                DriverError::ProviderUnsupported {
+                    provider: "p".into(),
+                    operation: "template capture",
+                }
+                .into(),
+                "provider_unsupported",
+            ),
             (RuntimeError::Store(crate::StoreError::new("disk")), "store"),
         ];
         for (error, kind) in cases {

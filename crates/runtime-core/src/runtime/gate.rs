@@ -11,6 +11,9 @@
 //! 4. the lease is active, else `Lease "{id}" is not active (status: {status}).`
 //!
 //! Nothing reaches the driver until all three hold.
+//!
+//! Operations on an environment rather than a lease (listing and deleting templates,
+//! acquiring from one) pass [`gate_driver`], which applies step 1 of the same table.
 
 use crate::capability::{CapabilityKey, CapabilitySnapshot};
 use crate::driver::{CapabilityInput, EnvironmentDriver};
@@ -36,6 +39,14 @@ pub(super) enum Operation {
     SyncOut,
     /// `open_duplex_channel`.
     Duplex,
+    /// `capture_template`.
+    CaptureTemplate,
+    /// `templates` (environment level).
+    ListTemplates,
+    /// `delete_template` (environment level).
+    DeleteTemplate,
+    /// `acquire_lease` with a template (environment level).
+    AcquireFromTemplate,
 }
 
 /// One row of the gate table.
@@ -97,7 +108,37 @@ fn rule(operation: Operation) -> Rule {
             denied: |_, cause| RuntimeError::DuplexNotGranted { cause },
             needs_active: true,
         },
+        // Templates are a group, not a capability key: the snapshot stays nine keys.
+        Operation::CaptureTemplate => Rule {
+            missing: |key| RuntimeError::TemplateCaptureUnsupported { key },
+            capability: None,
+            denied: |key, _| RuntimeError::TemplateCaptureUnsupported { key },
+            needs_active: true,
+        },
+        Operation::ListTemplates | Operation::AcquireFromTemplate => Rule {
+            missing: |key| RuntimeError::TemplatesUnsupported { key },
+            capability: None,
+            denied: |key, _| RuntimeError::TemplatesUnsupported { key },
+            needs_active: false,
+        },
+        Operation::DeleteTemplate => Rule {
+            missing: |key| RuntimeError::TemplateDeleteUnsupported { key },
+            capability: None,
+            denied: |key, _| RuntimeError::TemplateDeleteUnsupported { key },
+            needs_active: false,
+        },
     }
+}
+
+/// Step 1 of the table for an operation on an environment (no lease): the driver under
+/// `key` has the operation's group, else its `does not support` refusal.
+pub(super) fn gate_driver<'a, G: ?Sized + 'a>(
+    key: &str,
+    driver: &'a dyn EnvironmentDriver,
+    operation: Operation,
+    group: impl FnOnce(&'a dyn EnvironmentDriver) -> Option<&'a G>,
+) -> Result<&'a G, RuntimeError> {
+    group(driver).ok_or_else(|| (rule(operation).missing)(key.to_owned()))
 }
 
 /// Checks `operation` on `resolved` in the fixed order and hands back the driver's group,
@@ -161,7 +202,7 @@ fn require_active(lease: &Lease) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
-    const ALL: [Operation; 7] = [
+    const ALL: [Operation; 11] = [
         Operation::Resume,
         Operation::Destroy,
         Operation::Realize,
@@ -169,6 +210,10 @@ mod tests {
         Operation::SyncIn,
         Operation::SyncOut,
         Operation::Duplex,
+        Operation::CaptureTemplate,
+        Operation::ListTemplates,
+        Operation::DeleteTemplate,
+        Operation::AcquireFromTemplate,
     ];
 
     #[test]
@@ -187,6 +232,10 @@ mod tests {
                 "Environment driver \"k\" does not support native file sync.",
                 "Environment driver \"k\" does not support native file sync.",
                 "Environment driver \"k\" does not support duplex channels.",
+                "Environment driver \"k\" does not support template capture.",
+                "Environment driver \"k\" does not support templates.",
+                "Environment driver \"k\" does not support template deletion.",
+                "Environment driver \"k\" does not support templates.",
             ]
         );
     }
@@ -217,9 +266,16 @@ mod tests {
                 Some(CapabilityKey::NativeSyncIn),
                 Some(CapabilityKey::NativeSyncOut),
                 Some(CapabilityKey::DuplexCommandStream),
+                None,
+                None,
+                None,
+                None,
             ]
         );
         let active: Vec<bool> = ALL.iter().map(|op| rule(*op).needs_active).collect();
-        assert_eq!(active, [false, false, true, true, true, true, true]);
+        assert_eq!(
+            active,
+            [false, false, true, true, true, true, true, true, false, false, false]
+        );
     }
 }

@@ -36,6 +36,11 @@ pub struct AcquireRequest {
     /// before it; otherwise the lease is released at once and the acquire fails with
     /// [`RuntimeError::ExpiryUnsupported`] (fail closed).
     pub requested_expires_at: Option<Timestamp>,
+    /// The id of a template of this environment to start the lease from (see
+    /// [`EnvironmentRuntime::capture_template`]). Refused when the driver has no
+    /// templates, or has no such template. The lease's metadata records it as
+    /// `sourceTemplateRef`.
+    pub template: Option<String>,
 }
 
 impl AcquireRequest {
@@ -48,6 +53,9 @@ impl AcquireRequest {
         }
     }
 }
+
+/// The lease metadata key that records the template a lease was started from.
+pub const SOURCE_TEMPLATE_KEY: &str = "sourceTemplateRef";
 
 /// One lease that `release_leases` could not release.
 #[derive(Debug)]
@@ -93,9 +101,10 @@ impl EnvironmentRuntime {
     pub async fn acquire_lease(&self, request: AcquireRequest) -> Result<Lease, RuntimeError> {
         traced("acquire_lease", "", async {
             if let Some(lease) = self.pools.take(&request) {
-                // The same checks as a fresh acquire, so a pool never outlives its rules.
-                match self.check_acquirable(&request.environment_id).await {
-                    Ok(_) => {
+                // The same checks as a fresh acquire, so a pool never outlives its rules (a
+                // template deleted since the lease was made refuses it too).
+                match self.check_pooled(&request).await {
+                    Ok(()) => {
                         tracing::Span::current().record("lease_id", lease.id.as_str());
                         return self.hand_over(lease, request).await;
                     }
@@ -108,6 +117,17 @@ impl EnvironmentRuntime {
             self.acquire_fresh(request).await
         })
         .await
+    }
+
+    /// A fresh acquire's checks for a request served from a pool: the environment, and the
+    /// template when the request names one.
+    async fn check_pooled(&self, request: &AcquireRequest) -> Result<(), RuntimeError> {
+        let (environment, driver) = self.check_acquirable(&request.environment_id).await?;
+        if let Some(id) = &request.template {
+            self.template_for_acquire(&environment, driver.as_ref(), &request.company_id, id)
+                .await?;
+        }
+        Ok(())
     }
 
     /// The environment an acquire is for, with its driver, once it is known, registered and
@@ -137,6 +157,17 @@ impl EnvironmentRuntime {
                 let message = format!("the requested expiry {requested} has already passed");
                 return Err(crate::DriverError::invalid(message).into());
             }
+            let template = match &request.template {
+                Some(id) => Some(
+                    self.template_for_acquire(&environment, driver.as_ref(), &request.company_id, id)
+                        .await?,
+                ),
+                None => None,
+            };
+            let mut metadata = request.metadata.clone();
+            if let Some(template) = &template {
+                metadata.insert(SOURCE_TEMPLATE_KEY.into(), template.id.clone().into());
+            }
             let input = AcquireInput {
                 lease_id: uuid::Uuid::new_v4().to_string(),
                 environment: environment.clone(),
@@ -146,8 +177,9 @@ impl EnvironmentRuntime {
                 execution_workspace_id: request.execution_workspace_id.clone(),
                 policy: request.policy,
                 requested_cwd: request.requested_cwd.clone(),
-                metadata: request.metadata.clone(),
+                metadata,
                 requested_expires_at: request.requested_expires_at,
+                template,
             };
             tracing::Span::current().record("lease_id", input.lease_id.as_str());
             let grant = driver.acquire_lease(&input).await?;
@@ -169,7 +201,7 @@ impl EnvironmentRuntime {
                 released_at: None,
                 failure_reason: None,
                 cleanup_status: None,
-                metadata: request.metadata,
+                metadata: input.metadata.clone(),
             };
             apply_grant(&mut lease, grant, &environment.driver);
             if let Some(requested) = request.requested_expires_at

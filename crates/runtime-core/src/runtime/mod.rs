@@ -2,13 +2,15 @@
 //! the lease store, and the way every lease operation finds its driver. The operations
 //! themselves live in [`lifecycle`] (acquire, resume, release, destroy) and [`operations`]
 //! (realize, execute, sync, duplex, capabilities); both pass the one [`gate`]. Warm pools
-//! are in [`pool`]; reconciliation with the drivers' inventories in [`recovery`].
+//! are in [`pool`]; reconciliation with the drivers' inventories in [`recovery`]; lease
+//! templates in [`templates`].
 
 mod gate;
 mod lifecycle;
 mod operations;
 mod pool;
 mod recovery;
+mod templates;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,7 +24,7 @@ use crate::error::RuntimeError;
 use crate::model::{Environment, Lease, resolve_driver_key};
 use crate::store::{LeaseFilter, LeaseStore, MemoryStore};
 
-pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport};
+pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE_KEY};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
 pub use recovery::{DriverItem, RECONCILE_SETTLE, ReconcileReport};
 

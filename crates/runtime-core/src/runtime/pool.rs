@@ -3,9 +3,9 @@
 //!
 //! A pool is started with [`EnvironmentRuntime::start_pool`]. A background task keeps
 //! `size` leases acquired and ready; [`EnvironmentRuntime::acquire_lease`] hands one out
-//! when a request matches the pool (same environment, tenant and policy, and nothing that
-//! only a fresh acquire can honour: no requested cwd or expiry) and wakes the task to
-//! refill. Guarantees:
+//! when a request matches the pool (same environment, tenant, policy and template, and
+//! nothing that only a fresh acquire can honour: no requested cwd or expiry) and wakes the
+//! task to refill. Guarantees:
 //!
 //! - a ready lease is handed out at most once (one lock guards the queue);
 //! - a handed-out lease was never used before: nothing can reach a ready lease, its id is
@@ -46,6 +46,9 @@ pub struct PoolSpec {
     pub size: usize,
     /// How often ready leases are checked for a dead resource.
     pub health_interval: Duration,
+    /// The template its leases start from (`None`: clean leases). Only acquires naming the
+    /// same template are served from it.
+    pub template: Option<String>,
     /// Metadata written on every pooled lease (besides [`POOLED_KEY`]), e.g. the holder
     /// process, so that clean-up elsewhere can tell when the pool's owner is gone. It stays
     /// on a lease handed out (over the request's own keys of the same name).
@@ -61,6 +64,7 @@ impl PoolSpec {
             policy: LeasePolicy::Ephemeral,
             size,
             health_interval: Duration::from_secs(10),
+            template: None,
             metadata: crate::model::JsonMap::new(),
         }
     }
@@ -72,6 +76,7 @@ struct PoolKey {
     environment_id: String,
     company_id: String,
     policy: LeasePolicy,
+    template: Option<String>,
 }
 
 impl PoolKey {
@@ -80,6 +85,7 @@ impl PoolKey {
             environment_id: spec.environment_id.clone(),
             company_id: spec.company_id.clone(),
             policy: spec.policy,
+            template: spec.template.clone(),
         }
     }
 
@@ -92,6 +98,7 @@ impl PoolKey {
             environment_id: request.environment_id.clone(),
             company_id: request.company_id.clone(),
             policy: request.policy,
+            template: request.template.clone(),
         })
     }
 }
@@ -174,7 +181,29 @@ impl EnvironmentRuntime {
             environment_id: environment_id.to_owned(),
             company_id: company_id.to_owned(),
             policy,
+            template: None,
         };
+        self.pool_status_of(key)
+    }
+
+    /// The status of the pool of leases from `template` for `environment_id`,
+    /// `company_id` and `policy`.
+    pub fn template_pool_status(
+        &self,
+        environment_id: &str,
+        company_id: &str,
+        policy: LeasePolicy,
+        template: &str,
+    ) -> Option<PoolStatus> {
+        self.pool_status_of(PoolKey {
+            environment_id: environment_id.to_owned(),
+            company_id: company_id.to_owned(),
+            policy,
+            template: Some(template.to_owned()),
+        })
+    }
+
+    fn pool_status_of(&self, key: PoolKey) -> Option<PoolStatus> {
         let pool = self.pools.get(&key)?;
         let ready = pool.ready.lock().unwrap_or_else(|e| e.into_inner()).len();
         let last_error = pool.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -323,6 +352,7 @@ async fn check_health(runtime: &EnvironmentRuntime, pool: &Pool) {
 fn pool_request(spec: &PoolSpec) -> AcquireRequest {
     let mut request = AcquireRequest::new(spec.environment_id.clone(), spec.company_id.clone());
     request.policy = spec.policy;
+    request.template = spec.template.clone();
     request.metadata = spec.metadata.clone();
     request.metadata.insert(POOLED_KEY.into(), true.into());
     request
