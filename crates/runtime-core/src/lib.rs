@@ -43,7 +43,7 @@ pub mod tree;
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{
     AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
-    FileSync, InventoryItem, LeaseContext, LeaseGrant, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput,
+    FileSync, InventoryItem, LeaseContext, LeaseGrant, PathScope, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput,
     ResumeLease, WorkspaceRequest,
 };
 pub use error::{DriverError, RuntimeError, StoreError};
