@@ -155,7 +155,16 @@ pub(crate) async fn execute(
     let mut argv = Vec::with_capacity(request.args.len() + 1);
     argv.push(request.command.clone());
     argv.extend(request.args.iter().cloned());
-    let spawned = process::spawn(engine, container, &argv, env.plain, env.secret_count, &cwd).await?;
+    let spawned = process::spawn_as(
+        engine,
+        container,
+        &argv,
+        env.plain,
+        env.secret_count,
+        &cwd,
+        request.user.as_deref(),
+    )
+    .await?;
     let exec_id = spawned.exec_id;
     let mut output = spawned.output;
     let mut input = spawned.input;
@@ -256,6 +265,19 @@ pub(crate) async fn execute(
             return Err(DriverError::invalid(format!(
                 "Working directory \"{cwd}\" does not exist in the container."
             )));
+        }
+        if let Some(user) = request.user.as_deref() {
+            for (needle, reason) in [
+                ("unable to find user", "no such user in the container."),
+                ("unable to find group", "no such group in the container."),
+            ] {
+                if text.starts_with(needle) {
+                    return Err(DriverError::UserRefused {
+                        user: user.to_owned(),
+                        reason: reason.to_owned(),
+                    });
+                }
+            }
         }
         if text.contains("OCI runtime exec failed") {
             return Err(DriverError::other(format!(

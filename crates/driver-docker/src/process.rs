@@ -79,6 +79,20 @@ pub(crate) async fn spawn(
     secret_lines: usize,
     cwd: &str,
 ) -> Result<Spawned, DriverError> {
+    spawn_as(engine, container, argv, env, secret_lines, cwd, None).await
+}
+
+/// [`spawn`] as `user` (the exec's `User`: `NAME`, `UID`, `NAME:GROUP` or `UID:GID`, as the
+/// container's `/etc/passwd` and `/etc/group` know them); the container's user when `None`.
+pub(crate) async fn spawn_as(
+    engine: &Engine,
+    container: &str,
+    argv: &[String],
+    env: Vec<String>,
+    secret_lines: usize,
+    cwd: &str,
+    user: Option<&str>,
+) -> Result<Spawned, DriverError> {
     let report = "printf 'envrt-pid:%s %s %s\\n' \"$$\" \"$(readlink /proc/$$/fd/1 2>/dev/null)\" \"$(readlink /proc/$$/fd/2 2>/dev/null)\" >&2";
     let script = if secret_lines == 0 {
         format!("{report}; exec \"$@\"")
@@ -95,6 +109,7 @@ pub(crate) async fn spawn(
         cmd: Some(cmd),
         env: Some(env),
         working_dir: Some(cwd.to_owned()),
+        user: user.map(str::to_owned),
         attach_stdin: Some(true),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
