@@ -7,7 +7,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use envrt_runtime_core::execute::signal_name;
-use envrt_runtime_core::sync::confine_to_workspace;
+use envrt_runtime_core::PathScope;
 use envrt_runtime_core::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 
 use crate::engine::Engine;
@@ -138,7 +138,8 @@ impl Collector<'_> {
     }
 }
 
-/// Runs `request` in `container` with `workspace` as the default (and confining) cwd.
+/// Runs `request` in `container` with `workspace` as the default cwd (relative cwds start
+/// there; absolute ones may name any directory of the container).
 pub(crate) async fn execute(
     engine: &Engine,
     kill_grace: Duration,
@@ -147,10 +148,8 @@ pub(crate) async fn execute(
     mut request: ExecuteRequest,
 ) -> Result<ExecuteResult, DriverError> {
     let env = check_request(&request)?;
-    let cwd = confine_to_workspace(workspace, request.cwd.as_deref().unwrap_or(workspace))?;
-    if let Some(given) = request.cwd.as_deref().filter(|_| cwd != workspace) {
-        process::ensure_resolves_inside(engine, container, workspace, &[(given, cwd.as_str())]).await?;
-    }
+    // The container is the boundary: any absolute path in it (see `PathScope`).
+    let cwd = PathScope::WholeEnvironment.resolve(workspace, request.cwd.as_deref().unwrap_or(workspace))?;
     let started = std::time::Instant::now();
     let mut argv = Vec::with_capacity(request.args.len() + 1);
     argv.push(request.command.clone());

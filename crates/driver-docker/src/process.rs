@@ -404,56 +404,6 @@ pub(crate) async fn run_repeatable_script(
     }
 }
 
-/// Resolves, inside the container, the deepest existing ancestor of each path with
-/// `readlink -f` and prints the index of the first one that leads outside the workspace.
-const RESOLVES_INSIDE: &str = r#"ws=$(readlink -f -- "$1") || exit 2; shift; i=0
-for t; do
-  p=$t
-  while [ ! -e "$p" ]; do p=${p%/*}; [ -n "$p" ] || p=/; done
-  r=$(readlink -f -- "$p") || { echo "$i"; exit 0; }
-  case "$r/" in "$ws"/*) ;; *) echo "$i"; exit 0;; esac
-  i=$((i+1))
-done
-"#;
-
-/// Refuses with [`DriverError::PathOutsideWorkspace`] (naming the path as the caller gave
-/// it) the first of `paths` — `(as given, normalized absolute)` — whose deepest existing
-/// ancestor resolves, through symlinks inside the container, outside the workspace.
-/// Lexical confinement (`confine_to_workspace`) must already have passed.
-pub(crate) async fn ensure_resolves_inside(
-    engine: &Engine,
-    container: &str,
-    workspace: &str,
-    paths: &[(&str, &str)],
-) -> Result<(), DriverError> {
-    if paths.is_empty() {
-        return Ok(());
-    }
-    let mut args = vec![workspace];
-    args.extend(paths.iter().map(|(_, resolved)| *resolved));
-    let (stdout, stderr, code) = run_repeatable_script(
-        engine,
-        container,
-        None,
-        RESOLVES_INSIDE,
-        &args,
-        "checking paths against the workspace",
-    )
-    .await?;
-    if code != Some(0) {
-        return Err(DriverError::other(format!(
-            "Could not check paths against the workspace: {}",
-            String::from_utf8_lossy(&stderr).trim()
-        )));
-    }
-    match String::from_utf8_lossy(&stdout).trim().parse::<usize>() {
-        Ok(index) => Err(DriverError::PathOutsideWorkspace {
-            path: paths.get(index).map(|(given, _)| *given).unwrap_or_default().to_owned(),
-        }),
-        Err(_) => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
