@@ -143,6 +143,14 @@ impl Ctx {
         self.handle.block_on(future)
     }
 
+    /// Whether the driver's lease is a whole isolated environment
+    /// ([`PathScope::WholeEnvironment`](envrt_runtime_core::PathScope)): any absolute path
+    /// of it is accepted, so the confinement checks expect acceptance there.
+    pub fn whole_environment(&self) -> bool {
+        use envrt_runtime_core::EnvironmentDriver;
+        self.recorder.path_scope() == envrt_runtime_core::PathScope::WholeEnvironment
+    }
+
     /// A marker unique to this run and call, for finding processes and paths.
     pub fn marker(&self, what: &str) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
