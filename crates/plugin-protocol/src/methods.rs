@@ -90,6 +90,10 @@ pub const EXECUTE_BINARY: &str = "environmentExecuteBinary";
 pub const DUPLEX_CLOSE_INPUT: &str = "duplexChannelCloseInput";
 /// Extension: the leases the worker holds (for recovery: inventory and reaping).
 pub const LIST_LEASES: &str = "envrtListLeases";
+/// Extension marker, never called: advertised, it says the worker honours the execute
+/// param `envrtUser` (run the command as that user); unadvertised, the host refuses a
+/// request that names a user.
+pub const EXECUTE_AS_USER: &str = "envrtExecuteAsUser";
 
 /// The verbs every worker serves.
 pub const LIFECYCLE: &[&str] = &[INITIALIZE, HEALTH, SHUTDOWN];
@@ -137,7 +141,7 @@ pub const LOGIN_PTY: &[&str] = &[LOGIN_PTY_OPEN, LOGIN_PTY_INPUT, LOGIN_PTY_STOP
 pub const DUPLEX: &[&str] = &[DUPLEX_OPEN, DUPLEX_WRITE, DUPLEX_STOP, DUPLEX_CLOSE];
 
 /// envrt's extension verbs: optional, advertised in `supportedMethods` like any other.
-pub const EXTENSIONS: &[&str] = &[EXECUTE_BINARY, DUPLEX_CLOSE_INPUT, LIST_LEASES];
+pub const EXTENSIONS: &[&str] = &[EXECUTE_BINARY, DUPLEX_CLOSE_INPUT, LIST_LEASES, EXECUTE_AS_USER];
 
 /// Every verb of the SDK's `HostToWorkerMethods`.
 pub fn sdk() -> impl Iterator<Item = &'static str> {

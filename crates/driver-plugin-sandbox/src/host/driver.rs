@@ -440,6 +440,15 @@ impl Execute for SandboxDriver {
             timeout_ms: request.timeout.map(|timeout| timeout.as_millis() as u64),
             ..ExecuteParams::default()
         };
+        if let Some(user) = &request.user {
+            if !self.advertises(methods::EXECUTE_AS_USER) {
+                return Err(DriverError::UserRefused {
+                    user: user.clone(),
+                    reason: format!("the plugin worker does not advertise \"{}\".", methods::EXECUTE_AS_USER),
+                });
+            }
+            params.envrt_user = Some(user.clone());
+        }
         if let Some(stdin) = &request.stdin {
             let text = if binary {
                 b64.encode(stdin)
