@@ -37,6 +37,10 @@ async fn users_cwds_and_a_kept_tmp_on_the_reference_worker() {
     };
     let driver = start(manifest, SandboxOptions::default()).await;
     assert!(driver.supported_methods().contains("envrtExecuteAsUser"));
+    {
+        use envrt_runtime_core::EnvironmentDriver as _;
+        assert_eq!(driver.path_scope(), envrt_runtime_core::PathScope::CwdAnywhere);
+    }
     let runtime = runtime_with(driver).await;
     let lease = acquire(&runtime).await;
 
@@ -102,6 +106,10 @@ async fn users_cwds_and_a_kept_tmp_on_the_reference_worker() {
 async fn a_worker_without_the_user_extension_gets_no_user_request() {
     let driver = start(script_manifest("", &[]), SandboxOptions::default()).await;
     assert!(!driver.supported_methods().contains("envrtExecuteAsUser"));
+    {
+        use envrt_runtime_core::EnvironmentDriver as _;
+        assert_eq!(driver.path_scope(), envrt_runtime_core::PathScope::Workspace);
+    }
     let runtime = runtime_with(driver).await;
     let lease = acquire(&runtime).await;
     let mut request = sh("true");

@@ -23,7 +23,7 @@ fn head(span: &str) -> &str {
 }
 
 /// Fields the page names that look like verbs but are not.
-const NOT_VERBS: &[&str] = &["environmentDrivers", "environmentId", "envrtLeaseId"];
+const NOT_VERBS: &[&str] = &["environmentDrivers", "environmentId", "envrtLeaseId", "envrtUser"];
 
 /// Spans that name a verb: the families of the SDK's verbs and envrt's extensions.
 fn is_verb_like(name: &str) -> bool {

@@ -340,6 +340,18 @@ mod tests {
             "Path \"/tmp/x\" is outside the lease workspace."
         );
         assert_eq!((PathScope::default(), whole.as_str()), (PathScope::Workspace, "whole-environment"));
+        let cwd = PathScope::CwdAnywhere;
+        assert_eq!(cwd.resolve_cwd("/workspace", "/usr/bin").unwrap(), "/usr/bin");
+        assert_eq!(
+            cwd.resolve("/workspace", "/usr/bin").unwrap_err().to_string(),
+            "Path \"/usr/bin\" is outside the lease workspace."
+        );
+        assert_eq!(
+            PathScope::Workspace.resolve_cwd("/workspace", "/usr").unwrap_err().to_string(),
+            "Path \"/usr\" is outside the lease workspace."
+        );
+        assert!(whole.any_cwd() && whole.any_file_path() && cwd.any_cwd() && !cwd.any_file_path());
+        assert!(!PathScope::Workspace.any_cwd() && !PathScope::Workspace.any_file_path());
     }
 
     #[test]

@@ -145,7 +145,7 @@ pub(crate) fn check_exec_cwd(lease_dir: &Path, cwd: Option<&str>) -> Result<Stri
     let Some(given) = cwd else {
         return check_cwd(lease_dir, None);
     };
-    let normalized = envrt_runtime_core::PathScope::WholeEnvironment.resolve(WORKSPACE, given)?;
+    let normalized = envrt_runtime_core::PathScope::CwdAnywhere.resolve_cwd(WORKSPACE, given)?;
     if envrt_runtime_core::sync::is_within(WORKSPACE, &normalized) {
         check_cwd(lease_dir, Some(given))
     } else {

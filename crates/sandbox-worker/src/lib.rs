@@ -151,6 +151,7 @@ const SUPPORTED_METHODS: &[&str] = &[
     methods::DUPLEX_CLOSE_INPUT,
     methods::LIST_LEASES,
     methods::EXECUTE_AS_USER,
+    methods::CWD_ANYWHERE,
 ];
 
 /// Whether `method` is one an SDK worker knows but this worker does not implement

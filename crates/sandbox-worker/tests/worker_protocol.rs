@@ -19,7 +19,7 @@ fn handshake_advertises_every_verb_and_both_extensions() {
             "environmentDestroyLease", "environmentRealizeWorkspace", "environmentExecute",
             "environmentExecuteBinary", "environmentSyncIn", "environmentSyncOut",
             "duplexChannelOpen", "duplexChannelWrite", "duplexChannelStop", "duplexChannelClose",
-            "duplexChannelCloseInput", "envrtListLeases", "envrtExecuteAsUser"]}})
+            "duplexChannelCloseInput", "envrtListLeases", "envrtExecuteAsUser", "envrtCwdAnywhere"]}})
     );
     assert_eq!(
         w.err("initialize", init_params()),

@@ -388,7 +388,7 @@ fn cwd_confined(ctx: &Ctx) -> Result<(), String> {
         let link = ctx.marker("cwd-link");
         ctx.sh(&lease, &format!("ln -s /tmp '{link}'")).await?;
         // A whole isolated environment takes any absolute path; `..` stays refused.
-        let whole = ctx.whole_environment();
+        let whole = ctx.any_cwd();
         let refused: Vec<&str> = if whole {
             vec!["../outside"]
         } else {

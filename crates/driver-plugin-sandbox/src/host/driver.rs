@@ -359,6 +359,16 @@ impl EnvironmentDriver for SandboxDriver {
             .then_some(self as &dyn DuplexChannels)
     }
 
+    /// `cwd-anywhere` while the live worker advertises `envrtCwdAnywhere`, else the
+    /// workspace: the host cannot know what a worker confines, so it takes its word.
+    fn path_scope(&self) -> envrt_runtime_core::PathScope {
+        if self.advertises(methods::CWD_ANYWHERE) {
+            envrt_runtime_core::PathScope::CwdAnywhere
+        } else {
+            envrt_runtime_core::PathScope::Workspace
+        }
+    }
+
     fn verified_verbs(&self) -> VerbSet {
         let mut verbs = (*self.supervisor.supported()).clone();
         if verbs.contains(methods::EXECUTE_BINARY) {
