@@ -537,6 +537,9 @@ impl Execute for LocalDriver {
                 request.cwd.as_deref().unwrap_or_default()
             )));
         }
+        if let (Some(user), Some(identity)) = (request.user.as_deref(), identity) {
+            user::check_reachable(user, &cwd, identity)?;
+        }
         let site = ExecSite {
             workspace: &workspace,
             cwd: &cwd,

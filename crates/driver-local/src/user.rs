@@ -25,6 +25,36 @@ pub(crate) const NOT_ALLOWED: &str = "the environment config \"allowedUsers\" do
 pub(crate) const NO_USER: &str = "no such user on this host.";
 /// Reason: no such group.
 pub(crate) const NO_GROUP: &str = "no such group on this host.";
+/// Reason: the user could not even enter the working directory.
+pub(crate) const UNREACHABLE: &str =
+    "it cannot reach the working directory (a directory on the way denies it search permission).";
+
+/// Refuses with [`UNREACHABLE`] unless `uid`/`gid` (no supplementary groups) may search
+/// every directory from `/` down to `cwd`: the command would otherwise fail to start with
+/// a bare "permission denied".
+pub(crate) fn check_reachable(user: &str, cwd: &std::path::Path, (uid, gid): (u32, u32)) -> Result<(), DriverError> {
+    use std::os::unix::fs::MetadataExt;
+    if uid == 0 {
+        return Ok(());
+    }
+    for dir in cwd.ancestors() {
+        let Ok(meta) = std::fs::metadata(dir) else { continue };
+        let bit = if meta.uid() == uid {
+            0o100
+        } else if meta.gid() == gid {
+            0o010
+        } else {
+            0o001
+        };
+        if meta.mode() & bit == 0 {
+            return Err(DriverError::UserRefused {
+                user: user.to_owned(),
+                reason: UNREACHABLE.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
 
 /// The host uid and gid to run `user` as, or the exact refusal.
 pub(crate) fn resolve(context: &LeaseContext, user: &str) -> Result<(u32, u32), DriverError> {

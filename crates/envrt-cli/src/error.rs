@@ -96,7 +96,8 @@ pub(crate) fn runtime_exit_code(error: &RuntimeError) -> u8 {
             | DriverError::SourceKind { .. }
             | DriverError::InvalidGlob { .. }
             | DriverError::TreeTooDeep { .. }
-            | DriverError::InvalidInput { .. } => 2,
+            | DriverError::InvalidInput { .. }
+            | DriverError::UserRefused { .. } => 2,
             _ => 1,
         },
         _ => 2,
