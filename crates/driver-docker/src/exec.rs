@@ -6,8 +6,8 @@ use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
-use envrt_runtime_core::execute::signal_name;
 use envrt_runtime_core::PathScope;
+use envrt_runtime_core::execute::signal_name;
 use envrt_runtime_core::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 
 use crate::engine::Engine;

@@ -286,7 +286,8 @@ async fn escaping_paths_are_refused_with_exact_text_and_nothing_is_written() {
         assert_eq!(err.to_string(), "Invalid input: A sync target path is empty.");
         // A link in the workspace that leads elsewhere in the container is followed there
         // by the engine: the container's file, never the host's.
-        h.sh(&lease, "ln -s /etc escape && echo envrt-container >> /etc/passwd").await;
+        h.sh(&lease, "ln -s /etc escape && echo envrt-container >> /etc/passwd")
+            .await;
         sync_out(
             &h,
             &lease,

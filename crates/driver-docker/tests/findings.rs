@@ -33,7 +33,11 @@ async fn commands_run_as_the_requested_user_and_an_unknown_one_is_refused() {
             ("1234:2345", "1234 2345\n"),
             ("root", "0\n"),
         ] {
-            let script = if user.contains(':') { "echo $(id -u) $(id -g)" } else { "id -u" };
+            let script = if user.contains(':') {
+                "echo $(id -u) $(id -g)"
+            } else {
+                "id -u"
+            };
             let r = h.runtime.execute(&lease.id, as_user(user, script)).await.unwrap();
             assert_eq!(String::from_utf8_lossy(&r.stdout), expected, "{user}: {r:?}");
         }
@@ -86,12 +90,19 @@ async fn any_absolute_path_of_the_container_is_accepted_and_the_host_is_never_to
         let mut request = ExecuteRequest::new("sh", ["-c", "pwd; cat f"]);
         request.cwd = Some(elsewhere.clone());
         let r = h.runtime.execute(&lease.id, request).await.unwrap();
-        assert_eq!(String::from_utf8_lossy(&r.stdout), format!("{elsewhere}\nin the container"));
+        assert_eq!(
+            String::from_utf8_lossy(&r.stdout),
+            format!("{elsewhere}\nin the container")
+        );
         for cwd in ["/usr/bin", "/", "/tmp/"] {
             let mut request = ExecuteRequest::new("pwd", [""; 0]);
             request.cwd = Some(cwd.into());
             let r = h.runtime.execute(&lease.id, request).await.unwrap();
-            let expected = if cwd == "/" { "/".to_owned() } else { cwd.trim_end_matches('/').to_owned() };
+            let expected = if cwd == "/" {
+                "/".to_owned()
+            } else {
+                cwd.trim_end_matches('/').to_owned()
+            };
             assert_eq!(String::from_utf8_lossy(&r.stdout), format!("{expected}\n"));
         }
         // Out of the container's /etc: its file, not the host's.
@@ -112,11 +123,17 @@ async fn any_absolute_path_of_the_container_is_accepted_and_the_host_is_never_to
                 .sync_in(&lease.id, &ops(vec![SyncFile::file(&f, bad)]))
                 .await
                 .unwrap_err();
-            assert_eq!(err.to_string(), format!("Path \"{bad}\" is outside the lease workspace."));
+            assert_eq!(
+                err.to_string(),
+                format!("Path \"{bad}\" is outside the lease workspace.")
+            );
         }
         let err = h
             .runtime
-            .sync_in(&lease.id, &ops(vec![SyncFile::directory(host.path().display().to_string(), "/")]))
+            .sync_in(
+                &lease.id,
+                &ops(vec![SyncFile::directory(host.path().display().to_string(), "/")]),
+            )
             .await
             .unwrap_err();
         assert_eq!(
@@ -152,7 +169,12 @@ async fn sync_out_keeps_the_permission_bits_of_every_entry() {
             let mut file = SyncFile::directory("t", out.display().to_string());
             file.follow_symlinks = Some(follow);
             h.runtime.sync_out(&lease.id, &ops(vec![file])).await.unwrap();
-            let modes = [mode(&out), mode(&out.join("x")), mode(&out.join("d")), mode(&out.join("d/y"))];
+            let modes = [
+                mode(&out),
+                mode(&out.join("x")),
+                mode(&out.join("d")),
+                mode(&out.join("d/y")),
+            ];
             assert_eq!(modes, [0o710, 0o751, 0o750, 0o604], "follow {follow}");
             // No set-uid file lands on the host from a container.
             assert_eq!(mode(&out.join("s")), 0o755, "follow {follow}");

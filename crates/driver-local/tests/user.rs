@@ -53,7 +53,16 @@ async fn another_user_is_refused_unless_root_and_listed_and_runs_as_that_user_wh
         refusal(&h, &unlisted, "nobody").await,
         "Cannot run as user \"nobody\": the environment config \"allowedUsers\" does not list it."
     );
-    let lease = lease_on(&h, &["nobody", "65534:65534", "envrt-no-such-user", "nobody:envrt-no-such-group"]).await;
+    let lease = lease_on(
+        &h,
+        &[
+            "nobody",
+            "65534:65534",
+            "envrt-no-such-user",
+            "nobody:envrt-no-such-group",
+        ],
+    )
+    .await;
     // Listed as another spelling only: the list is matched as written.
     assert_eq!(
         refusal(&h, &lease, "65534").await,
@@ -76,7 +85,14 @@ async fn another_user_is_refused_unless_root_and_listed_and_runs_as_that_user_wh
     assert_eq!(opened.exit_code, Some(0));
     for user in ["nobody", "65534:65534"] {
         let r = h
-            .execute(&lease, as_user(user, "sh", &["-c", "id -u; id -g; id -G; touch f 2>/dev/null || echo ro"]))
+            .execute(
+                &lease,
+                as_user(
+                    user,
+                    "sh",
+                    &["-c", "id -u; id -g; id -G; touch f 2>/dev/null || echo ro"],
+                ),
+            )
             .await;
         assert_eq!(
             String::from_utf8_lossy(&r.stdout),

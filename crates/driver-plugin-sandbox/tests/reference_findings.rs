@@ -53,7 +53,9 @@ async fn users_cwds_and_a_kept_tmp_on_the_reference_worker() {
     }
     let mut request = sh("true");
     request.user = Some("nobody".into());
-    let err = bounded("execute", runtime.execute(&lease.id, request)).await.unwrap_err();
+    let err = bounded("execute", runtime.execute(&lease.id, request))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, RuntimeError::Driver(DriverError::UserRefused { user, .. }) if user == "nobody"),
         "{err:?}"
@@ -77,20 +79,32 @@ async fn users_cwds_and_a_kept_tmp_on_the_reference_worker() {
     }
     let mut request = ExecuteRequest::new("pwd", [""; 0]);
     request.cwd = Some("/envrt-nowhere".into());
-    let err = bounded("execute", runtime.execute(&lease.id, request)).await.unwrap_err();
+    let err = bounded("execute", runtime.execute(&lease.id, request))
+        .await
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "Invalid input: cwd \"/envrt-nowhere\" is not a directory in the sandbox"
     );
     let mut request = ExecuteRequest::new("pwd", [""; 0]);
     request.cwd = Some("../x".into());
-    let err = bounded("execute", runtime.execute(&lease.id, request)).await.unwrap_err();
+    let err = bounded("execute", runtime.execute(&lease.id, request))
+        .await
+        .unwrap_err();
     assert_eq!(err.to_string(), "Path \"../x\" is outside the lease workspace.");
 
     // /tmp outlives a command, belongs to the lease, and is not in the workspace.
-    let r = bounded("execute", runtime.execute(&lease.id, sh("echo kept > /tmp/f; mkdir -p /tmp/d"))).await;
+    let r = bounded(
+        "execute",
+        runtime.execute(&lease.id, sh("echo kept > /tmp/f; mkdir -p /tmp/d")),
+    )
+    .await;
     assert_eq!(r.unwrap().exit_code, Some(0));
-    let r = bounded("execute", runtime.execute(&lease.id, sh("cat /tmp/f; ls -A /workspace"))).await;
+    let r = bounded(
+        "execute",
+        runtime.execute(&lease.id, sh("cat /tmp/f; ls -A /workspace")),
+    )
+    .await;
     assert_eq!(stdout(&r.unwrap()), "kept\nmine\n");
     let other = acquire(&runtime).await;
     let r = bounded("execute", runtime.execute(&other.id, sh("ls -A /tmp"))).await;
@@ -99,7 +113,11 @@ async fn users_cwds_and_a_kept_tmp_on_the_reference_worker() {
     for lease in [&lease, &other] {
         runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     }
-    assert_eq!(tmp_dirs(root.path()), Vec::<String>::new(), "a lease's /tmp goes with it");
+    assert_eq!(
+        tmp_dirs(root.path()),
+        Vec::<String>::new(),
+        "a lease's /tmp goes with it"
+    );
 }
 
 #[tokio::test]
@@ -114,8 +132,13 @@ async fn a_worker_without_the_user_extension_gets_no_user_request() {
     let lease = acquire(&runtime).await;
     let mut request = sh("true");
     request.user = Some("1234".into());
-    let err = bounded("execute", runtime.execute(&lease.id, request)).await.unwrap_err();
-    assert!(matches!(&err, RuntimeError::Driver(DriverError::UserRefused { .. })), "{err:?}");
+    let err = bounded("execute", runtime.execute(&lease.id, request))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Driver(DriverError::UserRefused { .. })),
+        "{err:?}"
+    );
     assert_eq!(
         err.to_string(),
         "Cannot run as user \"1234\": the plugin worker does not advertise \"envrtExecuteAsUser\"."

@@ -255,11 +255,7 @@ pub(crate) async fn run(paths: &Paths, args: CpArgs) -> Result<u8, CliError> {
     } else {
         // The environment side's kind is unknown here: try a directory, then a file (stdout
         // takes a file only).
-        let first = if to_stdout {
-            SyncKind::File
-        } else {
-            SyncKind::Directory
-        };
+        let first = if to_stdout { SyncKind::File } else { SyncKind::Directory };
         match app.runtime.sync_out(&lease_id, &operation(first)).await {
             Err(RuntimeError::Driver(DriverError::SourceKind { .. })) if first == SyncKind::Directory => {
                 match refuse(probe_host(Path::new(&host)), &args.dst) {

@@ -52,11 +52,19 @@ fn exec_user_is_refused_unless_allowed_and_then_runs_as_that_user() {
     let opened = s.run(&["exec", "--lease", &id, "--", "chmod", "0755", "."]);
     assert_eq!(opened.code, Some(0), "{}", opened.stderr);
     let as_nobody = s.run(&["exec", "--lease", &id, "-u", "nobody", "--", "id", "-u"]);
-    assert_eq!((as_nobody.code, as_nobody.stdout_text()), (Some(0), "65534\n".into()), "{}", as_nobody.stderr);
+    assert_eq!(
+        (as_nobody.code, as_nobody.stdout_text()),
+        (Some(0), "65534\n".into()),
+        "{}",
+        as_nobody.stderr
+    );
     let unknown = s.run(&["exec", "--lease", &id, "--user", "root", "--", "true"]);
     assert_eq!(
         (unknown.code, unknown.stderr.as_str()),
-        (Some(2), "Cannot run as user \"root\": the environment config \"allowedUsers\" does not list it.\n")
+        (
+            Some(2),
+            "Cannot run as user \"root\": the environment config \"allowedUsers\" does not list it.\n"
+        )
     );
     assert_eq!(s.run(&["lease", "release", &id]).code, Some(0));
 }
@@ -74,12 +82,18 @@ fn cp_refuses_to_put_a_file_over_a_directory_or_a_read_only_file_on_either_side(
     std::fs::write(s.path().join("f"), b"host file").unwrap();
     // host → lease
     for (target, expected) in [
-        ("d", "is a directory: a file does not replace it (name a path inside it)"),
+        (
+            "d",
+            "is a directory: a file does not replace it (name a path inside it)",
+        ),
         ("ro", "is a read-only file: envrt cp does not replace it"),
     ] {
         let dst = format!("lease:{id}:{target}");
         let out = s.run(&["cp", "-q", "f", &dst]);
-        assert_eq!((out.code, out.stderr.clone()), (Some(2), format!("envrt: \"{dst}\" {expected}\n")));
+        assert_eq!(
+            (out.code, out.stderr.clone()),
+            (Some(2), format!("envrt: \"{dst}\" {expected}\n"))
+        );
     }
     assert_eq!(sh("cat d/inside ro"), "keep\nold\n", "nothing replaced");
     // lease → host
@@ -89,11 +103,17 @@ fn cp_refuses_to_put_a_file_over_a_directory_or_a_read_only_file_on_either_side(
     std::fs::set_permissions(s.path().join("hro"), std::fs::Permissions::from_mode(0o444)).unwrap();
     let src = format!("lease:{id}:f");
     for (target, expected) in [
-        ("hd", "is a directory: a file does not replace it (name a path inside it)"),
+        (
+            "hd",
+            "is a directory: a file does not replace it (name a path inside it)",
+        ),
         ("hro", "is a read-only file: envrt cp does not replace it"),
     ] {
         let out = s.run(&["cp", "-q", &src, target]);
-        assert_eq!((out.code, out.stderr.clone()), (Some(2), format!("envrt: \"{target}\" {expected}\n")));
+        assert_eq!(
+            (out.code, out.stderr.clone()),
+            (Some(2), format!("envrt: \"{target}\" {expected}\n"))
+        );
     }
     assert_eq!(std::fs::read(s.path().join("hd/inside")).unwrap(), b"keep");
     assert_eq!(std::fs::read(s.path().join("hro")).unwrap(), b"old");
@@ -115,13 +135,24 @@ fn cp_reads_stdin_and_writes_stdout_with_a_dash() {
     let put = s.run_with(&["cp", "-", &dst], Some(&data));
     assert_eq!(put.code, Some(0), "{}", put.stderr);
     assert_eq!(put.stderr, format!("copied 1 files, 70000 bytes: - → {dst}\n"));
-    let listing = s.run(&["exec", "--lease", &id, "--", "sh", "-c", "wc -c < sub/from-stdin; ls -l sub/from-stdin | cut -c1-10"]);
+    let listing = s.run(&[
+        "exec",
+        "--lease",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "wc -c < sub/from-stdin; ls -l sub/from-stdin | cut -c1-10",
+    ]);
     assert_eq!(listing.stdout_text(), "70000\n-rw-r--r--\n");
     let got = s.run(&["cp", "-q", &dst, "-"]);
     assert_eq!((got.code, got.stderr.as_str()), (Some(0), ""));
     assert!(got.stdout == data, "stdout is exactly the file");
     let dir = s.run(&["cp", "-q", &format!("lease:{id}:sub"), "-"]);
-    assert_eq!((dir.code, dir.stderr.as_str()), (Some(2), "Sync source \"sub\" is not a file.\n"));
+    assert_eq!(
+        (dir.code, dir.stderr.as_str()),
+        (Some(2), "Sync source \"sub\" is not a file.\n")
+    );
     assert!(dir.stdout.is_empty());
     assert_eq!(s.run(&["lease", "release", &id]).code, Some(0));
 }

@@ -145,7 +145,13 @@ pub const LOGIN_PTY: &[&str] = &[LOGIN_PTY_OPEN, LOGIN_PTY_INPUT, LOGIN_PTY_STOP
 pub const DUPLEX: &[&str] = &[DUPLEX_OPEN, DUPLEX_WRITE, DUPLEX_STOP, DUPLEX_CLOSE];
 
 /// envrt's extension verbs: optional, advertised in `supportedMethods` like any other.
-pub const EXTENSIONS: &[&str] = &[EXECUTE_BINARY, DUPLEX_CLOSE_INPUT, LIST_LEASES, EXECUTE_AS_USER, CWD_ANYWHERE];
+pub const EXTENSIONS: &[&str] = &[
+    EXECUTE_BINARY,
+    DUPLEX_CLOSE_INPUT,
+    LIST_LEASES,
+    EXECUTE_AS_USER,
+    CWD_ANYWHERE,
+];
 
 /// Every verb of the SDK's `HostToWorkerMethods`.
 pub fn sdk() -> impl Iterator<Item = &'static str> {

@@ -336,10 +336,16 @@ mod tests {
             );
         }
         assert_eq!(
-            PathScope::Workspace.resolve("/workspace", "/tmp/x").unwrap_err().to_string(),
+            PathScope::Workspace
+                .resolve("/workspace", "/tmp/x")
+                .unwrap_err()
+                .to_string(),
             "Path \"/tmp/x\" is outside the lease workspace."
         );
-        assert_eq!((PathScope::default(), whole.as_str()), (PathScope::Workspace, "whole-environment"));
+        assert_eq!(
+            (PathScope::default(), whole.as_str()),
+            (PathScope::Workspace, "whole-environment")
+        );
         let cwd = PathScope::CwdAnywhere;
         assert_eq!(cwd.resolve_cwd("/workspace", "/usr/bin").unwrap(), "/usr/bin");
         assert_eq!(
@@ -347,7 +353,10 @@ mod tests {
             "Path \"/usr/bin\" is outside the lease workspace."
         );
         assert_eq!(
-            PathScope::Workspace.resolve_cwd("/workspace", "/usr").unwrap_err().to_string(),
+            PathScope::Workspace
+                .resolve_cwd("/workspace", "/usr")
+                .unwrap_err()
+                .to_string(),
             "Path \"/usr\" is outside the lease workspace."
         );
         assert!(whole.any_cwd() && whole.any_file_path() && cwd.any_cwd() && !cwd.any_file_path());

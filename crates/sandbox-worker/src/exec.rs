@@ -205,7 +205,14 @@ pub(crate) async fn run(
     let started = Instant::now();
     let stdin_mode = if stdin.is_some() { Stdio::piped() } else { Stdio::null() };
     let (mut child, tracked) = sandbox
-        .spawn_as(lease_dir, cwd, env, argv, [stdin_mode, Stdio::piped(), Stdio::piped()], user)
+        .spawn_as(
+            lease_dir,
+            cwd,
+            env,
+            argv,
+            [stdin_mode, Stdio::piped(), Stdio::piped()],
+            user,
+        )
         .map_err(|e| DriverError::io("Starting bwrap", e))?;
     if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
         tokio::spawn(async move {
@@ -296,9 +303,13 @@ pub(crate) async fn run(
         (Some(sig), _) => (None, Some(sig.to_owned())),
         (None, Some(Reported::Exited(code))) => (Some(code), None),
         (None, Some(Reported::Signaled(sig))) => (None, Some(signal_name(sig))),
-        (None, None) if status.code() == Some(1) && stderr.clone().into_parts().0.starts_with(b"bwrap: Can't chdir to ") => {
+        (None, None)
+            if status.code() == Some(1) && stderr.clone().into_parts().0.starts_with(b"bwrap: Can't chdir to ") =>
+        {
             // bwrap could not enter the cwd: it is not a directory in the sandbox.
-            return Err(DriverError::invalid(format!("cwd \"{cwd}\" is not a directory in the sandbox")));
+            return Err(DriverError::invalid(format!(
+                "cwd \"{cwd}\" is not a directory in the sandbox"
+            )));
         }
         (None, None) => {
             // Nothing reported: bwrap itself failed, or the sandbox was killed from outside.

@@ -37,7 +37,9 @@ impl Leases {
     /// Removes every lease `/tmp` whose lease directory is gone (a worker killed between
     /// the two removals).
     fn sweep_tmp(&self) {
-        let Ok(entries) = std::fs::read_dir(&self.root) else { return };
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return;
+        };
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(id) = name.to_str().and_then(|n| n.strip_prefix(super::sandbox::TMP_PREFIX)) else {

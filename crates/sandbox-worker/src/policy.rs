@@ -166,7 +166,11 @@ pub(crate) fn tmpfs_options(policy: &Policy, tmp: Option<&Path>) -> Vec<String> 
     ]
     .into();
     match tmp {
-        Some(dir) => a.extend(["--bind".to_owned(), dir.to_string_lossy().into_owned(), "/tmp".to_owned()]),
+        Some(dir) => a.extend([
+            "--bind".to_owned(),
+            dir.to_string_lossy().into_owned(),
+            "/tmp".to_owned(),
+        ]),
         None => a.extend([
             "--size".to_owned(),
             policy.tmp_bytes.to_string(),

@@ -143,7 +143,14 @@ impl Sandbox {
 
     /// The `bwrap` options (everything before the command): `tmp` is the lease's own
     /// `/tmp` (a fresh tmpfs when `None`), `user` the uid and gid inside the sandbox.
-    fn args(&self, lease_dir: &Path, tmp: Option<&Path>, init: &Path, cwd: &str, user: Option<(u32, u32)>) -> Vec<String> {
+    fn args(
+        &self,
+        lease_dir: &Path,
+        tmp: Option<&Path>,
+        init: &Path,
+        cwd: &str,
+        user: Option<(u32, u32)>,
+    ) -> Vec<String> {
         let mut a = options(&self.root_links, init, lease_dir, &self.policy, &self.proc_options, tmp);
         if let Some((uid, gid)) = user {
             a.extend(["--uid".into(), uid.to_string(), "--gid".into(), gid.to_string()]);
@@ -496,7 +503,10 @@ pub(crate) const TMP_PREFIX: &str = ".tmp-";
 /// The host directory behind a lease's `/tmp`: a sibling of the lease directory, so the
 /// workspace does not hold it.
 pub(crate) fn tmp_of(lease_dir: &Path) -> PathBuf {
-    let name = lease_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = lease_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     lease_dir.with_file_name(format!("{TMP_PREFIX}{name}"))
 }
 

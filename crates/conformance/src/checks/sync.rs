@@ -9,9 +9,7 @@ use std::path::Path;
 use super::tree::{Node, inconsistency, read_tree, tree, write_tree};
 use super::{Check, has_sync_and_execute, has_sync_both, property};
 use crate::context::{Ctx, ensure, ensure_eq};
-use envrt_runtime_core::{
-    Lease, LeasePolicy, SyncFile, SyncOperation, WorkspaceRequest, sync::PostUploadCommand,
-};
+use envrt_runtime_core::{Lease, LeasePolicy, SyncFile, SyncOperation, WorkspaceRequest, sync::PostUploadCommand};
 
 pub(super) const CHECKS: &[Check] = &[
     Check::new("sync_tree_roundtrip", has_sync_both, tree_roundtrip),
