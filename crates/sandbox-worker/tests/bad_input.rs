@@ -75,13 +75,6 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
             message: invalid("cwd \"/envrt-nowhere\" is not a directory in the sandbox"),
         },
         Case {
-            name: "exec as a user by name",
-            method: "environmentExecute",
-            params: exec(&lease, json!({"envrtUser": "nobody"})),
-            code: -32602,
-            message: "Cannot run as user \"nobody\": the sandbox takes a numeric UID or UID:GID.".into(),
-        },
-        Case {
             name: "exec cwd climbing out of /workspace",
             method: "environmentExecute",
             params: exec(&lease, json!({"cwd": "/workspace/../etc"})),
