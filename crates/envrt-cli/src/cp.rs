@@ -223,7 +223,8 @@ pub(crate) async fn run(paths: &Paths, args: CpArgs) -> Result<u8, CliError> {
     let app = App::open(paths).await?;
     app.existing_lease(&lease_id).await?;
     let host_is_dir = Path::new(&host).is_dir();
-    if inbound && !host_is_dir {
+    // A source that is not there is the sync's own error to give.
+    if inbound && Path::new(&host).is_file() {
         refuse(probe_lease(&app, &lease_id, &remote).await, &args.dst)?;
     }
     let show = !args.quiet && std::io::stderr().is_terminal();
