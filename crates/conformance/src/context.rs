@@ -146,6 +146,21 @@ impl Ctx {
         self.handle.block_on(future)
     }
 
+    /// Whether the driver takes any absolute path of its environment as a sync source or
+    /// target ([`PathScope::any_file_path`](envrt_runtime_core::PathScope::any_file_path)),
+    /// so the file confinement checks expect acceptance there.
+    pub fn whole_environment(&self) -> bool {
+        use envrt_runtime_core::EnvironmentDriver;
+        self.recorder.path_scope().any_file_path()
+    }
+
+    /// Whether the driver takes any absolute directory of its environment as a `cwd`
+    /// ([`PathScope::any_cwd`](envrt_runtime_core::PathScope::any_cwd)).
+    pub fn any_cwd(&self) -> bool {
+        use envrt_runtime_core::EnvironmentDriver;
+        self.recorder.path_scope().any_cwd()
+    }
+
     /// A marker unique to this run and call, for finding processes and paths.
     pub fn marker(&self, what: &str) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);

@@ -89,6 +89,9 @@ impl EnvironmentDriver for Recorder {
     fn verified_verbs(&self) -> VerbSet {
         self.inner.verified_verbs()
     }
+    fn path_scope(&self) -> envrt_runtime_core::PathScope {
+        self.inner.path_scope()
+    }
 }
 
 #[async_trait]

@@ -422,6 +422,11 @@ impl EnvironmentDriver for DockerDriver {
         }
     }
 
+    /// A lease is a whole container: any absolute path in it.
+    fn path_scope(&self) -> envrt_runtime_core::PathScope {
+        envrt_runtime_core::PathScope::WholeEnvironment
+    }
+
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
         let parsed = input.environment.as_ref().map(EnvConfig::of);
         let config_resolved = matches!(parsed, Some(Ok(_)));

@@ -6,8 +6,8 @@ use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
+use envrt_runtime_core::PathScope;
 use envrt_runtime_core::execute::signal_name;
-use envrt_runtime_core::sync::confine_to_workspace;
 use envrt_runtime_core::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 
 use crate::engine::Engine;
@@ -138,7 +138,8 @@ impl Collector<'_> {
     }
 }
 
-/// Runs `request` in `container` with `workspace` as the default (and confining) cwd.
+/// Runs `request` in `container` with `workspace` as the default cwd (relative cwds start
+/// there; absolute ones may name any directory of the container).
 pub(crate) async fn execute(
     engine: &Engine,
     kill_grace: Duration,
@@ -147,15 +148,22 @@ pub(crate) async fn execute(
     mut request: ExecuteRequest,
 ) -> Result<ExecuteResult, DriverError> {
     let env = check_request(&request)?;
-    let cwd = confine_to_workspace(workspace, request.cwd.as_deref().unwrap_or(workspace))?;
-    if let Some(given) = request.cwd.as_deref().filter(|_| cwd != workspace) {
-        process::ensure_resolves_inside(engine, container, workspace, &[(given, cwd.as_str())]).await?;
-    }
+    // The container is the boundary: any absolute path in it (see `PathScope`).
+    let cwd = PathScope::WholeEnvironment.resolve(workspace, request.cwd.as_deref().unwrap_or(workspace))?;
     let started = std::time::Instant::now();
     let mut argv = Vec::with_capacity(request.args.len() + 1);
     argv.push(request.command.clone());
     argv.extend(request.args.iter().cloned());
-    let spawned = process::spawn(engine, container, &argv, env.plain, env.secret_count, &cwd).await?;
+    let spawned = process::spawn_as(
+        engine,
+        container,
+        &argv,
+        env.plain,
+        env.secret_count,
+        &cwd,
+        request.user.as_deref(),
+    )
+    .await?;
     let exec_id = spawned.exec_id;
     let mut output = spawned.output;
     let mut input = spawned.input;
@@ -256,6 +264,19 @@ pub(crate) async fn execute(
             return Err(DriverError::invalid(format!(
                 "Working directory \"{cwd}\" does not exist in the container."
             )));
+        }
+        if let Some(user) = request.user.as_deref() {
+            for (needle, reason) in [
+                ("unable to find user", "no such user in the container."),
+                ("unable to find group", "no such group in the container."),
+            ] {
+                if text.starts_with(needle) {
+                    return Err(DriverError::UserRefused {
+                        user: user.to_owned(),
+                        reason: reason.to_owned(),
+                    });
+                }
+            }
         }
         if text.contains("OCI runtime exec failed") {
             return Err(DriverError::other(format!(

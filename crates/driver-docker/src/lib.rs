@@ -28,13 +28,25 @@
 //!   returns when the command exits even if a background process still holds its output
 //!   (that process is killed). The image needs a POSIX `sh` with `/proc` mounted.
 //!   Docker reports a command killed by a signal as exit code 128 + n; outside a timeout
-//!   that code is returned as is.
+//!   that code is returned as is. A request's `user` is the exec's `User` (as the
+//!   container's `/etc/passwd` and `/etc/group` know it); one the container lacks is
+//!   refused with `Cannot run as user "U": no such user in the container.` (or `group`).
+//! - **Paths**: the container is the boundary ([`PathScope::WholeEnvironment`]): `cwd`,
+//!   sync targets and sync sources may be any absolute path of the container (`/tmp`,
+//!   `/usr/bin`); relative ones start at the workspace; `..`, an empty path and NUL bytes
+//!   are refused (`Path "{path}" is outside the lease workspace.`), and so is a sync target
+//!   `/` (`Invalid input: A sync target cannot be the root directory "/".`). Symlinks are
+//!   resolved by the engine inside the container's own file system; the host's paths are
+//!   never looked at.
 //! - **Sync**: tar streams through the archive API, built and read on the fly, never held
 //!   whole. A target is *replaced*: the entry lands in a hidden temporary sibling first and
 //!   is renamed over the target only when complete (the workspace root, which cannot be
 //!   renamed, gets its content replaced), so a failure leaves the old target as it was.
 //!   Uploaded files belong to the container's user. Host-side extraction refuses entries
-//!   with `..` or absolute names and links that lead out of the target.
+//!   with `..` or absolute names and links that lead out of the target, and gives every
+//!   file and directory the permission bits of its archive header (`rwx` for user, group
+//!   and others; set-uid, set-gid and sticky bits are dropped so that nothing from a
+//!   container becomes a set-uid file on the host).
 //! - **Duplex**: exec attach; output is stdout and stderr in arrival order.
 //! - **Templates**: a capture commits the lease's container (paused while it is
 //!   committed) to the image `envrt-template:{id}` (kind `image`), labelled
@@ -58,6 +70,9 @@
 //! volumes), `duplex` (default true; false withdraws `duplexCommandStream`).
 
 #![forbid(unsafe_code)]
+
+#[cfg(doc)]
+use envrt_runtime_core::PathScope;
 
 mod archive;
 mod config;

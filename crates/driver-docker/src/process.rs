@@ -79,6 +79,20 @@ pub(crate) async fn spawn(
     secret_lines: usize,
     cwd: &str,
 ) -> Result<Spawned, DriverError> {
+    spawn_as(engine, container, argv, env, secret_lines, cwd, None).await
+}
+
+/// [`spawn`] as `user` (the exec's `User`: `NAME`, `UID`, `NAME:GROUP` or `UID:GID`, as the
+/// container's `/etc/passwd` and `/etc/group` know them); the container's user when `None`.
+pub(crate) async fn spawn_as(
+    engine: &Engine,
+    container: &str,
+    argv: &[String],
+    env: Vec<String>,
+    secret_lines: usize,
+    cwd: &str,
+    user: Option<&str>,
+) -> Result<Spawned, DriverError> {
     let report = "printf 'envrt-pid:%s %s %s\\n' \"$$\" \"$(readlink /proc/$$/fd/1 2>/dev/null)\" \"$(readlink /proc/$$/fd/2 2>/dev/null)\" >&2";
     let script = if secret_lines == 0 {
         format!("{report}; exec \"$@\"")
@@ -95,6 +109,7 @@ pub(crate) async fn spawn(
         cmd: Some(cmd),
         env: Some(env),
         working_dir: Some(cwd.to_owned()),
+        user: user.map(str::to_owned),
         attach_stdin: Some(true),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
@@ -386,56 +401,6 @@ pub(crate) async fn run_repeatable_script(
             }
             other => return other,
         }
-    }
-}
-
-/// Resolves, inside the container, the deepest existing ancestor of each path with
-/// `readlink -f` and prints the index of the first one that leads outside the workspace.
-const RESOLVES_INSIDE: &str = r#"ws=$(readlink -f -- "$1") || exit 2; shift; i=0
-for t; do
-  p=$t
-  while [ ! -e "$p" ]; do p=${p%/*}; [ -n "$p" ] || p=/; done
-  r=$(readlink -f -- "$p") || { echo "$i"; exit 0; }
-  case "$r/" in "$ws"/*) ;; *) echo "$i"; exit 0;; esac
-  i=$((i+1))
-done
-"#;
-
-/// Refuses with [`DriverError::PathOutsideWorkspace`] (naming the path as the caller gave
-/// it) the first of `paths` — `(as given, normalized absolute)` — whose deepest existing
-/// ancestor resolves, through symlinks inside the container, outside the workspace.
-/// Lexical confinement (`confine_to_workspace`) must already have passed.
-pub(crate) async fn ensure_resolves_inside(
-    engine: &Engine,
-    container: &str,
-    workspace: &str,
-    paths: &[(&str, &str)],
-) -> Result<(), DriverError> {
-    if paths.is_empty() {
-        return Ok(());
-    }
-    let mut args = vec![workspace];
-    args.extend(paths.iter().map(|(_, resolved)| *resolved));
-    let (stdout, stderr, code) = run_repeatable_script(
-        engine,
-        container,
-        None,
-        RESOLVES_INSIDE,
-        &args,
-        "checking paths against the workspace",
-    )
-    .await?;
-    if code != Some(0) {
-        return Err(DriverError::other(format!(
-            "Could not check paths against the workspace: {}",
-            String::from_utf8_lossy(&stderr).trim()
-        )));
-    }
-    match String::from_utf8_lossy(&stdout).trim().parse::<usize>() {
-        Ok(index) => Err(DriverError::PathOutsideWorkspace {
-            path: paths.get(index).map(|(given, _)| *given).unwrap_or_default().to_owned(),
-        }),
-        Err(_) => Ok(()),
     }
 }
 

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bollard::query_parameters::UploadToContainerOptionsBuilder;
-use envrt_runtime_core::sync::{ExcludeSet, check_post_upload_cwd, confine_to_workspace};
+use envrt_runtime_core::PathScope;
+use envrt_runtime_core::sync::{ExcludeSet, check_post_upload_cwd};
 use envrt_runtime_core::{
     DriverError, ExecuteRequest, LeaseContext, SyncKind, SyncOperation, SyncOperationResult, SyncResult,
 };
@@ -37,6 +38,9 @@ impl Entry {
     }
 }
 
+/// The refusal of a sync target that is the container's root directory.
+pub(crate) const ROOT_TARGET: &str = "A sync target cannot be the root directory \"/\".";
+
 struct Plan<'a> {
     operation: &'a SyncOperation,
     entries: Vec<Entry>,
@@ -59,7 +63,10 @@ fn validate<'a>(
     for operation in operations {
         let mut entries = Vec::new();
         for file in &operation.files {
-            let target = confine_to_workspace(workspace, &file.target_path)?;
+            let target = PathScope::WholeEnvironment.resolve(workspace, &file.target_path)?;
+            if target == "/" {
+                return Err(DriverError::invalid(ROOT_TARGET));
+            }
             let exclude = ExcludeSet::new(&file.exclude)?;
             let source = PathBuf::from(&file.source_path);
             let follow = file.follows_symlinks();
@@ -215,13 +222,6 @@ pub(crate) async fn sync_in(
     let workspace = DockerDriver::workspace_of(context);
     let owner = driver.owner_of(context).await?;
     let plans = validate(&workspace, owner, operations)?;
-    // A symlink already in the workspace must not lead a target outside it.
-    let parents: Vec<(&str, &str)> = plans
-        .iter()
-        .flat_map(|p| &p.entries)
-        .map(|e| (e.plan.target.as_str(), e.parent.as_str()))
-        .collect();
-    crate::process::ensure_resolves_inside(&driver.engine, container, &workspace, &parents).await?;
     let mut results = Vec::with_capacity(plans.len());
     for plan in plans {
         let mut result = SyncOperationResult {

@@ -9,7 +9,8 @@
 use std::path::PathBuf;
 
 use bollard::query_parameters::{ContainerArchiveInfoOptionsBuilder, DownloadFromContainerOptionsBuilder};
-use envrt_runtime_core::sync::{ExcludeSet, confine_to_workspace};
+use envrt_runtime_core::PathScope;
+use envrt_runtime_core::sync::ExcludeSet;
 use envrt_runtime_core::{DriverError, LeaseContext, SyncKind, SyncOperation, SyncOperationResult, SyncResult};
 use futures::{StreamExt, TryStreamExt};
 
@@ -52,7 +53,7 @@ pub(crate) async fn sync_out(
             entries.push(Entry {
                 source_text: &file.source_path,
                 target_text: &file.target_path,
-                source: confine_to_workspace(&workspace, &file.source_path)?,
+                source: PathScope::WholeEnvironment.resolve(&workspace, &file.source_path)?,
                 target: PathBuf::from(&file.target_path),
                 kind: file.kind,
                 mode: file.mode.map(|m| m & 0o7777),
@@ -62,12 +63,6 @@ pub(crate) async fn sync_out(
         }
         plans.push((operation, entries));
     }
-    let sources: Vec<(&str, &str)> = plans
-        .iter()
-        .flat_map(|(_, entries)| entries)
-        .map(|e| (e.source_text, e.source.as_str()))
-        .collect();
-    crate::process::ensure_resolves_inside(&driver.engine, container, &workspace, &sources).await?;
     let mut results = Vec::with_capacity(plans.len());
     for (operation, entries) in plans {
         let mut result = SyncOperationResult {

@@ -242,7 +242,8 @@ async fn escapes_are_refused_and_leave_nothing_behind() {
             "Entry \"bad -> ../../etc/passwd\" would be written outside the target \"t\"."
         );
         assert_eq!(ls(&h, &lease, "/workspace").await, "", "no target and no staging");
-        for target in ["../t", "/etc/t", "a/../../t"] {
+        // `/etc/t` is a place in the container like any other now (tests/findings.rs).
+        for target in ["../t", "a/../../t"] {
             let err = h
                 .runtime
                 .sync_in(

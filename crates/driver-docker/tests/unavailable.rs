@@ -172,14 +172,14 @@ async fn every_operation_fails_fast_and_clearly_once_the_engine_stops() {
                 .await
                 .unwrap_err(),
         );
-        assert_unreachable(&e, &address, "checking paths against the workspace");
+        assert_unreachable(&e, &address, "creating sync target directories");
         let e = driver_error(
             runtime
                 .sync_out(&lease.id, &[sync("f", host_dir.path().join("g").to_str().unwrap())])
                 .await
                 .unwrap_err(),
         );
-        assert_unreachable(&e, &address, "checking paths against the workspace");
+        assert_unreachable(&e, &address, "reading a sync source");
         let e = driver_error(
             runtime
                 .open_duplex_channel(&lease.id, &["cat".into()])

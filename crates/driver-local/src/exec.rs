@@ -72,6 +72,8 @@ pub(crate) struct ExecSite<'a> {
     pub(crate) env_allowlist: &'a [String],
     /// Where the command's processes are contained.
     pub(crate) containment: &'a Containment,
+    /// Host uid and gid to run as (see `user`); the driver's own when `None`.
+    pub(crate) identity: Option<(u32, u32)>,
 }
 
 /// Checks the request for what `execve` cannot take, without ever echoing an env value.
@@ -231,7 +233,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
     // failure reads as always.
     let runnable = std::fs::metadata(&program).is_ok_and(|m| m.is_file())
         && nix::unistd::access(&program, nix::unistd::AccessFlags::X_OK).is_ok();
-    let cgroup = if runnable {
+    let cgroup = if runnable && site.identity.is_none() {
         site.containment.prepare(site.lease_key)
     } else {
         None
@@ -259,6 +261,9 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
                 c
             }
         };
+        if let Some((uid, gid)) = site.identity {
+            command.uid(uid).gid(gid);
+        }
         command
             .args(&argv[1..])
             .args(&request.args)

@@ -87,6 +87,18 @@
 //! - `HOME` = the lease workspace;
 //! - then the request's own variables, which override all of the above.
 //!
+//! **Users.** A request's `user` (`NAME`, `UID`, `NAME:GROUP`, `UID:GID`) is honoured only
+//! when envrt runs as root and the environment's config lists that exact text in
+//! `allowedUsers` (`[environment.config] allowedUsers = ["nobody"]`); otherwise the
+//! command does not run and the error is `Cannot run as user "U": REASON` with one of the
+//! reasons of [`DriverError::UserRefused`]'s local texts (see `docs/contract.md`). The
+//! child drops to that uid and gid (supplementary groups cleared) before `exec`, enters
+//! its working directory as that user (the driver's root becomes `0711` the first time, so
+//! a user can pass through it to a workspace opened up for it, without listing the
+//! others; each workspace stays `0700` until a command of its lease opens it), and is contained by its process group rather than
+//! a cgroup. Paths stay confined to the workspace: the local driver's
+//! [`path_scope`](EnvironmentDriver::path_scope) is `workspace`.
+//!
 //! ## Sync
 //! `sync_in` and `sync_out` follow the contract's section 6. Host-side paths must be
 //! absolute; environment-side paths are confined to the workspace like `cwd` above (a
@@ -169,6 +181,7 @@ mod program;
 mod recovery;
 mod sync;
 mod templates;
+mod user;
 mod workspace;
 
 use exec::ExecSite;
@@ -542,6 +555,13 @@ impl RealizeWorkspace for LocalDriver {
 #[async_trait]
 impl Execute for LocalDriver {
     async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+        let identity = match request.user.as_deref() {
+            Some(user) => Some(user::resolve(context, user)?),
+            None => None,
+        };
+        if identity.is_some() {
+            user::open_root(&self.root)?;
+        }
         let workspace = self.live_workspace(context)?;
         let cwd = match &request.cwd {
             None => workspace.clone(),
@@ -553,6 +573,9 @@ impl Execute for LocalDriver {
                 request.cwd.as_deref().unwrap_or_default()
             )));
         }
+        if let (Some(user), Some(identity)) = (request.user.as_deref(), identity) {
+            user::check_reachable(user, &cwd, identity)?;
+        }
         let site = ExecSite {
             workspace: &workspace,
             cwd: &cwd,
@@ -561,6 +584,7 @@ impl Execute for LocalDriver {
             kill_grace: self.config.kill_grace,
             env_allowlist: &self.config.env_allowlist,
             containment: &self.containment,
+            identity,
         };
         exec::run(&site, request).await
     }

@@ -229,6 +229,7 @@ async fn run_post_upload(
         kill_grace: driver.config().kill_grace,
         env_allowlist: &driver.config().env_allowlist,
         containment: driver.containment_mode(),
+        identity: None,
     };
     let outcome = exec::run(&site, request).await?;
     envrt_runtime_core::sync::post_upload_verdict(

@@ -190,11 +190,12 @@ async fn worker_refusals_keep_their_type() {
             if message == "the command and its arguments must not contain NUL bytes"),
         "{err:?}"
     );
+    // Any directory of the sandbox is a cwd now (tests/reference_findings.rs); `..` is not.
     let mut request = ExecuteRequest::new("true", [""; 0]);
-    request.cwd = Some("/etc".into());
+    request.cwd = Some("../etc".into());
     let err = runtime.execute(&lease.id, request).await.unwrap_err();
     assert!(
-        matches!(&err, RuntimeError::Driver(DriverError::PathOutsideWorkspace { path }) if path == "/etc"),
+        matches!(&err, RuntimeError::Driver(DriverError::PathOutsideWorkspace { path }) if path == "../etc"),
         "{err:?}"
     );
 }

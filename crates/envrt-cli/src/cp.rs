@@ -1,13 +1,19 @@
 //! `envrt cp SRC DST`: native sync between the host and a lease. `lease:ID:/path` names the
 //! lease side; exactly one side is a lease. DST is the exact path the source becomes (a
-//! directory target is replaced by the source tree).
+//! directory target is replaced by the source tree). `-` as the host side is stdin (as a
+//! file's content) or stdout (a file's content, nothing else on stdout).
+//!
+//! Two replacements are refused rather than done silently, on either side: a file over an
+//! existing directory, and a file over an existing read-only file (no write bit for
+//! anyone). The lease side is looked at with a small `sh` probe through execute; a driver
+//! without execute gets no such check there.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
 
 use clap::Args;
-use envrt::{DriverError, RuntimeError, SyncFile, SyncKind, SyncOperation, SyncResult};
+use envrt::{DriverError, ExecuteRequest, RuntimeError, SyncFile, SyncKind, SyncOperation, SyncResult};
 
 use crate::app::App;
 use crate::error::CliError;
@@ -109,11 +115,105 @@ fn totals(result: &SyncResult) -> (u64, u64) {
     })
 }
 
+/// The refusal of a file copied over an existing directory.
+pub(crate) fn over_directory(dst: &str) -> CliError {
+    CliError::Usage(format!(
+        "envrt: \"{dst}\" is a directory: a file does not replace it (name a path inside it)"
+    ))
+}
+
+/// The refusal of a file copied over an existing read-only file.
+pub(crate) fn over_read_only(dst: &str) -> CliError {
+    CliError::Usage(format!(
+        "envrt: \"{dst}\" is a read-only file: envrt cp does not replace it"
+    ))
+}
+
+/// What a destination is, as far as the two refusals care.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    Directory,
+    ReadOnlyFile,
+    Other,
+}
+
+/// Says `dir`, a file's `ls -ld` mode string, or `none`, for `$1`.
+const PROBE: &str = r#"if [ -d "$1" ] && [ ! -L "$1" ]; then echo dir; elif [ -f "$1" ]; then ls -ld -- "$1" | cut -c1-10; else echo none; fi"#;
+
+fn classify(mode: &str) -> Found {
+    match mode.trim() {
+        "dir" => Found::Directory,
+        m if m.starts_with('-') && m.len() >= 10 && !m.contains('w') => Found::ReadOnlyFile,
+        _ => Found::Other,
+    }
+}
+
+/// The lease-side destination, looked at through execute; `Other` when the driver cannot
+/// run the probe.
+async fn probe_lease(app: &App, lease_id: &str, path: &str) -> Found {
+    let mut request = ExecuteRequest::new("sh", ["-c", PROBE, "envrt-cp", path]);
+    request.timeout = Some(Duration::from_secs(30));
+    request.max_output_bytes = Some(4096);
+    match app.runtime.execute(lease_id, request).await {
+        Ok(r) if r.exit_code == Some(0) => classify(&String::from_utf8_lossy(&r.stdout)),
+        _ => Found::Other,
+    }
+}
+
+/// The host-side destination.
+fn probe_host(path: &Path) -> Found {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => Found::Directory,
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o222 == 0 => Found::ReadOnlyFile,
+        _ => Found::Other,
+    }
+}
+
+fn refuse(found: Found, dst: &str) -> Result<(), CliError> {
+    match found {
+        Found::Directory => Err(over_directory(dst)),
+        Found::ReadOnlyFile => Err(over_read_only(dst)),
+        Found::Other => Ok(()),
+    }
+}
+
+/// Stdin's bytes as a file (mode `0644`) in a fresh temporary directory.
+fn stdin_file() -> Result<(tempfile::TempDir, String), CliError> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let failed = |e: std::io::Error| CliError::Failure(format!("envrt: cannot stage stdin: {e}"));
+    let dir = tempfile::tempdir().map_err(failed)?;
+    let path = dir.path().join("stdin");
+    let mut data = Vec::new();
+    std::io::stdin().lock().read_to_end(&mut data).map_err(failed)?;
+    std::fs::write(&path, &data).map_err(failed)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).map_err(failed)?;
+    let text = host_absolute(&path.to_string_lossy())?;
+    Ok((dir, text))
+}
+
 pub(crate) async fn run(paths: &Paths, args: CpArgs) -> Result<u8, CliError> {
     let (src, dst) = (parse_side(&args.src)?, parse_side(&args.dst)?);
+    let mut staged: Option<tempfile::TempDir> = None;
+    let to_stdout = dst == Side::Host("-".into());
+    let mut host_side = |h: &str, inbound: bool| -> Result<String, CliError> {
+        if h != "-" {
+            return host_absolute(h);
+        }
+        if inbound {
+            let (dir, path) = stdin_file()?;
+            staged = Some(dir);
+            return Ok(path);
+        }
+        let dir = tempfile::tempdir().map_err(|e| CliError::Failure(format!("envrt: cannot stage stdout: {e}")))?;
+        let path = host_absolute(&dir.path().join("stdout").to_string_lossy())?;
+        staged = Some(dir);
+        Ok(path)
+    };
     let (lease_id, inbound, host, remote) = match (&src, &dst) {
-        (Side::Host(h), Side::Lease { id, path }) => (id.clone(), true, host_absolute(h)?, path.clone()),
-        (Side::Lease { id, path }, Side::Host(h)) => (id.clone(), false, host_absolute(h)?, path.clone()),
+        (Side::Host(h), Side::Lease { id, path }) => (id.clone(), true, host_side(h, true)?, path.clone()),
+        (Side::Lease { id, path }, Side::Host(h)) => (id.clone(), false, host_side(h, false)?, path.clone()),
         _ => {
             return Err(CliError::Usage(
                 "envrt: exactly one of SRC and DST must be a lease path (lease:ID:/path)".into(),
@@ -122,6 +222,11 @@ pub(crate) async fn run(paths: &Paths, args: CpArgs) -> Result<u8, CliError> {
     };
     let app = App::open(paths).await?;
     app.existing_lease(&lease_id).await?;
+    let host_is_dir = Path::new(&host).is_dir();
+    // A source that is not there is the sync's own error to give.
+    if inbound && Path::new(&host).is_file() {
+        refuse(probe_lease(&app, &lease_id, &remote).await, &args.dst)?;
+    }
     let show = !args.quiet && std::io::stderr().is_terminal();
     let label = format!("copying {} → {}", args.src, args.dst);
     let progress = Progress::start(show, label);
@@ -142,23 +247,39 @@ pub(crate) async fn run(paths: &Paths, args: CpArgs) -> Result<u8, CliError> {
         }]
     };
     let result = if inbound {
-        let kind = if Path::new(&host).is_dir() {
+        let kind = if host_is_dir {
             SyncKind::Directory
         } else {
             SyncKind::File
         };
         app.runtime.sync_in(&lease_id, &operation(kind)).await
     } else {
-        // The environment side's kind is unknown here: try a directory, then a file.
-        match app.runtime.sync_out(&lease_id, &operation(SyncKind::Directory)).await {
-            Err(RuntimeError::Driver(DriverError::SourceKind { .. })) => {
-                app.runtime.sync_out(&lease_id, &operation(SyncKind::File)).await
+        // The environment side's kind is unknown here: try a directory, then a file (stdout
+        // takes a file only).
+        let first = if to_stdout { SyncKind::File } else { SyncKind::Directory };
+        match app.runtime.sync_out(&lease_id, &operation(first)).await {
+            Err(RuntimeError::Driver(DriverError::SourceKind { .. })) if first == SyncKind::Directory => {
+                match refuse(probe_host(Path::new(&host)), &args.dst) {
+                    Ok(()) => app.runtime.sync_out(&lease_id, &operation(SyncKind::File)).await,
+                    Err(refusal) => {
+                        drop(progress);
+                        return Err(refusal);
+                    }
+                }
             }
             other => other,
         }
     };
     drop(progress);
     let result = result?;
+    if to_stdout {
+        let data = std::fs::read(&host).map_err(|e| CliError::Failure(format!("envrt: cannot read the copy: {e}")))?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(&data)
+            .and_then(|()| out.flush())
+            .map_err(|e| CliError::Failure(format!("envrt: cannot write stdout: {e}")))?;
+    }
+    drop(staged);
     if !args.quiet {
         let (files, bytes) = totals(&result);
         eprintln!("copied {files} files, {bytes} bytes: {} → {}", args.src, args.dst);

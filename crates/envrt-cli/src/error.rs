@@ -97,7 +97,8 @@ pub(crate) fn runtime_exit_code(error: &RuntimeError) -> u8 {
             | DriverError::InvalidGlob { .. }
             | DriverError::TreeTooDeep { .. }
             | DriverError::InvalidInput { .. }
-            | DriverError::ProviderUnsupported { .. } => 2,
+            | DriverError::ProviderUnsupported { .. }
+            | DriverError::UserRefused { .. } => 2,
             _ => 1,
         },
         _ => 2,

@@ -32,6 +32,11 @@ pub(crate) struct ExecArgs {
     /// Working directory in the environment.
     #[arg(long, value_name = "DIR")]
     cwd: Option<String>,
+    /// Run as this user of the environment (`NAME`, `UID`, `NAME:GROUP` or `UID:GID`):
+    /// docker takes what the image knows, the sandbox a numeric `UID[:GID]`, local only
+    /// as root and when the environment's `allowedUsers` lists it.
+    #[arg(short = 'u', long, value_name = "USER")]
+    user: Option<String>,
     /// An environment variable for the command (repeatable).
     #[arg(short = 'e', long = "env", value_name = "K=V")]
     env: Vec<String>,
@@ -370,6 +375,7 @@ async fn run_on(
         // that does not stream.
         max_output_bytes: Some(args.max_output.unwrap_or(envrt::core::execute::DEFAULT_OUTPUT_LIMIT)),
         sink: if json { None } else { Some(printer.clone()) },
+        user: args.user,
     };
     let result = tokio::select! {
         result = app.runtime.execute(lease_id, request) => result?,

@@ -270,6 +270,10 @@ pub struct ExecuteParams {
     /// Extension: per-stream capture cap; the worker's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_bytes: Option<usize>,
+    /// Extension (`envrtExecuteAsUser`): who the command runs as, as the request gave it;
+    /// the reference worker takes `UID` or `UID:GID` inside its sandbox's user namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envrt_user: Option<String>,
 }
 
 /// `environmentExecute` (and `environmentExecuteBinary`) result. With the binary verb,

@@ -92,6 +92,14 @@ pub const DUPLEX_CLOSE_INPUT: &str = "duplexChannelCloseInput";
 pub const LIST_LEASES: &str = "envrtListLeases";
 /// Extension: the templates of a tenant's environment.
 pub const LIST_TEMPLATES: &str = "environmentListTemplates";
+/// Extension marker, never called: advertised, it says the worker honours the execute
+/// param `envrtUser` (run the command as that user); unadvertised, the host refuses a
+/// request that names a user.
+pub const EXECUTE_AS_USER: &str = "envrtExecuteAsUser";
+/// Extension marker, never called: advertised, it says the worker takes any absolute
+/// directory of its environment as an execute `cwd` (its sandbox is the boundary), so the
+/// host declares the `cwd-anywhere` path scope.
+pub const CWD_ANYWHERE: &str = "envrtCwdAnywhere";
 
 /// The verbs every worker serves.
 pub const LIFECYCLE: &[&str] = &[INITIALIZE, HEALTH, SHUTDOWN];
@@ -139,7 +147,14 @@ pub const LOGIN_PTY: &[&str] = &[LOGIN_PTY_OPEN, LOGIN_PTY_INPUT, LOGIN_PTY_STOP
 pub const DUPLEX: &[&str] = &[DUPLEX_OPEN, DUPLEX_WRITE, DUPLEX_STOP, DUPLEX_CLOSE];
 
 /// envrt's extension verbs: optional, advertised in `supportedMethods` like any other.
-pub const EXTENSIONS: &[&str] = &[EXECUTE_BINARY, DUPLEX_CLOSE_INPUT, LIST_LEASES, LIST_TEMPLATES];
+pub const EXTENSIONS: &[&str] = &[
+    EXECUTE_BINARY,
+    DUPLEX_CLOSE_INPUT,
+    LIST_LEASES,
+    LIST_TEMPLATES,
+    EXECUTE_AS_USER,
+    CWD_ANYWHERE,
+];
 
 /// Every verb of the SDK's `HostToWorkerMethods`.
 pub fn sdk() -> impl Iterator<Item = &'static str> {

@@ -27,6 +27,7 @@ const NOT_VERBS: &[&str] = &[
     "environmentDrivers",
     "environmentId",
     "envrtLeaseId",
+    "envrtUser",
     dataplane::OFFER_PARAM,
 ];
 

@@ -163,6 +163,15 @@ pub enum DriverError {
         /// The offending path as given.
         path: String,
     },
+    /// The request's `user` cannot be honoured; `reason` is one of the texts each driver
+    /// documents (the command did not run).
+    #[error("Cannot run as user \"{user}\": {reason}")]
+    UserRefused {
+        /// The user as the request gave it.
+        user: String,
+        /// Why, one sentence ending in a period.
+        reason: String,
+    },
     /// An archive entry or a copied link would land outside the sync target.
     #[error("Entry \"{entry}\" would be written outside the target \"{target}\".")]
     EntryEscapesTarget {

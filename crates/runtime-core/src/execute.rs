@@ -59,6 +59,11 @@ pub struct ExecuteRequest {
     pub max_output_bytes: Option<usize>,
     /// Receives chunks as they arrive.
     pub sink: Option<Arc<dyn OutputSink>>,
+    /// Who the command runs as, environment-side (`NAME`, `UID`, `NAME:GROUP` or
+    /// `UID:GID`); the driver's default user when `None`. A driver that cannot honour it
+    /// MUST refuse with [`DriverError::UserRefused`](crate::DriverError::UserRefused)
+    /// rather than run the command as someone else.
+    pub user: Option<String>,
 }
 
 impl ExecuteRequest {
@@ -92,6 +97,7 @@ impl fmt::Debug for ExecuteRequest {
             .field("timeout", &self.timeout)
             .field("max_output_bytes", &self.max_output_bytes)
             .field("sink", &self.sink.is_some())
+            .field("user", &self.user)
             .finish()
     }
 }

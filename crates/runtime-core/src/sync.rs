@@ -321,6 +321,49 @@ mod tests {
     }
 
     #[test]
+    fn a_whole_environment_scope_takes_any_absolute_path_but_never_dot_dot() {
+        use crate::driver::PathScope;
+        let whole = PathScope::WholeEnvironment;
+        assert_eq!(whole.resolve("/workspace", "/tmp/x").unwrap(), "/tmp/x");
+        assert_eq!(whole.resolve("/workspace", "/usr//bin/").unwrap(), "/usr/bin");
+        assert_eq!(whole.resolve("/workspace", "/").unwrap(), "/");
+        assert_eq!(whole.resolve("/workspace", "a/b").unwrap(), "/workspace/a/b");
+        assert_eq!(whole.resolve("/workspace/", ".").unwrap(), "/workspace");
+        for bad in ["../x", "a/../../x", "/workspace/../etc", "", "a\0b"] {
+            assert_eq!(
+                whole.resolve("/workspace", bad).unwrap_err().to_string(),
+                format!("Path \"{bad}\" is outside the lease workspace.")
+            );
+        }
+        assert_eq!(
+            PathScope::Workspace
+                .resolve("/workspace", "/tmp/x")
+                .unwrap_err()
+                .to_string(),
+            "Path \"/tmp/x\" is outside the lease workspace."
+        );
+        assert_eq!(
+            (PathScope::default(), whole.as_str()),
+            (PathScope::Workspace, "whole-environment")
+        );
+        let cwd = PathScope::CwdAnywhere;
+        assert_eq!(cwd.resolve_cwd("/workspace", "/usr/bin").unwrap(), "/usr/bin");
+        assert_eq!(
+            cwd.resolve("/workspace", "/usr/bin").unwrap_err().to_string(),
+            "Path \"/usr/bin\" is outside the lease workspace."
+        );
+        assert_eq!(
+            PathScope::Workspace
+                .resolve_cwd("/workspace", "/usr")
+                .unwrap_err()
+                .to_string(),
+            "Path \"/usr\" is outside the lease workspace."
+        );
+        assert!(whole.any_cwd() && whole.any_file_path() && cwd.any_cwd() && !cwd.any_file_path());
+        assert!(!PathScope::Workspace.any_cwd() && !PathScope::Workspace.any_file_path());
+    }
+
+    #[test]
     fn post_upload_cwd_rules() {
         let targets = vec!["/ws/app".to_string(), "/ws/data/in".to_string()];
         assert_eq!(check_post_upload_cwd("/ws/app", &targets).unwrap(), "/ws/app");

@@ -8,7 +8,7 @@ use envrt_runtime_core::execute::DEFAULT_OUTPUT_LIMIT;
 use super::{MAX_LINE, policy};
 
 /// The usage line.
-const USAGE: &str = "usage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N] [--no-duplex] [--sandbox-uid N] [--sandbox-gid N] [--tmp-size BYTES] [--shm-size BYTES] [--max-processes N] [--max-memory BYTES] [--max-line-bytes N]";
+const USAGE: &str = "usage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N] [--no-duplex] [--sandbox-uid N] [--sandbox-gid N] [--fresh-tmp] [--tmp-size BYTES] [--shm-size BYTES] [--max-processes N] [--max-memory BYTES] [--max-line-bytes N]";
 
 /// What the command line chose.
 #[derive(Debug)]
@@ -70,6 +70,7 @@ pub(super) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
                 config.policy.identity = Some(if flag == "--sandbox-uid" { (id, gid) } else { (uid, id) });
             }
             "--tmp-size" => config.policy.tmp_bytes = number(&flag, &value()?)?,
+            "--fresh-tmp" => config.policy.persistent_tmp = false,
             "--shm-size" => config.policy.shm_bytes = number(&flag, &value()?)?,
             "--max-processes" => config.policy.max_processes = number(&flag, &value()?)?,
             "--max-memory" => config.policy.max_memory = number(&flag, &value()?)?,
@@ -123,6 +124,7 @@ mod tests {
                 "0",
                 "--max-line-bytes",
                 "77",
+                "--fresh-tmp",
             ]
             .into_iter()
             .map(String::from),
@@ -138,6 +140,8 @@ mod tests {
             ),
             (1024, 2048, 9, 0, 77)
         );
+        assert!(!c.policy.persistent_tmp);
+        assert!(parse_args(std::iter::empty()).unwrap().policy.persistent_tmp);
         assert_eq!(
             parse_args(["--max-processes".to_string(), "many".to_string()].into_iter()).unwrap_err(),
             "--max-processes: bad number \"many\""

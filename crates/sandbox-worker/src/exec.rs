@@ -40,6 +40,8 @@ pub(crate) struct ExecuteParams {
     timeout_ms: Option<u64>,
     /// Extension: per-stream capture cap; the worker's default when absent.
     max_output_bytes: Option<usize>,
+    /// Extension: `UID` or `UID:GID` to run as inside the sandbox's user namespace.
+    envrt_user: Option<String>,
 }
 
 /// The provider lease id of the `lease` param of a lease-bound verb.
@@ -135,6 +137,38 @@ pub(crate) fn check_cwd(lease_dir: &Path, cwd: Option<&str>) -> Result<String, D
     Ok(resolved.sandbox)
 }
 
+/// An execute cwd (default `/workspace`): one under `/workspace` is resolved and checked
+/// like [`check_cwd`]; any other absolute directory of the sandbox is taken as is (the
+/// sandbox is the boundary, and no host path is looked at for it): `bwrap` enters it, and
+/// [`run`] reports one that does not exist there.
+pub(crate) fn check_exec_cwd(lease_dir: &Path, cwd: Option<&str>) -> Result<String, DriverError> {
+    let Some(given) = cwd else {
+        return check_cwd(lease_dir, None);
+    };
+    let normalized = envrt_runtime_core::PathScope::CwdAnywhere.resolve_cwd(WORKSPACE, given)?;
+    if envrt_runtime_core::sync::is_within(WORKSPACE, &normalized) {
+        check_cwd(lease_dir, Some(given))
+    } else {
+        Ok(normalized)
+    }
+}
+
+/// Refusal reason of a user the sandbox cannot take.
+pub(crate) const USER_FORM: &str = "the sandbox takes a numeric UID or UID:GID.";
+
+/// The uid and gid inside the sandbox of `UID` or `UID:GID`.
+pub(crate) fn parse_user(user: &str) -> Result<(u32, u32), DriverError> {
+    let number = |s: &str| s.parse::<u32>().ok().filter(|_| s.bytes().all(|b| b.is_ascii_digit()));
+    let parsed = match user.split_once(':') {
+        Some((u, g)) => number(u).zip(number(g)),
+        None => number(user).map(|u| (u, u)),
+    };
+    parsed.ok_or_else(|| DriverError::UserRefused {
+        user: user.to_owned(),
+        reason: USER_FORM.to_owned(),
+    })
+}
+
 /// What a finished command did.
 pub(crate) struct Outcome {
     pub(crate) exit_code: Option<i32>,
@@ -166,11 +200,19 @@ pub(crate) async fn run(
     cap: usize,
     sink: Option<LogSink<'_>>,
     cancel: Option<tokio::sync::oneshot::Receiver<()>>,
+    user: Option<(u32, u32)>,
 ) -> Result<Outcome, DriverError> {
     let started = Instant::now();
     let stdin_mode = if stdin.is_some() { Stdio::piped() } else { Stdio::null() };
     let (mut child, tracked) = sandbox
-        .spawn(lease_dir, cwd, env, argv, [stdin_mode, Stdio::piped(), Stdio::piped()])
+        .spawn_as(
+            lease_dir,
+            cwd,
+            env,
+            argv,
+            [stdin_mode, Stdio::piped(), Stdio::piped()],
+            user,
+        )
         .map_err(|e| DriverError::io("Starting bwrap", e))?;
     if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
         tokio::spawn(async move {
@@ -261,6 +303,14 @@ pub(crate) async fn run(
         (Some(sig), _) => (None, Some(sig.to_owned())),
         (None, Some(Reported::Exited(code))) => (Some(code), None),
         (None, Some(Reported::Signaled(sig))) => (None, Some(signal_name(sig))),
+        (None, None)
+            if status.code() == Some(1) && stderr.clone().into_parts().0.starts_with(b"bwrap: Can't chdir to ") =>
+        {
+            // bwrap could not enter the cwd: it is not a directory in the sandbox.
+            return Err(DriverError::invalid(format!(
+                "cwd \"{cwd}\" is not a directory in the sandbox"
+            )));
+        }
         (None, None) => {
             // Nothing reported: bwrap itself failed, or the sandbox was killed from outside.
             use std::os::unix::process::ExitStatusExt;
@@ -409,7 +459,8 @@ pub(crate) async fn execute(
     if params.command.is_empty() {
         return Err(DriverError::invalid("command must not be empty").into());
     }
-    let cwd = check_cwd(lease_dir, params.cwd.as_deref())?;
+    let cwd = check_exec_cwd(lease_dir, params.cwd.as_deref())?;
+    let user = params.envrt_user.as_deref().map(parse_user).transpose()?;
     let env = check_env(&params.env)?;
     let stdin = match (params.stdin, encoding) {
         (None, _) => None,
@@ -438,6 +489,7 @@ pub(crate) async fn execute(
         params.max_output_bytes.unwrap_or(default_cap),
         Some(sink),
         Some(cancel),
+        user,
     )
     .await?;
     let render = |bytes: &[u8]| match encoding {

@@ -56,7 +56,7 @@ impl Expiries {
                 return;
             };
             sandbox.kill_lease(&owned);
-            let _ = std::fs::remove_dir_all(&owned);
+            let _ = super::sandbox::remove_lease_dir(&owned);
             let _ = std::fs::remove_file(record);
         });
         let previous = self

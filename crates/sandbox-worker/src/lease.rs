@@ -29,7 +29,26 @@ impl Leases {
     pub(crate) fn open(root: PathBuf, policy: Policy) -> std::io::Result<Leases> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&root)?;
-        Ok(Leases { root, policy })
+        let leases = Leases { root, policy };
+        leases.sweep_tmp();
+        Ok(leases)
+    }
+
+    /// Removes every lease `/tmp` whose lease directory is gone (a worker killed between
+    /// the two removals).
+    fn sweep_tmp(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_prefix(super::sandbox::TMP_PREFIX)) else {
+                continue;
+            };
+            if self.path_of(id).is_some_and(|dir| !dir.exists()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
     }
 
     /// Mints a lease id and creates its directory.

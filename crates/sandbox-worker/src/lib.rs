@@ -24,8 +24,11 @@
 //! - `--sandbox-uid N`, `--sandbox-gid N` (worker running as root only): the host user
 //!   `bwrap` and the command run as (default 65534 / 65534); `--sandbox-uid 0
 //!   --sandbox-gid 0` restores running sandboxes as the host's root (unsafe);
-//! - `--tmp-size BYTES` (256 MiB), `--shm-size BYTES` (64 MiB): tmpfs sizes of `/tmp` and
-//!   `/dev/shm`;
+//! - `--fresh-tmp`: a fresh tmpfs `/tmp` for every command instead of the lease's own
+//!   `/tmp`, which otherwise lives beside the lease directory (`.tmp-<lease id>`) and is
+//!   kept across the lease's commands;
+//! - `--tmp-size BYTES` (256 MiB, with `--fresh-tmp`), `--shm-size BYTES` (64 MiB): tmpfs
+//!   sizes of `/tmp` and `/dev/shm`;
 //! - `--max-processes N` (1024) and `--max-memory BYTES` (8 GiB, address space per
 //!   process): the command's `RLIMIT_NPROC` and `RLIMIT_AS`, 0 for none;
 //! - `--max-line-bytes N` (64 MiB): the longest request line read; a longer one is
@@ -48,9 +51,16 @@
 //! # Commands
 //!
 //! Each command runs in its own `bwrap` sandbox (see the `sandbox` module for the exact
-//! layout: read-only system dirs, a minimal `/etc`, private `/tmp`, `/proc` and `/dev`,
-//! no network, own pid namespace, no capabilities) with the lease directory as the only
-//! writable place at `/workspace`. Inside, the worker binary itself (bound read-only at
+//! layout: read-only system dirs, a minimal `/etc`, private `/proc` and `/dev`,
+//! no network, own pid namespace, no capabilities) with the lease directory as the
+//! writable place at `/workspace` and the lease's own `/tmp` beside it (both kept across
+//! the lease's commands). `cwd` may be any absolute directory of the sandbox (the sandbox
+//! is the boundary: `/tmp`, `/usr/bin`); one that does not exist there is refused with
+//! `cwd "{cwd}" is not a directory in the sandbox`. Sync stays within `/workspace`: the
+//! worker writes and reads those files from the host side, and nothing else of the host
+//! is ever touched for a request. With the extension param `envrtUser` (`UID` or
+//! `UID:GID`) the command runs as that uid and gid inside the sandbox's user namespace
+//! (`bwrap --uid --gid`; outside, it is still the sandbox's unprivileged host user). Inside, the worker binary itself (bound read-only at
 //! `/.envrt-init`, run with the hidden first argument `--sandbox-init`) starts the program
 //! and reports on a status pipe whether it exited or was killed by a signal, so results
 //! carry `signal` exactly (bwrap alone folds a signal death into exit code 128+n). The
@@ -159,6 +169,8 @@ const SUPPORTED_METHODS: &[&str] = &[
     methods::START_INTERACTIVE_SETUP,
     methods::GET_INTERACTIVE_SETUP,
     methods::CANCEL_INTERACTIVE_SETUP,
+    methods::EXECUTE_AS_USER,
+    methods::CWD_ANYWHERE,
 ];
 
 /// Whether `method` is one an SDK worker knows but this worker does not implement

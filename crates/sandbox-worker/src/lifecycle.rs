@@ -92,7 +92,7 @@ pub(super) fn acquire(worker: &Worker, params: Value) -> Result<Value, RpcError>
         return Ok(lease_result(Some(id), None));
     };
     if let Err(e) = worker.expiries.watch(&worker.sandbox, &dir, at) {
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = super::sandbox::remove_lease_dir(&dir);
         return Err(e.into());
     }
     Ok(lease_result(Some(id), Some(at)))
@@ -129,7 +129,7 @@ pub(super) fn end(worker: &Worker, method: &str, params: Value) -> Result<Value,
     worker.expiries.forget(&dir);
     worker.sandbox.kill_lease(&dir);
     if method == methods::DESTROY_LEASE {
-        match std::fs::remove_dir_all(&dir) {
+        match super::sandbox::remove_lease_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {

@@ -13,7 +13,11 @@
 //!   `/proc/timer_stats`, `/proc/sched_debug`, `/proc/latency_stats`, `/proc/kpagecount`,
 //!   `/proc/kpageflags`, `/proc/kpagecgroup`, `/proc/kmsg`, `/proc/acpi`, `/proc/asound`,
 //!   `/proc/scsi` (those the kernel has);
-//! - `/tmp` is a tmpfs of 256 MiB, `/dev/shm` one of 64 MiB, the rest of `/dev` read-only;
+//! - `/tmp` is the lease's own directory, kept across its commands (`.tmp-<lease id>`
+//!   beside the lease directory, removed with it): bounded by the lease root's file system,
+//!   like the workspace; with `--fresh-tmp`, each command gets a fresh tmpfs `/tmp` of
+//!   `--tmp-size` (256 MiB) instead. `/dev/shm` is a tmpfs of 64 MiB per command, the rest
+//!   of `/dev` read-only;
 //! - at most 1024 processes (`RLIMIT_NPROC`, counted in the sandbox's own user namespace)
 //!   and 8 GiB of address space per process (`RLIMIT_AS`), set by the sandbox init before
 //!   the command starts, soft and hard.
@@ -58,8 +62,11 @@ pub(crate) struct Policy {
     /// Host uid and gid `bwrap` (and so the command) runs as; `None` keeps the worker's
     /// own (the only choice for a worker that is not root).
     pub(crate) identity: Option<(u32, u32)>,
-    /// Size of the `/tmp` tmpfs in bytes.
+    /// Size of the `/tmp` tmpfs in bytes (with a fresh `/tmp` per command only).
     pub(crate) tmp_bytes: u64,
+    /// Keep each lease's `/tmp` across its commands (the default), rather than a fresh
+    /// tmpfs per command.
+    pub(crate) persistent_tmp: bool,
     /// Size of the `/dev/shm` tmpfs in bytes.
     pub(crate) shm_bytes: u64,
     /// `RLIMIT_NPROC` of the command (0: not set).
@@ -75,6 +82,7 @@ impl Default for Policy {
                 .is_root()
                 .then_some((DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)),
             tmp_bytes: DEFAULT_TMP_BYTES,
+            persistent_tmp: true,
             shm_bytes: DEFAULT_SHM_BYTES,
             max_processes: DEFAULT_MAX_PROCESSES,
             max_memory: DEFAULT_MAX_MEMORY,
@@ -143,9 +151,10 @@ pub(crate) fn proc_options() -> Vec<String> {
     a
 }
 
-/// The `/dev` and `/tmp` options: a read-only `/dev` with a sized `/dev/shm`, a sized `/tmp`.
-pub(crate) fn tmpfs_options(policy: &Policy) -> Vec<String> {
-    [
+/// The `/dev` and `/tmp` options: a read-only `/dev` with a sized `/dev/shm`; `/tmp` the
+/// lease's own directory `tmp` (as `bwrap` reaches it) when given, else a sized tmpfs.
+pub(crate) fn tmpfs_options(policy: &Policy, tmp: Option<&Path>) -> Vec<String> {
+    let mut a: Vec<String> = [
         "--dev".to_owned(),
         "/dev".to_owned(),
         "--size".to_owned(),
@@ -154,12 +163,22 @@ pub(crate) fn tmpfs_options(policy: &Policy) -> Vec<String> {
         "/dev/shm".to_owned(),
         "--remount-ro".to_owned(),
         "/dev".to_owned(),
-        "--size".to_owned(),
-        policy.tmp_bytes.to_string(),
-        "--tmpfs".to_owned(),
-        "/tmp".to_owned(),
     ]
-    .into()
+    .into();
+    match tmp {
+        Some(dir) => a.extend([
+            "--bind".to_owned(),
+            dir.to_string_lossy().into_owned(),
+            "/tmp".to_owned(),
+        ]),
+        None => a.extend([
+            "--size".to_owned(),
+            policy.tmp_bytes.to_string(),
+            "--tmpfs".to_owned(),
+            "/tmp".to_owned(),
+        ]),
+    }
+    a
 }
 
 /// Applies the limits argument of the sandbox init to the calling process (inherited by

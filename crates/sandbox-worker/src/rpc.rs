@@ -42,7 +42,8 @@ impl From<DriverError> for RpcError {
             | DriverError::PostUploadCwd { .. }
             | DriverError::InvalidGlob { .. }
             | DriverError::TreeTooDeep { .. }
-            | DriverError::InvalidInput { .. } => code::INVALID_PARAMS,
+            | DriverError::InvalidInput { .. }
+            | DriverError::UserRefused { .. } => code::INVALID_PARAMS,
             _ => code::WORKER_ERROR,
         };
         RpcError {

@@ -3,8 +3,9 @@
 //!
 //! Layout inside the sandbox: `/usr` read-only, `/bin`, `/sbin`, `/lib*` as on the host
 //! (links into `/usr`, or read-only binds), a minimal read-only `/etc` (loader cache, users,
-//! groups, alternatives, name service, time zone), fresh `/proc`, minimal `/dev`, a tmpfs
-//! `/tmp`, and the lease directory bound read-write at `/workspace` (the cwd by default).
+//! groups, alternatives, name service, time zone), fresh `/proc`, minimal `/dev`, the
+//! lease's own `/tmp` (see `policy`), and the lease directory bound read-write at
+//! `/workspace` (the cwd by default).
 //! Every namespace is unshared (user, pid, network, ipc, uts, cgroup), all capabilities are
 //! dropped, the command gets a new session and dies with the worker. On top of that the
 //! worker's policy (see the `policy` module) applies: an unprivileged sandbox user,
@@ -118,7 +119,7 @@ impl Sandbox {
         let probe_dir = std::env::temp_dir();
         let mut probe = std::process::Command::new(&sandbox.bwrap);
         probe
-            .args(sandbox.args(&probe_dir, &sandbox.init, WORKSPACE))
+            .args(sandbox.args(&probe_dir, None, &sandbox.init, WORKSPACE, None))
             .arg("true")
             .env_clear()
             .stdin(Stdio::null());
@@ -140,11 +141,41 @@ impl Sandbox {
         Ok(sandbox)
     }
 
-    /// The `bwrap` options (everything before the command).
-    fn args(&self, lease_dir: &Path, init: &Path, cwd: &str) -> Vec<String> {
-        let mut a = options(&self.root_links, init, lease_dir, &self.policy, &self.proc_options);
+    /// The `bwrap` options (everything before the command): `tmp` is the lease's own
+    /// `/tmp` (a fresh tmpfs when `None`), `user` the uid and gid inside the sandbox.
+    fn args(
+        &self,
+        lease_dir: &Path,
+        tmp: Option<&Path>,
+        init: &Path,
+        cwd: &str,
+        user: Option<(u32, u32)>,
+    ) -> Vec<String> {
+        let mut a = options(&self.root_links, init, lease_dir, &self.policy, &self.proc_options, tmp);
+        if let Some((uid, gid)) = user {
+            a.extend(["--uid".into(), uid.to_string(), "--gid".into(), gid.to_string()]);
+        }
         a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
         a
+    }
+
+    /// The lease's own `/tmp` as `bwrap` reaches it, made on first use (mode `1777`, the
+    /// sandbox user's); `None` under `--fresh-tmp`.
+    fn lease_tmp(&self, lease_dir: &Path) -> std::io::Result<Option<PathBuf>> {
+        use std::os::unix::fs::PermissionsExt;
+        if !self.policy.persistent_tmp {
+            return Ok(None);
+        }
+        let tmp = tmp_of(lease_dir);
+        match std::fs::create_dir(&tmp) {
+            Ok(()) => {
+                std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))?;
+                self.policy.hand_over(&tmp)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        Ok(Some(self.view.lease_dir(&tmp)))
     }
 
     /// Spawns `argv` in a sandbox over `lease_dir`, under the worker binary in its init role
@@ -156,7 +187,21 @@ impl Sandbox {
         cwd: &str,
         env: &[(String, String)],
         argv: &[String],
+        stdio: [Stdio; 3],
+    ) -> std::io::Result<(Child, Tracked)> {
+        self.spawn_as(lease_dir, cwd, env, argv, stdio, None)
+    }
+
+    /// [`Sandbox::spawn`] with the command running as `user` (uid, gid) inside the
+    /// sandbox's user namespace; the namespace's default (the sandbox user) when `None`.
+    pub(crate) fn spawn_as(
+        &self,
+        lease_dir: &Path,
+        cwd: &str,
+        env: &[(String, String)],
+        argv: &[String],
         [stdin, stdout, stderr]: [Stdio; 3],
+        user: Option<(u32, u32)>,
     ) -> std::io::Result<(Child, Tracked)> {
         let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
         // bwrap resolves bind sources as the sandbox user: through the view (see there).
@@ -165,7 +210,8 @@ impl Sandbox {
         // in bwrap's own environment (where LD_PRELOAD and friends would act on the host
         // side) nor on any command line.
         let env_fd = env_args(env)?;
-        let mut args = self.args(&lease_path, &self.init, cwd);
+        let tmp = self.lease_tmp(lease_dir)?;
+        let mut args = self.args(&lease_path, tmp.as_deref(), &self.init, cwd, user);
         // `--args` goes before the final `--` of the options
         args.insert(args.len() - 1, "--args".into());
         args.insert(args.len() - 1, env_fd.as_raw_fd().to_string());
@@ -375,7 +421,11 @@ fn root_layout() -> Vec<(String, Option<String>)> {
 /// mounts. Public so that benchmarks measure a bare `bwrap` with exactly the worker's
 /// flags.
 pub fn bwrap_options(lease_dir: &Path, cwd: &str, init: &Path) -> Vec<String> {
-    let mut a = options(&root_layout(), init, lease_dir, &Policy::default(), &proc_options());
+    let policy = Policy {
+        persistent_tmp: false,
+        ..Policy::default()
+    };
+    let mut a = options(&root_layout(), init, lease_dir, &policy, &proc_options(), None);
     a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
     a
 }
@@ -403,6 +453,7 @@ fn options(
     lease_dir: &Path,
     policy: &Policy,
     proc_options: &[String],
+    tmp: Option<&Path>,
 ) -> Vec<String> {
     let mut a: Vec<String> = [
         "--unshare-all",
@@ -435,7 +486,7 @@ fn options(
     }
     a.extend(["--proc".into(), "/proc".into()]);
     a.extend(proc_options.iter().cloned());
-    a.extend(tmpfs_options(policy));
+    a.extend(tmpfs_options(policy, tmp));
     a.extend([
         "--bind".into(),
         lease_dir.to_string_lossy().into_owned(),
@@ -444,6 +495,29 @@ fn options(
     // The sandbox's root (where /etc and the mount points live) is read-only too.
     a.extend(["--remount-ro".into(), "/".into()]);
     a
+}
+
+/// Name prefix of a lease's `/tmp` directory beside its lease directory.
+pub(crate) const TMP_PREFIX: &str = ".tmp-";
+
+/// The host directory behind a lease's `/tmp`: a sibling of the lease directory, so the
+/// workspace does not hold it.
+pub(crate) fn tmp_of(lease_dir: &Path) -> PathBuf {
+    let name = lease_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    lease_dir.with_file_name(format!("{TMP_PREFIX}{name}"))
+}
+
+/// Removes a lease directory and its `/tmp` (either may be gone already).
+pub(crate) fn remove_lease_dir(lease_dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(tmp_of(lease_dir)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::remove_dir_all(lease_dir)
 }
 
 fn find_in_path(name: &str) -> Option<PathBuf> {

@@ -118,6 +118,7 @@ pub(crate) async fn sync(
                 64 * 1024,
                 None,
                 None,
+                None,
             )
             .await?;
             envrt_runtime_core::sync::post_upload_verdict(

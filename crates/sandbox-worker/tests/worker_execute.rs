@@ -306,7 +306,7 @@ fn env_values_stay_off_command_lines() {
 }
 
 #[test]
-fn cwd_is_confined_to_the_workspace() {
+fn cwd_is_any_sandbox_directory_but_never_dot_dot() {
     let mut w = Worker::ready();
     let lease = w.acquire();
     w.ok(
@@ -320,7 +320,13 @@ fn cwd_is_confined_to_the_workspace() {
     assert_eq!(r["stdout"], "/workspace/sub/dir\n");
     let r = w.ok("environmentExecute", on_lease(&lease, json!({"command": "pwd"})));
     assert_eq!(r["stdout"], "/workspace\n");
-    for bad in ["/etc", "../x", "/workspace/../etc"] {
+    // Any directory of the sandbox is a cwd (the sandbox is the boundary); `..` is not.
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "pwd", "cwd": "/etc"})),
+    );
+    assert_eq!(r["stdout"], "/etc\n");
+    for bad in ["../x", "/workspace/../etc"] {
         assert_eq!(
             w.err(
                 "environmentExecute",

@@ -275,6 +275,8 @@ fn processes_memory_and_tmpfs_space_are_bounded() {
         "40",
         "--max-memory",
         "268435456",
+        // a sized tmpfs /tmp per command (the default /tmp is the lease's own directory)
+        "--fresh-tmp",
         "--tmp-size",
         "1048576",
         "--shm-size",

@@ -21,7 +21,8 @@ fn handshake_advertises_every_verb_and_both_extensions() {
             "duplexChannelOpen", "duplexChannelWrite", "duplexChannelStop", "duplexChannelClose",
             "duplexChannelCloseInput", "envrtListLeases", "environmentCaptureTemplate",
             "environmentDeleteTemplate", "environmentListTemplates", "environmentStartInteractiveSetup",
-            "environmentGetInteractiveSetup", "environmentCancelInteractiveSetup"]}})
+            "environmentGetInteractiveSetup", "environmentCancelInteractiveSetup",
+            "envrtExecuteAsUser", "envrtCwdAnywhere"]}})
     );
     assert_eq!(
         w.err("initialize", init_params()),
@@ -251,7 +252,7 @@ fn bad_flags_are_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "unknown argument \"--frobnicate\"\nusage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N] [--no-duplex] [--sandbox-uid N] [--sandbox-gid N] [--tmp-size BYTES] [--shm-size BYTES] [--max-processes N] [--max-memory BYTES] [--max-line-bytes N]\n"
+        "unknown argument \"--frobnicate\"\nusage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N] [--no-duplex] [--sandbox-uid N] [--sandbox-gid N] [--fresh-tmp] [--tmp-size BYTES] [--shm-size BYTES] [--max-processes N] [--max-memory BYTES] [--max-line-bytes N]\n"
     );
 }
 

@@ -89,9 +89,16 @@ fn only_the_workspace_is_writable_and_it_is_the_lease_directory() {
         std::fs::read_to_string(w.root.path().join(&lease).join("made-inside")).unwrap(),
         "hi\n"
     );
-    // /tmp is private to each command.
-    let r = run(&mut w, &lease, "cat /tmp/scratch");
-    assert_ne!(r["exitCode"], 0);
+    // /tmp is the lease's own, kept across its commands (issue 17), outside the workspace.
+    let r = run(&mut w, &lease, "cat /tmp/scratch; ls -A /workspace");
+    assert_eq!(r["stdout"], "t\nmade-inside\n", "{r}");
+    assert_eq!(
+        std::fs::read_to_string(w.root.path().join(format!(".tmp-{lease}")).join("scratch")).unwrap(),
+        "t\n"
+    );
+    let other = w.acquire();
+    let r = run(&mut w, &other, "cat /tmp/scratch");
+    assert_ne!(r["exitCode"], 0, "another lease has another /tmp: {r}");
     // No capabilities inside.
     let r = run(&mut w, &lease, "grep CapEff /proc/self/status");
     assert_eq!(r["stdout"], "CapEff:\t0000000000000000\n");

@@ -387,7 +387,14 @@ fn cwd_confined(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
         let link = ctx.marker("cwd-link");
         ctx.sh(&lease, &format!("ln -s /tmp '{link}'")).await?;
-        for cwd in ["../outside", "/etc", link.as_str()] {
+        // A whole isolated environment takes any absolute path; `..` stays refused.
+        let whole = ctx.any_cwd();
+        let refused: Vec<&str> = if whole {
+            vec!["../outside"]
+        } else {
+            vec!["../outside", "/etc", link.as_str()]
+        };
+        for cwd in refused {
             let mut request = ExecuteRequest::new("pwd", Vec::<String>::new());
             request.cwd = Some(cwd.into());
             let error = ctx

@@ -165,11 +165,17 @@ fn refuses_absolute(ctx: &Ctx) -> Result<(), String> {
             .runtime
             .sync_in(&lease.id, &op("esc", vec![SyncFile::file(&file, &target)]))
             .await;
-        expect_refusal(result, &format!("Path \"{target}\" is outside the lease workspace.")).await?;
+        // A whole isolated environment takes the path as its own; the host never sees it.
+        let whole = ctx.whole_environment();
+        if whole {
+            result.map_err(|e| format!("{target} refused: {e}"))?;
+        } else {
+            expect_refusal(result, &format!("Path \"{target}\" is outside the lease workspace.")).await?;
+        }
         ensure(!Path::new(&target).exists(), || {
             format!("{target} was written on the host")
         })?;
-        if ctx.profile.has_execute {
+        if ctx.profile.has_execute && !whole {
             ensure_absent(ctx, &lease, &target, "target written in the environment").await?;
         }
         Ok(())
@@ -180,7 +186,12 @@ fn refuses_parent_source(ctx: &Ctx) -> Result<(), String> {
     let host = host_dir()?;
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
         let out = path_str(&host.path().join("out"));
-        for source in ["../etc", "/etc"] {
+        let sources: &[&str] = if ctx.whole_environment() {
+            &["../etc"]
+        } else {
+            &["../etc", "/etc"]
+        };
+        for source in sources.iter().copied() {
             let result = ctx
                 .runtime
                 .sync_out(&lease.id, &op("esc", vec![SyncFile::directory(source, &out)]))
@@ -204,8 +215,13 @@ fn refuses_symlink_out(ctx: &Ctx) -> Result<(), String> {
             .runtime
             .sync_in(&lease.id, &op("esc", vec![SyncFile::file(&file, &target)]))
             .await;
-        expect_refusal(result, &format!("Path \"{target}\" is outside the lease workspace.")).await?;
-        ensure_absent(ctx, &lease, &format!("/tmp/{name}"), "file written through the link").await?;
+        if ctx.whole_environment() {
+            // The link leads elsewhere in the environment: that is where the file lands.
+            result.map_err(|e| format!("{target} refused: {e}"))?;
+        } else {
+            expect_refusal(result, &format!("Path \"{target}\" is outside the lease workspace.")).await?;
+            ensure_absent(ctx, &lease, &format!("/tmp/{name}"), "file written through the link").await?;
+        }
         ensure(!Path::new(&format!("/tmp/{name}")).exists(), || {
             "written on the host".into()
         })

@@ -367,6 +367,16 @@ impl EnvironmentDriver for SandboxDriver {
         Some(self)
     }
 
+    /// `cwd-anywhere` while the live worker advertises `envrtCwdAnywhere`, else the
+    /// workspace: the host cannot know what a worker confines, so it takes its word.
+    fn path_scope(&self) -> envrt_runtime_core::PathScope {
+        if self.advertises(methods::CWD_ANYWHERE) {
+            envrt_runtime_core::PathScope::CwdAnywhere
+        } else {
+            envrt_runtime_core::PathScope::Workspace
+        }
+    }
+
     fn verified_verbs(&self) -> VerbSet {
         let mut verbs = (*self.supervisor.supported()).clone();
         if verbs.contains(methods::EXECUTE_BINARY) {
@@ -448,6 +458,15 @@ impl Execute for SandboxDriver {
             timeout_ms: request.timeout.map(|timeout| timeout.as_millis() as u64),
             ..ExecuteParams::default()
         };
+        if let Some(user) = &request.user {
+            if !self.advertises(methods::EXECUTE_AS_USER) {
+                return Err(DriverError::UserRefused {
+                    user: user.clone(),
+                    reason: format!("the plugin worker does not advertise \"{}\".", methods::EXECUTE_AS_USER),
+                });
+            }
+            params.envrt_user = Some(user.clone());
+        }
         if let Some(stdin) = &request.stdin {
             let text = if binary {
                 b64.encode(stdin)

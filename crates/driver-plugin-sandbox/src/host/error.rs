@@ -208,6 +208,14 @@ pub(crate) fn typed_refusal(code: i64, message: &str) -> Option<DriverError> {
     if let Some(pattern) = quoted("Exclude pattern \"", "\" is not a valid glob.") {
         return Some(DriverError::InvalidGlob { pattern });
     }
+    if let Some(rest) = message.strip_prefix("Cannot run as user \"")
+        && let Some((user, reason)) = rest.split_once("\": ")
+    {
+        return Some(DriverError::UserRefused {
+            user: user.to_owned(),
+            reason: reason.to_owned(),
+        });
+    }
     if let Some(id) = quoted("Lease resource \"", "\" does not exist.") {
         return Some(DriverError::ResourceGone { id });
     }

@@ -40,6 +40,7 @@ impl DriverError {
     pub fn kind(&self) -> &'static str {
         match self {
             DriverError::PathOutsideWorkspace { .. } => "path_outside_workspace",
+            DriverError::UserRefused { .. } => "user_refused",
             DriverError::EntryEscapesTarget { .. } => "entry_escapes_target",
             DriverError::PostUploadCwd { .. } => "post_upload_cwd",
             DriverError::PostUploadFailed { .. } => "post_upload_failed",
