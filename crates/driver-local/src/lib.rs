@@ -139,6 +139,7 @@ use envrt_runtime_core::{
     RealizedWorkspace, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
 };
 
+mod bulk;
 mod containment;
 mod copy;
 mod exec;
