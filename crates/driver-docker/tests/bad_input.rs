@@ -305,6 +305,72 @@ async fn escaping_paths_are_refused_with_exact_text_and_nothing_is_written() {
     h.finish().await;
 }
 
+/// Paths without links are checked by the engine's path stat alone; a link anywhere on the
+/// way (deep or shallow, in or out) still goes to the check inside the container, which
+/// lets links that stay inside through and refuses the rest, for sync in, sync out and a
+/// command's cwd alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_on_the_way_are_resolved_inside_the_container_for_every_path_checked() {
+    let h = harness_or_skip!();
+    bounded(180, async {
+        let lease = h.default_lease().await;
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("f"), b"x").unwrap();
+        let f = host.path().join("f");
+        h.sh(
+            &lease,
+            "mkdir -p a/b/real && echo in > a/b/real/g && ln -s real a/b/inside && ln -s /etc a/b/out",
+        )
+        .await;
+        // Inside: plain deep paths (missing parts included) and a link that stays inside.
+        for fine in ["a/b/real/new/deeper/g2", "a/b/inside/g3"] {
+            sync_in(&h, &lease, vec![SyncFile::file(s(&f), fine)]).await.unwrap();
+        }
+        let r = sync_out(
+            &h,
+            &lease,
+            vec![SyncFile::file("a/b/inside/g", s(&host.path().join("o")))],
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.operations[0].files_transferred, 1);
+        assert_eq!(std::fs::read(host.path().join("o")).unwrap(), b"in\n");
+        let mut request = ExecuteRequest::new("pwd", [""; 0]);
+        request.cwd = Some("a/b/inside".into());
+        let r = h.runtime.execute(&lease.id, request).await.unwrap();
+        assert_eq!(r.exit_code, Some(0));
+        // Out, through a link two levels down.
+        let err = sync_in(&h, &lease, vec![SyncFile::file(s(&f), "a/b/out/envrt-evil")])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Path \"a/b/out/envrt-evil\" is outside the lease workspace."
+        );
+        let err = sync_out(
+            &h,
+            &lease,
+            vec![SyncFile::file("a/b/out/passwd", s(&host.path().join("p")))],
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Path \"a/b/out/passwd\" is outside the lease workspace."
+        );
+        let mut request = ExecuteRequest::new("pwd", [""; 0]);
+        request.cwd = Some("a/b/out".into());
+        let err = h.runtime.execute(&lease.id, request).await.unwrap_err();
+        assert_eq!(err.to_string(), "Path \"a/b/out\" is outside the lease workspace.");
+        let r = h.sh(&lease, "ls /etc | grep -c envrt-evil; cat a/b/real/g3").await;
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "0\nx");
+        assert!(!host.path().join("p").exists());
+        h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    })
+    .await;
+    h.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_execute_input_is_refused_or_stays_inside_the_container() {
     let h = harness_or_skip!();
