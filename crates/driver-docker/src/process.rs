@@ -401,29 +401,29 @@ for t; do
 done
 "#;
 
-/// Go `os.FileMode`'s symlink bit in the engine's path stat.
+/// Go `os.FileMode`'s symlink and directory bits in the engine's path stat.
 const GO_MODE_SYMLINK: u32 = 1 << 27;
+const GO_MODE_DIR: u32 = 1 << 31;
 
-/// Whether, by the engine's path stat, neither the workspace nor any existing component of
-/// `path` below it is a symlink: then `path` resolves to itself, inside the workspace
-/// (which `confine_to_workspace` already checked lexically). False whenever the stat
-/// cannot tell (a link, an error, a missing workspace): the script decides then.
-async fn free_of_links(engine: &Engine, container: &str, workspace: &str, path: &str) -> bool {
-    let Some(rest) = path.strip_prefix(workspace) else {
-        return false;
-    };
+/// By the engine's path stat: `Some(exists)` when neither the workspace nor any existing
+/// component of `path` below it is a symlink — then `path` resolves to itself, inside the
+/// workspace (which `confine_to_workspace` already checked lexically) — with `exists`
+/// telling whether `path` itself is there as a directory. `None` whenever the stat cannot tell (a link,
+/// an error, a missing workspace): the script decides then.
+async fn free_of_links(engine: &Engine, container: &str, workspace: &str, path: &str) -> Option<bool> {
+    let rest = path.strip_prefix(workspace)?;
     let mut prefix = workspace.trim_end_matches('/').to_owned();
-    let mut components = vec![String::new()];
+    let mut components = vec![if workspace.is_empty() {
+        "/".to_owned()
+    } else {
+        workspace.to_owned()
+    }];
     for part in rest.split('/').filter(|p| !p.is_empty()) {
         prefix.push('/');
         prefix.push_str(part);
         components.push(prefix.clone());
     }
-    components[0] = if workspace.is_empty() {
-        "/".to_owned()
-    } else {
-        workspace.to_owned()
-    };
+    let mut is_dir = false;
     for (i, component) in components.iter().enumerate() {
         let options = bollard::query_parameters::ContainerArchiveInfoOptionsBuilder::default()
             .path(component)
@@ -436,41 +436,46 @@ async fn free_of_links(engine: &Engine, container: &str, workspace: &str, path: 
             })
             .await
         {
-            Ok(stat) if stat.file_mode & GO_MODE_SYMLINK != 0 => return false,
-            Ok(_) => {}
+            Ok(stat) if stat.file_mode & GO_MODE_SYMLINK != 0 => return None,
+            Ok(stat) => is_dir = stat.file_mode & GO_MODE_DIR != 0,
             // The deepest existing ancestor was the one before (never the workspace itself).
-            Err(e) if i > 0 && crate::engine::is_not_found(&e) => return true,
-            Err(_) => return false,
+            Err(e) if i > 0 && crate::engine::is_not_found(&e) => return Some(false),
+            Err(_) => return None,
         }
     }
-    true
+    Some(is_dir)
 }
 
 /// Refuses with [`DriverError::PathOutsideWorkspace`] (naming the path as the caller gave
 /// it) the first of `paths` — `(as given, normalized absolute)` — whose deepest existing
 /// ancestor resolves, through symlinks inside the container, outside the workspace.
-/// Lexical confinement (`confine_to_workspace`) must already have passed.
+/// Lexical confinement (`confine_to_workspace`) must already have passed. Returns whether
+/// every path is known to be an existing directory (false when that was not looked at).
 pub(crate) async fn ensure_resolves_inside(
     engine: &Engine,
     container: &str,
     workspace: &str,
     paths: &[(&str, &str)],
-) -> Result<(), DriverError> {
+) -> Result<bool, DriverError> {
     if paths.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     // The usual case, no symlink on the way, is told by the engine's path stat (a request
     // each, a few milliseconds) instead of a script run in the container (an exec, ~100 ms
     // on a loaded host).
+    let mut all_exist = true;
     let mut linked = false;
     for (_, resolved) in paths {
-        if !free_of_links(engine, container, workspace, resolved).await {
-            linked = true;
-            break;
+        match free_of_links(engine, container, workspace, resolved).await {
+            Some(exists) => all_exist &= exists,
+            None => {
+                linked = true;
+                break;
+            }
         }
     }
     if !linked {
-        return Ok(());
+        return Ok(all_exist);
     }
     let mut args = vec![workspace];
     args.extend(paths.iter().map(|(_, resolved)| *resolved));
@@ -493,7 +498,7 @@ pub(crate) async fn ensure_resolves_inside(
         Ok(index) => Err(DriverError::PathOutsideWorkspace {
             path: paths.get(index).map(|(given, _)| *given).unwrap_or_default().to_owned(),
         }),
-        Err(_) => Ok(()),
+        Err(_) => Ok(false),
     }
 }
 

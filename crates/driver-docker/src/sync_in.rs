@@ -221,7 +221,8 @@ pub(crate) async fn sync_in(
         .flat_map(|p| &p.entries)
         .map(|e| (e.plan.target.as_str(), e.parent.as_str()))
         .collect();
-    crate::process::ensure_resolves_inside(&driver.engine, container, &workspace, &parents).await?;
+    // Known to exist already (by the same path stats), the parents need no `mkdir` exec.
+    let parents_exist = crate::process::ensure_resolves_inside(&driver.engine, container, &workspace, &parents).await?;
     let mut results = Vec::with_capacity(plans.len());
     for plan in plans {
         let mut result = SyncOperationResult {
@@ -229,7 +230,7 @@ pub(crate) async fn sync_in(
             ..Default::default()
         };
         let parents: Vec<&str> = plan.entries.iter().map(|e| e.parent.as_str()).collect();
-        if !parents.is_empty() {
+        if !parents.is_empty() && !parents_exist {
             let (_, stderr, code) = run_script(
                 &driver.engine,
                 container,
