@@ -26,8 +26,15 @@ impl Local {
     /// A local driver (workspaces under `root`, else its default) and one lease.
     #[cfg(feature = "local")]
     pub(crate) async fn open(root: Option<PathBuf>) -> Result<Local, String> {
+        Local::open_contained(root, true).await
+    }
+
+    /// [`open`](Self::open), with the per-command cgroups on or off.
+    #[cfg(feature = "local")]
+    pub(crate) async fn open_contained(root: Option<PathBuf>, cgroups: bool) -> Result<Local, String> {
         let config = envrt_driver_local::LocalConfig {
             root,
+            cgroups,
             ..Default::default()
         };
         let driver = Arc::new(envrt_driver_local::LocalDriver::new(config).map_err(|e| e.to_string())?);
@@ -38,6 +45,12 @@ impl Local {
     /// Without the driver crate: the row's "n/a".
     #[cfg(not(feature = "local"))]
     pub(crate) async fn open(_root: Option<PathBuf>) -> Result<Local, String> {
+        Err(DRIVER_MISSING.into())
+    }
+
+    /// Without the driver crate: the row's "n/a".
+    #[cfg(not(feature = "local"))]
+    pub(crate) async fn open_contained(_root: Option<PathBuf>, _cgroups: bool) -> Result<Local, String> {
         Err(DRIVER_MISSING.into())
     }
 
@@ -60,16 +73,24 @@ pub(crate) async fn exec_rows(config: &Config) -> Vec<Row> {
         Ok(l) => l,
         Err(e) => return vec![Row::missing(EXEC, 1, format!("{name} p50"), e)],
     };
+    // The same driver without per-command cgroups, so that the cost of containment shows
+    // in the same run (the driver's default is cgroups on wherever they are writable).
+    let uncontained = match Local::open_contained(None, false).await {
+        Ok(l) => l,
+        Err(e) => return vec![Row::missing(EXEC, 1, format!("{name} p50"), e)],
+    };
     let l = &local.leased;
-    let measured = interleave(2, 30, config.exec_rounds(), |i| async move {
-        if i == 0 {
-            l.run(&["true"]).await
-        } else {
-            baseline::spawn("true", &[]).await
+    let u = &uncontained.leased;
+    let measured = interleave(3, 30, config.exec_rounds(), |i| async move {
+        match i {
+            0 => l.run(&["true"]).await,
+            1 => baseline::spawn("true", &[]).await,
+            _ => u.run(&["true"]).await,
         }
     })
     .await;
     local.leased.close().await;
+    uncontained.leased.close().await;
     let m = match measured {
         Ok(m) => m,
         Err(e) => return vec![Row::missing(EXEC, 1, format!("{name} p50"), format!("error: {e}"))],
@@ -77,9 +98,12 @@ pub(crate) async fn exec_rows(config: &Config) -> Vec<Row> {
     vec![
         Row::new(EXEC, 1, format!("{name} p50"), Figure::ms(m.p(0, 50.0)))
             .baseline("bare tokio spawn", Figure::ms(m.p(1, 50.0)))
-            .target(Target::RatioAtMost(0, 1.10)),
+            .baseline("local driver without cgroups", Figure::ms(m.p(2, 50.0)))
+            .target(Target::RatioAtMost(0, 1.10))
+            .note("\"without cgroups\": `LocalConfig { cgroups: false }`, process groups only"),
         Row::new(EXEC, 1, format!("{name} p99"), Figure::ms(m.p(0, 99.0)))
-            .baseline("bare tokio spawn", Figure::ms(m.p(1, 99.0))),
+            .baseline("bare tokio spawn", Figure::ms(m.p(1, 99.0)))
+            .baseline("local driver without cgroups", Figure::ms(m.p(2, 99.0))),
     ]
 }
 

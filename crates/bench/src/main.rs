@@ -7,7 +7,7 @@
 //! ```
 //! `ROW` is a row number (1–7) or a group key: `exec-local`, `exec-docker`,
 //! `exec-sandbox`, `stdout`, `duplex`, `sync-local`, `sync-docker`, `scale-exec`,
-//! `scale-leases`, `scale-duplex` (a prefix such as `exec` or `sync` selects every group
+//! `scale-leases`, `scale-open`, `scale-duplex` (a prefix such as `exec` or `sync` selects every group
 //! under it).
 
 // Built without some driver, the helpers only that driver's rows use are unused.
@@ -23,6 +23,7 @@ mod local;
 mod measure;
 mod report;
 mod sandbox;
+mod scale;
 mod ssh;
 
 use std::path::PathBuf;
@@ -197,6 +198,9 @@ async fn run_all(config: &Config) -> Vec<Row> {
     }
     if config.wants("scale-leases", 7) {
         section("scale-leases", local::lease_memory_rows(config).await);
+    }
+    if config.wants("scale-open", 7) {
+        section("scale-open", scale::open_lease_rows(config).await);
     }
     if config.wants("scale-duplex", 7) {
         section("scale-duplex", sandbox::route_rows(config).await);

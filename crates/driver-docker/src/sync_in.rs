@@ -229,7 +229,8 @@ pub(crate) async fn sync_in(
             ..Default::default()
         };
         let parents: Vec<&str> = plan.entries.iter().map(|e| e.parent.as_str()).collect();
-        if !parents.is_empty() {
+        // Parents that already exist (by the engine's path stats) need no `mkdir` exec.
+        if !parents.is_empty() && !crate::process::all_directories(&driver.engine, container, &parents).await {
             let (_, stderr, code) = run_script(
                 &driver.engine,
                 container,

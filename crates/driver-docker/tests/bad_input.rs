@@ -306,6 +306,68 @@ async fn escaping_paths_are_refused_with_exact_text_and_nothing_is_written() {
     h.finish().await;
 }
 
+/// Links on the way are resolved by the engine inside the container, for sync in, sync out
+/// and a command's cwd alike: the container is the boundary, so a link that leads out of
+/// the workspace reaches the container's own file system, never the host's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_on_the_way_are_resolved_inside_the_container_for_every_path_checked() {
+    let h = harness_or_skip!();
+    bounded(180, async {
+        let lease = h.default_lease().await;
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("f"), b"x").unwrap();
+        let f = host.path().join("f");
+        h.sh(
+            &lease,
+            "mkdir -p a/b/real && echo in > a/b/real/g && ln -s real a/b/inside && ln -s /etc a/b/out",
+        )
+        .await;
+        // Inside: plain deep paths (missing parts included) and a link that stays inside.
+        for fine in ["a/b/real/new/deeper/g2", "a/b/inside/g3"] {
+            sync_in(&h, &lease, vec![SyncFile::file(s(&f), fine)]).await.unwrap();
+        }
+        let r = sync_out(
+            &h,
+            &lease,
+            vec![SyncFile::file("a/b/inside/g", s(&host.path().join("o")))],
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.operations[0].files_transferred, 1);
+        assert_eq!(std::fs::read(host.path().join("o")).unwrap(), b"in\n");
+        let mut request = ExecuteRequest::new("pwd", [""; 0]);
+        request.cwd = Some("a/b/inside".into());
+        let r = h.runtime.execute(&lease.id, request).await.unwrap();
+        assert_eq!(r.exit_code, Some(0));
+        // Out of the workspace, through a link two levels down: into the container's /etc.
+        sync_in(&h, &lease, vec![SyncFile::file(s(&f), "a/b/out/envrt-evil")])
+            .await
+            .unwrap();
+        assert!(
+            !std::path::Path::new("/etc/envrt-evil").exists(),
+            "the host's /etc is never touched"
+        );
+        let r = sync_out(
+            &h,
+            &lease,
+            vec![SyncFile::file("a/b/out/envrt-evil", s(&host.path().join("p")))],
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.operations[0].files_transferred, 1);
+        assert_eq!(std::fs::read(host.path().join("p")).unwrap(), b"x");
+        let mut request = ExecuteRequest::new("pwd", [""; 0]);
+        request.cwd = Some("a/b/out".into());
+        let r = h.runtime.execute(&lease.id, request).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "/etc\n");
+        let r = h.sh(&lease, "cat /etc/envrt-evil; cat a/b/real/g3").await;
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "xx");
+        h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    })
+    .await;
+    h.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_execute_input_is_refused_or_stays_inside_the_container() {
     let h = harness_or_skip!();

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -15,29 +15,22 @@ use std::time::{Duration, Instant};
 
 use envrt_runtime_core::execute::signal_name;
 
+use crate::bulk::{BulkReader, Delivery};
 use crate::containment::{self, Containment};
 use crate::groups::{ProcessTable, reap_group, signal_group};
 use crate::program::{SCRIPT_SHELL, find_program};
-use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
+use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputStream};
 use nix::errno::Errno;
-use nix::fcntl::{FcntlArg, fcntl};
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// `PATH` given to commands when the host has none.
 pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Size of each read from a command's stdout or stderr, to begin with (the default pipe
-/// buffer's size).
+/// Size of each read from a command's stdout or stderr on the supervising task (the
+/// default pipe buffer's size). A read that fills it hands the stream to a reader thread
+/// of its own (see `bulk`).
 const READ_CHUNK: usize = 64 * 1024;
-
-/// Once a read fills [`READ_CHUNK`] (the command writes in bulk), the stream's pipe is
-/// enlarged to this (`F_SETPIPE_SZ`; the host may refuse, which costs only speed) and
-/// read this much at a time: fewer wake-ups per byte and a producer that blocks less.
-/// Commands with little output never pay for it, so that many concurrent executes
-/// neither hold large buffers nor eat into the user's pipe-page allowance
-/// (`/proc/sys/fs/pipe-user-pages-soft`).
-const BULK_READ_CHUNK: usize = 1024 * 1024;
 
 /// After the command exits, how long the readers wait for more output while the pipes
 /// stay silent; each chunk restarts it. Only a process that escaped the group can keep a
@@ -165,36 +158,64 @@ async fn read_some<R: AsyncRead + Unpin>(reader: Option<&mut R>, buf: &mut Vec<u
     }
 }
 
-/// One output stream being captured.
+/// The read end of a command's output pipe.
+trait PipeEnd: AsyncRead + Unpin {
+    fn into_fd(self) -> io::Result<OwnedFd>;
+}
+
+impl PipeEnd for tokio::process::ChildStdout {
+    fn into_fd(self) -> io::Result<OwnedFd> {
+        self.into_owned_fd()
+    }
+}
+
+impl PipeEnd for tokio::process::ChildStderr {
+    fn into_fd(self) -> io::Result<OwnedFd> {
+        self.into_owned_fd()
+    }
+}
+
+/// One output stream being captured: read on the supervising task until it carries bulk
+/// output, then by a [`BulkReader`] thread.
 struct Capture<R> {
     reader: Option<R>,
     /// Empty between reads; its capacity is the size of the next read.
     buf: Vec<u8>,
     kept: CappedBuffer,
     stream: OutputStream,
+    bulk: Option<BulkReader>,
 }
 
-impl<R: AsyncRead + AsFd + Unpin> Capture<R> {
+impl<R: PipeEnd> Capture<R> {
     fn new(reader: Option<R>, stream: OutputStream, cap: usize) -> Self {
         Capture {
             reader,
             buf: Vec::with_capacity(READ_CHUNK),
             kept: CappedBuffer::new(cap),
             stream,
+            bulk: None,
         }
     }
 
-    /// Switches the stream to bulk reads (see [`BULK_READ_CHUNK`]).
-    fn go_bulk(&mut self) {
-        if let Some(reader) = &self.reader {
-            // Failure (EPERM past the user's pipe allowance, an old kernel) costs only speed.
-            let _ = fcntl(reader, FcntlArg::F_SETPIPE_SZ(BULK_READ_CHUNK as i32));
-        }
-        self.buf.reserve_exact(BULK_READ_CHUNK);
+    /// Whether output may still come.
+    fn open(&self) -> bool {
+        self.reader.is_some() || self.bulk.is_some()
     }
 
-    /// Applies the outcome of one read; returns whether bytes came.
-    fn take(&mut self, read: io::Result<usize>, sink: Option<&dyn OutputSink>) -> bool {
+    /// Hands the stream to a reader thread (see `bulk`).
+    fn go_bulk(&mut self, delivery: &Arc<Delivery>) {
+        let Some(reader) = self.reader.take() else { return };
+        // Should the descriptor not come out of the event loop, it is gone with the
+        // error: the stream is over.
+        if let Ok(fd) = reader.into_fd() {
+            let kept = std::mem::replace(&mut self.kept, CappedBuffer::new(0));
+            self.bulk = Some(BulkReader::start(fd, self.stream, kept, Arc::clone(delivery)));
+            self.buf = Vec::new();
+        }
+    }
+
+    /// Applies the outcome of one read on the task; returns whether bytes came.
+    fn take(&mut self, read: io::Result<usize>, delivery: &Arc<Delivery>) -> bool {
         match read {
             Ok(0) | Err(_) => {
                 self.reader = None;
@@ -203,17 +224,36 @@ impl<R: AsyncRead + AsFd + Unpin> Capture<R> {
             Ok(n) => {
                 let chunk = &self.buf[..];
                 self.kept.push(chunk);
-                if let Some(sink) = sink {
-                    sink.on_chunk(self.stream, chunk);
-                }
+                delivery.deliver(self.stream, chunk);
                 let full = n >= self.buf.capacity();
                 self.buf.clear();
-                if full && n < BULK_READ_CHUNK {
-                    self.go_bulk();
+                if full {
+                    self.go_bulk(delivery);
                 }
                 true
             }
         }
+    }
+
+    /// Bytes the reader thread has read so far (0 without one).
+    fn progress(&self) -> u64 {
+        self.bulk.as_ref().map_or(0, BulkReader::progress)
+    }
+
+    /// Stops the reader thread, if any, and takes back what it kept.
+    async fn finish(&mut self) {
+        if let Some(mut bulk) = self.bulk.take() {
+            bulk.stop();
+            self.kept = bulk.finish().await;
+        }
+    }
+}
+
+/// Waits until the stream's reader thread reached end of file; never without one.
+async fn bulk_done(bulk: Option<&mut BulkReader>) -> CappedBuffer {
+    match bulk {
+        Some(bulk) => bulk.finish().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -340,8 +380,8 @@ async fn supervise(
     kill_grace: Duration,
     started: Instant,
 ) -> Result<ExecuteResult, DriverError> {
-    let sink = request.sink.clone();
-    let sink = sink.as_deref();
+    let delivery = Delivery::new(request.sink.clone());
+    let sink = &delivery;
     let cap = request.output_limit();
     let mut out = Capture::new(child.stdout.take(), OutputStream::Stdout, cap);
     let mut err = Capture::new(child.stderr.take(), OutputStream::Stderr, cap);
@@ -389,6 +429,9 @@ async fn supervise(
             }
             read = read_some(out.reader.as_mut(), &mut out.buf) => { out.take(read, sink); }
             read = read_some(err.reader.as_mut(), &mut err.buf) => { err.take(read, sink); }
+            // A reader thread ends at end of file, or with the sink's panic, resumed here.
+            kept = bulk_done(out.bulk.as_mut()) => { out.kept = kept; out.bulk = None; }
+            kept = bulk_done(err.bulk.as_mut()) => { err.kept = kept; err.bulk = None; }
             () = &mut feed, if !feed_done => { feed_done = true; }
         }
     };
@@ -402,7 +445,8 @@ async fn supervise(
     }
     let drain_end = tokio::time::Instant::now() + DRAIN_MAX;
     timer.as_mut().reset(tokio::time::Instant::now() + DRAIN_IDLE);
-    while out.reader.is_some() || err.reader.is_some() {
+    let mut seen = out.progress() + err.progress();
+    while out.open() || err.open() {
         tokio::select! {
             biased;
             read = read_some(out.reader.as_mut(), &mut out.buf) => {
@@ -415,9 +459,21 @@ async fn supervise(
                     timer.as_mut().reset((tokio::time::Instant::now() + DRAIN_IDLE).min(drain_end));
                 }
             }
-            () = &mut timer => break,
+            kept = bulk_done(out.bulk.as_mut()) => { out.kept = kept; out.bulk = None; }
+            kept = bulk_done(err.bulk.as_mut()) => { err.kept = kept; err.bulk = None; }
+            () = &mut timer => {
+                // A reader thread that read since the last look is not idle.
+                let now_seen = out.progress() + err.progress();
+                if now_seen == seen || tokio::time::Instant::now() >= drain_end {
+                    break;
+                }
+                seen = now_seen;
+                timer.as_mut().reset((tokio::time::Instant::now() + DRAIN_IDLE).min(drain_end));
+            }
         }
     }
+    out.finish().await;
+    err.finish().await;
 
     let mut metadata = envrt_runtime_core::JsonMap::new();
     metadata.insert("pid".into(), pgid.into());

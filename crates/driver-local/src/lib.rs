@@ -172,6 +172,7 @@ use envrt_runtime_core::{
     WorkspaceRequest,
 };
 
+mod bulk;
 mod containment;
 mod copy;
 mod exec;
