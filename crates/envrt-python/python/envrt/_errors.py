@@ -77,6 +77,8 @@ _BY_OS = {
 }
 
 _BY_KIND = {
+    "source_missing": EnvrtFileNotFoundError,
+    "path_outside_workspace": EnvrtPermissionError,
     "lease_expired": EnvrtTimeoutError,
     "lease_not_found": EnvrtLookupError,
     "environment_not_found": EnvrtLookupError,
