@@ -76,12 +76,12 @@ fn main() -> ExitCode {
 /// Builds the `envrt` binary and runs the main-job script with it.
 fn demo() -> Result<(), String> {
     let mut build = util::cargo();
-    build.args(["build", "--quiet", "-p", "envrt", "--bin", "envrt"]);
+    build.args(["build", "--quiet", "-p", "envrt-cli", "--bin", "envrt"]);
     util::run(build)?;
     let target = util::target_dir();
     let mut script = std::process::Command::new("sh");
     script
-        .arg(util::root().join("crates/envrt/scripts/main-job.sh"))
+        .arg(util::root().join("crates/envrt-cli/scripts/main-job.sh"))
         .env("ENVRT", target.join("debug/envrt"));
     util::run(script)
 }

@@ -7,7 +7,7 @@ use crate::util::{cargo, run};
 pub(crate) fn run_soak(args: &[String]) -> Result<(), String> {
     // The soak finds these beside itself, in the same target directory.
     let mut cli = cargo();
-    cli.args(["build", "--quiet", "-p", "envrt", "--bin", "envrt", "--all-features"]);
+    cli.args(["build", "--quiet", "-p", "envrt-cli", "--bin", "envrt"]);
     run(cli)?;
     let mut worker = cargo();
     worker.args([

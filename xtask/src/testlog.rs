@@ -1,6 +1,6 @@
 //! Running `cargo test --no-fail-fast` with stdout and stderr in one stream, and reading
 //! that stream back: the libtest counts, and every failed test with its target (as
-//! cargo's own rerun hint names it, e.g. `-p envrt --test docker`) and its message.
+//! cargo's own rerun hint names it, e.g. `-p envrt-cli --test docker`) and its message.
 
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 /// One failed test (or a whole test binary that failed without naming a test).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Failure {
-    /// Cargo's rerun arguments for the test binary, e.g. `-p envrt --test docker`.
+    /// Cargo's rerun arguments for the test binary, e.g. `-p envrt-cli --test docker`.
     pub(crate) target: String,
     /// The test's name; `(binary)` when the binary failed without a failing test.
     pub(crate) test: String,

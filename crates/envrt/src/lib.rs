@@ -17,12 +17,13 @@
 //! | `docker` | no | `docker`: commands in Docker containers (key `docker`) |
 //! | `plugin-sandbox` | no | `plugin_sandbox`: sandboxes run by a plugin worker (key `sandbox`) |
 //! | `all-drivers` | no | all three drivers |
-//! | `sqlite` | yes | [`sqlite`]: leases that survive the process ([`SqliteStore`]) |
-//! | `cli` | yes | the `envrt` binary with every driver (pulls in clap, toml, nix) |
+//! | `sqlite` | no | [`sqlite`]: leases that survive the process ([`SqliteStore`]) |
+//! | `config` | no | [`config`]: `envrt.toml` and the runtime it describes (implies `sqlite`) |
 //!
-//! A library that wants only the local driver and no command-line dependencies uses
-//! `envrt = { version = "…", default-features = false, features = ["local"] }`. Each driver
-//! crate (`envrt-driver-local`, …) also works on its own with `envrt-runtime-core`.
+//! The default is the local driver alone, so a library pays only for what it uses. The
+//! `envrt` command-line tool is its own crate (`envrt-cli`), which enables `config` and
+//! every driver. Each driver crate (`envrt-driver-local`, …) also works on its own with
+//! `envrt-runtime-core`.
 //!
 //! ## Example
 //!
@@ -44,6 +45,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+pub mod config;
 
 pub use builder::{BuildError, RuntimeBuilder, SkippedDriver};
 

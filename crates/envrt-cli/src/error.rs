@@ -36,6 +36,25 @@ impl From<envrt::StoreError> for CliError {
     }
 }
 
+impl From<envrt::config::ConfigError> for CliError {
+    fn from(e: envrt::config::ConfigError) -> Self {
+        use envrt::config::ConfigError;
+        match e {
+            ConfigError::Invalid(m) => CliError::Usage(m),
+            ConfigError::Failure(m) => CliError::Failure(m),
+            ConfigError::Runtime(e) => CliError::Runtime(e),
+            other => CliError::Failure(other.to_string()),
+        }
+    }
+}
+
+/// A bad duration argument is a usage error, in the tool's words.
+impl From<envrt::config::DurationError> for CliError {
+    fn from(e: envrt::config::DurationError) -> Self {
+        CliError::Usage(format!("envrt: {e}"))
+    }
+}
+
 impl CliError {
     /// A stable machine-readable class: `usage`, `failure`, or the runtime error's own
     /// [`kind`](RuntimeError::kind).
@@ -105,6 +124,16 @@ mod tests {
         assert_eq!(store.to_string(), "Lease store error: disk full");
         assert_eq!(CliError::Usage("u".into()).exit_code(), 2);
         assert_eq!(CliError::Failure("f".into()).exit_code(), 1);
+    }
+
+    #[test]
+    fn a_bad_duration_is_a_usage_error_in_the_tools_words() {
+        let err = CliError::from(envrt::config::parse_duration("--timeout", "soon").unwrap_err());
+        assert_eq!(
+            err.to_string(),
+            "envrt: --timeout expects a positive duration such as 90, 1.5, 500ms, 1s, 2m or 1h30m, got \"soon\""
+        );
+        assert_eq!(err.exit_code(), 2);
     }
 
     #[test]

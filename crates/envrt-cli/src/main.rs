@@ -8,10 +8,8 @@
 
 mod app;
 mod caps;
-mod config;
 mod cp;
 mod doctor;
-mod duration;
 mod error;
 mod exec;
 mod isolation;
@@ -110,7 +108,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
-    let paths = config::Paths::resolve(cli.config.as_deref(), cli.state_dir.as_deref())?;
+    let paths = envrt::config::Paths::resolve(cli.config.as_deref(), cli.state_dir.as_deref())?;
     match cli.command {
         Command::Exec(args) => exec::run(&paths, args).await,
         Command::Shell(args) => shell::run(&paths, args).await,

@@ -24,6 +24,12 @@
 //! ttl = "30m"               # default lease expiry (`lease acquire`, `exec`, `shell`); none by default
 //! [environment.config]      # driver-specific, passed as JSON
 //! image = "debian:12"
+//!
+//! [[environment]]
+//! id = "warm"
+//! driver = "docker"
+//! [environment.pool]        # keep leases ready (a long-lived host: `Assembly::start_pools`)
+//! size = 4                  # 1 to 64; not together with `ttl`
 //! ```
 //!
 //! An environment `local` with driver `local` exists even with no file, unless the file
@@ -34,21 +40,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use envrt::{Environment, EnvironmentStatus, JsonMap};
+use envrt_runtime_core::{Environment, EnvironmentStatus, JsonMap};
 use serde::Deserialize;
 
-use crate::error::CliError;
+use super::ConfigError;
 
 /// The id and driver of the environment that exists without any configuration.
-pub(crate) const IMPLICIT_LOCAL: &str = "local";
+pub const IMPLICIT_LOCAL: &str = "local";
 
 /// Resolved locations.
 #[derive(Debug, Clone)]
-pub(crate) struct Paths {
+pub struct Paths {
     /// The configuration file, when there is one.
-    pub(crate) config: Option<PathBuf>,
+    pub config: Option<PathBuf>,
     /// The state directory (created on first use).
-    pub(crate) state_dir: PathBuf,
+    pub state_dir: PathBuf,
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
@@ -58,7 +64,7 @@ fn env_path(name: &str) -> Option<PathBuf> {
 impl Paths {
     /// `--config` > `$ENVRT_CONFIG` > `./envrt.toml` when it exists; `--state-dir` >
     /// `$ENVRT_STATE_DIR` > `$XDG_STATE_HOME/envrt` > `$HOME/.local/state/envrt`.
-    pub(crate) fn resolve(config: Option<&Path>, state_dir: Option<&Path>) -> Result<Paths, CliError> {
+    pub fn resolve(config: Option<&Path>, state_dir: Option<&Path>) -> Result<Paths, ConfigError> {
         let config = match config.map(Path::to_path_buf).or_else(|| env_path("ENVRT_CONFIG")) {
             Some(explicit) => Some(explicit),
             None => {
@@ -73,7 +79,7 @@ impl Paths {
                 None => match env_path("HOME") {
                     Some(home) => home.join(".local/state/envrt"),
                     None => {
-                        return Err(CliError::Usage(
+                        return Err(ConfigError::Invalid(
                             "envrt: no state directory: pass --state-dir or set ENVRT_STATE_DIR (HOME is not set)"
                                 .into(),
                         ));
@@ -86,7 +92,7 @@ impl Paths {
     }
 
     /// The lease database.
-    pub(crate) fn database(&self) -> PathBuf {
+    pub fn database(&self) -> PathBuf {
         self.state_dir.join("leases.db")
     }
 }
@@ -129,13 +135,13 @@ struct PluginEntry {
 
 /// A configured plugin.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Plugin {
+pub struct Plugin {
     /// The manifest file (resolved against the config file's directory).
-    pub(crate) manifest: PathBuf,
+    pub manifest: PathBuf,
     /// Which manifest entry.
-    pub(crate) driver_key: Option<String>,
+    pub driver_key: Option<String>,
     /// Plugin configuration.
-    pub(crate) config: JsonMap,
+    pub config: JsonMap,
 }
 
 #[derive(Debug, Deserialize)]
@@ -151,25 +157,65 @@ struct EnvironmentEntry {
     #[serde(default)]
     metadata: Option<toml::Table>,
     ttl: Option<String>,
+    pool: Option<PoolEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolEntry {
+    size: Option<toml::Value>,
+}
+
+/// The largest pool an environment may declare: each pooled lease holds a real resource
+/// (a container, a sandbox) while it waits, so a typo such as `size = 1000` is refused.
+pub const MAX_POOL_SIZE: i64 = 64;
+
+/// The checked `size` of `[environment.pool]`.
+fn pool_size(pool: &PoolEntry) -> Result<usize, String> {
+    let Some(size) = &pool.size else {
+        return Err("[environment.pool] needs a size".into());
+    };
+    match size.as_integer() {
+        Some(n) if (1..=MAX_POOL_SIZE).contains(&n) => Ok(n as usize),
+        _ => Err(format!(
+            "pool size expects a whole number from 1 to {MAX_POOL_SIZE}, got {}",
+            shown(size)
+        )),
+    }
+}
+
+/// A TOML value as an error message shows it.
+fn shown(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => format!("\"{s}\""),
+        toml::Value::Integer(n) => n.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        toml::Value::Datetime(d) => d.to_string(),
+        toml::Value::Array(_) => "an array".into(),
+        toml::Value::Table(_) => "a table".into(),
+    }
 }
 
 /// The loaded configuration.
 #[derive(Debug, Clone)]
-pub(crate) struct Config {
+pub struct Config {
     /// Tenant id for new leases.
-    pub(crate) company: String,
+    pub company: String,
     /// The environment used when none is named.
-    pub(crate) default_environment: String,
+    pub default_environment: String,
     /// Root of local lease workspaces.
-    pub(crate) local_root: PathBuf,
+    pub local_root: PathBuf,
     /// The Docker engine address, when set.
-    pub(crate) docker_host: Option<String>,
+    pub docker_host: Option<String>,
     /// Configured plugins.
-    pub(crate) plugins: Vec<Plugin>,
+    pub plugins: Vec<Plugin>,
     /// Every environment, the implicit `local` included, in file order.
-    pub(crate) environments: Vec<Environment>,
+    pub environments: Vec<Environment>,
     /// The default lease TTL of each environment that sets `ttl`.
-    pub(crate) ttls: BTreeMap<String, std::time::Duration>,
+    pub ttls: BTreeMap<String, std::time::Duration>,
+    /// The pool size of each environment that declares `[environment.pool]`.
+    pub pools: BTreeMap<String, usize>,
 }
 
 fn to_json(table: toml::Table) -> JsonMap {
@@ -181,18 +227,21 @@ fn to_json(table: toml::Table) -> JsonMap {
 
 impl Config {
     /// Reads the configuration file (if any) and adds the implicit `local` environment.
-    pub(crate) fn load(paths: &Paths) -> Result<Config, CliError> {
+    pub fn load(paths: &Paths) -> Result<Config, ConfigError> {
         let file = match &paths.config {
             None => File::default(),
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| CliError::Usage(format!("envrt: cannot read config \"{}\": {e}", path.display())))?;
-                Self::parse(&text).map_err(|m| CliError::Usage(format!("envrt: config \"{}\": {m}", path.display())))?
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::Invalid(format!("envrt: cannot read config \"{}\": {e}", path.display()))
+                })?;
+                Self::parse(&text)
+                    .map_err(|m| ConfigError::Invalid(format!("envrt: config \"{}\": {m}", path.display())))?
             }
         };
         Ok(Self::from_file(file, paths))
     }
 
+    /// Parses the text of an `envrt.toml`; the error is the message without the file name.
     fn parse(text: &str) -> Result<File, String> {
         let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
         let mut seen = BTreeSet::new();
@@ -207,11 +256,16 @@ impl Config {
                 return Err(format!("environment \"{}\" is defined twice", entry.id));
             }
             if let Some(raw) = &entry.ttl {
-                crate::duration::parse_duration("ttl", raw).map_err(|e| {
-                    let text = e.to_string();
-                    let text = text.strip_prefix("envrt: ").unwrap_or(&text).to_owned();
-                    format!("environment \"{}\": {text}", entry.id)
-                })?;
+                super::parse_duration("ttl", raw).map_err(|e| format!("environment \"{}\": {e}", entry.id))?;
+            }
+            if let Some(pool) = &entry.pool {
+                pool_size(pool).map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
+                if entry.ttl.is_some() {
+                    return Err(format!(
+                        "environment \"{}\": a pool cannot be combined with ttl (pooled leases are acquired ahead and carry no expiry)",
+                        entry.id
+                    ));
+                }
             }
         }
         Ok(file)
@@ -224,9 +278,14 @@ impl Config {
             .iter()
             .filter_map(|e| {
                 let raw = e.ttl.as_deref()?;
-                let ttl = crate::duration::parse_duration("ttl", raw).ok()?;
+                let ttl = super::parse_duration("ttl", raw).ok()?;
                 Some((e.id.clone(), ttl))
             })
+            .collect();
+        let pools = file
+            .environments
+            .iter()
+            .filter_map(|e| Some((e.id.clone(), pool_size(e.pool.as_ref()?).ok()?)))
             .collect();
         let mut environments: Vec<Environment> = file
             .environments
@@ -262,12 +321,12 @@ impl Config {
                 .collect(),
             environments,
             ttls,
+            pools,
         }
     }
 
     /// The environment with this id.
-    #[cfg(test)]
-    pub(crate) fn environment(&self, id: &str) -> Option<&Environment> {
+    pub fn environment(&self, id: &str) -> Option<&Environment> {
         self.environments.iter().find(|e| e.id == id)
     }
 }
@@ -380,6 +439,52 @@ status = "archived"
         assert_eq!(
             Config::parse("[[environment]]\nid = \"a\"\n").unwrap_err(),
             "missing field `driver`"
+        );
+    }
+
+    #[test]
+    fn an_environment_may_declare_a_pool() {
+        let file =
+            Config::parse("[[environment]]\nid = \"a\"\ndriver = \"local\"\n[environment.pool]\nsize = 3\n").unwrap();
+        let c = Config::from_file(file, &paths());
+        assert_eq!(c.pools.get("a"), Some(&3));
+        assert_eq!(c.pools.len(), 1);
+    }
+
+    #[test]
+    fn bad_pools_are_refused_with_exact_texts() {
+        let pool = |body: &str| {
+            Config::parse(&format!(
+                "[[environment]]\nid = \"a\"\ndriver = \"local\"\n[environment.pool]\n{body}"
+            ))
+            .unwrap_err()
+        };
+        for (body, got) in [
+            ("size = 0\n", "0"),
+            ("size = -2\n", "-2"),
+            ("size = 65\n", "65"),
+            ("size = 1.5\n", "1.5"),
+            ("size = \"three\"\n", "\"three\""),
+            ("size = true\n", "true"),
+            ("size = [1]\n", "an array"),
+        ] {
+            assert_eq!(
+                pool(body),
+                format!("environment \"a\": pool size expects a whole number from 1 to 64, got {got}"),
+                "for {body:?}"
+            );
+        }
+        assert_eq!(pool(""), "environment \"a\": [environment.pool] needs a size");
+        assert_eq!(
+            pool("size = 2\nimage = \"x\"\n"),
+            "unknown field `image`, expected `size`"
+        );
+        assert_eq!(
+            Config::parse(
+                "[[environment]]\nid = \"a\"\ndriver = \"local\"\nttl = \"5m\"\n[environment.pool]\nsize = 2\n"
+            )
+            .unwrap_err(),
+            "environment \"a\": a pool cannot be combined with ttl (pooled leases are acquired ahead and carry no expiry)"
         );
     }
 }

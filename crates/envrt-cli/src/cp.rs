@@ -10,8 +10,8 @@ use clap::Args;
 use envrt::{DriverError, RuntimeError, SyncFile, SyncKind, SyncOperation, SyncResult};
 
 use crate::app::App;
-use crate::config::Paths;
 use crate::error::CliError;
+use envrt::config::Paths;
 
 #[derive(Debug, Args)]
 pub(crate) struct CpArgs {

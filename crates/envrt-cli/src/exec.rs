@@ -12,8 +12,8 @@ use tokio::io::AsyncReadExt;
 
 use crate::Target;
 use crate::app::App;
-use crate::config::Paths;
 use crate::error::CliError;
+use envrt::config::Paths;
 
 /// Default `--stdin-limit`: the most every built-in driver accepts (the sandbox's request
 /// limit, stdin carried as base64: 47 MiB); local and Docker take more when it is raised.
@@ -117,8 +117,9 @@ pub(crate) fn read_env_files(
 
 /// Parses `--timeout`.
 pub(crate) fn parse_timeout(raw: Option<&str>) -> Result<Option<Duration>, CliError> {
-    raw.map(|raw| crate::duration::parse_duration("--timeout", raw))
-        .transpose()
+    Ok(raw
+        .map(|raw| envrt::config::parse_duration("--timeout", raw))
+        .transpose()?)
 }
 
 /// Writes output to our stdout/stderr as it arrives, at most `cap` bytes per stream.
@@ -305,7 +306,7 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
     let ttl = args
         .ttl
         .as_deref()
-        .map(|raw| crate::duration::parse_duration("--ttl", raw))
+        .map(|raw| envrt::config::parse_duration("--ttl", raw))
         .transpose()?;
     // Before any lease exists: a refused stdin leaves nothing to clean up.
     let stdin = if args.no_stdin {

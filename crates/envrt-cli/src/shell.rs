@@ -19,8 +19,8 @@ use tokio::io::AsyncReadExt;
 
 use crate::Target;
 use crate::app::App;
-use crate::config::Paths;
 use crate::error::CliError;
+use envrt::config::Paths;
 
 /// Ctrl-D.
 const CTRL_D: u8 = 0x04;

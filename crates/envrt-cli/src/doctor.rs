@@ -2,13 +2,13 @@
 //! is missing. A check is required when a configured environment uses its driver; the
 //! exit code is 1 when a required check fails.
 
-use std::path::{Path, PathBuf};
-
 use envrt::{LeaseFilter, LeaseStatus, LeaseStore};
 
-use crate::app::{App, open_store};
-use crate::config::{Config, Paths};
+use envrt::config::open_store;
+
+use crate::app::App;
 use crate::error::CliError;
+use envrt::config::{Config, Paths};
 
 /// One check's outcome.
 struct Check {
@@ -17,19 +17,6 @@ struct Check {
     ok: bool,
     detail: String,
     fix: Option<String>,
-}
-
-/// `name` found on `PATH`.
-pub(crate) fn find_in_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 async fn store_check(paths: &Paths) -> Check {
@@ -104,7 +91,7 @@ fn driver_check(app: &App, key: &'static str, name: &'static str, fix: &str) -> 
 }
 
 fn binary_check(binary: &'static str, name: &'static str, required: bool, fix: &str) -> Check {
-    match find_in_path(binary) {
+    match envrt::config::find_in_path(binary) {
         Some(path) => Check {
             name,
             required,
@@ -148,7 +135,7 @@ pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
             "install bubblewrap (apt-get install bubblewrap)",
         ));
         let configured_plugin = !config.plugins.is_empty();
-        checks.push(match crate::app::reference_worker() {
+        checks.push(match envrt::config::reference_worker() {
             Some(path) => Check {
                 name: "sandbox worker",
                 required: sandbox && !configured_plugin,

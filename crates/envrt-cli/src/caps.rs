@@ -6,8 +6,8 @@ use envrt::{CapabilityKey, CapabilitySnapshot};
 use serde::Serialize;
 
 use crate::app::App;
-use crate::config::Paths;
 use crate::error::CliError;
+use envrt::config::Paths;
 
 #[derive(Debug, Args)]
 pub(crate) struct CapsArgs {

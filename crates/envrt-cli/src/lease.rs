@@ -11,8 +11,8 @@ use envrt::{Lease, LeaseFilter, LeasePolicy, LeaseStatus};
 
 use crate::Target;
 use crate::app::App;
-use crate::config::Paths;
 use crate::error::CliError;
+use envrt::config::Paths;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum LeaseCommand {
@@ -124,7 +124,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
             let ttl = args
                 .ttl
                 .as_deref()
-                .map(|raw| crate::duration::parse_duration("--ttl", raw))
+                .map(|raw| envrt::config::parse_duration("--ttl", raw))
                 .transpose()?;
             let environment = app.environment_id(&args.target).await?;
             let lease = app
@@ -330,7 +330,7 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
 /// between creating a container and recording its lease, or by a lost record). Kept:
 /// every active, retained or pending lease, and released reusable ones.
 async fn reap_docker_orphans(app: &App, paths: &Paths, dry_run: bool) -> Result<usize, CliError> {
-    let driver = envrt::docker::DockerDriver::connect(crate::app::docker_config(paths, &app.config))
+    let driver = envrt::docker::DockerDriver::connect(envrt::config::docker_config(paths, &app.config))
         .await
         .map_err(|e| CliError::Runtime(e.into()))?;
     let keep: Vec<String> = app

@@ -1,0 +1,239 @@
+//! The runtime a configuration describes: the SQLite store in the state directory, every
+//! driver this build enables (set up only when an environment uses it, for those that
+//! need a connection or a worker), the configured environments in the store, and the
+//! configured warm pools.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use envrt_runtime_core::{EnvironmentRuntime, LeaseStore, PoolSpec};
+
+use super::{Config, ConfigError, Paths};
+use crate::{RuntimeBuilder, SkippedDriver, SqliteStore};
+
+/// A runtime assembled from a configuration.
+#[derive(Debug)]
+pub struct Assembly {
+    /// The runtime, shared so that pools (which run on a background task) can hold it.
+    pub runtime: Arc<EnvironmentRuntime>,
+    /// The configuration it was built from.
+    pub config: Config,
+    /// Enabled drivers that could not be set up (an unreachable Docker engine, a plugin
+    /// worker that would not start); the rest of the runtime works without them.
+    pub skipped: Vec<SkippedDriver>,
+}
+
+/// Creates `dir` (mode 0700) when missing.
+fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens the lease store in the state directory (creating the directory, mode 0700).
+pub async fn open_store(paths: &Paths) -> Result<SqliteStore, ConfigError> {
+    ensure_private_dir(&paths.state_dir).map_err(|e| {
+        ConfigError::Failure(format!(
+            "envrt: cannot create the state directory \"{}\": {e}",
+            paths.state_dir.display()
+        ))
+    })?;
+    Ok(SqliteStore::open(paths.database()).await?)
+}
+
+/// The label that scopes the Docker containers of one state directory, so reconciliation
+/// only reaps containers leased through this store.
+#[cfg(feature = "docker")]
+pub const STATE_LABEL: &str = "envrt.cli-state";
+
+/// The Docker driver's configuration: the configured host, labelled with the state dir.
+#[cfg(feature = "docker")]
+pub fn docker_config(paths: &Paths, config: &Config) -> crate::docker::DockerConfig {
+    let mut docker = crate::docker::DockerConfig {
+        host: config.docker_host.clone(),
+        ..Default::default()
+    };
+    docker
+        .extra_labels
+        .insert(STATE_LABEL.into(), paths.state_dir.display().to_string());
+    docker
+}
+
+/// An executable file named `name` in a directory of `PATH`.
+pub fn find_in_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| {
+            std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// The reference worker `envrt-sandbox-worker`: next to the running executable, else on
+/// `PATH`.
+pub fn reference_worker() -> Option<PathBuf> {
+    const NAME: &str = "envrt-sandbox-worker";
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(NAME)))
+        .filter(|p| p.is_file());
+    beside.or_else(|| find_in_path(NAME))
+}
+
+/// The plugin manifest of the reference worker, leases under `<state dir>/sandbox`.
+#[cfg(feature = "plugin-sandbox")]
+fn reference_manifest(worker: &Path, paths: &Paths) -> crate::plugin_sandbox::PluginManifest {
+    let manifest = serde_json::json!({
+        "id": "envrt-sandbox",
+        "worker": {"command": [worker, "--root", paths.state_dir.join("sandbox")]},
+        "environmentDrivers": [{
+            "driverKey": "sandbox",
+            "kind": "sandbox_provider",
+            "displayName": "bwrap sandbox",
+            "sandboxCapabilities": {
+                "incrementalSessionOutput": true,
+                "concurrentSyncOperations": true,
+                "duplexCommandStream": true
+            }
+        }]
+    });
+    serde_json::from_value(manifest).unwrap_or_else(|e| unreachable!("the reference manifest is valid: {e}"))
+}
+
+/// The plugins to start: the configured ones, plus the reference worker when a `needed`
+/// driver (environments configured or stored, `extra`) is `sandbox` and no plugin
+/// provides it. A plugin no needed driver uses is not started.
+#[cfg(feature = "plugin-sandbox")]
+fn plugins(
+    paths: &Paths,
+    config: &Config,
+    needed: &BTreeSet<String>,
+) -> Result<
+    Vec<(
+        crate::plugin_sandbox::PluginManifest,
+        crate::plugin_sandbox::SandboxOptions,
+    )>,
+    ConfigError,
+> {
+    use crate::plugin_sandbox::{PluginManifest, SandboxOptions};
+    let mut out = Vec::new();
+    for plugin in &config.plugins {
+        let manifest = PluginManifest::load(&plugin.manifest)
+            .map_err(|e| ConfigError::Invalid(format!("envrt: plugin \"{}\": {e}", plugin.manifest.display())))?;
+        let options = SandboxOptions {
+            driver_key: plugin.driver_key.clone(),
+            config: plugin.config.clone(),
+            ..Default::default()
+        };
+        out.push((manifest, options));
+    }
+    let provided = |key: &str| {
+        out.iter().any(|(m, o): &(PluginManifest, SandboxOptions)| {
+            o.driver_key.as_deref() == Some(key) || m.environment_drivers.iter().any(|d| d.driver_key == key)
+        })
+    };
+    let needs_sandbox = needed.contains("sandbox");
+    if needs_sandbox
+        && !provided("sandbox")
+        && let Some(worker) = reference_worker()
+    {
+        out.push((reference_manifest(&worker, paths), SandboxOptions::default()));
+    }
+    // Only start workers some environment uses.
+    out.retain(|(m, o)| {
+        let key = o
+            .driver_key
+            .clone()
+            .or_else(|| {
+                m.driver_entry(Some("sandbox"))
+                    .or_else(|| m.driver_entry(None))
+                    .map(|d| d.driver_key.clone())
+            })
+            .unwrap_or_else(|| "sandbox".into());
+        needed.contains(&key)
+    });
+    Ok(out)
+}
+
+impl Assembly {
+    /// Loads the configuration, opens the store, registers the drivers and records the
+    /// configured environments in the store. A driver that needs a connection or a worker
+    /// (docker, plugins) is set up only when an environment (configured, or recorded in
+    /// the store) or `extra` (a driver key the caller is about to use) needs it.
+    pub async fn open(paths: &Paths, extra: Option<&str>) -> Result<Assembly, ConfigError> {
+        let config = Config::load(paths)?;
+        Self::open_with(paths, config, extra).await
+    }
+
+    /// Like [`open`](Self::open), with a configuration already loaded.
+    pub async fn open_with(paths: &Paths, config: Config, extra: Option<&str>) -> Result<Assembly, ConfigError> {
+        let store = open_store(paths).await?;
+        let mut needed: BTreeSet<String> = config.environments.iter().map(|e| e.driver.clone()).collect();
+        needed.extend(store.list_environments().await?.into_iter().map(|e| e.driver));
+        needed.extend(extra.map(str::to_owned));
+        let mut builder = RuntimeBuilder::new().store(Arc::new(store));
+        if !needed.contains("docker") {
+            builder = builder.without_driver("docker");
+        }
+        #[cfg(feature = "local")]
+        {
+            builder = builder.local_config(crate::local::LocalConfig {
+                root: Some(config.local_root.clone()),
+                ..Default::default()
+            });
+        }
+        #[cfg(feature = "docker")]
+        {
+            builder = builder.docker_config(docker_config(paths, &config));
+        }
+        #[cfg(feature = "plugin-sandbox")]
+        for (manifest, options) in plugins(paths, &config, &needed)? {
+            builder = builder.sandbox_plugin(manifest, options);
+        }
+        #[cfg(not(feature = "plugin-sandbox"))]
+        if !config.plugins.is_empty() {
+            return Err(ConfigError::Invalid(format!(
+                "envrt: config \"{}\": [[plugin]] needs the plugin-sandbox feature, which this build of envrt lacks",
+                paths.config.as_deref().unwrap_or(Path::new("")).display()
+            )));
+        }
+        let (runtime, skipped) = builder.build_lenient().await;
+        for environment in &config.environments {
+            runtime.put_environment(environment.clone()).await?;
+        }
+        Ok(Assembly {
+            runtime: Arc::new(runtime),
+            config,
+            skipped,
+        })
+    }
+
+    /// The warm pools the configuration declares (`[environment.pool]`), each for the
+    /// configured tenant, with ephemeral leases.
+    pub fn pool_specs(&self) -> Vec<PoolSpec> {
+        self.config
+            .pools
+            .iter()
+            .map(|(environment, size)| PoolSpec::new(environment.clone(), self.config.company.clone(), *size))
+            .collect()
+    }
+
+    /// Starts every pool of [`pool_specs`](Self::pool_specs) (needs a running tokio
+    /// runtime). The pools fill in the background; an acquire on a pooled environment for
+    /// the configured tenant, with the ephemeral policy and no requested cwd or expiry,
+    /// gets a ready lease. Stop them with
+    /// [`EnvironmentRuntime::stop_pools`], which releases every ready lease; leases left by
+    /// a process that died without stopping are found by `envrt gc` (their holder is gone).
+    pub fn start_pools(&self) -> Result<Vec<PoolSpec>, ConfigError> {
+        let specs = self.pool_specs();
+        for spec in &specs {
+            self.runtime.start_pool(spec.clone())?;
+        }
+        Ok(specs)
+    }
+}

@@ -1,0 +1,54 @@
+//! `envrt.toml` and the runtime it describes (feature `config`).
+//!
+//! [`Paths`] says where the configuration file and the state directory are, [`Config`]
+//! is the parsed file, and [`Assembly::open`] builds the runtime from them: the SQLite
+//! lease store in the state directory, every driver this build enables (configured from
+//! the file: the local workspace root, the Docker host, the plugins), and the configured
+//! environments recorded in the store. The `envrt` command-line tool is one user; a host
+//! program (a Python package, a service) loads the same file the same way, and may start
+//! the file's warm pools with [`Assembly::start_pools`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), envrt::config::ConfigError> {
+//! use envrt::config::{Assembly, Paths};
+//! let paths = Paths::resolve(Some("envrt.toml".as_ref()), Some("/var/lib/envrt".as_ref()))?;
+//! let assembly = Assembly::open(&paths, None).await?;
+//! assembly.start_pools()?;
+//! // ... acquire leases through assembly.runtime ...
+//! assembly.runtime.stop_pools().await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod assemble;
+mod duration;
+mod file;
+
+pub use assemble::{Assembly, find_in_path, open_store, reference_worker};
+#[cfg(feature = "docker")]
+pub use assemble::{STATE_LABEL, docker_config};
+pub use duration::{DurationError, parse_duration};
+pub use file::{Config, IMPLICIT_LOCAL, MAX_POOL_SIZE, Paths, Plugin};
+
+use envrt_runtime_core::{RuntimeError, StoreError};
+
+/// Why a configuration could not be loaded or its runtime assembled.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file or a location is wrong (the message says which and why): fix the input.
+    #[error("{0}")]
+    Invalid(String),
+    /// Something the assembly needs could not be done (creating the state directory).
+    #[error("{0}")]
+    Failure(String),
+    /// The lease store or the runtime failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+impl From<StoreError> for ConfigError {
+    fn from(e: StoreError) -> Self {
+        ConfigError::Runtime(RuntimeError::Store(e))
+    }
+}
