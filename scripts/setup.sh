@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up of everything the tests need on a fresh Debian machine:
 # Debian packages (docker.io with its tini init, bubblewrap, busybox-static), a running
-# Docker engine, the local test image, and the npm fixture of the plugin SDK interop test.
+# Docker engine, the local test image, the npm fixture of the plugin SDK interop test, and
+# the Python virtual environment with the envrt package and inspect-ai (python-venv.sh).
 # Run as root; later runs only check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,4 +28,5 @@ bash scripts/docker-test-image.sh
 if [ ! -d crates/driver-plugin-sandbox/tests/fixtures/sdk-worker/node_modules/@paperclipai ]; then
     bash crates/driver-plugin-sandbox/scripts/install-sdk-fixture.sh
 fi
+bash scripts/python-venv.sh
 echo "setup: ready"

@@ -12,6 +12,7 @@
 
 use pyo3::prelude::*;
 
+mod config;
 mod duplex;
 mod errors;
 mod result;
@@ -24,5 +25,6 @@ fn _envrt(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<result::ExecResult>()?;
     module.add_class::<duplex::NativeDuplex>()?;
     module.add_function(wrap_pyfunction!(runtime::build_runtime, module)?)?;
+    module.add_function(wrap_pyfunction!(config::open_config, module)?)?;
     Ok(())
 }

@@ -83,6 +83,13 @@ pub(crate) struct NativeRuntime {
     inner: Arc<EnvironmentRuntime>,
 }
 
+impl NativeRuntime {
+    /// Wraps a runtime someone else assembled.
+    pub(crate) fn from_shared(inner: Arc<EnvironmentRuntime>) -> Self {
+        NativeRuntime { inner }
+    }
+}
+
 fn from_json<T: DeserializeOwned>(text: &str) -> PyResult<T> {
     serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("invalid JSON: {e}")))
 }

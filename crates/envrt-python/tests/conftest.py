@@ -10,6 +10,7 @@ cargo target directory). A missing Docker or worker skips loudly, and fails inst
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import shutil
 import tempfile
@@ -74,7 +75,10 @@ def _make_site(driver: str, root: Path) -> Site:
         await runtime.put_environment("sandbox", "sandbox")
         return Site(driver, runtime, "sandbox")
 
-    return asyncio.run(build())
+    # In a thread of its own: the caller may be inside a running event loop (an async
+    # fixture); the runtime itself is not tied to any loop.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, build()).result()
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,40 @@ class Runtime:
         self._native = native
         self.company = company
         self.default_environment = default_environment
+        self.default_ttls: dict[str, float] = {}
+        """Default lease TTL (seconds) per environment, from ``ttl`` in ``envrt.toml``."""
+        self.config_path: str | None = None
+        self.state_dir: str | None = None
+        self.skipped_drivers: dict[str, str] = {}
+        """Drivers the configuration enables that could not be set up, with why."""
+
+    @classmethod
+    async def from_config(
+        cls,
+        config: str | os.PathLike[str] | None = None,
+        *,
+        state_dir: str | os.PathLike[str] | None = None,
+        driver: str | None = None,
+    ) -> "Runtime":
+        """The runtime an ``envrt.toml`` describes, assembled as the ``envrt`` CLI does:
+        leases in the SQLite store of the state directory (so ``envrt lease list`` sees
+        them), the configured environments, tenant and default environment.
+
+        ``config``: the file (``None``: ``$ENVRT_CONFIG``, else ``./envrt.toml`` when it
+        exists, else only the implicit ``local`` environment). ``state_dir``: ``None`` is
+        ``$ENVRT_STATE_DIR``, else ``$XDG_STATE_HOME/envrt``, else ``~/.local/state/envrt``.
+        ``driver`` is set up even when no configured environment uses it."""
+        native, company, default, ttls, resolved_state, skipped = await _envrt.open_config(
+            None if config is None else os.fspath(config),
+            None if state_dir is None else os.fspath(state_dir),
+            driver,
+        )
+        runtime = cls(native, company, default)
+        runtime.default_ttls = dict(ttls)
+        runtime.config_path = None if config is None else os.path.abspath(os.fspath(config))
+        runtime.state_dir = os.fspath(resolved_state)
+        runtime.skipped_drivers = dict(skipped)
+        return runtime
 
     @classmethod
     async def create(
@@ -170,8 +204,11 @@ class Runtime:
         metadata: Mapping[str, Any] | None = None,
     ) -> "Lease":
         """Acquires a lease on ``environment_id`` (the configured default when ``None``);
-        ``ttl`` seconds asks for an expiry the driver must guarantee."""
+        ``ttl`` seconds asks for an expiry the driver must guarantee (default: the
+        environment's ``ttl`` in ``envrt.toml``)."""
         environment_id = environment_id or self.default_environment or "local"
+        if ttl is None:
+            ttl = self.default_ttls.get(environment_id)
         text = await self._native.acquire(
             environment_id, company or self.company, run_id, policy, ttl, json.dumps(dict(metadata or {}))
         )
