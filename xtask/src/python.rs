@@ -1,6 +1,6 @@
 //! The Python package's tests (`crates/envrt-python/tests`, pytest) in `cargo xtask ci`:
 //! the extension module is rebuilt in place (debug) into the virtual environment that
-//! `scripts/python-venv.sh` makes, the sandbox worker is built for the sandbox driver,
+//! `scripts/python-venv.sh` makes, the sandbox worker and the CLI are built,
 //! then pytest runs as this user; as root, Inspect's self-checks run once more on the
 //! local driver as `nobody` (permission checks mean nothing to root).
 //!
@@ -44,7 +44,8 @@ pub(crate) fn run_pytest() -> Result<bool, String> {
     let package = root().join("crates/envrt-python");
 
     let mut worker = cargo();
-    worker.args(["build", "--quiet", "--bin", "envrt-sandbox-worker"]);
+    // The sandbox worker for the sandbox driver, the CLI for connection().
+    worker.args(["build", "--quiet", "--bin", "envrt-sandbox-worker", "--bin", "envrt"]);
     run(worker)?;
 
     let mut develop = Command::new(venv.join("bin/maturin"));

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envrt::{
-    AcquireRequest, EnvValue, Environment, EnvironmentRuntime, ExecuteRequest, JsonMap, LeasePolicy, LeaseStatus,
-    OutputStream, RuntimeBuilder, SyncOperation, Timestamp,
+    AcquireRequest, EnvValue, Environment, EnvironmentRuntime, ExecuteRequest, JsonMap, LeaseFilter, LeasePolicy,
+    LeaseStatus, OutputStream, RuntimeBuilder, SyncOperation, Timestamp,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -163,6 +163,29 @@ impl NativeRuntime {
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let lease = runtime.lease(&lease_id).await.map_err(runtime_error)?;
             Ok(lease.map(|l| to_json(&l)))
+        })
+    }
+
+    /// The stored leases as a JSON list, filtered by environment and statuses.
+    #[pyo3(signature = (environment_id=None, statuses=Vec::new()))]
+    fn leases<'py>(
+        &self,
+        py: Python<'py>,
+        environment_id: Option<String>,
+        statuses: Vec<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let filter = LeaseFilter {
+            environment_id,
+            statuses: statuses
+                .iter()
+                .map(|s| word::<LeaseStatus>(s, "lease status"))
+                .collect::<PyResult<_>>()?,
+            ..Default::default()
+        };
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let leases = runtime.leases(&filter).await.map_err(runtime_error)?;
+            Ok(to_json(&leases))
         })
     }
 

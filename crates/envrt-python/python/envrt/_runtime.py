@@ -214,6 +214,11 @@ class Runtime:
         )
         return Lease(self, json.loads(text))
 
+    async def leases(self, environment_id: str | None = None, statuses: Sequence[str] = ()) -> list["Lease"]:
+        """The stored leases, of ``environment_id`` and with one of ``statuses`` when given."""
+        text = await self._native.leases(environment_id, list(statuses))
+        return [Lease(self, info) for info in json.loads(text)]
+
     async def lease(self, lease_id: str) -> "Lease | None":
         """The stored lease ``lease_id``, or ``None``."""
         text = await self._native.lease(lease_id)
