@@ -451,6 +451,9 @@ impl EnvironmentDriver for DockerDriver {
     fn as_sync(&self) -> Option<&dyn FileSync> {
         Some(self)
     }
+    fn as_recovery(&self) -> Option<&dyn envrt_runtime_core::Recovery> {
+        Some(self)
+    }
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         Some(self)
     }

@@ -11,7 +11,9 @@
 //!   stops it on release and resume starts it again (after checking the lease label);
 //!   `retain_on_failure` keeps it running after a release as failed; every other release
 //!   removes it. Release, destroy and resume treat a vanished container as done (resume
-//!   reports it gone). [`DockerDriver::reap_orphans`] removes containers no lease owns.
+//!   reports it gone). [`DockerDriver::reap_orphans`] removes containers no lease owns;
+//!   the recovery group lists them ([`KIND_CONTAINER`] items, scoped by the extra labels)
+//!   for `EnvironmentRuntime::reconcile` and `envrt gc`.
 //! - **Expiry**: a requested expiry is bounded to the whole second at or before it and
 //!   returned as the lease's `expires_at`. The container's main process is then
 //!   `sh -c 'exec sleep $(( END - $(date +%s) ))'` instead of `sleep infinity`, so at the
@@ -66,3 +68,4 @@ pub use config::{
 pub use driver::{
     DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED,
 };
+pub use recovery::KIND_CONTAINER;

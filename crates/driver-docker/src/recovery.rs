@@ -1,13 +1,52 @@
 //! Recovery: the containers this driver owns (found by label, whatever process made
-//! them), and removing those no active lease owns after a crash.
+//! them), and removing those no active lease owns after a crash. The recovery group
+//! ([`Recovery`]) lists them as items of kind [`KIND_CONTAINER`] and reaps one by removing
+//! it; the driver's configured extra labels scope both, so a driver labelled with one
+//! state directory never sees another's containers.
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
-use envrt_runtime_core::DriverError;
+use envrt_runtime_core::{DriverError, InventoryItem, Recovery};
 
 use crate::driver::{DockerDriver, LABEL_LEASE_ID, LABEL_MANAGED};
 use crate::engine::{has_status, is_not_found};
+
+/// The kind of a container item.
+pub const KIND_CONTAINER: &str = "container";
+
+#[async_trait]
+impl Recovery for DockerDriver {
+    async fn inventory(&self) -> Result<Vec<InventoryItem>, DriverError> {
+        Ok(self
+            .managed_containers()
+            .await?
+            .into_iter()
+            .map(|(id, lease)| InventoryItem {
+                kind: KIND_CONTAINER.to_owned(),
+                id,
+                lease_id: Some(lease),
+            })
+            .collect())
+    }
+
+    async fn reap(&self, item: &InventoryItem) -> Result<(), DriverError> {
+        if item.kind != KIND_CONTAINER {
+            return Err(DriverError::invalid(format!(
+                "the Docker driver has no {} items",
+                item.kind
+            )));
+        }
+        // Only a container of this driver's scope (labels), never one named by mistake.
+        let ours = self
+            .managed_containers()
+            .await?
+            .into_iter()
+            .any(|(id, _)| id == item.id);
+        if ours { self.remove(&item.id).await } else { Ok(()) }
+    }
+}
 
 impl DockerDriver {
     fn scope_filters(&self) -> HashMap<String, Vec<String>> {

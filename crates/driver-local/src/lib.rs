@@ -57,6 +57,15 @@
 //! the store learns of it through `release_expired` (`envrt gc`). Release and destroy
 //! before the expiry kill the watchdog, so none outlives its lease.
 //!
+//! ## Recovery
+//! The driver has the recovery group ([`Recovery`]): its inventory is every lease
+//! workspace under the root (kind [`KIND_WORKSPACE`], with what runs tied to it and its
+//! watchdog) and every expiry watchdog whose workspace is gone ([`KIND_WATCHDOG`]),
+//! whichever process made them; reaping kills what is tied to the workspace, ends the
+//! watchdog and removes the directory. `kill_leftovers` kills what a dead holder's lease
+//! still runs ([`kill_tied_to`]). `EnvironmentRuntime::reconcile` (`envrt gc`) reaps what
+//! no lease of the store keeps, so a root belongs to one lease store.
+//!
 //! ## Execute
 //! Every command runs in its own process group with no shell (unless you run one). Its
 //! working directory is the workspace, or `cwd` resolved inside it (relative to it, or
@@ -136,7 +145,7 @@ use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
     AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, EnvironmentDriver, Execute,
     ExecuteRequest, ExecuteResult, FileSync, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace,
-    RealizedWorkspace, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
+    RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
 };
 
 mod containment;
@@ -145,6 +154,7 @@ mod exec;
 mod expiry;
 mod groups;
 mod program;
+mod recovery;
 mod sync;
 mod workspace;
 
@@ -166,6 +176,7 @@ pub fn describe_containment(cgroups: bool) -> String {
 }
 
 pub use containment::kill_tied_to;
+pub use recovery::{KIND_WATCHDOG, KIND_WORKSPACE};
 
 /// The registry key of this driver.
 pub const DRIVER_KEY: &str = "local";
@@ -445,6 +456,9 @@ impl EnvironmentDriver for LocalDriver {
         Some(self)
     }
     fn as_sync(&self) -> Option<&dyn FileSync> {
+        Some(self)
+    }
+    fn as_recovery(&self) -> Option<&dyn Recovery> {
         Some(self)
     }
 }

@@ -3,7 +3,9 @@
 //! A lease records its holder process (`holderPid` + `holderStartTime`). `exec` and
 //! `shell` hold their ephemeral leases themselves; `lease acquire` names the process that
 //! ran it (usually the shell) unless `--holder-pid` or `--detached` says otherwise. `gc`
-//! releases active leases whose holder is gone, and retries `pending_cleanup` ones.
+//! releases active leases whose holder is gone (after their driver's recovery group killed
+//! what they left running), retries `pending_cleanup` ones, and reconciles every driver's
+//! inventory with the store (`EnvironmentRuntime::reconcile`).
 
 use clap::{Args, Subcommand};
 use envrt::sqlite::holder::Holder;
@@ -285,8 +287,10 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
             GcAction::HolderGone(_) => LeaseStatus::Failed,
             GcAction::RetryCleanup => LeaseStatus::Released,
         };
-        if let GcAction::HolderGone(_) = action {
-            kill_local_leftovers(&lease);
+        if let GcAction::HolderGone(_) = action
+            && !kill_leftovers(&app, &lease).await
+        {
+            failures += 1;
         }
         let released = match app.check_driver_of(&lease).await {
             Ok(()) => app
@@ -311,13 +315,29 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
             }
         }
     }
-    if app.runtime.driver("docker").is_some() {
-        match reap_docker_orphans(&app, paths, args.dry_run).await {
-            Ok(n) => done += n,
-            Err(e) => {
-                failures += 1;
-                eprintln!("envrt: gc could not reap orphan containers: {e}");
+    // What each driver really holds against the store: the containers, workspaces or
+    // sandboxes no lease keeps (a crash between making one and recording its lease, a lost
+    // record) are removed.
+    match app.runtime.reconcile(args.dry_run).await {
+        Ok(report) => {
+            for orphan in &report.orphans {
+                let item = &orphan.item;
+                let lease = item.lease_id.as_deref().unwrap_or("-");
+                if args.dry_run {
+                    println!("would remove orphan {} {} (lease {lease})", item.kind, item.id);
+                } else {
+                    done += 1;
+                    println!("removed orphan {} {} (lease {lease})", item.kind, item.id);
+                }
             }
+            for (driver, error) in &report.failures {
+                failures += 1;
+                eprintln!("envrt: gc could not reconcile driver \"{driver}\": {error}");
+            }
+        }
+        Err(e) => {
+            failures += 1;
+            eprintln!("envrt: gc could not reconcile: {e}");
         }
     }
     if !args.dry_run {
@@ -326,59 +346,30 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
     Ok(if failures == 0 { 0 } else { 1 })
 }
 
-/// Removes the containers of this state directory that no lease keeps (left by a crash
-/// between creating a container and recording its lease, or by a lost record). Kept:
-/// every active, retained or pending lease, and released reusable ones.
-async fn reap_docker_orphans(app: &App, paths: &Paths, dry_run: bool) -> Result<usize, CliError> {
-    let driver = envrt::docker::DockerDriver::connect(envrt::config::docker_config(paths, &app.config))
-        .await
-        .map_err(|e| CliError::Runtime(e.into()))?;
-    let keep: Vec<String> = app
-        .runtime
-        .leases(&LeaseFilter::default())
-        .await?
-        .into_iter()
-        .filter(|l| {
-            matches!(
-                l.status,
-                LeaseStatus::Active | LeaseStatus::Retained | LeaseStatus::PendingCleanup
-            ) || (l.status == LeaseStatus::Released && l.lease_policy == LeasePolicy::ReuseByEnvironment)
-        })
-        .map(|l| l.id)
-        .collect();
-    if dry_run {
-        let orphans: Vec<_> = driver
-            .managed_containers()
-            .await
-            .map_err(|e| CliError::Runtime(e.into()))?
-            .into_iter()
-            .filter(|(_, lease)| !keep.contains(lease))
-            .collect();
-        for (container, lease) in &orphans {
-            println!("would remove orphan container {container} (lease {lease})");
-        }
-        return Ok(0);
-    }
-    let removed = driver
-        .reap_orphans(&keep)
-        .await
-        .map_err(|e| CliError::Runtime(e.into()))?;
-    for container in &removed {
-        println!("removed orphan container {container}");
-    }
-    Ok(removed.len())
-}
-
-/// A dead holder's local commands outlive it (the driver's process table died with the
-/// holder): kill them before the release removes their workspace.
-fn kill_local_leftovers(lease: &Lease) {
-    if lease.metadata_driver() != Some("local") {
-        return;
-    }
-    if let Some(workspace) = lease.metadata.get("workspace").and_then(|w| w.as_str()) {
-        let killed = envrt::local::kill_tied_to(std::path::Path::new(workspace));
-        if killed > 0 {
+/// A dead holder's commands outlive it (the driver's process table died with the holder):
+/// its driver's recovery group kills them before the release removes their resources.
+/// Whether that worked (a failure is reported on stderr).
+async fn kill_leftovers(app: &App, lease: &Lease) -> bool {
+    let environment = match &lease.environment_id {
+        Some(id) => app.runtime.environment(id).await.ok().flatten(),
+        None => None,
+    };
+    let key = envrt::core::model::resolve_driver_key(lease, environment.as_ref());
+    let Some(driver) = app.runtime.driver(key) else {
+        return true;
+    };
+    let Some(recovery) = driver.as_recovery() else {
+        return true;
+    };
+    match recovery.kill_leftovers(lease).await {
+        Ok(0) => true,
+        Ok(killed) => {
             println!("killed {killed} processes left running in lease {}", lease.id);
+            true
+        }
+        Err(e) => {
+            eprintln!("envrt: gc could not kill what lease {} left running: {e}", lease.id);
+            false
         }
     }
 }

@@ -50,8 +50,8 @@ pub use error::{DriverError, RuntimeError, StoreError};
 pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
 pub use runtime::{
-    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, ReconcileReport,
-    ReleaseReport,
+    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, RECONCILE_SETTLE,
+    ReconcileReport, ReleaseReport,
 };
 pub use secret::{EnvValue, Secret};
 pub use store::{LeaseFilter, LeaseStore, MemoryStore};

@@ -15,6 +15,9 @@ struct Inventoried {
     probe: ProbeDriver,
     items: Mutex<Vec<InventoryItem>>,
     fail_inventory: bool,
+    /// A lease recorded (active) in this store right after the next inventory is taken,
+    /// as an acquire in another process does between making its resource and recording it.
+    record_after_inventory: Mutex<Option<(Arc<dyn LeaseStore>, Lease)>>,
 }
 
 fn item(id: &str, lease: Option<&str>) -> InventoryItem {
@@ -54,7 +57,12 @@ impl Recovery for Inventoried {
         if self.fail_inventory {
             return Err(DriverError::other("backend unreachable"));
         }
-        Ok(self.items.lock().unwrap().clone())
+        let items = self.items.lock().unwrap().clone();
+        let late = self.record_after_inventory.lock().unwrap().take();
+        if let Some((store, lease)) = late {
+            store.put_lease(&lease).await.unwrap();
+        }
+        Ok(items)
     }
     async fn reap(&self, target: &InventoryItem) -> Result<(), DriverError> {
         self.items.lock().unwrap().retain(|i| i != target);
@@ -71,6 +79,7 @@ async fn setup(fail_inventory: bool) -> (Arc<EnvironmentRuntime>, Arc<Inventorie
         probe: ProbeDriver::new("inv", ProbeShape::full(), None),
         items: Mutex::new(vec![item("stray", Some("lease-nobody-knows")), item("anonymous", None)]),
         fail_inventory,
+        record_after_inventory: Mutex::new(None),
     });
     let runtime = Arc::new(EnvironmentRuntime::new());
     runtime.register_driver(driver.clone());
@@ -118,4 +127,31 @@ async fn a_failing_inventory_is_reported_with_its_driver() {
     assert_eq!(report.failures[0].0, "inv");
     assert_eq!(report.failures[0].1.to_string(), "backend unreachable");
     assert_eq!(driver.items.lock().unwrap().len(), 2, "nothing reaped");
+}
+
+#[tokio::test]
+async fn a_resource_whose_lease_is_recorded_during_the_settle_is_kept() {
+    let (runtime, driver) = setup(false).await;
+    let template = runtime.acquire_lease(AcquireRequest::new("env", "acme")).await.unwrap();
+    // An acquire in flight: its resource exists, its record is written only after the
+    // inventory was taken.
+    let mut late = template.clone();
+    late.id = "lease-in-flight".into();
+    driver.items.lock().unwrap().push(item("in-flight", Some(&late.id)));
+    *driver.record_after_inventory.lock().unwrap() = Some((runtime.store().clone(), late));
+
+    let report = runtime.reconcile(false).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(
+        ids(&report.orphans.iter().map(|o| o.item.clone()).collect::<Vec<_>>()),
+        BTreeSet::from(["stray".to_owned()])
+    );
+    assert!(
+        ids(&driver.items.lock().unwrap()).contains("in-flight"),
+        "the in-flight acquire keeps its resource"
+    );
+    assert_eq!(
+        report.kept, 3,
+        "the active lease's item, the anonymous one and the in-flight one"
+    );
 }

@@ -214,12 +214,23 @@ impl Assembly {
     }
 
     /// The warm pools the configuration declares (`[environment.pool]`), each for the
-    /// configured tenant, with ephemeral leases.
+    /// configured tenant, with ephemeral leases held by this process (`holderPid` +
+    /// `holderStartTime`, as the CLI's leases are), so that `envrt gc` releases the pool's
+    /// leases once this process is gone.
     pub fn pool_specs(&self) -> Vec<PoolSpec> {
+        let mut metadata = envrt_runtime_core::JsonMap::new();
+        metadata.insert("acquiredBy".into(), "envrt pool".into());
+        if let Ok(holder) = crate::sqlite::holder::Holder::current() {
+            holder.write_to(&mut metadata);
+        }
         self.config
             .pools
             .iter()
-            .map(|(environment, size)| PoolSpec::new(environment.clone(), self.config.company.clone(), *size))
+            .map(|(environment, size)| {
+                let mut spec = PoolSpec::new(environment.clone(), self.config.company.clone(), *size);
+                spec.metadata = metadata.clone();
+                spec
+            })
             .collect()
     }
 
@@ -235,5 +246,29 @@ impl Assembly {
             self.runtime.start_pool(spec.clone())?;
         }
         Ok(specs)
+    }
+}
+
+#[cfg(all(test, not(feature = "plugin-sandbox")))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_plugin_without_the_plugin_sandbox_feature_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("envrt.toml");
+        std::fs::write(&file, "[[plugin]]\nmanifest = \"plugin.json\"\n").unwrap();
+        let paths = Paths {
+            config: Some(file.clone()),
+            state_dir: dir.path().join("state"),
+        };
+        let error = Assembly::open(&paths, None).await.unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "envrt: config \"{}\": [[plugin]] needs the plugin-sandbox feature, which this build of envrt lacks",
+                file.display()
+            )
+        );
     }
 }

@@ -24,7 +24,7 @@ use crate::store::{LeaseFilter, LeaseStore, MemoryStore};
 
 pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
-pub use recovery::{DriverItem, ReconcileReport};
+pub use recovery::{DriverItem, RECONCILE_SETTLE, ReconcileReport};
 
 /// The facade: a registry of drivers by key plus a lease store. Every operation resolves
 /// the lease's driver key, then checks in the contract's order before calling the driver.

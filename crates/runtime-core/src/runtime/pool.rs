@@ -46,6 +46,10 @@ pub struct PoolSpec {
     pub size: usize,
     /// How often ready leases are checked for a dead resource.
     pub health_interval: Duration,
+    /// Metadata written on every pooled lease (besides [`POOLED_KEY`]), e.g. the holder
+    /// process, so that clean-up elsewhere can tell when the pool's owner is gone. It stays
+    /// on a lease handed out (over the request's own keys of the same name).
+    pub metadata: crate::model::JsonMap,
 }
 
 impl PoolSpec {
@@ -57,6 +61,7 @@ impl PoolSpec {
             policy: LeasePolicy::Ephemeral,
             size,
             health_interval: Duration::from_secs(10),
+            metadata: crate::model::JsonMap::new(),
         }
     }
 }
@@ -318,6 +323,7 @@ async fn check_health(runtime: &EnvironmentRuntime, pool: &Pool) {
 fn pool_request(spec: &PoolSpec) -> AcquireRequest {
     let mut request = AcquireRequest::new(spec.environment_id.clone(), spec.company_id.clone());
     request.policy = spec.policy;
+    request.metadata = spec.metadata.clone();
     request.metadata.insert(POOLED_KEY.into(), true.into());
     request
 }
