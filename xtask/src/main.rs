@@ -32,7 +32,8 @@ tasks:
   setup                  install and start what the tests need (apt packages, dockerd,
                          the test image, the SDK fixture, the Python venv); idempotent
   docker-image           build the local test image envrt-test:latest
-  bench [--quick] [--only ROW]  benchmarks as ratios to baselines (target/bench/latest.json)
+  bench [--quick] [--only ROW]  benchmarks as ratios to baselines (target/bench/latest.json;
+                         the Python row, also `--only python`, to target/bench/python.json)
   stress [options]       the test suite N times (built once); lists each test that failed
                          at least once, how often and what it said; fails on any failure
       --runs N                            runs (default 10)

@@ -118,3 +118,40 @@ fn tempfile_dir() -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot open {} to nobody: {e}", dir.display()))?;
     Ok(dir)
 }
+
+/// The Python row of `cargo xtask bench` (also `--only python`): the module built in
+/// release mode into the virtual environment, then `crates/envrt-python/bench/exec_true.py`,
+/// whose table goes to `target/bench/python.json`. Skipped loudly without the venv.
+pub(crate) fn run_bench(quick: bool) -> Result<(), String> {
+    let venv = venv();
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        println!(
+            "SKIPPED: the Python bench row: no virtual environment at {} (bash scripts/python-venv.sh)",
+            venv.display()
+        );
+        return Ok(());
+    }
+    let package = root().join("crates/envrt-python");
+    let mut develop = Command::new(venv.join("bin/maturin"));
+    develop
+        .args(["develop", "--quiet", "--skip-install", "--release"])
+        .current_dir(&package)
+        .env("VIRTUAL_ENV", &venv)
+        .env("CARGO_TARGET_DIR", target_dir());
+    run(develop)?;
+    let out = root().join("target/bench/python.json");
+    let mut bench = Command::new(&python);
+    bench
+        .arg("bench/exec_true.py")
+        .args(["--rounds", if quick { "500" } else { "2000" }])
+        .arg("--json")
+        .arg(&out)
+        .current_dir(&package);
+    run(bench)?;
+    eprintln!(
+        "xtask: wrote {} (the venv now holds a release build; pytest in ci rebuilds debug)",
+        out.display()
+    );
+    Ok(())
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use envrt::{
     AcquireRequest, EnvValue, Environment, EnvironmentRuntime, ExecuteRequest, JsonMap, LeaseFilter, LeasePolicy,
-    LeaseStatus, OutputStream, RuntimeBuilder, SyncOperation, Timestamp,
+    LeaseStatus, OutputKeep, OutputStream, RuntimeBuilder, SyncOperation, Timestamp,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -191,7 +191,7 @@ impl NativeRuntime {
 
     /// Runs `argv` on the lease. `on_output(stream, chunk)` is called for every chunk
     /// while it runs (from a runtime thread, holding the GIL).
-    #[pyo3(signature = (lease_id, argv, cwd=None, env=BTreeMap::new(), stdin=None, timeout=None, max_output=None, on_output=None))]
+    #[pyo3(signature = (lease_id, argv, cwd=None, env=BTreeMap::new(), stdin=None, timeout=None, max_output=None, on_output=None, keep="head"))]
     #[allow(clippy::too_many_arguments)]
     fn exec<'py>(
         &self,
@@ -204,6 +204,7 @@ impl NativeRuntime {
         timeout: Option<f64>,
         max_output: Option<usize>,
         on_output: Option<Py<PyAny>>,
+        keep: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
         let Some((command, args)) = argv.split_first() else {
             return Err(PyValueError::new_err("a command needs at least a program"));
@@ -214,6 +215,7 @@ impl NativeRuntime {
         request.stdin = stdin;
         request.timeout = timeout.map(seconds).transpose()?;
         request.max_output_bytes = max_output;
+        request.keep = word::<OutputKeep>(keep, "output part")?;
         if let Some(callback) = on_output {
             request.sink = Some(Arc::new(move |stream: OutputStream, chunk: &[u8]| {
                 Python::attach(|py| {

@@ -40,6 +40,15 @@ async def test_truncation_is_reported_per_stream(site) -> None:
         assert (result.stderr, result.stderr_truncated) == (b"ab", False)
 
 
+async def test_truncation_can_keep_the_tail(site) -> None:
+    async with await site.acquire() as lease:
+        result = await lease.exec(["sh", "-c", "printf 0123456789; printf ab >&2"], max_output=4, keep="tail")
+        assert (result.stdout, result.stdout_truncated) == (b"6789", True)
+        assert (result.stderr, result.stderr_truncated) == (b"ab", False)
+        with pytest.raises(ValueError, match='unknown output part "middle"'):
+            await lease.exec(["true"], keep="middle")  # type: ignore[arg-type]
+
+
 async def test_streaming_callback_sees_every_chunk_in_order(site) -> None:
     chunks: list[tuple[str, bytes]] = []
     async with await site.acquire() as lease:

@@ -12,6 +12,7 @@ mod process;
 mod routes;
 mod supervisor;
 mod sync_out;
+mod tail;
 
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;

@@ -269,10 +269,13 @@ class Lease:
         input: str | bytes | None = None,
         timeout: float | None = None,
         max_output: int | None = None,
+        keep: Literal["head", "tail"] = "head",
         on_output: OutputCallback | None = None,
     ) -> ExecResult:
-        """Runs ``argv`` (no shell) and returns its structured result. ``on_output`` is
-        called on this event loop with each chunk as it arrives."""
+        """Runs ``argv`` (no shell) and returns its structured result. Each stream keeps
+        at most ``max_output`` bytes (16 MiB by default): its first bytes, or with
+        ``keep="tail"`` its last. ``on_output`` is called on this event loop with each
+        chunk as it arrives."""
         data = input.encode("utf-8") if isinstance(input, str) else input
         sink = None
         if on_output is not None:
@@ -283,7 +286,7 @@ class Lease:
                 loop.call_soon_threadsafe(callback, stream, chunk)
 
         result = await self.runtime._native.exec(
-            self.id, list(argv), cwd, dict(env or {}), data, timeout, max_output, sink
+            self.id, list(argv), cwd, dict(env or {}), data, timeout, max_output, sink, keep
         )
         if sink is not None:
             # Let the chunks scheduled before the result arrived run first.
