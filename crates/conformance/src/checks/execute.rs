@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use envrt_runtime_core::model::WORKSPACE_METADATA_KEY;
 use envrt_runtime_core::{EnvValue, ExecuteRequest, LeasePolicy, OutputKeep, OutputStream, Secret};
 use proptest::prelude::*;
 
@@ -31,6 +32,7 @@ pub(super) const CHECKS: &[Check] = &[
     Check::new("execute_concurrent", has_execute, concurrent),
     Check::new("execute_concurrent_overlap", has_execute, concurrent_overlap),
     Check::new("execute_cwd_confined", has_execute, cwd_confined),
+    Check::new("execute_default_cwd_is_the_workspace", has_execute, workspace_metadata),
 ];
 
 /// Strings without NUL (any other character, including non-ASCII and newlines).
@@ -268,6 +270,34 @@ fn output_tail(ctx: &Ctx) -> Result<(), String> {
         ensure(result.stdout_truncated, || "stdout_truncated is false".into())?;
         ensure_eq(result.stderr.as_slice(), b"bb".as_slice(), "stderr")?;
         ensure(!result.stderr_truncated, || "stderr_truncated is true".into())
+    })
+}
+
+/// The lease names its workspace under the one documented metadata key, and a command
+/// without a cwd runs there.
+fn workspace_metadata(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let workspace = lease
+            .workspace()
+            .ok_or_else(|| {
+                format!(
+                    "lease metadata has no \"{WORKSPACE_METADATA_KEY}\": {:?}",
+                    lease.metadata
+                )
+            })?
+            .to_owned();
+        ensure(workspace.starts_with('/'), || {
+            format!("workspace {workspace:?} is not absolute")
+        })?;
+        let result = ctx.exec(&lease, ExecuteRequest::new("sh", ["-c", "pwd -P"])).await?;
+        ensure_eq(result.exit_code, Some(0), "exit code")?;
+        let real = ctx
+            .exec(
+                &lease,
+                ExecuteRequest::new("sh", ["-c", &format!("cd '{workspace}' && pwd -P")]),
+            )
+            .await?;
+        ensure_eq(result.stdout, real.stdout, "the default cwd against the workspace")
     })
 }
 

@@ -194,11 +194,17 @@ impl SandboxDriver {
             Some(Value::String(id)) => id.clone(),
             Some(_) => return Err(invalid("providerLeaseId must be a string")),
         };
-        let metadata = match result.get("metadata") {
+        let mut metadata = match result.get("metadata") {
             None | Some(Value::Null) => JsonMap::new(),
             Some(Value::Object(m)) => m.clone(),
             Some(_) => return Err(invalid("metadata must be an object")),
         };
+        // The documented key beside the protocol's remoteCwd.
+        if let Some(cwd) = metadata.get("remoteCwd").filter(|v| v.is_string()).cloned() {
+            metadata
+                .entry(envrt_runtime_core::model::WORKSPACE_METADATA_KEY)
+                .or_insert(cwd);
+        }
         let expires_at = match result.get("expiresAt") {
             Some(Value::String(text)) => {
                 Some(Timestamp::parse_rfc3339(text).ok_or_else(|| invalid("expiresAt is not an RFC 3339 time"))?)
