@@ -196,3 +196,40 @@ def test_error_kinds_pick_python_classes() -> None:
         assert (str(error), error.kind) == ("exact text", kind)
     plain = from_native("store", "disk full", None)
     assert type(plain) is envrt.EnvrtError
+
+
+def _running_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+async def test_cancelling_an_exec_stops_the_command_on_local(site_root: Path) -> None:
+    import asyncio
+    import uuid
+
+    from conftest import get_site
+
+    site = get_site("local", site_root)
+    marker = f"envrt-cancel-{uuid.uuid4().hex}"
+    async with await site.acquire() as lease:
+        task = asyncio.ensure_future(lease.exec(["sh", "-c", f"sleep 30 # {marker}"]))
+        for _ in range(100):  # bounded: until the command is running
+            if _running_with(marker):
+                break
+            await asyncio.sleep(0.05)
+        assert _running_with(marker), "the command never started"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(200):  # bounded: the dropped call kills the command
+            if not _running_with(marker):
+                break
+            await asyncio.sleep(0.05)
+        assert _running_with(marker) == []
