@@ -89,3 +89,18 @@ async def test_a_bad_envrt_toml_is_refused_with_its_text(tmp_path: Path) -> None
         await EnvrtSandboxEnvironment.sample_init("provider", config, {})
     assert str(refused.value).startswith(f'envrt: config "{bad}": ')
     assert getattr(refused.value, "kind", None) == "invalid_config"
+
+
+async def test_task_cleanup_releases_what_sample_cleanup_did_not(site_root: Path) -> None:
+    get_site("local", site_root)
+    config_path, state_dir = write_config(site_root, "local")
+    config = EnvrtSandboxConfig(config=str(config_path), state_dir=str(state_dir))
+    kept = await EnvrtSandboxEnvironment.sample_init("leftover-task", config, {})
+    left = await EnvrtSandboxEnvironment.sample_init("leftover-task", config, {})
+    await EnvrtSandboxEnvironment.sample_cleanup("leftover-task", config, kept, False)
+    await EnvrtSandboxEnvironment.task_cleanup("leftover-task", config, cleanup=True)
+    runtime = kept["default"].lease.runtime
+    statuses = {
+        (await runtime.lease(env["default"].lease.id)).info["status"] for env in (kept, left)  # type: ignore[union-attr]
+    }
+    assert statuses == {"released", "failed"}

@@ -59,6 +59,8 @@ def _normalize(config: SandboxEnvironmentConfigType | None) -> EnvrtSandboxConfi
 
 
 _runtimes: dict[tuple[str | None, str | None, str | None], Runtime] = {}
+# Leases handed out per task and not yet released by sample_cleanup, for task_cleanup.
+_open_leases: dict[str, dict[str, Lease]] = {}
 _locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
 
 
@@ -118,6 +120,7 @@ class EnvrtSandboxEnvironment(SandboxEnvironment):
     ) -> dict[str, SandboxEnvironment]:
         runtime = await _runtime(_normalize(config))
         lease = await runtime.acquire(metadata={"inspectTask": task_name})
+        _open_leases.setdefault(task_name, {})[lease.id] = lease
         return {"default": cls(lease)}
 
     @classmethod
@@ -130,8 +133,22 @@ class EnvrtSandboxEnvironment(SandboxEnvironment):
     ) -> None:
         for environment in environments.values():
             lease = environment.as_type(cls).lease
+            _open_leases.get(task_name, {}).pop(lease.id, None)
             try:
                 await lease.release("failed" if interrupted else "released")
+            except Exception as error:
+                logger.warning("envrt: releasing lease %s failed: %s", lease.id, error)
+
+    @classmethod
+    async def task_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool) -> None:
+        """The last chance: releases (as failed) every lease of the task that no
+        sample_cleanup released, unless ``--no-sandbox-cleanup`` asked to keep them."""
+        leftovers = _open_leases.pop(task_name, {})
+        if not cleanup:
+            return
+        for lease in leftovers.values():
+            try:
+                await lease.release("failed")
             except Exception as error:
                 logger.warning("envrt: releasing lease %s failed: %s", lease.id, error)
 
