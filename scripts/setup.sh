@@ -2,7 +2,8 @@
 # Idempotent set-up of everything the tests need on a fresh Debian machine:
 # Debian packages (docker.io with its tini init, bubblewrap, busybox-static), a running
 # Docker engine, the local test image, the npm fixture of the plugin SDK interop test, and
-# the test sshd of the ssh driver (scripts/start-sshd.sh).
+# the test sshd of the ssh driver (scripts/start-sshd.sh), and the Python virtual
+# environment with the envrt package and inspect-ai (python-venv.sh).
 # Run as root; later runs only check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,4 +30,5 @@ bash scripts/start-sshd.sh
 if [ ! -d crates/driver-plugin-sandbox/tests/fixtures/sdk-worker/node_modules/@paperclipai ]; then
     bash crates/driver-plugin-sandbox/scripts/install-sdk-fixture.sh
 fi
+bash scripts/python-venv.sh
 echo "setup: ready"

@@ -33,16 +33,24 @@ fn contains(path: &PathBuf, needle: &str) -> bool {
 
 pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     let mut passed = Vec::new();
+    let mut only_python = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--quick" => passed.push(arg.clone()),
             "--only" => {
                 let row = it.next().ok_or("--only needs a row number or group key")?;
+                if row == "python" {
+                    only_python = true;
+                    continue;
+                }
                 passed.extend(["--only".to_string(), row.clone()]);
             }
             other => return Err(format!("unknown option {other:?}; bench takes --quick and --only ROW")),
         }
+    }
+    if only_python {
+        return crate::python::run_bench(passed.iter().any(|a| a == "--quick"));
     }
     let features: Vec<&str> = DRIVERS
         .iter()
@@ -78,5 +86,8 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         .current_dir(root());
     run(bench)?;
     eprintln!("xtask: wrote {}", out_dir.join("latest.json").display());
-    Ok(())
+    if passed.iter().any(|a| a == "--only") {
+        return Ok(());
+    }
+    crate::python::run_bench(passed.iter().any(|a| a == "--quick"))
 }

@@ -29,6 +29,8 @@ pub(crate) fn run_all() -> Result<(), String> {
     let mut test = cargo();
     test.args(["test", "--workspace", "--all-features", "--no-fail-fast"]);
     let (ok, output) = testlog::run_merged(&test, true)?;
+    // The Python package's tests (pytest prints its own closing line).
+    let python_ok = crate::python::run_pytest()?;
     let report = testlog::parse(&output);
     if !report.failures.is_empty() {
         println!("\nfailed tests, by test binary:");
@@ -39,5 +41,9 @@ pub(crate) fn run_all() -> Result<(), String> {
         "tests: {} passed, {} failed, {} skipped",
         report.passed, report.failed, report.ignored
     );
-    if ok { Ok(()) } else { Err("cargo test failed".into()) }
+    match (ok, python_ok) {
+        (true, true) => Ok(()),
+        (false, _) => Err("cargo test failed".into()),
+        (true, false) => Err("pytest failed (crates/envrt-python/tests)".into()),
+    }
 }

@@ -3,6 +3,7 @@
 mod bench;
 mod ci;
 mod conformance;
+mod python;
 mod soak;
 mod stress;
 mod testlog;
@@ -18,7 +19,8 @@ cargo xtask <task>
 tasks:
   demo                   the main job: build envrt, then acquire a local lease, copy a folder
                          in, run a command, copy results out, show capabilities, release
-  ci                     fmt check, clippy -D warnings, doc -Dwarnings, every test
+  ci                     fmt check, clippy -D warnings, doc -Dwarnings, every test (and the
+                         Python package's pytest suite)
   conformance [options]  the conformance kit against built-in drivers or a plugin worker
       --driver local|docker|sandbox|all   (default all)
       --manifest FILE [--worker COMMAND]  run the kit against an external plugin worker (its
@@ -28,9 +30,10 @@ tasks:
       --deadline SECONDS                  per-check deadline (default 300)
       --report PATH                       one JSON report (default target/conformance/report.json)
   setup                  install and start what the tests need (apt packages, dockerd,
-                         the test image, the SDK fixture); idempotent
+                         the test image, the SDK fixture, the Python venv); idempotent
   docker-image           build the local test image envrt-test:latest
-  bench [--quick] [--only ROW]  benchmarks as ratios to baselines (target/bench/latest.json)
+  bench [--quick] [--only ROW]  benchmarks as ratios to baselines (target/bench/latest.json;
+                         the Python row, also `--only python`, to target/bench/python.json)
   stress [options]       the test suite N times (built once); lists each test that failed
                          at least once, how often and what it said; fails on any failure
       --runs N                            runs (default 10)

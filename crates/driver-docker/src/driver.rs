@@ -156,6 +156,10 @@ impl DockerDriver {
         metadata.insert("containerName".into(), name.into());
         metadata.insert("dockerHost".into(), self.engine.address.clone().into());
         metadata.insert(META_WORKSPACE_DIR.into(), workspace.into());
+        metadata.insert(
+            envrt_runtime_core::model::WORKSPACE_METADATA_KEY.into(),
+            workspace.into(),
+        );
         if let Some(config) = config {
             metadata.insert("image".into(), config.image.clone().into());
         }

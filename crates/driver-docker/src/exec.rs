@@ -183,12 +183,11 @@ pub(crate) async fn execute(
         input
     });
 
-    let limit = request.output_limit();
     let mut collector = Collector {
         request: &request,
         demux: Demux::default(),
-        stdout: CappedBuffer::new(limit),
-        stderr: CappedBuffer::new(limit),
+        stdout: request.output_buffer(),
+        stderr: request.output_buffer(),
     };
     let deadline = request.timeout.map(|t| Instant::now() + t);
     let mut poll_delay = Duration::from_millis(100);

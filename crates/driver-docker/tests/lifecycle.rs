@@ -13,6 +13,7 @@ async fn acquire_makes_a_labelled_container_with_init_and_no_network() {
         assert_eq!(lease.provider.as_deref(), Some("docker"));
         assert_eq!(lease.metadata["driver"], "docker");
         assert_eq!(lease.metadata["workspaceDir"], "/workspace");
+        assert_eq!(lease.workspace(), Some("/workspace"), "the documented key");
         let id = lease.provider_lease_id.clone().unwrap();
         assert_eq!(
             h.driver.managed_containers().await.unwrap(),

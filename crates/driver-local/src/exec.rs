@@ -187,11 +187,11 @@ struct Capture<R> {
 }
 
 impl<R: PipeEnd> Capture<R> {
-    fn new(reader: Option<R>, stream: OutputStream, cap: usize) -> Self {
+    fn new(reader: Option<R>, stream: OutputStream, kept: CappedBuffer) -> Self {
         Capture {
             reader,
             buf: Vec::with_capacity(READ_CHUNK),
-            kept: CappedBuffer::new(cap),
+            kept,
             stream,
             bulk: None,
         }
@@ -382,9 +382,8 @@ async fn supervise(
 ) -> Result<ExecuteResult, DriverError> {
     let delivery = Delivery::new(request.sink.clone());
     let sink = &delivery;
-    let cap = request.output_limit();
-    let mut out = Capture::new(child.stdout.take(), OutputStream::Stdout, cap);
-    let mut err = Capture::new(child.stderr.take(), OutputStream::Stderr, cap);
+    let mut out = Capture::new(child.stdout.take(), OutputStream::Stdout, request.output_buffer());
+    let mut err = Capture::new(child.stderr.take(), OutputStream::Stderr, request.output_buffer());
     let stdin_pipe = child.stdin.take();
     let stdin_data = request.stdin.take();
     let feed = async move {

@@ -350,7 +350,10 @@ impl LocalDriver {
     fn grant(&self, lease_id: &str, dir: &Path, expires_at: Option<Timestamp>) -> Result<LeaseGrant, DriverError> {
         let mut metadata = envrt_runtime_core::JsonMap::new();
         metadata.insert("driver".into(), DRIVER_KEY.into());
-        metadata.insert("workspace".into(), path_str(dir)?.into());
+        metadata.insert(
+            envrt_runtime_core::model::WORKSPACE_METADATA_KEY.into(),
+            path_str(dir)?.into(),
+        );
         Ok(LeaseGrant {
             provider: Some(DRIVER_KEY.into()),
             provider_lease_id: Some(lease_dir_name(lease_id)?),
@@ -545,7 +548,10 @@ impl RealizeWorkspace for LocalDriver {
             }
         };
         let mut metadata = envrt_runtime_core::JsonMap::new();
-        metadata.insert("workspace".into(), path_str(&workspace)?.into());
+        metadata.insert(
+            envrt_runtime_core::model::WORKSPACE_METADATA_KEY.into(),
+            path_str(&workspace)?.into(),
+        );
         Ok(RealizedWorkspace {
             cwd: path_str(&cwd)?.to_owned(),
             metadata: Some(metadata),

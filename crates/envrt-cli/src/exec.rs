@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use envrt::sqlite::holder::Holder;
-use envrt::{EnvValue, ExecuteRequest, ExecuteResult, LeasePolicy, LeaseStatus, OutputSink, OutputStream};
+use envrt::{EnvValue, ExecuteRequest, ExecuteResult, LeasePolicy, LeaseStatus, OutputKeep, OutputSink, OutputStream};
 use tokio::io::AsyncReadExt;
 
 use crate::Target;
@@ -65,6 +65,10 @@ pub(crate) struct ExecArgs {
     /// Print at most this many bytes of each stream (the rest is dropped, with a note).
     #[arg(long, value_name = "BYTES")]
     max_output: Option<usize>,
+    /// Which bytes of a stream past --max-output are kept: the first (head, streamed as
+    /// they come) or the last (tail, printed when the command ends).
+    #[arg(long, value_enum, value_name = "PART", default_value_t = Keep::Head)]
+    keep: Keep,
     /// Do not read stdin; the command gets an empty one.
     #[arg(short = 'n', long)]
     no_stdin: bool,
@@ -351,6 +355,15 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
     outcome
 }
 
+/// `--keep`: which part of a capped stream is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Keep {
+    /// The first bytes, printed as they come.
+    Head,
+    /// The last bytes, printed when the command ends.
+    Tail,
+}
+
 async fn run_on(
     app: &App,
     lease_id: &str,
@@ -360,7 +373,13 @@ async fn run_on(
     stdin: Option<Vec<u8>>,
     interrupts: &mut Interrupts,
 ) -> Result<u8, CliError> {
-    let printer = Arc::new(Printer::new(args.max_output.unwrap_or(usize::MAX)));
+    let tail = args.keep == Keep::Tail;
+    // A tail is known only at the end: the driver keeps it and it is printed whole.
+    let printer = Arc::new(Printer::new(if tail {
+        usize::MAX
+    } else {
+        args.max_output.unwrap_or(usize::MAX)
+    }));
     let json = args.json;
     let mut command = args.command.into_iter();
     let program = command.next().unwrap_or_default();
@@ -374,7 +393,8 @@ async fn run_on(
         // Output is printed through the sink; the captured copy only backs up a driver
         // that does not stream.
         max_output_bytes: Some(args.max_output.unwrap_or(envrt::core::execute::DEFAULT_OUTPUT_LIMIT)),
-        sink: if json { None } else { Some(printer.clone()) },
+        keep: if tail { OutputKeep::Tail } else { OutputKeep::Head },
+        sink: if json || tail { None } else { Some(printer.clone()) },
         user: args.user,
     };
     let result = tokio::select! {
@@ -399,6 +419,14 @@ async fn run_on(
     }
     for note in printer.notes() {
         eprintln!("{note}");
+    }
+    if tail {
+        let cap = args.max_output.unwrap_or(envrt::core::execute::DEFAULT_OUTPUT_LIMIT);
+        for (name, cut) in [("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)] {
+            if cut {
+                eprintln!("envrt: {name} was cut to its last {cap} bytes (--max-output --keep tail)");
+            }
+        }
     }
     if result.timed_out {
         let secs = timeout.map(|t| t.as_secs_f64()).unwrap_or_default();

@@ -59,8 +59,8 @@ pub use envrt_runtime_core::{
     AcquireInput, AcquireRequest, Capabilities, CapabilityKey, CapabilitySnapshot, CleanupStatus, DriverError,
     DuplexChannel, DuplexExit, EnvValue, Environment, EnvironmentDriver, EnvironmentRuntime, EnvironmentStatus,
     ExecuteRequest, ExecuteResult, JsonMap, Lease, LeaseFilter, LeasePolicy, LeaseStatus, LeaseStore, MemoryStore,
-    OutputSink, OutputStream, RuntimeError, Secret, StoreError, SyncFile, SyncKind, SyncOperation, SyncResult,
-    Timestamp,
+    OutputKeep, OutputSink, OutputStream, RuntimeError, Secret, StoreError, SyncFile, SyncKind, SyncOperation,
+    SyncResult, Timestamp,
 };
 
 /// The local driver: commands run as processes on this host, one private workspace per

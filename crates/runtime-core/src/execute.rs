@@ -24,6 +24,18 @@ pub enum OutputStream {
     Stderr,
 }
 
+/// Which part of a stream's output a capped capture keeps when the stream passes the cap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputKeep {
+    /// The first bytes (what came first is kept, the rest dropped): the default.
+    #[default]
+    Head,
+    /// The last bytes (the beginning is dropped): what an agent reading an error at the
+    /// end of a long log wants.
+    Tail,
+}
+
 /// Receives output chunks while a command runs. Called from the driver's task: keep it
 /// quick. The sink sees every byte, including bytes past the capture cap.
 pub trait OutputSink: Send + Sync {
@@ -57,6 +69,8 @@ pub struct ExecuteRequest {
     pub timeout: Option<Duration>,
     /// Cap per captured stream; [`DEFAULT_OUTPUT_LIMIT`] when `None`.
     pub max_output_bytes: Option<usize>,
+    /// Which part of a stream past the cap is kept; the head by default.
+    pub keep: OutputKeep,
     /// Receives chunks as they arrive.
     pub sink: Option<Arc<dyn OutputSink>>,
     /// Who the command runs as, environment-side (`NAME`, `UID`, `NAME:GROUP` or
@@ -84,6 +98,11 @@ impl ExecuteRequest {
     pub fn output_limit(&self) -> usize {
         self.max_output_bytes.unwrap_or(DEFAULT_OUTPUT_LIMIT)
     }
+
+    /// An empty capture buffer for one stream of this request: its cap and what it keeps.
+    pub fn output_buffer(&self) -> CappedBuffer {
+        CappedBuffer::keeping(self.output_limit(), self.keep)
+    }
 }
 
 impl fmt::Debug for ExecuteRequest {
@@ -96,6 +115,7 @@ impl fmt::Debug for ExecuteRequest {
             .field("stdin_len", &self.stdin.as_ref().map(Vec::len))
             .field("timeout", &self.timeout)
             .field("max_output_bytes", &self.max_output_bytes)
+            .field("keep", &self.keep)
             .field("sink", &self.sink.is_some())
             .field("user", &self.user)
             .finish()
@@ -168,40 +188,76 @@ impl ExecuteResult {
     }
 }
 
-/// A byte buffer that keeps at most `cap` bytes and remembers whether more came.
+/// A byte buffer that keeps at most `cap` bytes — the first ones, or with
+/// [`OutputKeep::Tail`] the last ones — and remembers whether more came.
 #[derive(Clone, Debug, Default)]
 pub struct CappedBuffer {
     data: Vec<u8>,
     cap: usize,
+    keep: OutputKeep,
     truncated: bool,
 }
 
 impl CappedBuffer {
-    /// An empty buffer holding at most `cap` bytes.
+    /// An empty buffer holding at most the first `cap` bytes.
     pub fn new(cap: usize) -> Self {
+        CappedBuffer::keeping(cap, OutputKeep::Head)
+    }
+
+    /// An empty buffer holding at most `cap` bytes, the head or the tail.
+    pub fn keeping(cap: usize, keep: OutputKeep) -> Self {
         CappedBuffer {
             data: Vec::new(),
             cap,
+            keep,
             truncated: false,
         }
     }
 
-    /// Appends what fits; sets the truncation flag when anything is dropped.
+    /// Appends the chunk: the head keeps what fits; the tail keeps the newest bytes (it
+    /// holds up to twice the cap between trims, so a long stream costs linear time). Sets
+    /// the truncation flag when anything is dropped.
     pub fn push(&mut self, chunk: &[u8]) {
-        let room = self.cap.saturating_sub(self.data.len());
-        if chunk.len() > room {
+        match self.keep {
+            OutputKeep::Head => {
+                let room = self.cap.saturating_sub(self.data.len());
+                if chunk.len() > room {
+                    self.truncated = true;
+                }
+                self.data.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            OutputKeep::Tail => {
+                if chunk.len() >= self.cap {
+                    self.truncated |= !self.data.is_empty() || chunk.len() > self.cap;
+                    self.data.clear();
+                    self.data.extend_from_slice(&chunk[chunk.len() - self.cap..]);
+                    return;
+                }
+                self.data.extend_from_slice(chunk);
+                if self.data.len() > self.cap.saturating_mul(2) {
+                    self.trim();
+                }
+            }
+        }
+    }
+
+    /// Drops all but the last `cap` bytes (tail mode).
+    fn trim(&mut self) {
+        if self.data.len() > self.cap {
+            let excess = self.data.len() - self.cap;
+            self.data.drain(..excess);
             self.truncated = true;
         }
-        self.data.extend_from_slice(&chunk[..chunk.len().min(room)]);
     }
 
     /// Whether anything was dropped.
     pub fn truncated(&self) -> bool {
-        self.truncated
+        self.truncated || self.data.len() > self.cap
     }
 
     /// The kept bytes and the truncation flag.
-    pub fn into_parts(self) -> (Vec<u8>, bool) {
+    pub fn into_parts(mut self) -> (Vec<u8>, bool) {
+        self.trim();
         (self.data, self.truncated)
     }
 }
@@ -270,6 +326,39 @@ mod tests {
         let mut zero = CappedBuffer::new(0);
         zero.push(b"x");
         assert_eq!(zero.into_parts(), (Vec::new(), true));
+    }
+
+    #[test]
+    fn capped_buffer_in_tail_mode_keeps_the_last_bytes() {
+        let tail = |chunks: &[&[u8]], cap: usize| {
+            let mut b = CappedBuffer::keeping(cap, OutputKeep::Tail);
+            for chunk in chunks {
+                b.push(chunk);
+            }
+            let flagged = b.truncated();
+            let parts = b.into_parts();
+            assert_eq!(flagged, parts.1, "truncated() agrees with into_parts");
+            parts
+        };
+        assert_eq!(tail(&[b"abc", b"def"], 5), (b"bcdef".to_vec(), true));
+        assert_eq!(tail(&[b"abc"], 5), (b"abc".to_vec(), false));
+        assert_eq!(tail(&[b"abc", b"de"], 5), (b"abcde".to_vec(), false));
+        assert_eq!(tail(&[b"ab", b"0123456789"], 3), (b"789".to_vec(), true));
+        assert_eq!(tail(&[b"abc"], 3), (b"abc".to_vec(), false));
+        assert_eq!(tail(&[b"x"], 0), (Vec::new(), true));
+        // Many small chunks: the trims keep the newest bytes in order.
+        let many: Vec<Vec<u8>> = (0..1000u32).map(|i| format!("{i},").into_bytes()).collect();
+        let refs: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
+        let (kept, cut) = tail(&refs, 8);
+        assert_eq!((kept.as_slice(), cut), (&b"998,999,"[..], true));
+        let request = ExecuteRequest {
+            max_output_bytes: Some(2),
+            keep: OutputKeep::Tail,
+            ..ExecuteRequest::new("true", [""; 0])
+        };
+        let mut b = request.output_buffer();
+        b.push(b"xyz");
+        assert_eq!(b.into_parts(), (b"yz".to_vec(), true));
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub use driver::{
     ReleaseInput, ResumeLease, WorkspaceRequest,
 };
 pub use error::{DriverError, RuntimeError, StoreError};
-pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputSink, OutputStream};
+pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputKeep, OutputSink, OutputStream};
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
 pub use runtime::{
     AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, RECONCILE_SETTLE,

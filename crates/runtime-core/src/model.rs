@@ -202,7 +202,21 @@ pub struct Lease {
     pub metadata: JsonMap,
 }
 
+/// The lease metadata key every driver fills with the lease's workspace: the absolute
+/// path, as the environment sees it, where commands run by default and relative paths
+/// resolve. Older keys stay for compatibility: the Docker driver's `workspaceDir` and the
+/// plugin protocol's `remoteCwd`.
+pub const WORKSPACE_METADATA_KEY: &str = "workspace";
+
 impl Lease {
+    /// `metadata.workspace` ([`WORKSPACE_METADATA_KEY`]) when it is a non-empty string.
+    pub fn workspace(&self) -> Option<&str> {
+        self.metadata
+            .get(WORKSPACE_METADATA_KEY)
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+    }
+
     /// `metadata.driver` when it is a non-empty string.
     pub fn metadata_driver(&self) -> Option<&str> {
         self.metadata

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use envrt_runtime_core::{EnvValue, ExecuteRequest, LeasePolicy, OutputStream, Secret};
+use envrt_runtime_core::model::WORKSPACE_METADATA_KEY;
+use envrt_runtime_core::{EnvValue, ExecuteRequest, LeasePolicy, OutputKeep, OutputStream, Secret};
 use proptest::prelude::*;
 
 use super::{Check, Checked, has_execute, property};
@@ -22,6 +23,7 @@ pub(super) const CHECKS: &[Check] = &[
     Check::maybe("execute_timeout_kills_tree", has_execute, timeout_kills_tree),
     Check::maybe("execute_grandchild_holding_stdout", has_execute, grandchild_stdout),
     Check::new("execute_output_cap", has_execute, output_cap),
+    Check::new("execute_output_tail", has_execute, output_tail),
     Check::new("execute_missing_program", has_execute, missing_program),
     Check::new("execute_signal_reported", has_execute, signal_reported),
     Check::new("execute_env_isolation", has_execute, env_isolation),
@@ -30,6 +32,7 @@ pub(super) const CHECKS: &[Check] = &[
     Check::new("execute_concurrent", has_execute, concurrent),
     Check::new("execute_concurrent_overlap", has_execute, concurrent_overlap),
     Check::new("execute_cwd_confined", has_execute, cwd_confined),
+    Check::new("execute_default_cwd_is_the_workspace", has_execute, workspace_metadata),
 ];
 
 /// Strings without NUL (any other character, including non-ASCII and newlines).
@@ -246,6 +249,55 @@ fn output_cap(ctx: &Ctx) -> Result<(), String> {
         ensure(result.stdout_truncated, || "stdout_truncated is false".into())?;
         ensure_eq(result.stderr.as_slice(), b"bb".as_slice(), "stderr")?;
         ensure(!result.stderr_truncated, || "stderr_truncated is true".into())
+    })
+}
+
+/// `OutputKeep::Tail` keeps the last bytes of a stream past the cap, in order, and
+/// flags the cut; a stream under the cap is whole.
+fn output_tail(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let script = "i=0; while [ $i -lt 2000 ]; do echo line$i; i=$((i+1)); done; printf 'the end'; printf bb >&2";
+        let mut request = ExecuteRequest::new("sh", ["-c", script]);
+        request.max_output_bytes = Some(20);
+        request.keep = OutputKeep::Tail;
+        let result = ctx.exec(&lease, request).await?;
+        ensure_eq(result.exit_code, Some(0), "exit code")?;
+        ensure_eq(
+            String::from_utf8_lossy(&result.stdout).as_ref(),
+            "998\nline1999\nthe end",
+            "the stdout tail",
+        )?;
+        ensure(result.stdout_truncated, || "stdout_truncated is false".into())?;
+        ensure_eq(result.stderr.as_slice(), b"bb".as_slice(), "stderr")?;
+        ensure(!result.stderr_truncated, || "stderr_truncated is true".into())
+    })
+}
+
+/// The lease names its workspace under the one documented metadata key, and a command
+/// without a cwd runs there.
+fn workspace_metadata(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let workspace = lease
+            .workspace()
+            .ok_or_else(|| {
+                format!(
+                    "lease metadata has no \"{WORKSPACE_METADATA_KEY}\": {:?}",
+                    lease.metadata
+                )
+            })?
+            .to_owned();
+        ensure(workspace.starts_with('/'), || {
+            format!("workspace {workspace:?} is not absolute")
+        })?;
+        let result = ctx.exec(&lease, ExecuteRequest::new("sh", ["-c", "pwd -P"])).await?;
+        ensure_eq(result.exit_code, Some(0), "exit code")?;
+        let real = ctx
+            .exec(
+                &lease,
+                ExecuteRequest::new("sh", ["-c", &format!("cd '{workspace}' && pwd -P")]),
+            )
+            .await?;
+        ensure_eq(result.stdout, real.stdout, "the default cwd against the workspace")
     })
 }
 

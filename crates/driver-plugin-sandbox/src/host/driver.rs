@@ -10,10 +10,10 @@ use base64::Engine as _;
 use envrt_runtime_core::capability::{CapabilityKey, SupportSet, VerbSet};
 use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
-    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, CappedBuffer, DestroyLease, DriverError,
-    DuplexChannel, DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap,
-    LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput,
-    ResumeLease, SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
+    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannel,
+    DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, LeaseContext,
+    LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
+    SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -202,11 +202,17 @@ impl SandboxDriver {
             Some(Value::String(id)) => id.clone(),
             Some(_) => return Err(invalid("providerLeaseId must be a string")),
         };
-        let metadata = match result.get("metadata") {
+        let mut metadata = match result.get("metadata") {
             None | Some(Value::Null) => JsonMap::new(),
             Some(Value::Object(m)) => m.clone(),
             Some(_) => return Err(invalid("metadata must be an object")),
         };
+        // The documented key beside the protocol's remoteCwd.
+        if let Some(cwd) = metadata.get("remoteCwd").filter(|v| v.is_string()).cloned() {
+            metadata
+                .entry(envrt_runtime_core::model::WORKSPACE_METADATA_KEY)
+                .or_insert(cwd);
+        }
         let expires_at = match result.get("expiresAt") {
             Some(Value::String(text)) => {
                 Some(Timestamp::parse_rfc3339(text).ok_or_else(|| invalid("expiresAt is not an RFC 3339 time"))?)
@@ -482,6 +488,11 @@ impl Execute for SandboxDriver {
             let sink: ExecSink = Arc::new(move |stream, bytes: Vec<u8>| sink.on_chunk(stream, &bytes));
             sink
         });
+        let tail = super::tail::TailCapture::for_request(&request);
+        let sink = match &tail {
+            Some(tail) => Some(tail.sink(sink)),
+            None => sink,
+        };
         let started = Instant::now();
         let company = Some(context.lease.company_id.as_str());
         let value = match request.timeout {
@@ -516,13 +527,16 @@ impl Execute for SandboxDriver {
         };
         let metadata = wire.metadata.unwrap_or_default();
         let flagged = |key: &str| metadata.get(key).and_then(Value::as_bool) == Some(true);
-        let limit = request.output_limit();
-        let mut stdout = CappedBuffer::new(limit);
+        let mut stdout = request.output_buffer();
         stdout.push(&decode(wire.stdout, "stdout")?);
-        let mut stderr = CappedBuffer::new(limit);
+        let mut stderr = request.output_buffer();
         stderr.push(&decode(wire.stderr, "stderr")?);
-        // What the worker itself cut counts too.
-        let (stdout_cut, stderr_cut) = (flagged("stdoutTruncated"), flagged("stderrTruncated"));
+        // What the worker itself cut counts too (not for a tail, taken from every chunk).
+        let (mut stdout_cut, mut stderr_cut) = (flagged("stdoutTruncated"), flagged("stderrTruncated"));
+        if let Some(tail) = tail {
+            (stdout, stderr) = tail.into_buffers();
+            (stdout_cut, stderr_cut) = (false, false);
+        }
         let ending = envrt_runtime_core::execute::Ending {
             exit_code: wire.exit_code,
             signal: wire.signal,

@@ -14,6 +14,7 @@ mod reference;
 mod routes;
 mod supervisor;
 mod sync_out;
+mod tail;
 
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;

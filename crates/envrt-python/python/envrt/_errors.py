@@ -1,0 +1,98 @@
+"""Exceptions of the envrt package.
+
+Every error the runtime raises is an :class:`EnvrtError` whose ``str()`` is the exact text
+of envrt's contract and whose ``kind`` is the stable machine name
+(``lease_not_found``, ``source_missing``, ...). Where Python has a matching built-in
+class the exception is also an instance of it, so ``except FileNotFoundError`` works:
+
+======================================  =====================================
+kind (or the operating-system cause)    also an instance of
+======================================  =====================================
+``source_missing``, a missing file      :class:`FileNotFoundError`
+``path_outside_workspace``, EACCES      :class:`PermissionError`
+``source_kind`` (a file was expected)   :class:`IsADirectoryError`
+``source_kind`` (a directory expected)  :class:`NotADirectoryError`
+``lease_expired``                       :class:`TimeoutError`
+``lease_not_found``, ``environment_…``  :class:`LookupError`
+``…_unsupported``, ``duplex_not_granted`` :class:`NotImplementedError`
+``invalid_input``, ``invalid_glob``, …  :class:`ValueError`
+======================================  =====================================
+"""
+
+from __future__ import annotations
+
+
+class EnvrtError(Exception):
+    """An error of envrt: ``str(error)`` is the contract's exact text."""
+
+    kind: str
+    """The stable machine name of the error's class."""
+
+    def __init__(self, message: str, kind: str = "other") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class EnvrtFileNotFoundError(EnvrtError, FileNotFoundError):
+    """A file or sync source that does not exist."""
+
+
+class EnvrtPermissionError(EnvrtError, PermissionError):
+    """Access refused: a path outside the lease workspace, or a permission the OS denied."""
+
+
+class EnvrtIsADirectoryError(EnvrtError, IsADirectoryError):
+    """A directory where a file was expected."""
+
+
+class EnvrtNotADirectoryError(EnvrtError, NotADirectoryError):
+    """A file where a directory was expected."""
+
+
+class EnvrtTimeoutError(EnvrtError, TimeoutError):
+    """A lease past its expiry, or a command that timed out (see ``Lease.exec(check=True)``)."""
+
+
+class EnvrtLookupError(EnvrtError, LookupError):
+    """An unknown lease or environment."""
+
+
+class EnvrtUnsupportedError(EnvrtError, NotImplementedError):
+    """An operation the driver, or the lease's capability snapshot, does not offer."""
+
+
+class EnvrtValueError(EnvrtError, ValueError):
+    """Input the runtime or a driver refuses."""
+
+
+_BY_OS = {
+    "not_found": EnvrtFileNotFoundError,
+    "permission_denied": EnvrtPermissionError,
+    "is_a_directory": EnvrtIsADirectoryError,
+    "not_a_directory": EnvrtNotADirectoryError,
+}
+
+_BY_KIND = {
+    "source_missing": EnvrtFileNotFoundError,
+    "path_outside_workspace": EnvrtPermissionError,
+    "lease_expired": EnvrtTimeoutError,
+    "lease_not_found": EnvrtLookupError,
+    "environment_not_found": EnvrtLookupError,
+    "duplex_not_granted": EnvrtUnsupportedError,
+    "invalid_input": EnvrtValueError,
+    "invalid_glob": EnvrtValueError,
+    "invalid_release_status": EnvrtValueError,
+    "post_upload_cwd": EnvrtValueError,
+}
+
+
+def from_native(kind: str, message: str, os_class: str | None) -> EnvrtError:
+    """The exception for a native error (called by the extension module)."""
+    cls = _BY_OS.get(os_class or "") or _BY_KIND.get(kind)
+    if cls is None:
+        cls = EnvrtUnsupportedError if kind.endswith("_unsupported") else EnvrtError
+    return cls(message, kind)

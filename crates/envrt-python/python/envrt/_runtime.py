@@ -1,0 +1,378 @@
+"""The Python face of the runtime: :class:`Runtime`, :class:`Lease`, :class:`DuplexStream`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable, Iterable, Literal, Mapping, Sequence, overload
+
+from . import _envrt
+from ._envrt import ExecResult
+
+OutputCallback = Callable[[str, bytes], Any]
+"""``on_output(stream, chunk)``: ``stream`` is ``"stdout"`` or ``"stderr"``."""
+
+
+@dataclass
+class SyncFile:
+    """One file or directory of a sync operation (the contract's ``SyncFile``)."""
+
+    source: str
+    """Where to read: host-side for ``sync_in``, environment-side for ``sync_out``."""
+    target: str
+    """Where to write: environment-side for ``sync_in``, host-side for ``sync_out``."""
+    kind: Literal["file", "directory"] = "directory"
+    mode: int | None = None
+    exclude: Sequence[str] = ()
+    follow_symlinks: bool | None = None
+
+    def to_contract(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"sourcePath": self.source, "targetPath": self.target, "kind": self.kind}
+        if self.mode is not None:
+            out["mode"] = self.mode
+        if self.exclude:
+            out["exclude"] = list(self.exclude)
+        if self.follow_symlinks is not None:
+            out["followSymlinks"] = self.follow_symlinks
+        return out
+
+
+@dataclass
+class SyncOperation:
+    """Files transferred together, then (sync in only) shell commands run after they land."""
+
+    files: Sequence[SyncFile]
+    operation_id: str = "sync"
+    post_upload_commands: Sequence[Mapping[str, Any]] = field(default_factory=list)
+
+    def to_contract(self) -> dict[str, Any]:
+        return {
+            "operationId": self.operation_id,
+            "files": [f.to_contract() for f in self.files],
+            "postUploadCommands": [dict(c) for c in self.post_upload_commands],
+        }
+
+
+def _operations(items: Iterable[SyncOperation | SyncFile]) -> str:
+    ops: list[dict[str, Any]] = []
+    loose: list[SyncFile] = []
+    for item in items:
+        if isinstance(item, SyncFile):
+            loose.append(item)
+        else:
+            ops.append(item.to_contract())
+    if loose:
+        ops.insert(0, SyncOperation(loose).to_contract())
+    return json.dumps(ops)
+
+
+class Runtime:
+    """An envrt runtime in this process: its drivers, environments and leases.
+
+    Build one with :meth:`create` (drivers from code) or :meth:`from_config`
+    (an ``envrt.toml``).
+    """
+
+    def __init__(self, native: Any, company: str = "local", default_environment: str | None = None) -> None:
+        self._native = native
+        self.company = company
+        self.default_environment = default_environment
+        self.default_ttls: dict[str, float] = {}
+        """Default lease TTL (seconds) per environment, from ``ttl`` in ``envrt.toml``."""
+        self.config_path: str | None = None
+        self.state_dir: str | None = None
+        self.skipped_drivers: dict[str, str] = {}
+        """Drivers the configuration enables that could not be set up, with why."""
+
+    @classmethod
+    async def from_config(
+        cls,
+        config: str | os.PathLike[str] | None = None,
+        *,
+        state_dir: str | os.PathLike[str] | None = None,
+        driver: str | None = None,
+    ) -> "Runtime":
+        """The runtime an ``envrt.toml`` describes, assembled as the ``envrt`` CLI does:
+        leases in the SQLite store of the state directory (so ``envrt lease list`` sees
+        them), the configured environments, tenant and default environment.
+
+        ``config``: the file (``None``: ``$ENVRT_CONFIG``, else ``./envrt.toml`` when it
+        exists, else only the implicit ``local`` environment). ``state_dir``: ``None`` is
+        ``$ENVRT_STATE_DIR``, else ``$XDG_STATE_HOME/envrt``, else ``~/.local/state/envrt``.
+        ``driver`` is set up even when no configured environment uses it."""
+        native, company, default, ttls, resolved_state, skipped = await _envrt.open_config(
+            None if config is None else os.fspath(config),
+            None if state_dir is None else os.fspath(state_dir),
+            driver,
+        )
+        runtime = cls(native, company, default)
+        runtime.default_ttls = dict(ttls)
+        runtime.config_path = None if config is None else os.path.abspath(os.fspath(config))
+        runtime.state_dir = os.fspath(resolved_state)
+        runtime.skipped_drivers = dict(skipped)
+        return runtime
+
+    @classmethod
+    async def create(
+        cls,
+        *,
+        local_root: str | os.PathLike[str] | None = None,
+        docker: bool = False,
+        docker_host: str | None = None,
+        sandbox_worker: str | os.PathLike[str] | None = None,
+        sandbox_root: str | os.PathLike[str] | None = None,
+        plugins: Sequence[Mapping[str, Any]] = (),
+        database: str | os.PathLike[str] | None = None,
+        company: str = "local",
+    ) -> "Runtime":
+        """A runtime with the local driver, Docker when ``docker`` is true, the reference
+        sandbox worker when ``sandbox_worker`` names it (leases under ``sandbox_root``), and
+        one sandbox driver per plugin ``{"manifest": path, "driver_key": ..., "config": {...}}``.
+        Leases live in memory, or in the SQLite file ``database``."""
+        specs: list[tuple[str, str | None, str | None, str]] = []
+        if sandbox_worker is not None:
+            command = [os.fspath(sandbox_worker)]
+            if sandbox_root is not None:
+                command += ["--root", os.fspath(sandbox_root)]
+            manifest = {
+                "id": "envrt-sandbox",
+                "worker": {"command": command},
+                "environmentDrivers": [
+                    {
+                        "driverKey": "sandbox",
+                        "kind": "sandbox_provider",
+                        "displayName": "bwrap sandbox",
+                        "sandboxCapabilities": {
+                            "incrementalSessionOutput": True,
+                            "concurrentSyncOperations": True,
+                            "duplexCommandStream": True,
+                        },
+                    }
+                ],
+            }
+            specs.append((json.dumps(manifest), None, None, "{}"))
+        for plugin in plugins:
+            path = os.fspath(plugin["manifest"])
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            specs.append(
+                (text, os.path.dirname(os.path.abspath(path)), plugin.get("driver_key"), json.dumps(plugin.get("config", {})))
+            )
+        native = await _envrt.build_runtime(
+            local_root=None if local_root is None else os.fspath(local_root),
+            docker=docker,
+            docker_host=docker_host,
+            plugins=specs,
+            database=None if database is None else os.fspath(database),
+        )
+        runtime = cls(native, company)
+        # As with the CLI, an environment "local" exists without any configuration.
+        await runtime.put_environment("local", "local", name="local")
+        return runtime
+
+    def driver_keys(self) -> list[str]:
+        """The registered driver keys."""
+        return list(self._native.driver_keys())
+
+    async def put_environment(
+        self,
+        id: str,
+        driver: str,
+        *,
+        name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        active: bool = True,
+    ) -> None:
+        """Adds or replaces an environment (``config`` is the driver's configuration)."""
+        await self._native.put_environment(id, driver, name, json.dumps(dict(config or {})), active)
+
+    async def environment_capabilities(self, environment_id: str) -> dict[str, bool] | None:
+        """The environment's capability snapshot before any lease."""
+        text = await self._native.environment_capabilities(environment_id)
+        return None if text is None else json.loads(text)
+
+    async def acquire(
+        self,
+        environment_id: str | None = None,
+        *,
+        company: str | None = None,
+        run_id: str | None = None,
+        policy: str = "ephemeral",
+        ttl: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> "Lease":
+        """Acquires a lease on ``environment_id`` (the configured default when ``None``);
+        ``ttl`` seconds asks for an expiry the driver must guarantee (default: the
+        environment's ``ttl`` in ``envrt.toml``)."""
+        environment_id = environment_id or self.default_environment or "local"
+        if ttl is None:
+            ttl = self.default_ttls.get(environment_id)
+        text = await self._native.acquire(
+            environment_id, company or self.company, run_id, policy, ttl, json.dumps(dict(metadata or {}))
+        )
+        return Lease(self, json.loads(text))
+
+    async def leases(self, environment_id: str | None = None, statuses: Sequence[str] = ()) -> list["Lease"]:
+        """The stored leases, of ``environment_id`` and with one of ``statuses`` when given."""
+        text = await self._native.leases(environment_id, list(statuses))
+        return [Lease(self, info) for info in json.loads(text)]
+
+    async def lease(self, lease_id: str) -> "Lease | None":
+        """The stored lease ``lease_id``, or ``None``."""
+        text = await self._native.lease(lease_id)
+        return None if text is None else Lease(self, json.loads(text))
+
+
+class Lease:
+    """A lease on an environment. ``async with`` releases it at the end."""
+
+    def __init__(self, runtime: Runtime, info: dict[str, Any]) -> None:
+        self.runtime = runtime
+        self.info = info
+        """The lease record (the contract's field names)."""
+
+    @property
+    def id(self) -> str:
+        return str(self.info["id"])
+
+    @property
+    def provider(self) -> str | None:
+        return self.info.get("provider")
+
+    @property
+    def workspace(self) -> str | None:
+        """The lease's workspace path inside the environment, where the driver tells it."""
+        metadata = self.info.get("metadata") or {}
+        for key in ("workspace", "workspaceDir", "remoteCwd"):
+            value = metadata.get(key)
+            if isinstance(value, str):
+                return value
+        return None
+
+    def __repr__(self) -> str:
+        return f"Lease(id={self.id!r}, provider={self.provider!r}, status={self.info.get('status')!r})"
+
+    async def __aenter__(self) -> "Lease":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release("failed" if exc[0] is not None else "released")
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        input: str | bytes | None = None,
+        timeout: float | None = None,
+        max_output: int | None = None,
+        keep: Literal["head", "tail"] = "head",
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Runs ``argv`` (no shell) and returns its structured result. Each stream keeps
+        at most ``max_output`` bytes (16 MiB by default): its first bytes, or with
+        ``keep="tail"`` its last. ``on_output`` is called on this event loop with each
+        chunk as it arrives."""
+        data = input.encode("utf-8") if isinstance(input, str) else input
+        sink = None
+        if on_output is not None:
+            loop = asyncio.get_running_loop()
+            callback = on_output
+
+            def sink(stream: str, chunk: bytes) -> None:
+                loop.call_soon_threadsafe(callback, stream, chunk)
+
+        result = await self.runtime._native.exec(
+            self.id, list(argv), cwd, dict(env or {}), data, timeout, max_output, sink, keep
+        )
+        if sink is not None:
+            # Let the chunks scheduled before the result arrived run first.
+            await asyncio.sleep(0)
+        return result
+
+    @overload
+    async def read_file(self, path: str, *, text: Literal[False] = False) -> bytes: ...
+    @overload
+    async def read_file(self, path: str, *, text: Literal[True]) -> str: ...
+    async def read_file(self, path: str, *, text: bool = False) -> bytes | str:
+        """The content of one file of the lease (text decodes UTF-8)."""
+        data = await self.runtime._native.read_file(self.id, path)
+        return data.decode("utf-8") if text else data
+
+    async def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
+        """Writes one file of the lease (text is encoded as UTF-8); parents are created."""
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        await self.runtime._native.write_file(self.id, path, raw, mode)
+
+    async def sync_in(self, *items: SyncOperation | SyncFile) -> list[dict[str, Any]]:
+        """Copies host files and trees into the lease; returns per-operation counts."""
+        return json.loads(await self.runtime._native.sync_in(self.id, _operations(items)))["operations"]
+
+    async def sync_out(self, *items: SyncOperation | SyncFile) -> list[dict[str, Any]]:
+        """Copies files and trees of the lease to the host; returns per-operation counts."""
+        return json.loads(await self.runtime._native.sync_out(self.id, _operations(items)))["operations"]
+
+    async def open_duplex(self, argv: Sequence[str]) -> "DuplexStream":
+        """Starts ``argv`` with a live two-way byte channel (needs ``duplexCommandStream``)."""
+        return DuplexStream(await self.runtime._native.open_duplex(self.id, list(argv)))
+
+    async def capabilities(self) -> dict[str, bool] | None:
+        """The lease's effective capability snapshot (nine keys)."""
+        text = await self.runtime._native.capabilities(self.id)
+        return None if text is None else json.loads(text)
+
+    async def release(self, status: str = "released") -> dict[str, Any]:
+        """Ends the lease (``released``, ``failed`` or ``expired``); returns the record."""
+        self.info = json.loads(await self.runtime._native.release(self.id, status))
+        return self.info
+
+    async def destroy(self) -> dict[str, Any]:
+        """Removes the lease's resource whatever its policy; returns the record."""
+        self.info = json.loads(await self.runtime._native.destroy(self.id))
+        return self.info
+
+
+class DuplexStream:
+    """A duplex channel: ``async for chunk in stream`` reads output until it ends."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    async def write(self, data: str | bytes) -> None:
+        await self._native.write(data.encode("utf-8") if isinstance(data, str) else bytes(data))
+
+    async def read(self) -> bytes | None:
+        """The next chunk of output; ``None`` once it has ended."""
+        return await self._native.read()
+
+    async def close_input(self) -> None:
+        await self._native.close_input()
+
+    async def stop(self) -> None:
+        await self._native.stop()
+
+    async def close(self) -> None:
+        await self._native.close()
+
+    async def wait(self) -> int | None:
+        """The command's exit code; ``None`` when the host ended the channel."""
+        code, _transport_closed = await self._native.wait()
+        return code
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self.read()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+    async def __aenter__(self) -> "DuplexStream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,342 @@
+//! `NativeRuntime`: an [`EnvironmentRuntime`] whose operations are asyncio awaitables.
+//! Structured values (leases, snapshots, sync operations) cross as JSON text in the
+//! contract's own field names; the Python half turns them into objects.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envrt::{
+    AcquireRequest, EnvValue, Environment, EnvironmentRuntime, ExecuteRequest, JsonMap, LeaseFilter, LeasePolicy,
+    LeaseStatus, OutputKeep, OutputStream, RuntimeBuilder, SyncOperation, Timestamp,
+};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::duplex::NativeDuplex;
+use crate::errors::{native, runtime_error};
+use crate::result::{Bytes, ExecResult};
+use crate::transfer;
+
+/// One sandbox plugin: the manifest's JSON text, the folder its relative paths are
+/// resolved against, the `environmentDrivers` entry, and the plugin configuration as JSON.
+type PluginSpec = (String, Option<PathBuf>, Option<String>, String);
+
+/// Builds a runtime with the local driver, the Docker driver when `docker` is true, one
+/// sandbox driver per plugin, and a SQLite lease store when `database` is given.
+#[pyfunction]
+#[pyo3(signature = (*, local_root=None, docker=false, docker_host=None, plugins=Vec::new(), database=None))]
+pub(crate) fn build_runtime(
+    py: Python<'_>,
+    local_root: Option<PathBuf>,
+    docker: bool,
+    docker_host: Option<String>,
+    plugins: Vec<PluginSpec>,
+    database: Option<PathBuf>,
+) -> PyResult<Bound<'_, PyAny>> {
+    let mut builder = RuntimeBuilder::new().local_config(envrt::local::LocalConfig {
+        root: local_root,
+        ..Default::default()
+    });
+    if docker {
+        builder = builder.docker_config(envrt::docker::DockerConfig {
+            host: docker_host,
+            ..Default::default()
+        });
+    } else {
+        builder = builder.without_driver("docker");
+    }
+    for (manifest, folder, driver_key, config) in plugins {
+        let manifest = envrt::plugin_sandbox::PluginManifest::from_json_in(&manifest, folder.as_deref())
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let options = envrt::plugin_sandbox::SandboxOptions {
+            driver_key,
+            config: from_json(&config)?,
+            ..Default::default()
+        };
+        builder = builder.sandbox_plugin(manifest, options);
+    }
+    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        if let Some(path) = database {
+            let store = envrt::SqliteStore::open(&path)
+                .await
+                .map_err(|e| runtime_error(e.into()))?;
+            builder = builder.store(Arc::new(store));
+        }
+        let runtime = builder
+            .build()
+            .await
+            .map_err(|e| native("driver_setup", &e.to_string(), None))?;
+        Ok(NativeRuntime {
+            inner: Arc::new(runtime),
+        })
+    })
+}
+
+/// The runtime, shared by every awaitable it hands out.
+#[pyclass(frozen, module = "envrt._envrt")]
+pub(crate) struct NativeRuntime {
+    inner: Arc<EnvironmentRuntime>,
+}
+
+impl NativeRuntime {
+    /// Wraps a runtime someone else assembled.
+    pub(crate) fn from_shared(inner: Arc<EnvironmentRuntime>) -> Self {
+        NativeRuntime { inner }
+    }
+}
+
+fn from_json<T: DeserializeOwned>(text: &str) -> PyResult<T> {
+    serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("invalid JSON: {e}")))
+}
+
+fn to_json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
+}
+
+fn word<T: DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| PyValueError::new_err(format!("unknown {what} \"{text}\"")))
+}
+
+#[pymethods]
+impl NativeRuntime {
+    /// Adds or replaces an environment; `config` is its driver configuration as JSON.
+    #[pyo3(signature = (id, driver, name=None, config="{}".to_owned(), active=true))]
+    fn put_environment<'py>(
+        &self,
+        py: Python<'py>,
+        id: String,
+        driver: String,
+        name: Option<String>,
+        config: String,
+        active: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let config: JsonMap = from_json(&config)?;
+        let mut environment = Environment::new(&id, name.unwrap_or_else(|| id.clone()), driver).with_config(config);
+        if !active {
+            environment.status = envrt::EnvironmentStatus::Archived;
+        }
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            runtime.put_environment(environment).await.map_err(runtime_error)
+        })
+    }
+
+    /// The registered driver keys.
+    fn driver_keys(&self) -> Vec<String> {
+        self.inner.driver_keys()
+    }
+
+    /// Acquires a lease; returns the lease as JSON. `ttl` (seconds) asks for an expiry.
+    #[pyo3(signature = (environment_id, company, run_id=None, policy="ephemeral", ttl=None, metadata="{}".to_owned()))]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire<'py>(
+        &self,
+        py: Python<'py>,
+        environment_id: String,
+        company: String,
+        run_id: Option<String>,
+        policy: &str,
+        ttl: Option<f64>,
+        metadata: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut request = AcquireRequest::new(environment_id, company);
+        request.run_id = run_id;
+        request.policy = word::<LeasePolicy>(policy, "lease policy")?;
+        request.metadata = from_json(&metadata)?;
+        request.requested_expires_at = ttl.map(seconds).transpose()?.map(|d| Timestamp::now().after(d));
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let lease = runtime.acquire_lease(request).await.map_err(runtime_error)?;
+            Ok(to_json(&lease))
+        })
+    }
+
+    /// The stored lease as JSON, or `None`.
+    fn lease<'py>(&self, py: Python<'py>, lease_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let lease = runtime.lease(&lease_id).await.map_err(runtime_error)?;
+            Ok(lease.map(|l| to_json(&l)))
+        })
+    }
+
+    /// The stored leases as a JSON list, filtered by environment and statuses.
+    #[pyo3(signature = (environment_id=None, statuses=Vec::new()))]
+    fn leases<'py>(
+        &self,
+        py: Python<'py>,
+        environment_id: Option<String>,
+        statuses: Vec<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let filter = LeaseFilter {
+            environment_id,
+            statuses: statuses
+                .iter()
+                .map(|s| word::<LeaseStatus>(s, "lease status"))
+                .collect::<PyResult<_>>()?,
+            ..Default::default()
+        };
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let leases = runtime.leases(&filter).await.map_err(runtime_error)?;
+            Ok(to_json(&leases))
+        })
+    }
+
+    /// Runs `argv` on the lease. `on_output(stream, chunk)` is called for every chunk
+    /// while it runs (from a runtime thread, holding the GIL).
+    #[pyo3(signature = (lease_id, argv, cwd=None, env=BTreeMap::new(), stdin=None, timeout=None, max_output=None, on_output=None, keep="head"))]
+    #[allow(clippy::too_many_arguments)]
+    fn exec<'py>(
+        &self,
+        py: Python<'py>,
+        lease_id: String,
+        argv: Vec<String>,
+        cwd: Option<String>,
+        env: BTreeMap<String, String>,
+        stdin: Option<Vec<u8>>,
+        timeout: Option<f64>,
+        max_output: Option<usize>,
+        on_output: Option<Py<PyAny>>,
+        keep: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let Some((command, args)) = argv.split_first() else {
+            return Err(PyValueError::new_err("a command needs at least a program"));
+        };
+        let mut request = ExecuteRequest::new(command.clone(), args.iter().cloned());
+        request.cwd = cwd;
+        request.env = env.into_iter().map(|(k, v)| (k, EnvValue::from(v))).collect();
+        request.stdin = stdin;
+        request.timeout = timeout.map(seconds).transpose()?;
+        request.max_output_bytes = max_output;
+        request.keep = word::<OutputKeep>(keep, "output part")?;
+        if let Some(callback) = on_output {
+            request.sink = Some(Arc::new(move |stream: OutputStream, chunk: &[u8]| {
+                Python::attach(|py| {
+                    let name = match stream {
+                        OutputStream::Stdout => "stdout",
+                        OutputStream::Stderr => "stderr",
+                    };
+                    if let Err(error) = callback.call1(py, (name, PyBytes::new(py, chunk))) {
+                        error.write_unraisable(py, None);
+                    }
+                })
+            }));
+        }
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let result = runtime.execute(&lease_id, request).await.map_err(runtime_error)?;
+            Ok(ExecResult::new(result))
+        })
+    }
+
+    /// One file of the lease, as bytes.
+    fn read_file<'py>(&self, py: Python<'py>, lease_id: String, path: String) -> PyResult<Bound<'py, PyAny>> {
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            Ok(Bytes(transfer::read_file(&runtime, &lease_id, &path).await?))
+        })
+    }
+
+    /// Writes one file of the lease (parents are created); `mode` sets its mode.
+    #[pyo3(signature = (lease_id, path, data, mode=None))]
+    fn write_file<'py>(
+        &self,
+        py: Python<'py>,
+        lease_id: String,
+        path: String,
+        data: Vec<u8>,
+        mode: Option<u32>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            transfer::write_file(&runtime, &lease_id, &path, data, mode).await
+        })
+    }
+
+    /// Sync operations (JSON list, contract field names) into the lease; returns the
+    /// counts as JSON.
+    fn sync_in<'py>(&self, py: Python<'py>, lease_id: String, operations: String) -> PyResult<Bound<'py, PyAny>> {
+        let operations: Vec<SyncOperation> = from_json(&operations)?;
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let result = runtime.sync_in(&lease_id, &operations).await.map_err(runtime_error)?;
+            Ok(to_json(&result))
+        })
+    }
+
+    /// Sync operations out of the lease; returns the counts as JSON.
+    fn sync_out<'py>(&self, py: Python<'py>, lease_id: String, operations: String) -> PyResult<Bound<'py, PyAny>> {
+        let operations: Vec<SyncOperation> = from_json(&operations)?;
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let result = runtime.sync_out(&lease_id, &operations).await.map_err(runtime_error)?;
+            Ok(to_json(&result))
+        })
+    }
+
+    /// Opens a duplex channel to `argv`.
+    fn open_duplex<'py>(&self, py: Python<'py>, lease_id: String, argv: Vec<String>) -> PyResult<Bound<'py, PyAny>> {
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let channel = runtime
+                .open_duplex_channel(&lease_id, &argv)
+                .await
+                .map_err(runtime_error)?;
+            Ok(NativeDuplex::new(channel))
+        })
+    }
+
+    /// Releases the lease with `status` (`released`, `failed`, `expired`); returns it.
+    #[pyo3(signature = (lease_id, status="released"))]
+    fn release<'py>(&self, py: Python<'py>, lease_id: String, status: &str) -> PyResult<Bound<'py, PyAny>> {
+        let status = word::<LeaseStatus>(status, "lease status")?;
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let lease = runtime.release_lease(&lease_id, status).await.map_err(runtime_error)?;
+            Ok(to_json(&lease))
+        })
+    }
+
+    /// Destroys the lease's resource; returns the lease.
+    fn destroy<'py>(&self, py: Python<'py>, lease_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let lease = runtime.destroy_lease(&lease_id).await.map_err(runtime_error)?;
+            Ok(to_json(&lease))
+        })
+    }
+
+    /// The lease's effective capability snapshot as JSON; `None` when its driver is not
+    /// registered.
+    fn capabilities<'py>(&self, py: Python<'py>, lease_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let snapshot = runtime.resolve_capabilities(&lease_id).await.map_err(runtime_error)?;
+            Ok(snapshot.map(|s| to_json(&s)))
+        })
+    }
+
+    /// An environment's capability snapshot before any lease, as JSON.
+    fn environment_capabilities<'py>(&self, py: Python<'py>, environment_id: String) -> PyResult<Bound<'py, PyAny>> {
+        let runtime = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let snapshot = runtime
+                .environment_capabilities(&environment_id)
+                .await
+                .map_err(runtime_error)?;
+            Ok(snapshot.map(|s| to_json(&s)))
+        })
+    }
+}
+
+/// Seconds from Python as a duration; refuses negative and non-finite values.
+fn seconds(value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| PyValueError::new_err(format!("invalid duration {value} s")))
+}

@@ -1,0 +1,235 @@
+"""The envrt package against real drivers: structured exec, files, sync, duplex,
+capabilities, life cycle, and exceptions that carry the contract's exact texts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import envrt
+from envrt._errors import from_native
+
+
+async def test_exec_gives_a_structured_result(site) -> None:
+    async with await site.acquire() as lease:
+        result = await lease.exec(["sh", "-c", "printf out; printf err >&2; exit 7"])
+        assert (result.exit_code, result.signal, result.timed_out) == (7, None, False)
+        assert (result.stdout, result.stderr) == (b"out", b"err")
+        assert (result.stdout_truncated, result.stderr_truncated) == (False, False)
+        assert result.duration > 0
+        assert not result.success
+        assert "exit_code=7" in repr(result)
+
+
+async def test_exec_reports_signal_and_timeout(site) -> None:
+    async with await site.acquire() as lease:
+        killed = await lease.exec(["sh", "-c", "kill -KILL $$"])
+        # The Docker engine reports a signal death as 128 + the signal number.
+        expected = (137, None) if site.driver == "docker" else (None, "SIGKILL")
+        assert (killed.exit_code, killed.signal, killed.timed_out) == (*expected, False)
+        slow = await lease.exec(["sleep", "30"], timeout=0.5)
+        assert slow.timed_out
+        assert not slow.success
+
+
+async def test_truncation_is_reported_per_stream(site) -> None:
+    async with await site.acquire() as lease:
+        result = await lease.exec(["sh", "-c", "printf 0123456789; printf ab >&2"], max_output=4)
+        assert (result.stdout, result.stdout_truncated) == (b"0123", True)
+        assert (result.stderr, result.stderr_truncated) == (b"ab", False)
+
+
+async def test_truncation_can_keep_the_tail(site) -> None:
+    async with await site.acquire() as lease:
+        result = await lease.exec(["sh", "-c", "printf 0123456789; printf ab >&2"], max_output=4, keep="tail")
+        assert (result.stdout, result.stdout_truncated) == (b"6789", True)
+        assert (result.stderr, result.stderr_truncated) == (b"ab", False)
+        with pytest.raises(ValueError, match='unknown output part "middle"'):
+            await lease.exec(["true"], keep="middle")  # type: ignore[arg-type]
+
+
+async def test_streaming_callback_sees_every_chunk_in_order(site) -> None:
+    chunks: list[tuple[str, bytes]] = []
+    async with await site.acquire() as lease:
+        result = await lease.exec(
+            ["sh", "-c", "for i in 1 2 3; do echo line$i; done; echo oops >&2"],
+            on_output=lambda stream, chunk: chunks.append((stream, chunk)),
+        )
+    assert b"".join(c for s, c in chunks if s == "stdout") == result.stdout == b"line1\nline2\nline3\n"
+    assert b"".join(c for s, c in chunks if s == "stderr") == b"oops\n"
+
+
+async def test_exec_takes_input_env_and_cwd(site) -> None:
+    async with await site.acquire() as lease:
+        await lease.exec(["mkdir", "-p", "sub"])
+        result = await lease.exec(
+            ["sh", "-c", 'cat; printf " $GREETING "; basename "$PWD"'],
+            input="piped",
+            env={"GREETING": "hello"},
+            cwd="sub",
+        )
+        assert result.stdout == b"piped hello sub\n"
+
+
+async def test_files_round_trip_as_bytes_and_text(site) -> None:
+    every_byte = bytes(range(256)) * 64
+    async with await site.acquire() as lease:
+        await lease.write_file("deep/dir/blob.bin", every_byte)
+        assert await lease.read_file("deep/dir/blob.bin") == every_byte
+        await lease.write_file("text.txt", "grüße ✓\n")
+        assert await lease.read_file("text.txt", text=True) == "grüße ✓\n"
+        await lease.write_file("empty", b"")
+        assert await lease.read_file("empty") == b""
+        await lease.write_file("script.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+        assert (await lease.exec(["./script.sh"])).stdout == b"ran\n"
+
+
+async def test_file_errors_are_python_classes_with_the_contract_texts(site) -> None:
+    async with await site.acquire() as lease:
+        with pytest.raises(FileNotFoundError) as missing:
+            await lease.read_file("nonexistent")
+        assert str(missing.value) == 'Sync source "nonexistent" does not exist.'
+        assert missing.value.kind == "source_missing"
+
+        await lease.exec(["mkdir", "adir"])
+        with pytest.raises(IsADirectoryError) as directory:
+            await lease.read_file("adir")
+        assert str(directory.value) == 'Sync source "adir" is not a file.'
+
+        with pytest.raises(PermissionError) as outside:
+            await lease.read_file("../escape")
+        assert str(outside.value) == 'Path "../escape" is outside the lease workspace.'
+        assert outside.value.kind == "path_outside_workspace"
+        assert isinstance(outside.value, envrt.EnvrtError)
+
+
+async def test_sync_in_and_out_move_trees(site, tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    (source / "nested").mkdir(parents=True)
+    (source / "a.txt").write_text("A")
+    (source / "nested" / "b.txt").write_text("BB")
+    (source / "skip.log").write_text("no")
+    async with await site.acquire() as lease:
+        counts = await lease.sync_in(envrt.SyncFile(str(source), "project", exclude=["*.log"]))
+        assert counts[0]["filesTransferred"] == 2
+        assert counts[0]["bytesTransferred"] == 3
+        await lease.exec(["sh", "-c", "echo made > project/nested/c.txt"])
+        out = tmp_path / "out"
+        await lease.sync_out(envrt.SyncOperation([envrt.SyncFile("project", str(out))], operation_id="back"))
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "a.txt",
+        "nested/b.txt",
+        "nested/c.txt",
+    ]
+    assert (out / "nested" / "c.txt").read_text() == "made\n"
+
+
+async def test_duplex_is_an_async_stream_where_granted(site) -> None:
+    async with await site.acquire() as lease:
+        capabilities = await lease.capabilities()
+        assert capabilities is not None and len(capabilities) == 9
+        if not capabilities["duplexCommandStream"]:
+            with pytest.raises(NotImplementedError) as refused:
+                await lease.open_duplex(["cat"])
+            assert str(refused.value) == f'Environment driver "{site.driver}" does not support duplex channels.'
+            return
+        async with await lease.open_duplex(["cat"]) as stream:
+            await stream.write("ping\n")
+            echoed = b""
+            async for chunk in stream:
+                echoed += chunk
+                if echoed.endswith(b"ping\n"):
+                    break
+            await stream.close_input()
+            assert echoed == b"ping\n"
+            assert await stream.wait() == 0
+
+
+async def test_release_destroy_and_lookup_errors(site) -> None:
+    lease = await site.acquire()
+    assert lease.provider == site.driver
+    assert lease.workspace
+    info = await lease.release()
+    assert info["status"] == "released"
+    with pytest.raises(envrt.EnvrtError) as inactive:
+        await lease.exec(["true"])
+    assert str(inactive.value) == f'Lease "{lease.id}" is not active (status: released).'
+    assert inactive.value.kind == "lease_not_active"
+
+    second = await site.acquire()
+    destroyed = await second.destroy()
+    assert destroyed["id"] == second.id
+
+    assert await site.runtime.lease("no-such-lease") is None
+    with pytest.raises(LookupError) as unknown:
+        await site.runtime.acquire("no-such-environment")
+    assert str(unknown.value) == 'Environment "no-such-environment" was not found.'
+
+
+async def test_bad_input_is_refused_with_clear_errors(site) -> None:
+    async with await site.acquire() as lease:
+        with pytest.raises(ValueError, match="a command needs at least a program"):
+            await lease.exec([])
+        with pytest.raises(ValueError, match="invalid duration -1 s"):
+            await lease.exec(["true"], timeout=-1)
+        with pytest.raises(ValueError) as status:
+            await lease.release("active")
+        assert str(status.value) == 'A lease cannot be released with status "active"; use released, failed or expired.'
+
+
+def test_error_kinds_pick_python_classes() -> None:
+    cases = {
+        ("source_missing", None): FileNotFoundError,
+        ("io", "not_found"): FileNotFoundError,
+        ("io", "permission_denied"): PermissionError,
+        ("source_kind", "is_a_directory"): IsADirectoryError,
+        ("source_kind", "not_a_directory"): NotADirectoryError,
+        ("lease_expired", None): TimeoutError,
+        ("lease_not_found", None): LookupError,
+        ("sync_unsupported", None): NotImplementedError,
+        ("invalid_input", None): ValueError,
+    }
+    for (kind, os_class), expected in cases.items():
+        error = from_native(kind, "exact text", os_class)
+        assert isinstance(error, expected) and isinstance(error, envrt.EnvrtError), (kind, os_class)
+        assert (str(error), error.kind) == ("exact text", kind)
+    plain = from_native("store", "disk full", None)
+    assert type(plain) is envrt.EnvrtError
+
+
+def _running_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+async def test_cancelling_an_exec_stops_the_command_on_local(site_root: Path) -> None:
+    import asyncio
+    import uuid
+
+    from conftest import get_site
+
+    site = get_site("local", site_root)
+    marker = f"envrt-cancel-{uuid.uuid4().hex}"
+    async with await site.acquire() as lease:
+        task = asyncio.ensure_future(lease.exec(["sh", "-c", f"sleep 30 # {marker}"]))
+        for _ in range(100):  # bounded: until the command is running
+            if _running_with(marker):
+                break
+            await asyncio.sleep(0.05)
+        assert _running_with(marker), "the command never started"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(200):  # bounded: the dropped call kills the command
+            if not _running_with(marker):
+                break
+            await asyncio.sleep(0.05)
+        assert _running_with(marker) == []
