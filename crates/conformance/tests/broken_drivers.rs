@@ -365,3 +365,11 @@ fn the_honest_driver_passes_the_same_checks() {
         "cleanup_no_process",
     ]);
 }
+
+#[test]
+fn pool_hands_out_leases_that_share_a_workspace() {
+    let check = "pool_concurrent_acquires_get_distinct_clean_leases";
+    let message = failure_of(Fault::SharesOneWorkspace, check);
+    assert!(message.contains("sees a file written in another lease"), "{message}");
+    honest_passes(&[check]);
+}

@@ -12,6 +12,7 @@ mod inputs;
 mod lifecycle;
 mod lifecycle_driver;
 mod observe;
+mod pool;
 mod sync;
 mod tree;
 
@@ -104,6 +105,7 @@ pub(crate) fn all() -> Vec<Check> {
         duplex::CHECKS,
         observe::CHECKS,
         expiry::CHECKS,
+        pool::CHECKS,
         cleanup::CHECKS,
     ]
     .concat()
