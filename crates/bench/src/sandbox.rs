@@ -116,7 +116,7 @@ pub(crate) async fn route_rows(config: &Config) -> Vec<Row> {
 }
 
 #[cfg(feature = "sandbox")]
-mod imp {
+pub(crate) mod imp {
     use std::path::{Path, PathBuf};
     use std::process::Stdio;
     use std::sync::Arc;
@@ -158,7 +158,7 @@ mod imp {
     /// more unread output than the default 384 KiB: the protocol has no flow control, so a
     /// reader that falls that far behind a bulk producer loses the route (see
     /// docs/benchmarks.md).
-    async fn open(root: &Path) -> Result<(Leased, Arc<SandboxDriver>), String> {
+    pub(crate) async fn open(root: &Path) -> Result<(Leased, Arc<SandboxDriver>), String> {
         let worker = worker_path()?;
         let manifest = serde_json::json!({
             "id": "envrt.bench.sandbox",
@@ -194,7 +194,7 @@ mod imp {
         }
     }
 
-    async fn close(leased: Leased, driver: Arc<SandboxDriver>) {
+    pub(crate) async fn close(leased: Leased, driver: Arc<SandboxDriver>) {
         leased.close().await;
         driver.shutdown().await;
     }
