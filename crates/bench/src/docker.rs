@@ -8,7 +8,7 @@ use crate::report::Row;
 
 /// The image the Docker rows run in (`cargo xtask docker-image` builds it).
 #[cfg(feature = "docker")]
-const IMAGE: &str = "envrt-test:latest";
+pub(crate) const IMAGE: &str = "envrt-test:latest";
 
 /// Row 2: `true` through the facade and the Docker driver vs `docker exec` and the bare
 /// Engine API.

@@ -5,9 +5,10 @@
 //! ```text
 //! envrt-bench [--quick] [--only ROW]... [--json PATH] [--markdown PATH]
 //! ```
-//! `ROW` is a row number (1–7) or a group key: `exec-local`, `exec-docker`,
+//! `ROW` is a row number (1–8) or a group key: `exec-local`, `exec-docker`,
 //! `exec-sandbox`, `stdout`, `duplex`, `sync-local`, `sync-docker`, `scale-exec`,
-//! `scale-leases`, `scale-open`, `scale-duplex` (a prefix such as `exec` or `sync` selects every group
+//! `scale-leases`, `scale-open`, `scale-duplex`, `pool-local`,
+//! `pool-docker`, `pool-sandbox` (a prefix such as `exec` or `sync` selects every group
 //! under it).
 
 // Built without some driver, the helpers only that driver's rows use are unused.
@@ -21,6 +22,7 @@ mod docker;
 mod facade;
 mod local;
 mod measure;
+mod pool;
 mod report;
 mod sandbox;
 mod scale;
@@ -204,6 +206,15 @@ async fn run_all(config: &Config) -> Vec<Row> {
     }
     if config.wants("scale-duplex", 7) {
         section("scale-duplex", sandbox::route_rows(config).await);
+    }
+    if config.wants("pool-local", pool::NUMBER) {
+        section("pool-local", pool::local_rows(config).await);
+    }
+    if config.wants("pool-docker", pool::NUMBER) {
+        section("pool-docker", pool::docker_rows(config).await);
+    }
+    if config.wants("pool-sandbox", pool::NUMBER) {
+        section("pool-sandbox", pool::sandbox_rows(config).await);
     }
     rows
 }

@@ -116,7 +116,7 @@ pub(crate) async fn route_rows(config: &Config) -> Vec<Row> {
 }
 
 #[cfg(feature = "sandbox")]
-mod imp {
+pub(crate) mod imp {
     use std::path::{Path, PathBuf};
     use std::process::Stdio;
     use std::sync::Arc;
@@ -157,7 +157,7 @@ mod imp {
     /// Duplex routes may carry more than the default 256 MiB (the 1 GiB rows); every other
     /// bound is the default: the reference worker takes the `envrt.dataPlane` extension,
     /// whose flow control keeps unread output within the 384 KiB buffered bound.
-    async fn open(root: &Path) -> Result<(Leased, Arc<SandboxDriver>), String> {
+    pub(crate) async fn open(root: &Path) -> Result<(Leased, Arc<SandboxDriver>), String> {
         let worker = worker_path()?;
         let manifest = serde_json::json!({
             "id": "envrt.bench.sandbox",
@@ -191,7 +191,7 @@ mod imp {
         }
     }
 
-    async fn close(leased: Leased, driver: Arc<SandboxDriver>) {
+    pub(crate) async fn close(leased: Leased, driver: Arc<SandboxDriver>) {
         leased.close().await;
         driver.shutdown().await;
     }

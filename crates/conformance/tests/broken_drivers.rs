@@ -385,3 +385,11 @@ fn a_template_deletion_that_keeps_the_template() {
     );
     assert!(message.starts_with("delete_template's answer"), "{message}");
 }
+
+#[test]
+fn pool_hands_out_leases_that_share_a_workspace() {
+    let check = "pool_concurrent_acquires_get_distinct_clean_leases";
+    let message = failure_of(Fault::SharesOneWorkspace, check);
+    assert!(message.contains("sees a file written in another lease"), "{message}");
+    honest_passes(&[check]);
+}

@@ -12,6 +12,7 @@ mod inputs;
 mod lifecycle;
 mod lifecycle_driver;
 mod observe;
+mod pool;
 mod sync;
 mod templates;
 mod tree;
@@ -106,6 +107,7 @@ pub(crate) fn all() -> Vec<Check> {
         observe::CHECKS,
         expiry::CHECKS,
         templates::CHECKS,
+        pool::CHECKS,
         cleanup::CHECKS,
     ]
     .concat()

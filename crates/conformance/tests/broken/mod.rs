@@ -72,6 +72,9 @@ pub(crate) enum Fault {
     TemplateIsLive,
     /// Class 1: deleting a template answers `true` and keeps it.
     DeleteKeepsTemplate,
+    /// Class 1: every lease's commands run in the workspace of the first lease that ran
+    /// one (leases are not apart, so a pool hands out dirty leases).
+    SharesOneWorkspace,
 }
 
 /// The local driver with one fault.
@@ -81,6 +84,7 @@ pub(crate) struct Faulty {
     key: String,
     released: Mutex<HashSet<String>>,
     one_at_a_time: tokio::sync::Mutex<()>,
+    first_executed: Mutex<Option<String>>,
 }
 
 impl Faulty {
@@ -267,6 +271,17 @@ impl Execute for Faulty {
             Fault::PanicsOnMissingProgram if request.command.contains("no-such-program") => {
                 panic!("the faulty driver cannot bear a missing program");
             }
+            Fault::SharesOneWorkspace => {
+                let first = self
+                    .first_executed
+                    .lock()
+                    .unwrap()
+                    .get_or_insert_with(|| context.lease.id.clone())
+                    .clone();
+                let mut shared = context.clone();
+                shared.lease.id = first;
+                return inner.execute(&shared, request).await;
+            }
             _ => {}
         }
         inner.execute(context, request).await
@@ -419,6 +434,7 @@ pub(crate) fn target(fault: Fault, root: &Path) -> impl std::future::Future<Outp
             key,
             released: Mutex::new(HashSet::new()),
             one_at_a_time: tokio::sync::Mutex::new(()),
+            first_executed: Mutex::new(None),
         };
         Ok(Target::new(Arc::new(driver))
             .with_cases(8)
