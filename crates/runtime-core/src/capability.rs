@@ -33,116 +33,131 @@ pub mod verbs {
 /// driver).
 pub type VerbSet = BTreeSet<String>;
 
-/// One of the nine capability keys.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum CapabilityKey {
+/// Declares the capability keys once: for each, its variant, its field in
+/// [`Capabilities`], its wire name, whether it is opt-in, and the verb groups that must be
+/// verified (each inner list is one group, satisfied by any one of its verbs). Everything
+/// that lists the keys — the enum, [`CapabilityKey::ALL`], the wire names, the struct's
+/// fields and its accessors — is generated from this one table, so a new key is one entry
+/// here (plus the drivers' explicit support lists and the docs).
+macro_rules! capability_keys {
+    ($(
+        $(#[doc = $doc:literal])*
+        $variant:ident, $field:ident, $wire:literal, opt_in: $opt_in:literal, verbs: [$([$($verb:ident),+]),*];
+    )+) => {
+        /// One of the nine capability keys.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        pub enum CapabilityKey {
+            $($(#[doc = $doc])* $variant,)+
+        }
+
+        impl CapabilityKey {
+            /// All nine keys, in the contract's order.
+            pub const ALL: [CapabilityKey; capability_keys!(@count $($variant)+)] = [$(CapabilityKey::$variant,)+];
+
+            /// The camelCase wire name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(CapabilityKey::$variant => $wire,)+
+                }
+            }
+
+            /// Opt-in keys are false unless explicitly declared true.
+            pub fn is_opt_in(self) -> bool {
+                match self {
+                    $(CapabilityKey::$variant => $opt_in,)+
+                }
+            }
+
+            /// The verb groups that must all be verified; each inner slice is one group,
+            /// satisfied by any one of its verbs.
+            pub fn verb_groups(self) -> &'static [&'static [&'static str]] {
+                use verbs::*;
+                match self {
+                    $(CapabilityKey::$variant => &[$(&[$($verb),+]),*],)+
+                }
+            }
+        }
+
+        /// Nine values, one per capability key. [`CapabilitySnapshot`] is
+        /// `Capabilities<bool>`; declarations and narrowing are `Capabilities<Option<bool>>`
+        /// (absent = no opinion).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "camelCase", default)]
+        pub struct Capabilities<T> {
+            $(
+                #[doc = concat!("See [`CapabilityKey::", stringify!($variant), "`].")]
+                pub $field: T,
+            )+
+        }
+
+        impl<T: Copy> Capabilities<T> {
+            /// The value of one key.
+            pub fn get(&self, key: CapabilityKey) -> T {
+                match key {
+                    $(CapabilityKey::$variant => self.$field,)+
+                }
+            }
+
+            /// Sets one key.
+            pub fn set(&mut self, key: CapabilityKey, value: T) {
+                let slot = match key {
+                    $(CapabilityKey::$variant => &mut self.$field,)+
+                };
+                *slot = value;
+            }
+
+            /// Builds a value per key.
+            pub fn from_fn(mut f: impl FnMut(CapabilityKey) -> T) -> Self {
+                Capabilities {
+                    $($field: f(CapabilityKey::$variant),)+
+                }
+            }
+        }
+    };
+    (@count $($variant:ident)+) => { [$(capability_keys!(@one $variant)),+].len() };
+    (@one $variant:ident) => { () };
+}
+
+capability_keys! {
     /// The lease may be retained and resumed later.
-    ReusableLeases,
+    ReusableLeases, reusable_leases, "reusableLeases", opt_in: false,
+        verbs: [[RESUME_LEASE], [RELEASE_LEASE], [DESTROY_LEASE]];
     /// Host → environment file transfer.
-    NativeSyncIn,
+    NativeSyncIn, native_sync_in, "nativeSyncIn", opt_in: false, verbs: [[SYNC_IN]];
     /// Environment → host file transfer.
-    NativeSyncOut,
+    NativeSyncOut, native_sync_out, "nativeSyncOut", opt_in: false, verbs: [[SYNC_OUT]];
     /// Commands may run in a long-lived session.
-    PersistentProcessSessions,
+    PersistentProcessSessions, persistent_process_sessions, "persistentProcessSessions", opt_in: false,
+        verbs: [[EXECUTE]];
     /// One-shot commands may run beside a session.
-    IndependentControlCommands,
+    IndependentControlCommands, independent_control_commands, "independentControlCommands", opt_in: false,
+        verbs: [[EXECUTE]];
     /// Output streams while the command runs.
-    IncrementalSessionOutput,
+    IncrementalSessionOutput, incremental_session_output, "incrementalSessionOutput", opt_in: true,
+        verbs: [[EXECUTE]];
     /// Sync in and out may run at the same time.
-    ConcurrentSyncOperations,
+    ConcurrentSyncOperations, concurrent_sync_operations, "concurrentSyncOperations", opt_in: true,
+        verbs: [[SYNC_IN], [SYNC_OUT]];
     /// A persistent bidirectional byte channel to a command.
-    DuplexCommandStream,
+    DuplexCommandStream, duplex_command_stream, "duplexCommandStream", opt_in: true, verbs: [[DUPLEX_OPEN]];
     /// An authenticated private WebSocket endpoint.
-    RunnerWebSocketIngress,
+    RunnerWebSocketIngress, runner_web_socket_ingress, "runnerWebSocketIngress", opt_in: true,
+        verbs: [[RUNNER_INGRESS]];
 }
 
 impl CapabilityKey {
-    /// All nine keys, in the contract's order.
-    pub const ALL: [CapabilityKey; 9] = [
-        CapabilityKey::ReusableLeases,
-        CapabilityKey::NativeSyncIn,
-        CapabilityKey::NativeSyncOut,
-        CapabilityKey::PersistentProcessSessions,
-        CapabilityKey::IndependentControlCommands,
-        CapabilityKey::IncrementalSessionOutput,
-        CapabilityKey::ConcurrentSyncOperations,
-        CapabilityKey::DuplexCommandStream,
-        CapabilityKey::RunnerWebSocketIngress,
-    ];
-
-    /// The camelCase wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapabilityKey::ReusableLeases => "reusableLeases",
-            CapabilityKey::NativeSyncIn => "nativeSyncIn",
-            CapabilityKey::NativeSyncOut => "nativeSyncOut",
-            CapabilityKey::PersistentProcessSessions => "persistentProcessSessions",
-            CapabilityKey::IndependentControlCommands => "independentControlCommands",
-            CapabilityKey::IncrementalSessionOutput => "incrementalSessionOutput",
-            CapabilityKey::ConcurrentSyncOperations => "concurrentSyncOperations",
-            CapabilityKey::DuplexCommandStream => "duplexCommandStream",
-            CapabilityKey::RunnerWebSocketIngress => "runnerWebSocketIngress",
-        }
-    }
-
-    /// Opt-in keys are false unless explicitly declared true.
-    pub fn is_opt_in(self) -> bool {
-        matches!(
-            self,
-            CapabilityKey::IncrementalSessionOutput
-                | CapabilityKey::ConcurrentSyncOperations
-                | CapabilityKey::DuplexCommandStream
-                | CapabilityKey::RunnerWebSocketIngress
-        )
-    }
-
-    /// The verb groups that must all be verified; each inner slice is one group, satisfied
-    /// by any one of its verbs.
-    pub fn verb_groups(self) -> &'static [&'static [&'static str]] {
-        use verbs::*;
-        match self {
-            CapabilityKey::ReusableLeases => &[&[RESUME_LEASE], &[RELEASE_LEASE], &[DESTROY_LEASE]],
-            CapabilityKey::NativeSyncIn => &[&[SYNC_IN]],
-            CapabilityKey::NativeSyncOut => &[&[SYNC_OUT]],
-            CapabilityKey::PersistentProcessSessions
-            | CapabilityKey::IndependentControlCommands
-            | CapabilityKey::IncrementalSessionOutput => &[&[EXECUTE]],
-            CapabilityKey::ConcurrentSyncOperations => &[&[SYNC_IN], &[SYNC_OUT]],
-            CapabilityKey::DuplexCommandStream => &[&[DUPLEX_OPEN]],
-            CapabilityKey::RunnerWebSocketIngress => &[&[RUNNER_INGRESS]],
-        }
-    }
-
     /// Parses a camelCase wire name.
     pub fn from_wire(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.as_str() == name)
     }
 }
 
-/// Nine values, one per capability key. [`CapabilitySnapshot`] is `Capabilities<bool>`;
-/// declarations and narrowing are `Capabilities<Option<bool>>` (absent = no opinion).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct Capabilities<T> {
-    /// See [`CapabilityKey::ReusableLeases`].
-    pub reusable_leases: T,
-    /// See [`CapabilityKey::NativeSyncIn`].
-    pub native_sync_in: T,
-    /// See [`CapabilityKey::NativeSyncOut`].
-    pub native_sync_out: T,
-    /// See [`CapabilityKey::PersistentProcessSessions`].
-    pub persistent_process_sessions: T,
-    /// See [`CapabilityKey::IndependentControlCommands`].
-    pub independent_control_commands: T,
-    /// See [`CapabilityKey::IncrementalSessionOutput`].
-    pub incremental_session_output: T,
-    /// See [`CapabilityKey::ConcurrentSyncOperations`].
-    pub concurrent_sync_operations: T,
-    /// See [`CapabilityKey::DuplexCommandStream`].
-    pub duplex_command_stream: T,
-    /// See [`CapabilityKey::RunnerWebSocketIngress`].
-    pub runner_web_socket_ingress: T,
+impl<T: Copy> Capabilities<T> {
+    /// `(key, value)` pairs in the contract's order.
+    pub fn entries(&self) -> impl Iterator<Item = (CapabilityKey, T)> + '_ {
+        CapabilityKey::ALL.into_iter().map(|k| (k, self.get(k)))
+    }
 }
 
 /// The full snapshot: exactly nine booleans. `Default` is all false.
@@ -151,59 +166,6 @@ pub type CapabilitySnapshot = Capabilities<bool>;
 pub type CapabilityDeclaration = Capabilities<Option<bool>>;
 /// Per-lease narrowing: `Some(false)` turns a key off.
 pub type Narrowing = Capabilities<Option<bool>>;
-
-impl<T: Copy> Capabilities<T> {
-    /// The value of one key.
-    pub fn get(&self, key: CapabilityKey) -> T {
-        match key {
-            CapabilityKey::ReusableLeases => self.reusable_leases,
-            CapabilityKey::NativeSyncIn => self.native_sync_in,
-            CapabilityKey::NativeSyncOut => self.native_sync_out,
-            CapabilityKey::PersistentProcessSessions => self.persistent_process_sessions,
-            CapabilityKey::IndependentControlCommands => self.independent_control_commands,
-            CapabilityKey::IncrementalSessionOutput => self.incremental_session_output,
-            CapabilityKey::ConcurrentSyncOperations => self.concurrent_sync_operations,
-            CapabilityKey::DuplexCommandStream => self.duplex_command_stream,
-            CapabilityKey::RunnerWebSocketIngress => self.runner_web_socket_ingress,
-        }
-    }
-
-    /// Sets one key.
-    pub fn set(&mut self, key: CapabilityKey, value: T) {
-        let slot = match key {
-            CapabilityKey::ReusableLeases => &mut self.reusable_leases,
-            CapabilityKey::NativeSyncIn => &mut self.native_sync_in,
-            CapabilityKey::NativeSyncOut => &mut self.native_sync_out,
-            CapabilityKey::PersistentProcessSessions => &mut self.persistent_process_sessions,
-            CapabilityKey::IndependentControlCommands => &mut self.independent_control_commands,
-            CapabilityKey::IncrementalSessionOutput => &mut self.incremental_session_output,
-            CapabilityKey::ConcurrentSyncOperations => &mut self.concurrent_sync_operations,
-            CapabilityKey::DuplexCommandStream => &mut self.duplex_command_stream,
-            CapabilityKey::RunnerWebSocketIngress => &mut self.runner_web_socket_ingress,
-        };
-        *slot = value;
-    }
-
-    /// Builds a value per key.
-    pub fn from_fn(mut f: impl FnMut(CapabilityKey) -> T) -> Self {
-        Capabilities {
-            reusable_leases: f(CapabilityKey::ReusableLeases),
-            native_sync_in: f(CapabilityKey::NativeSyncIn),
-            native_sync_out: f(CapabilityKey::NativeSyncOut),
-            persistent_process_sessions: f(CapabilityKey::PersistentProcessSessions),
-            independent_control_commands: f(CapabilityKey::IndependentControlCommands),
-            incremental_session_output: f(CapabilityKey::IncrementalSessionOutput),
-            concurrent_sync_operations: f(CapabilityKey::ConcurrentSyncOperations),
-            duplex_command_stream: f(CapabilityKey::DuplexCommandStream),
-            runner_web_socket_ingress: f(CapabilityKey::RunnerWebSocketIngress),
-        }
-    }
-
-    /// `(key, value)` pairs in the contract's order.
-    pub fn entries(&self) -> impl Iterator<Item = (CapabilityKey, T)> + '_ {
-        CapabilityKey::ALL.into_iter().map(|k| (k, self.get(k)))
-    }
-}
 
 impl CapabilitySnapshot {
     /// The snapshot as a JSON object of exactly nine camelCase keys.
