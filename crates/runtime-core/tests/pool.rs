@@ -203,3 +203,74 @@ async fn an_archived_environment_stops_hand_outs() {
     assert_eq!(runtime.lease(&id).await.unwrap().unwrap().status, LeaseStatus::Released);
     runtime.stop_pools().await;
 }
+
+/// A probe whose acquires wait at a gate, to hold a refill in flight.
+struct GatedAcquire {
+    probe: ProbeDriver,
+    gate: tokio::sync::Semaphore,
+    entered: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl EnvironmentDriver for GatedAcquire {
+    fn key(&self) -> &str {
+        self.probe.key()
+    }
+    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+        self.entered.notify_one();
+        self.gate.acquire().await.unwrap().forget();
+        self.probe.acquire_lease(input).await
+    }
+    async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
+        self.probe.release_lease(input).await
+    }
+    async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
+        self.probe.resolve_capabilities(input).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_waits_for_a_refill_in_flight_and_releases_its_lease() {
+    let driver = Arc::new(GatedAcquire {
+        probe: ProbeDriver::new("probe", ProbeShape::full(), None),
+        gate: tokio::sync::Semaphore::new(0),
+        entered: tokio::sync::Notify::new(),
+    });
+    let runtime = Arc::new(EnvironmentRuntime::new());
+    runtime.register_driver(driver.clone());
+    runtime
+        .put_environment(Environment::new("env", "Probe env", "probe"))
+        .await
+        .unwrap();
+    runtime.start_pool(PoolSpec::new("env", "acme", 1)).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), driver.entered.notified())
+        .await
+        .expect("the filler never started an acquire");
+
+    let stopping = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.stop_pools().await }
+    });
+    // While the refill's acquire is held at the gate, stopping cannot be over.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !stopping.is_finished(),
+        "stop_pools returned with a refill still in flight"
+    );
+    driver.gate.add_permits(1);
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("stop_pools never returned")
+        .unwrap();
+    assert_eq!(driver.probe.calls("acquire_lease"), 1);
+    assert_eq!(
+        driver.probe.calls("release_lease"),
+        1,
+        "the lease the refill got after the stop is released before stop_pools returns"
+    );
+    let active = LeaseFilter {
+        statuses: vec![LeaseStatus::Active],
+        ..Default::default()
+    };
+    assert!(runtime.leases(&active).await.unwrap().is_empty());
+}

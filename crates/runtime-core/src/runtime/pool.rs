@@ -110,6 +110,9 @@ struct Pool {
     wake: Notify,
     stopped: AtomicBool,
     last_error: Mutex<Option<String>>,
+    /// The filler task, awaited by [`EnvironmentRuntime::stop_pools`] so that no pool
+    /// acquire is still in flight (and no lease of the pool still held) once it returns.
+    filler: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// Every pool of a runtime.
@@ -159,6 +162,7 @@ impl EnvironmentRuntime {
             wake: Notify::new(),
             stopped: AtomicBool::new(false),
             last_error: Mutex::new(None),
+            filler: Mutex::new(None),
         });
         {
             let mut pools = self.pools.pools.lock().unwrap_or_else(|e| e.into_inner());
@@ -171,7 +175,8 @@ impl EnvironmentRuntime {
             }
             pools.insert(key, pool.clone());
         }
-        handle.spawn(fill(Arc::downgrade(self), pool));
+        let filler = handle.spawn(fill(Arc::downgrade(self), pool.clone()));
+        *pool.filler.lock().unwrap_or_else(|e| e.into_inner()) = Some(filler);
         Ok(())
     }
 
@@ -214,7 +219,9 @@ impl EnvironmentRuntime {
         })
     }
 
-    /// Stops every pool and releases its ready leases, each in isolation.
+    /// Stops every pool and releases its ready leases, each in isolation. Returns once each
+    /// pool's filler has ended, so a refill that was in flight has released its lease too:
+    /// afterwards no lease of a stopped pool is held and none is being acquired.
     pub async fn stop_pools(&self) -> ReleaseReport {
         let pools: Vec<Arc<Pool>> = self
             .pools
@@ -228,6 +235,12 @@ impl EnvironmentRuntime {
         for pool in pools {
             pool.stopped.store(true, Ordering::SeqCst);
             pool.wake.notify_one();
+            let filler = pool.filler.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(filler) = filler {
+                // A filler that panicked has nothing more to release; its ready leases
+                // are released below like any other's.
+                let _ = filler.await;
+            }
             let leases: Vec<Lease> = pool.ready.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
             for lease in leases {
                 report.record(
