@@ -52,6 +52,10 @@ impl EnvironmentDriver for Recorder {
 
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         self.record("acquire_lease");
+        if input.template.is_some() {
+            // Counted apart: checks run in parallel, and others acquire all the time.
+            self.record("acquire_lease_from_template");
+        }
         self.inner.acquire_lease(input).await
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envrt_runtime_core::execute::{Ending, signal_name};
-use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
+use envrt_runtime_core::{DriverError, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::connection::{Host, exit_code};
@@ -93,12 +93,11 @@ pub(crate) async fn run(
     };
     tokio::pin!(feed);
     let mut fed = false;
-    let cap = request.output_limit();
     let sink = request.sink.clone();
     let mut out_reader = remote.child.stdout().take();
     let mut err_reader = remote.child.stderr().take();
-    let mut out = CappedBuffer::new(cap);
-    let mut err = CappedBuffer::new(cap);
+    let mut out = request.output_buffer();
+    let mut err = request.output_buffer();
     // The prologue's own refusal (before the command runs) is the first bytes of stderr.
     let mut err_head: Vec<u8> = Vec::new();
     let mut out_buf = vec![0u8; 64 * 1024];

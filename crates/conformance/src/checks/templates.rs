@@ -190,7 +190,7 @@ fn deleted_refuses(ctx: &Ctx) -> Result<Checked, String> {
 fn refused_without_group(ctx: &Ctx) -> Result<(), String> {
     ctx.block_on(async {
         let key = &ctx.key;
-        let acquires = ctx.recorder.calls("acquire_lease");
+        let acquires = ctx.recorder.calls("acquire_lease_from_template");
         let refused = ctx
             .runtime
             .acquire_lease(request_from(ctx, "tpl-0000000000000000"))
@@ -203,9 +203,9 @@ fn refused_without_group(ctx: &Ctx) -> Result<(), String> {
             "acquire from a template",
         )?;
         ensure_eq(
-            ctx.recorder.calls("acquire_lease"),
+            ctx.recorder.calls("acquire_lease_from_template"),
             acquires,
-            "acquires that reached the driver",
+            "acquires from a template that reached the driver",
         )?;
         let listed = ctx.runtime.templates(&ctx.environment_id, &ctx.company_id).await;
         ensure_eq(
