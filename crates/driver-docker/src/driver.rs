@@ -8,12 +8,11 @@ use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptionsBuilder, StopContainerOptionsBuilder};
 use envrt_runtime_core::capability::{CapabilityKey, SupportSet};
 use envrt_runtime_core::driver::classify_driver;
-use envrt_runtime_core::sync::confine_to_workspace;
 use envrt_runtime_core::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannel,
     DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, LeaseContext,
-    LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, ReleaseInput, ResumeLease,
-    SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
+    LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, ReleaseInput, ResumeLease, SyncOperation, SyncResult,
+    Timestamp,
 };
 
 use crate::config::{DockerConfig, EnvConfig, KEPT_CAPABILITIES, META_WORKSPACE_DIR, lease_workspace};
@@ -521,43 +520,6 @@ impl DestroyLease for DockerDriver {
             }
             None => Ok(()),
         }
-    }
-}
-
-#[async_trait]
-impl RealizeWorkspace for DockerDriver {
-    async fn realize_workspace(
-        &self,
-        context: &LeaseContext,
-        request: &WorkspaceRequest,
-    ) -> Result<RealizedWorkspace, DriverError> {
-        let container = Self::container_of(context)?;
-        let workspace = Self::workspace_of(context);
-        let cwd = match request.remote_path.as_deref() {
-            Some(path) => confine_to_workspace(&workspace, path)?,
-            None => workspace.clone(),
-        };
-        let (_, stderr, code) = run_script(
-            &self.engine,
-            container,
-            None,
-            "mkdir -p -- \"$1\"",
-            &[&cwd],
-            "realizing a workspace",
-        )
-        .await?;
-        if code != Some(0) {
-            return Err(DriverError::other(format!(
-                "Could not create \"{cwd}\" in the container: {}",
-                String::from_utf8_lossy(&stderr).trim()
-            )));
-        }
-        let mut metadata = JsonMap::new();
-        metadata.insert("containerId".into(), container.into());
-        Ok(RealizedWorkspace {
-            cwd,
-            metadata: Some(metadata),
-        })
     }
 }
 

@@ -82,6 +82,7 @@ mod engine;
 mod exec;
 mod extract;
 mod process;
+mod realize;
 mod recovery;
 mod sync_in;
 mod sync_out;

@@ -168,8 +168,7 @@ use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
     AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, EnvironmentDriver, Execute,
     ExecuteRequest, ExecuteResult, FileSync, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace,
-    RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Templates, Timestamp,
-    WorkspaceRequest,
+    Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Templates, Timestamp,
 };
 
 mod bulk;
@@ -525,37 +524,6 @@ impl ResumeLease for LocalDriver {
 impl DestroyLease for LocalDriver {
     async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
         self.remove_workspace(&context.lease.id).await
-    }
-}
-
-#[async_trait]
-impl RealizeWorkspace for LocalDriver {
-    async fn realize_workspace(
-        &self,
-        context: &LeaseContext,
-        request: &WorkspaceRequest,
-    ) -> Result<RealizedWorkspace, DriverError> {
-        let workspace = self.live_workspace(context)?;
-        let cwd = match &request.remote_path {
-            None => workspace.clone(),
-            Some(remote) => {
-                let dir = resolve_in_workspace(&workspace, remote)?;
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?;
-                // Re-check: creation followed whatever existed on the way.
-                workspace::check_no_escape(&workspace, &dir, remote)?;
-                dir
-            }
-        };
-        let mut metadata = envrt_runtime_core::JsonMap::new();
-        metadata.insert(
-            envrt_runtime_core::model::WORKSPACE_METADATA_KEY.into(),
-            path_str(&workspace)?.into(),
-        );
-        Ok(RealizedWorkspace {
-            cwd: path_str(&cwd)?.to_owned(),
-            metadata: Some(metadata),
-        })
     }
 }
 

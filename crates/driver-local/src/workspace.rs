@@ -7,8 +7,11 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::DriverError;
+use async_trait::async_trait;
 use envrt_runtime_core::sync::{confine_to_workspace, is_within};
+use envrt_runtime_core::{DriverError, LeaseContext, RealizeWorkspace, RealizedWorkspace, WorkspaceRequest};
+
+use crate::LocalDriver;
 
 /// Prefix of every lease directory under the root.
 pub(crate) const LEASE_DIR_PREFIX: &str = "lease-";
@@ -134,5 +137,37 @@ mod tests {
             let err = lease_dir_name(bad).unwrap_err();
             assert!(matches!(err, DriverError::InvalidInput { .. }), "{bad}");
         }
+    }
+}
+
+/// Realizing a workspace: the lease's directory, or a directory created inside it.
+#[async_trait]
+impl RealizeWorkspace for LocalDriver {
+    async fn realize_workspace(
+        &self,
+        context: &LeaseContext,
+        request: &WorkspaceRequest,
+    ) -> Result<RealizedWorkspace, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        let cwd = match &request.remote_path {
+            None => workspace.clone(),
+            Some(remote) => {
+                let dir = resolve_in_workspace(&workspace, remote)?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?;
+                // Re-check: creation followed whatever existed on the way.
+                check_no_escape(&workspace, &dir, remote)?;
+                dir
+            }
+        };
+        let mut metadata = envrt_runtime_core::JsonMap::new();
+        metadata.insert(
+            envrt_runtime_core::model::WORKSPACE_METADATA_KEY.into(),
+            path_str(&workspace)?.into(),
+        );
+        Ok(RealizedWorkspace {
+            cwd: path_str(&cwd)?.to_owned(),
+            metadata: Some(metadata),
+        })
     }
 }

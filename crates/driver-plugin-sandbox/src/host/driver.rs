@@ -10,7 +10,7 @@ use base64::Engine as _;
 use envrt_runtime_core::capability::{CapabilityKey, SupportSet, VerbSet};
 use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
-    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannel,
+    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError,
     DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, LeaseContext,
     LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
     SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
@@ -18,13 +18,11 @@ use envrt_runtime_core::{
 use serde::Serialize;
 use serde_json::Value;
 
-use super::channel;
 use super::connection::ExecSink;
 use super::error::SandboxError;
 use super::manifest::PluginManifest;
 use super::options::SandboxOptions;
 use super::supervisor::Supervisor;
-use crate::protocol::duplex::OpenParams;
 use crate::protocol::environment::{
     AcquireLeaseParams, DriverBase, EndLeaseParams, ExecuteParams, ExecuteResult as WireExecuteResult, LeaseRef,
     RealizeWorkspaceParams, ResumeLeaseParams, SyncParams,
@@ -32,6 +30,7 @@ use crate::protocol::environment::{
 use crate::protocol::handshake::NoParams;
 use crate::protocol::{methods, to_value};
 
+mod duplex;
 mod recovery;
 mod setup;
 mod templates;
@@ -567,36 +566,5 @@ impl FileSync for SandboxDriver {
 
     fn supports_sync(&self, _context: &LeaseContext) -> bool {
         self.advertises(methods::SYNC_IN) && self.advertises(methods::SYNC_OUT)
-    }
-}
-
-#[async_trait]
-impl DuplexChannels for SandboxDriver {
-    async fn open_duplex_channel(
-        &self,
-        context: &LeaseContext,
-        command: &[String],
-    ) -> Result<Box<dyn DuplexChannel>, DriverError> {
-        self.require(methods::DUPLEX_OPEN)?;
-        if command.first().is_none_or(String::is_empty) {
-            return Err(DriverError::invalid(
-                "a duplex command needs a program (argv element 0)",
-            ));
-        }
-        let lease = &context.lease;
-        let provider_lease_id = lease
-            .provider_lease_id
-            .clone()
-            .ok_or_else(|| DriverError::invalid("the lease has no provider lease id"))?;
-        let params = OpenParams {
-            host_route_id: String::new(), // the channel picks it
-            driver_key: self.key.clone(),
-            company_id: lease.company_id.clone(),
-            environment_id: lease.environment_id.clone().unwrap_or_default(),
-            provider_lease_id,
-            command: command.to_vec(),
-        };
-        let channel = channel::open(&self.supervisor, params, &lease.company_id).await?;
-        Ok(Box::new(channel))
     }
 }
