@@ -20,10 +20,12 @@ from inspect_sites import write_config
 ROOT = os.geteuid() == 0
 
 # Why a check fails, per configuration (strict xfails).
-OUTSIDE = "envrt confines paths and cwd to the lease workspace (finding 4, not in scope)"
-AS_USER = "ExecuteRequest has no user (finding 3, not in scope)"
+OUTSIDE = "envrt confines paths and cwd to the lease workspace (the local driver's path scope)"
+SANDBOX_COPIES = "the reference worker moves files only through /workspace (its path scope is cwd-anywhere)"
+UNANALYSED = "still fails with the whole-container path scope; cause not analysed yet"
+AS_USER = "the provider does not pass exec's user on to ExecuteRequest::user yet"
 AS_ROOT = "runs as root, whom chmod does not stop"
-REPLACES = "sync_in replaces a read-only file or a directory (finding 5, not in scope)"
+REPLACES = "sync_in replaces a read-only file or a directory (envrt cp refuses; the library does not)"
 
 CONFINED = {
     check: OUTSIDE
@@ -41,16 +43,25 @@ NOT_REPLACING = {
     "test_write_binary_file_without_permissions": REPLACES,
 }
 
+# Docker's path scope is the whole container: absolute paths and cwd pass there.
+DOCKER_PATHS = {
+    "test_write_text_file_is_directory": UNANALYSED,
+    "test_write_binary_file_is_directory": UNANALYSED,
+    "test_cwd_custom": UNANALYSED,
+}
+# The sandbox takes any cwd of the sandbox; file copies stay in /workspace.
+SANDBOX_PATHS = {check: SANDBOX_COPIES for check in CONFINED if check != "test_cwd_custom"}
+
 KNOWN: dict[str, dict[str, str]] = {
     "envrt-local": {**CONFINED, **NOT_REPLACING, "test_exec_as_user": AS_USER},
     "envrt-docker": {
-        **CONFINED,
+        **DOCKER_PATHS,
         **NOT_REPLACING,
         "test_exec_as_user": AS_USER,
         "test_read_file_not_allowed": "Docker copy-out reads as the engine, ignoring file modes (finding 5, not in scope)",
     },
     "envrt-sandbox": {
-        **CONFINED,
+        **SANDBOX_PATHS,
         **NOT_REPLACING,
         "test_exec_as_user": AS_USER,
         "test_read_file_not_allowed": "the worker copies files out as itself, not as the sandbox user",
