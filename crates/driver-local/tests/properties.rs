@@ -150,11 +150,24 @@ fn node() -> impl Strategy<Value = Node> {
 }
 
 /// Builds a tree from generated entries; links point (relatively) at another entry.
+///
+/// An entry whose parent path goes through a link is skipped: `create_dir_all` would follow
+/// the link, so the entry would land somewhere else than its path says, and a link text of
+/// `"../".repeat(depth - 1)` could then climb out of the tree for real (`日本/deep ->
+/// ../日本` puts `日本/deep/-dash` at `日本/-dash`, where `../../X` is outside), which a
+/// sync rightly refuses (see `a_link_made_through_a_linked_parent_really_escapes`). With
+/// every parent a real directory, each link resolves inside the tree.
 fn build(root: &std::path::Path, entries: &[(Vec<String>, Node)]) {
     use std::os::unix::fs::PermissionsExt;
     let mut made: Vec<Vec<String>> = Vec::new();
     let mut dirs: Vec<(std::path::PathBuf, u32)> = Vec::new();
     for (path, node) in entries {
+        let through_link = (1..path.len()).any(|n| {
+            std::fs::symlink_metadata(root.join(path[..n].join("/"))).is_ok_and(|m| m.file_type().is_symlink())
+        });
+        if through_link {
+            continue;
+        }
         let parent = root.join(path[..path.len() - 1].join("/"));
         if std::fs::create_dir_all(&parent).is_err() {
             continue; // a file is in the way
@@ -256,5 +269,66 @@ fn generated_trees_survive_sync_in_then_out() {
             Ok(())
         })
         .unwrap();
+    fx.finish();
+}
+
+/// The shape the generator used to make (a CI failure): a link made below a parent that is
+/// itself a link lands elsewhere, where its `../` climbs out of the tree. Sync in refuses
+/// it by name, and `build` no longer makes it.
+#[test]
+fn a_link_made_through_a_linked_parent_really_escapes() {
+    use envrt_runtime_core::{DriverError, RuntimeError, SyncFile, SyncOperation};
+    let entries = vec![
+        (vec!["日本".to_string()], Node::Dir(0o755)),
+        (vec!["日本".to_string(), "deep".to_string()], Node::Link(0)),
+        (
+            vec!["日本".to_string(), "deep".to_string(), "-dash".to_string()],
+            Node::Link(0),
+        ),
+    ];
+    let host = common::Scratch::new("prop-escape");
+    let built = host.join("built");
+    std::fs::create_dir(&built).unwrap();
+    build(&built, &entries);
+    assert_eq!(
+        snapshot(&built),
+        vec![
+            ("日本".to_string(), "dir".to_string(), 0o755, Vec::new()),
+            (
+                "日本/deep".to_string(),
+                "link".to_string(),
+                0,
+                "../日本".as_bytes().to_vec()
+            ),
+        ]
+    );
+
+    // What the generator made before: `日本/deep/-dash` created through `日本/deep`.
+    let source = host.join("src");
+    std::fs::create_dir_all(source.join("日本")).unwrap();
+    std::os::unix::fs::symlink("../日本", source.join("日本/deep")).unwrap();
+    std::os::unix::fs::symlink("../../日本", source.join("日本/deep/-dash")).unwrap();
+    assert!(
+        std::fs::symlink_metadata(source.join("日本/-dash"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+
+    let fx = Fixture::new();
+    let target = format!("t-{}", uuid::Uuid::new_v4().simple());
+    let into = SyncOperation {
+        operation_id: "in".into(),
+        files: vec![SyncFile::directory(source.to_string_lossy(), &target)],
+        post_upload_commands: Vec::new(),
+    };
+    let err = fx.rt.block_on(fx.h.runtime.sync_in(&fx.lease.id, &[into])).unwrap_err();
+    match err {
+        RuntimeError::Driver(e @ DriverError::EntryEscapesTarget { .. }) => assert_eq!(
+            e.to_string(),
+            format!("Entry \"日本/-dash\" would be written outside the target \"{target}\".")
+        ),
+        other => panic!("expected EntryEscapesTarget, got {other:?}"),
+    }
     fx.finish();
 }
