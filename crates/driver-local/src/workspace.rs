@@ -126,20 +126,6 @@ fn open_up(top: &Path) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lease_dir_names_refuse_anything_path_like() {
-        assert_eq!(lease_dir_name("abc-123_x").unwrap(), "lease-abc-123_x");
-        for bad in ["", "../x", "a/b", ".", "a b", "é"] {
-            let err = lease_dir_name(bad).unwrap_err();
-            assert!(matches!(err, DriverError::InvalidInput { .. }), "{bad}");
-        }
-    }
-}
-
 /// Realizing a workspace: the lease's directory, or a directory created inside it.
 #[async_trait]
 impl RealizeWorkspace for LocalDriver {
@@ -169,5 +155,19 @@ impl RealizeWorkspace for LocalDriver {
             cwd: path_str(&cwd)?.to_owned(),
             metadata: Some(metadata),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_dir_names_refuse_anything_path_like() {
+        assert_eq!(lease_dir_name("abc-123_x").unwrap(), "lease-abc-123_x");
+        for bad in ["", "../x", "a/b", ".", "a b", "é"] {
+            let err = lease_dir_name(bad).unwrap_err();
+            assert!(matches!(err, DriverError::InvalidInput { .. }), "{bad}");
+        }
     }
 }
