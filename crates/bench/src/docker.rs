@@ -65,7 +65,7 @@ fn sync_names(config: &Config) -> Vec<String> {
 }
 
 #[cfg(feature = "docker")]
-mod imp {
+pub(crate) mod imp {
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -119,7 +119,7 @@ mod imp {
         })
     }
 
-    fn connect_bare() -> Result<Docker, String> {
+    pub(crate) fn connect_bare() -> Result<Docker, String> {
         let host = std::env::var("DOCKER_HOST").unwrap_or_default();
         let socket = host.strip_prefix("unix://").unwrap_or("/var/run/docker.sock");
         Docker::connect_with_unix(socket, 120, bollard::API_DEFAULT_VERSION).map_err(|e| e.to_string())
@@ -139,7 +139,7 @@ mod imp {
 
     /// The bare Engine API round: create exec, start attached, read to the end, inspect
     /// until the engine records the exit (as a careful client must).
-    async fn bare_exec(docker: &Docker, container: &str, argv: &[&str]) -> Result<(), String> {
+    pub(crate) async fn bare_exec(docker: &Docker, container: &str, argv: &[&str]) -> Result<(), String> {
         let config = ExecConfig {
             cmd: Some(argv.iter().map(|s| s.to_string()).collect()),
             attach_stdout: Some(true),

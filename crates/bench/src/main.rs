@@ -6,8 +6,9 @@
 //! envrt-bench [--quick] [--only ROW]... [--json PATH] [--markdown PATH]
 //! ```
 //! `ROW` is a row number (1–8) or a group key: `exec-local`, `exec-docker`,
-//! `exec-sandbox`, `stdout`, `duplex`, `sync-local`, `sync-docker`, `scale-exec`,
-//! `scale-leases`, `scale-open`, `scale-duplex`, `pool-local`,
+//! `exec-sandbox`, `stdout`, `duplex`, `sync-local`, `sync-docker`, `scale-exec` (and
+//! under it `scale-exec-docker`, `scale-exec-sandbox`), `scale-leases`, `scale-open`
+//! (local, Docker and sandbox rows each), `scale-duplex`, `pool-local`,
 //! `pool-docker`, `pool-sandbox` (a prefix such as `exec` or `sync` selects every group
 //! under it).
 
@@ -18,8 +19,10 @@
 )]
 
 mod baseline;
+mod burst;
 mod docker;
 mod facade;
+mod growth;
 mod local;
 mod measure;
 mod pool;
@@ -100,9 +103,10 @@ impl Config {
         1_000
     }
 
-    /// Open duplex routes in the route row.
+    /// Open duplex routes in the route row (on a driver whose route ceiling is raised to
+    /// it; the default ceiling is 128).
     pub(crate) fn routes(&self) -> usize {
-        128
+        1_000
     }
 }
 
@@ -204,6 +208,13 @@ async fn run_all(config: &Config) -> Vec<Row> {
     if config.wants("scale-open", 7) {
         section("scale-open", scale::open_lease_rows(config).await);
     }
+    let (memory, open) = (config.wants("scale-leases", 7), config.wants("scale-open", 7));
+    if memory || open {
+        section("scale-leases/open (docker, sandbox)", growth::rows(config, memory, open).await);
+    }
+    if config.wants("scale-exec-docker", 7) || config.wants("scale-exec-sandbox", 7) {
+        section("scale-exec (docker, sandbox)", burst::rows(config).await);
+    }
     if config.wants("scale-duplex", 7) {
         section("scale-duplex", sandbox::route_rows(config).await);
     }
@@ -221,7 +232,7 @@ async fn run_all(config: &Config) -> Vec<Row> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let child = args.first().map(String::as_str) == Some(local::LEASE_MEMORY_CHILD);
+    let child = [Some(local::LEASE_MEMORY_CHILD), Some(growth::CHILD)].contains(&args.first().map(String::as_str));
     let (config, json_path, markdown_path) = match parse(if child { &[] } else { &args }) {
         Ok(parsed) => parsed,
         Err(message) => {
@@ -236,6 +247,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if args.first().map(String::as_str) == Some(growth::CHILD) {
+        return match runtime.block_on(growth::child(&args[1..])) {
+            Ok(measured) => {
+                println!("{measured}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.first().map(String::as_str) == Some(local::LEASE_MEMORY_CHILD) {
         let count = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1000);
         return match runtime.block_on(local::lease_memory_child(count)) {

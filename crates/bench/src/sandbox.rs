@@ -106,7 +106,7 @@ pub(crate) async fn duplex_rows(config: &Config) -> Vec<Row> {
         .collect()
 }
 
-/// Row 7: 128 open duplex routes at once (sandbox).
+/// Row 7: 1,000 open duplex routes at once on one worker (sandbox).
 pub(crate) async fn route_rows(config: &Config) -> Vec<Row> {
     let name = format!("{} open duplex routes (sandbox): open + echo all", config.routes());
     #[cfg(feature = "sandbox")]
@@ -122,7 +122,7 @@ pub(crate) mod imp {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use envrt_driver_plugin_sandbox::{DuplexLimits, PluginManifest, SandboxDriver, SandboxOptions};
+    use envrt_driver_plugin_sandbox::{DuplexLimits, PluginManifest, RouteSlots, SandboxDriver, SandboxOptions};
     use envrt_runtime_core::JsonMap;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -137,7 +137,7 @@ pub(crate) mod imp {
 
     /// The worker binary: beside this one (`cargo xtask bench` builds both), or
     /// `ENVRT_SANDBOX_WORKER`.
-    fn worker_path() -> Result<PathBuf, String> {
+    pub(crate) fn worker_path() -> Result<PathBuf, String> {
         if let Some(path) = std::env::var_os("ENVRT_SANDBOX_WORKER") {
             return Ok(PathBuf::from(path));
         }
@@ -158,6 +158,14 @@ pub(crate) mod imp {
     /// bound is the default: the reference worker takes the `envrt.dataPlane` extension,
     /// whose flow control keeps unread output within the 384 KiB buffered bound.
     pub(crate) async fn open(root: &Path) -> Result<(Leased, Arc<SandboxDriver>), String> {
+        open_with(root, RouteSlots::global()).await
+    }
+
+    /// [`open`] with a route ceiling of its own.
+    pub(crate) async fn open_with(
+        root: &Path,
+        route_slots: Arc<RouteSlots>,
+    ) -> Result<(Leased, Arc<SandboxDriver>), String> {
         let worker = worker_path()?;
         let manifest = serde_json::json!({
             "id": "envrt.bench.sandbox",
@@ -175,6 +183,7 @@ pub(crate) mod imp {
                 max_total_bytes: u64::MAX,
                 ..Default::default()
             },
+            route_slots,
             ..Default::default()
         };
         let driver = Arc::new(
@@ -210,13 +219,13 @@ pub(crate) mod imp {
 
     /// The worker's own `bwrap` flags over `lease_dir`, the worker binary bound where the
     /// worker binds it: the baseline runs exactly what the worker runs.
-    fn bwrap_args(lease_dir: &Path, worker: &Path) -> Vec<String> {
+    pub(crate) fn bwrap_args(lease_dir: &Path, worker: &Path) -> Vec<String> {
         envrt_sandbox_worker::bwrap_options(lease_dir, "/workspace", worker)
     }
 
     /// A bare `bwrap` run of `argv` with the worker's flags and environment, output
     /// collected.
-    async fn bare_bwrap(args: &[String], argv: &[&str]) -> Result<(), String> {
+    pub(crate) async fn bare_bwrap(args: &[String], argv: &[&str]) -> Result<(), String> {
         let out = tokio::process::Command::new("bwrap")
             .args(args)
             .args(argv)
@@ -311,13 +320,15 @@ pub(crate) mod imp {
             Ok(s) => s,
             Err(e) => return missing("scale-duplex", 7, &[name], &e),
         };
-        let (leased, driver) = match open(&scratch.join("leases")).await {
+        // The default ceiling (128 routes in the whole process) stays; this driver gets a
+        // ceiling of its own, as an embedder that wants more routes would configure.
+        let routes = config.routes();
+        let (leased, driver) = match open_with(&scratch.join("leases"), RouteSlots::new(routes)).await {
             Ok(o) => o,
             Err(e) => return missing("scale-duplex", 7, &[name], &e),
         };
         let bare_dir = scratch.join("bare");
         let _ = std::fs::create_dir_all(&bare_dir);
-        let routes = config.routes();
         let ours = open_routes(&leased, &driver, routes).await;
         let bare = match worker_path() {
             Ok(worker) => bare_routes(&bwrap_args(&bare_dir, &worker), routes).await,
