@@ -43,14 +43,14 @@ fn name(driver: &str) -> String {
     format!("{driver} execute ×{CONCURRENCY} concurrent")
 }
 
-/// `waves` waves of each, alternating; (ops/s, p50 ms) of ours and of the bare calls.
-async fn measure(ours: Op, bare: Op, waves: usize) -> Result<[(f64, f64); 2], String> {
-    let ops = [ours, bare];
-    let mut latencies = [Vec::new(), Vec::new()];
-    let mut busy = [Duration::ZERO; 2];
+/// `waves` waves of each op, in turn; (ops/s, p50 ms) of each (ours first).
+async fn measure(ops: Vec<Op>, waves: usize) -> Result<Vec<(f64, f64)>, String> {
+    let n = ops.len();
+    let mut latencies = vec![Vec::new(); n];
+    let mut busy = vec![Duration::ZERO; n];
     // One untimed wave of each first: connections, caches, the worker's first sandboxes.
-    for wave in 0..(waves + 1) * 2 {
-        let which = wave % 2;
+    for wave in 0..(waves + 1) * n {
+        let which = wave % n;
         let start = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..CONCURRENCY {
@@ -70,9 +70,9 @@ async fn measure(ours: Op, bare: Op, waves: usize) -> Result<[(f64, f64); 2], St
             }
         }
         if let Some(e) = failed {
-            return Err(format!("{} call: {e}", ["our", "a bare"][which]));
+            return Err(format!("{} call: {e}", if which == 0 { "our" } else { "a bare" }));
         }
-        if wave >= 2 {
+        if wave >= n {
             busy[which] += start.elapsed();
             latencies[which].extend(times);
         }
@@ -83,19 +83,25 @@ async fn measure(ours: Op, bare: Op, waves: usize) -> Result<[(f64, f64); 2], St
             percentile_ms(&latencies[i], 50.0),
         )
     };
-    Ok([figure(0), figure(1)])
+    Ok((0..n).map(figure).collect())
 }
 
-fn rows_of(group: &'static str, driver: &str, bare: &str, measured: Result<[(f64, f64); 2], String>) -> Vec<Row> {
+fn rows_of(group: &'static str, driver: &str, bare: &[&str], measured: Result<Vec<(f64, f64)>, String>) -> Vec<Row> {
     let name = name(driver);
     match measured {
-        Ok([ours, base]) => vec![
-            Row::new(group, 7, format!("{name}: throughput"), Figure::ops(ours.0))
-                .baseline(bare, Figure::ops(base.0))
+        Ok(m) => {
+            let mut throughput = Row::new(group, 7, format!("{name}: throughput"), Figure::ops(m[0].0))
                 .target(Target::RatioAtLeast(0, 0.9))
-                .note(format!("{CONCURRENCY} at once on one lease, in waves alternating with {CONCURRENCY} {bare}")),
-            Row::new(group, 7, format!("{name}: p50 latency"), Figure::ms(ours.1)).baseline(bare, Figure::ms(base.1)),
-        ],
+                .note(format!(
+                    "{CONCURRENCY} at once on one lease, in waves taking turns with {CONCURRENCY} of each baseline"
+                ));
+            let mut latency = Row::new(group, 7, format!("{name}: p50 latency"), Figure::ms(m[0].1));
+            for (b, figures) in bare.iter().zip(&m[1..]) {
+                throughput = throughput.baseline(*b, Figure::ops(figures.0));
+                latency = latency.baseline(*b, Figure::ms(figures.1));
+            }
+            vec![throughput, latency]
+        }
         Err(e) => vec![Row::missing(group, 7, name, if e.starts_with("n/a") { e } else { format!("error: {e}") })],
     }
 }
@@ -105,7 +111,7 @@ async fn docker(config: &Config) -> Vec<Row> {
     #[cfg(feature = "docker")]
     {
         let measured = docker_measure(config).await;
-        rows_of(GROUP, "docker", "bare Engine API calls", measured)
+        rows_of(GROUP, "docker", &["bare Engine API calls"], measured)
     }
     #[cfg(not(feature = "docker"))]
     {
@@ -115,7 +121,7 @@ async fn docker(config: &Config) -> Vec<Row> {
 }
 
 #[cfg(feature = "docker")]
-async fn docker_measure(config: &Config) -> Result<[(f64, f64); 2], String> {
+async fn docker_measure(config: &Config) -> Result<Vec<(f64, f64)>, String> {
     use envrt_driver_docker::{DockerConfig, DockerDriver};
     use envrt_runtime_core::JsonMap;
 
@@ -138,7 +144,7 @@ async fn docker_measure(config: &Config) -> Result<[(f64, f64); 2], String> {
                 let (bare, container) = (bare.clone(), container.clone());
                 Box::pin(async move { crate::docker::imp::bare_exec(&bare, &container, &["true"]).await })
             });
-            measure(ours, bare, config.waves()).await
+            measure(vec![ours, bare], config.waves()).await
         }
         Err(e) => Err(e),
     };
@@ -153,7 +159,12 @@ async fn sandbox(config: &Config) -> Vec<Row> {
     #[cfg(feature = "sandbox")]
     {
         let measured = sandbox_measure(config).await;
-        rows_of(GROUP, "sandbox", "bare bwrap via worker init", measured)
+        rows_of(
+            GROUP,
+            "sandbox",
+            &["bare bwrap via worker init", "the same as the sandbox user"],
+            measured,
+        )
     }
     #[cfg(not(feature = "sandbox"))]
     {
@@ -163,15 +174,22 @@ async fn sandbox(config: &Config) -> Vec<Row> {
 }
 
 #[cfg(feature = "sandbox")]
-async fn sandbox_measure(config: &Config) -> Result<[(f64, f64); 2], String> {
+async fn sandbox_measure(config: &Config) -> Result<Vec<(f64, f64)>, String> {
+    use std::os::unix::fs::PermissionsExt;
+
     use crate::sandbox::imp;
     use envrt_sandbox_worker::INIT_PATH;
 
     let scratch = crate::measure::Scratch::new("1g")?;
     let worker = imp::worker_path()?;
-    let bare_dir = scratch.join("bare");
-    std::fs::create_dir_all(&bare_dir).map_err(|e| e.to_string())?;
-    let args = Arc::new(imp::bwrap_args(&bare_dir, &worker));
+    // The bare runs' lease directory, reachable by the sandbox user too (the scratch
+    // tmpfs is root's alone).
+    let bare_dir = tempfile::Builder::new()
+        .prefix("envrt-bench-burst-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    std::fs::set_permissions(bare_dir.path(), std::fs::Permissions::from_mode(0o777)).map_err(|e| e.to_string())?;
+    let args = Arc::new(imp::bwrap_args(bare_dir.path(), &worker));
     let (leased, driver) = imp::open(&scratch.join("leases")).await?;
     let leased = Arc::new(leased);
     let l = Arc::clone(&leased);
@@ -179,12 +197,20 @@ async fn sandbox_measure(config: &Config) -> Result<[(f64, f64); 2], String> {
         let l = Arc::clone(&l);
         Box::pin(async move { l.run(&["true"]).await })
     });
+    // 1 (the captured stdout) stands in for the worker's status pipe, as in row 3.
+    let init = [INIT_PATH, "--sandbox-init", "1", "--", "true"];
+    let bare_args = Arc::clone(&args);
     let bare: Op = Arc::new(move || {
-        let args = Arc::clone(&args);
-        // 1 (the captured stdout) stands in for the worker's status pipe, as in row 3.
-        Box::pin(async move { imp::bare_bwrap(&args, &[INIT_PATH, "--sandbox-init", "1", "--", "true"]).await })
+        let args = Arc::clone(&bare_args);
+        Box::pin(async move { imp::bare_bwrap(&args, &init, None).await })
     });
-    let measured = measure(ours, bare, config.waves()).await;
+    // The worker, as root, runs bwrap as the unprivileged sandbox user (65534): the same
+    // spawn under that identity.
+    let as_user: Op = Arc::new(move || {
+        let args = Arc::clone(&args);
+        Box::pin(async move { imp::bare_bwrap(&args, &init, Some(65534)).await })
+    });
+    let measured = measure(vec![ours, bare, as_user], config.waves()).await;
     if let Ok(leased) = Arc::try_unwrap(leased) {
         imp::close(leased, driver).await;
     } else {

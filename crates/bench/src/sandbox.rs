@@ -225,8 +225,12 @@ pub(crate) mod imp {
 
     /// A bare `bwrap` run of `argv` with the worker's flags and environment, output
     /// collected.
-    pub(crate) async fn bare_bwrap(args: &[String], argv: &[&str]) -> Result<(), String> {
-        let out = tokio::process::Command::new("bwrap")
+    pub(crate) async fn bare_bwrap(args: &[String], argv: &[&str], user: Option<u32>) -> Result<(), String> {
+        let mut command = tokio::process::Command::new("bwrap");
+        if let Some(id) = user {
+            command.uid(id).gid(id);
+        }
+        let out = command
             .args(args)
             .args(argv)
             .env_clear()
@@ -277,9 +281,9 @@ pub(crate) mod imp {
         let measured = interleave(4, 20, config.exec_rounds() / 2, |i| async move {
             match i {
                 0 => s.run(&["true"]).await,
-                1 => bare_bwrap(args, &["true"]).await,
+                1 => bare_bwrap(args, &["true"], None).await,
                 2 => l.run(&["true"]).await,
-                _ => bare_bwrap(args, via_init).await,
+                _ => bare_bwrap(args, via_init, None).await,
             }
         })
         .await;
