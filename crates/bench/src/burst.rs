@@ -102,7 +102,12 @@ fn rows_of(group: &'static str, driver: &str, bare: &[&str], measured: Result<Ve
             }
             vec![throughput, latency]
         }
-        Err(e) => vec![Row::missing(group, 7, name, if e.starts_with("n/a") { e } else { format!("error: {e}") })],
+        Err(e) => vec![Row::missing(
+            group,
+            7,
+            name,
+            if e.starts_with("n/a") { e } else { format!("error: {e}") },
+        )],
     }
 }
 

@@ -210,7 +210,10 @@ async fn run_all(config: &Config) -> Vec<Row> {
     }
     let (memory, open) = (config.wants("scale-leases", 7), config.wants("scale-open", 7));
     if memory || open {
-        section("scale-leases/open (docker, sandbox)", growth::rows(config, memory, open).await);
+        section(
+            "scale-leases/open (docker, sandbox)",
+            growth::rows(config, memory, open).await,
+        );
     }
     if config.wants("scale-exec-docker", 7) || config.wants("scale-exec-sandbox", 7) {
         section("scale-exec (docker, sandbox)", burst::rows(config).await);
