@@ -43,14 +43,40 @@ fn name(driver: &str) -> String {
     format!("{driver} execute ×{CONCURRENCY} concurrent")
 }
 
-/// `waves` waves of each op, in turn; (ops/s, p50 ms) of each (ours first).
-async fn measure(ops: Vec<Op>, waves: usize) -> Result<Vec<(f64, f64)>, String> {
+/// CPU time (ms) of a process from `/proc/PID/stat`: its own (user + system, all threads)
+/// and that of its waited-for children; zeros when unreadable.
+fn cpu_ms(pid: &str) -> [f64; 2] {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) start at `state`.
+    let fields: Vec<f64> = text
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().map(|f| f.parse().unwrap_or(0.0)).collect())
+        .unwrap_or_default();
+    let tick_ms = 1000.0 / 100.0;
+    let at = |i: usize| fields.get(i).copied().unwrap_or(0.0) * tick_ms;
+    // utime, stime, cutime, cstime are fields 14–17, i.e. 11–14 after `state` (field 3).
+    [at(11) + at(12), at(13) + at(14)]
+}
+
+/// CPU milliseconds per operation of each op kind: the bench process's own, its
+/// children's, and (for each pid in `watch`) that process's own and its children's.
+type Cpu = Vec<Vec<f64>>;
+
+/// `waves` waves of each op, in turn; (ops/s, p50 ms) of each (ours first), and the CPU
+/// time per operation (see [`Cpu`]) of the processes in `watch`.
+async fn measure(ops: Vec<Op>, waves: usize, watch: &[String]) -> Result<(Vec<(f64, f64)>, Cpu), String> {
     let n = ops.len();
     let mut latencies = vec![Vec::new(); n];
     let mut busy = vec![Duration::ZERO; n];
+    let pids: Vec<String> = std::iter::once("self".to_owned())
+        .chain(watch.iter().cloned())
+        .collect();
+    let read = || pids.iter().flat_map(|p| cpu_ms(p)).collect::<Vec<f64>>();
+    let mut cpu = vec![vec![0.0; pids.len() * 2]; n];
     // One untimed wave of each first: connections, caches, the worker's first sandboxes.
     for wave in 0..(waves + 1) * n {
         let which = wave % n;
+        let cpu_before = read();
         let start = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..CONCURRENCY {
@@ -75,6 +101,9 @@ async fn measure(ops: Vec<Op>, waves: usize) -> Result<Vec<(f64, f64)>, String> 
         if wave >= n {
             busy[which] += start.elapsed();
             latencies[which].extend(times);
+            for (total, (after, before)) in cpu[which].iter_mut().zip(read().into_iter().zip(cpu_before)) {
+                *total += (after - before) / (waves * CONCURRENCY) as f64;
+            }
         }
     }
     let figure = |i: usize| {
@@ -83,17 +112,24 @@ async fn measure(ops: Vec<Op>, waves: usize) -> Result<Vec<(f64, f64)>, String> 
             percentile_ms(&latencies[i], 50.0),
         )
     };
-    Ok((0..n).map(figure).collect())
+    Ok(((0..n).map(figure).collect(), cpu))
 }
 
-fn rows_of(group: &'static str, driver: &str, bare: &[&str], measured: Result<Vec<(f64, f64)>, String>) -> Vec<Row> {
+fn rows_of(
+    group: &'static str,
+    driver: &str,
+    bare: &[&str],
+    measured: Result<(Vec<(f64, f64)>, Cpu), String>,
+    cpu_note: impl Fn(&Cpu) -> String,
+) -> Vec<Row> {
     let name = name(driver);
     match measured {
-        Ok(m) => {
+        Ok((m, cpu)) => {
             let mut throughput = Row::new(group, 7, format!("{name}: throughput"), Figure::ops(m[0].0))
                 .target(Target::RatioAtLeast(0, 0.9))
                 .note(format!(
-                    "{CONCURRENCY} at once on one lease, in waves taking turns with {CONCURRENCY} of each baseline"
+                    "{CONCURRENCY} at once on one lease, in waves taking turns with {CONCURRENCY} of each baseline; {}",
+                    cpu_note(&cpu)
                 ));
             let mut latency = Row::new(group, 7, format!("{name}: p50 latency"), Figure::ms(m[0].1));
             for (b, figures) in bare.iter().zip(&m[1..]) {
@@ -116,7 +152,12 @@ async fn docker(config: &Config) -> Vec<Row> {
     #[cfg(feature = "docker")]
     {
         let measured = docker_measure(config).await;
-        rows_of(GROUP, "docker", &["bare Engine API calls"], measured)
+        rows_of(GROUP, "docker", &["bare Engine API calls"], measured, |cpu| {
+            format!(
+                "CPU ms per execute in the bench process: ours {:.2}, bare {:.2}",
+                cpu[0][0], cpu[1][0]
+            )
+        })
     }
     #[cfg(not(feature = "docker"))]
     {
@@ -126,7 +167,7 @@ async fn docker(config: &Config) -> Vec<Row> {
 }
 
 #[cfg(feature = "docker")]
-async fn docker_measure(config: &Config) -> Result<Vec<(f64, f64)>, String> {
+async fn docker_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), String> {
     use envrt_driver_docker::{DockerConfig, DockerDriver};
     use envrt_runtime_core::JsonMap;
 
@@ -149,7 +190,7 @@ async fn docker_measure(config: &Config) -> Result<Vec<(f64, f64)>, String> {
                 let (bare, container) = (bare.clone(), container.clone());
                 Box::pin(async move { crate::docker::imp::bare_exec(&bare, &container, &["true"]).await })
             });
-            measure(vec![ours, bare], config.waves()).await
+            measure(vec![ours, bare], config.waves(), &[]).await
         }
         Err(e) => Err(e),
     };
@@ -169,6 +210,13 @@ async fn sandbox(config: &Config) -> Vec<Row> {
             "sandbox",
             &["bare bwrap via worker init", "the same as the sandbox user"],
             measured,
+            |cpu| {
+                format!(
+                    "CPU ms per execute — ours: host {:.2}, worker {:.2}, sandboxes (the worker's children) {:.2}; \
+                     bare: bench {:.2}, bwrap children {:.2}; as the sandbox user: bench {:.2}, children {:.2}",
+                    cpu[0][0], cpu[0][2], cpu[0][3], cpu[1][0], cpu[1][1], cpu[2][0], cpu[2][1]
+                )
+            },
         )
     }
     #[cfg(not(feature = "sandbox"))]
@@ -179,7 +227,7 @@ async fn sandbox(config: &Config) -> Vec<Row> {
 }
 
 #[cfg(feature = "sandbox")]
-async fn sandbox_measure(config: &Config) -> Result<Vec<(f64, f64)>, String> {
+async fn sandbox_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), String> {
     use std::os::unix::fs::PermissionsExt;
 
     use crate::sandbox::imp;
@@ -215,7 +263,8 @@ async fn sandbox_measure(config: &Config) -> Result<Vec<(f64, f64)>, String> {
         let args = Arc::clone(&args);
         Box::pin(async move { imp::bare_bwrap(&args, &init, Some(65534)).await })
     });
-    let measured = measure(vec![ours, bare, as_user], config.waves()).await;
+    let worker_pid = driver.worker_pid().map(|p| p.to_string()).unwrap_or_default();
+    let measured = measure(vec![ours, bare, as_user], config.waves(), &[worker_pid]).await;
     if let Ok(leased) = Arc::try_unwrap(leased) {
         imp::close(leased, driver).await;
     } else {
