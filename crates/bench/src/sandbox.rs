@@ -375,6 +375,17 @@ pub(crate) mod imp {
                 .collect(),
         )
         .await?;
+        let failed = opened.iter().filter(|o| o.is_err()).count();
+        if let Some(Err(e)) = opened.iter().find(|o| o.is_err()) {
+            // Measured at the failure: how far it got, and how many processes the sandbox
+            // user (65534) had then (a root worker's sandboxes run as that user, and the
+            // worker's init sets a process limit per sandbox).
+            return Err(format!(
+                "{e}: {} of {routes} routes opened; the sandbox user had {} processes",
+                routes - failed,
+                processes_of(65534)
+            ));
+        }
         let channels: Vec<_> = opened.into_iter().collect::<Result<_, _>>()?;
         let channels: Vec<Arc<Box<dyn envrt_runtime_core::DuplexChannel>>> =
             channels.into_iter().map(Arc::new).collect();
@@ -414,6 +425,23 @@ pub(crate) mod imp {
             let _ = c.close().await;
         }
         Ok((start.elapsed(), (rss_open - rss_before).max(0.0)))
+    }
+
+    /// Processes whose real uid is `uid`.
+    fn processes_of(uid: u32) -> usize {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return 0;
+        };
+        dir.flatten()
+            .filter(|e| {
+                std::fs::read_to_string(e.path().join("status")).is_ok_and(|s| {
+                    s.lines()
+                        .find(|l| l.starts_with("Uid:"))
+                        .and_then(|l| l.split_whitespace().nth(1))
+                        .is_some_and(|u| u == uid.to_string())
+                })
+            })
+            .count()
     }
 
     /// The same with bare `bwrap cat` processes and pipes.
