@@ -90,7 +90,7 @@ fn memory_row(driver: &str, counts: &[usize], measured: &Result<Value, String>) 
     Row::new("scale-leases", 7, name, Figure::kib(host + worker.max(0.0)))
         .target(Target::AtMost(64.0))
         .note(format!(
-            "Pss growth (smaps_rollup) of a fresh bench process{} over {count} acquires, per lease: {what}",
+            "Pss growth (smaps_rollup) of a fresh bench process{} from 1 to {count} open leases, per lease added: {what}",
             if driver == "sandbox" { " and its worker" } else { "" }
         ))
 }
