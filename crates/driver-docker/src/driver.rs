@@ -17,6 +17,7 @@ use envrt_runtime_core::{
 
 use crate::config::{DockerConfig, EnvConfig, KEPT_CAPABILITIES, META_WORKSPACE_DIR, lease_workspace};
 use crate::engine::{Engine, has_status, is_not_found};
+use crate::owner::OwnerCache;
 use crate::process::run_script;
 
 /// The driver's registry key.
@@ -48,6 +49,8 @@ fn bounded_expiry(requested: Timestamp) -> Timestamp {
 pub struct DockerDriver {
     pub(crate) engine: Engine,
     pub(crate) config: DockerConfig,
+    /// The container user's ids per image id and user spec.
+    owners: OwnerCache,
 }
 
 impl DockerDriver {
@@ -56,7 +59,11 @@ impl DockerDriver {
     /// engine answers.
     pub async fn connect(config: DockerConfig) -> Result<DockerDriver, DriverError> {
         let engine = Engine::connect(&config).await?;
-        Ok(DockerDriver { engine, config })
+        Ok(DockerDriver {
+            engine,
+            config,
+            owners: OwnerCache::default(),
+        })
     }
 
     /// The engine address in use.
@@ -229,11 +236,13 @@ impl DockerDriver {
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        let created = match self
-            .engine
-            .call(self.engine.docker.create_container(Some(options), body))
-            .await
-        {
+        // The image's id and user are asked beside the create (the owner's cache key).
+        let (created, image_info) = tokio::join!(
+            self.engine
+                .call(self.engine.docker.create_container(Some(options), body)),
+            self.engine.call(self.engine.docker.inspect_image(&image)),
+        );
+        let created = match created {
             Ok(created) => created,
             Err(e) if is_not_found(&e) => {
                 return Err(DriverError::invalid(format!(
@@ -243,33 +252,20 @@ impl DockerDriver {
             }
             Err(e) => return Err(self.engine.error("creating a container", e)),
         };
+        let image_info = image_info.ok();
         let id = created.id;
         let ready = async {
+            // The engine makes the workspace, the container's working directory, when it
+            // creates the container (owned by root, mode 0755, like `mkdir -p` as root).
             self.engine
                 .call(self.engine.docker.start_container(&id, None))
                 .await
                 .map_err(|e| self.engine.error("starting a container", e))?;
-            // The workspace exists and belongs to the configured user. With
-            // no-new-privileges, root in an exec of a container whose user is not root has
-            // no capabilities, so the ownership comes from the engine instead: a one-entry
-            // archive whose header names the user's ids.
-            let (_, stderr, code) = run_script(
-                &self.engine,
-                &id,
-                Some("0"),
-                "mkdir -p -- \"$1\"",
-                &[&config.working_dir],
-                "preparing the workspace",
-            )
-            .await?;
-            if code != Some(0) {
-                return Err(DriverError::other(format!(
-                    "Could not prepare the workspace \"{}\" in the container: {}",
-                    config.working_dir,
-                    String::from_utf8_lossy(&stderr).trim()
-                )));
-            }
-            let owner = self.ask_owner(&id).await?;
+            let owner = self.container_owner(&id, config, image_info.as_ref()).await?;
+            // The workspace belongs to the configured user. With no-new-privileges, root
+            // in an exec of a container whose user is not root has no capabilities, so
+            // the ownership comes from the engine instead: a one-entry archive whose
+            // header names the user's ids.
             if config.user.is_some() {
                 self.give_workspace(&id, &config.working_dir, config.read_only_root_fs, owner)
                     .await?;
@@ -289,6 +285,48 @@ impl DockerDriver {
 }
 
 impl DockerDriver {
+    /// The ids of a fresh container's user, without an exec where the user spec (the
+    /// configured user, else the image's) and the container's `/etc/passwd` and
+    /// `/etc/group` settle them (see [`crate::owner`]); by `id -u && id -g` otherwise.
+    async fn container_owner(
+        &self,
+        container: &str,
+        config: &EnvConfig,
+        image: Option<&bollard::models::ImageInspect>,
+    ) -> Result<(u64, u64), DriverError> {
+        let image_user = image.and_then(|i| i.config.as_ref()).and_then(|c| c.user.clone());
+        let image_id = image.and_then(|i| i.id.clone());
+        let spec = match (&config.user, image_user) {
+            (Some(user), _) => user.clone(),
+            (None, Some(user)) => user,
+            (None, None) if image_id.is_some() => String::new(),
+            (None, None) => return self.ask_owner(container).await,
+        };
+        if let Some(owner) = crate::owner::numeric(&spec) {
+            return Ok(owner);
+        }
+        let Some(image_id) = image_id else {
+            return self.ask_owner(container).await;
+        };
+        if let Some(owner) = self.owners.get(&image_id, &spec) {
+            return Ok(owner);
+        }
+        let passwd = crate::owner::read_file(&self.engine, container, "/etc/passwd").await;
+        let group = match crate::owner::needs_group_file(&spec) {
+            true => crate::owner::read_file(&self.engine, container, "/etc/group").await,
+            false => None,
+        };
+        let resolved = passwd
+            .as_deref()
+            .and_then(|passwd| crate::owner::resolve(&spec, passwd, group.as_deref()));
+        let owner = match resolved {
+            Some(owner) => owner,
+            None => self.ask_owner(container).await?,
+        };
+        self.owners.put(&image_id, &spec, owner);
+        Ok(owner)
+    }
+
     /// Makes `workspace` (an existing directory) belong to `owner` through the archive
     /// API: the engine applies a directory entry's ids over an existing directory. On a
     /// read-only root the parent cannot be written, so the archive goes into the workspace
