@@ -230,7 +230,7 @@ mod imp {
 
     /// The driver's pid-reporting wrapper (crates/driver-docker/src/process.rs `spawn`,
     /// without secrets), for the bare API to run.
-    const WRAPPER_ALONE: &str = "printf 'envrt-pid:%s %s %s\\n' \"$$\" \"$(readlink /proc/$$/fd/1 2>/dev/null)\" \"$(readlink /proc/$$/fd/2 2>/dev/null)\" >&2; exec \"$@\"";
+    const WRAPPER_ALONE: &str = "printf 'envrt-pid:%s %s\\n' \"$$\" \"$({ readlink -n /proc/$$/fd/1; printf ' '; readlink -n /proc/$$/fd/2; } 2>/dev/null)\" >&2; exec \"$@\"";
 
     pub(super) async fn exec_rows(config: &Config, name: &str) -> Vec<Row> {
         let p50 = format!("{name} p50");

@@ -97,7 +97,8 @@ pub(crate) async fn spawn_as(
     user: Option<&str>,
     attach_stdin: bool,
 ) -> Result<Spawned, DriverError> {
-    let report = "printf 'envrt-pid:%s %s %s\\n' \"$$\" \"$(readlink /proc/$$/fd/1 2>/dev/null)\" \"$(readlink /proc/$$/fd/2 2>/dev/null)\" >&2";
+    // One command substitution (one fork) names both pipes.
+    let report = "printf 'envrt-pid:%s %s\\n' \"$$\" \"$({ readlink -n /proc/$$/fd/1; printf ' '; readlink -n /proc/$$/fd/2; } 2>/dev/null)\" >&2";
     let script = if secret_lines == 0 {
         format!("{report}; exec \"$@\"")
     } else {
