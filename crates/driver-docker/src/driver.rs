@@ -50,7 +50,7 @@ pub struct DockerDriver {
     pub(crate) engine: Engine,
     pub(crate) config: DockerConfig,
     /// The container user's ids per image id and user spec.
-    owners: OwnerCache,
+    pub(crate) owners: OwnerCache,
 }
 
 impl DockerDriver {
@@ -131,7 +131,7 @@ impl DockerDriver {
         self.ask_owner(Self::container_of(context)?).await
     }
 
-    async fn ask_owner(&self, container: &str) -> Result<(u64, u64), DriverError> {
+    pub(crate) async fn ask_owner(&self, container: &str) -> Result<(u64, u64), DriverError> {
         let (stdout, stderr, code) = run_script(
             &self.engine,
             container,
@@ -281,94 +281,6 @@ impl DockerDriver {
                 Err(error)
             }
         }
-    }
-}
-
-impl DockerDriver {
-    /// The ids of a fresh container's user, without an exec where the user spec (the
-    /// configured user, else the image's) and the container's `/etc/passwd` and
-    /// `/etc/group` settle them (see [`crate::owner`]); by `id -u && id -g` otherwise.
-    async fn container_owner(
-        &self,
-        container: &str,
-        config: &EnvConfig,
-        image: Option<&bollard::models::ImageInspect>,
-    ) -> Result<(u64, u64), DriverError> {
-        let image_user = image.and_then(|i| i.config.as_ref()).and_then(|c| c.user.clone());
-        let image_id = image.and_then(|i| i.id.clone());
-        let spec = match (&config.user, image_user) {
-            (Some(user), _) => user.clone(),
-            (None, Some(user)) => user,
-            (None, None) if image_id.is_some() => String::new(),
-            (None, None) => return self.ask_owner(container).await,
-        };
-        if let Some(owner) = crate::owner::numeric(&spec) {
-            return Ok(owner);
-        }
-        let Some(image_id) = image_id else {
-            return self.ask_owner(container).await;
-        };
-        if let Some(owner) = self.owners.get(&image_id, &spec) {
-            return Ok(owner);
-        }
-        let passwd = crate::owner::read_file(&self.engine, container, "/etc/passwd").await;
-        let group = match crate::owner::needs_group_file(&spec) {
-            true => crate::owner::read_file(&self.engine, container, "/etc/group").await,
-            false => None,
-        };
-        let resolved = passwd
-            .as_deref()
-            .and_then(|passwd| crate::owner::resolve(&spec, passwd, group.as_deref()));
-        let owner = match resolved {
-            Some(owner) => owner,
-            None => self.ask_owner(container).await?,
-        };
-        self.owners.put(&image_id, &spec, owner);
-        Ok(owner)
-    }
-
-    /// Makes `workspace` (an existing directory) belong to `owner` through the archive
-    /// API: the engine applies a directory entry's ids over an existing directory. On a
-    /// read-only root the parent cannot be written, so the archive goes into the workspace
-    /// (a volume) as its `.` entry.
-    async fn give_workspace(
-        &self,
-        container: &str,
-        workspace: &str,
-        read_only_root: bool,
-        owner: (u64, u64),
-    ) -> Result<(), DriverError> {
-        let (into, name) = match workspace.rsplit_once('/') {
-            Some((parent, name)) if !read_only_root && !name.is_empty() => {
-                (if parent.is_empty() { "/" } else { parent }, name)
-            }
-            _ => (workspace, "."),
-        };
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Directory);
-        header.set_mode(0o755);
-        header.set_uid(owner.0);
-        header.set_gid(owner.1);
-        header.set_size(0);
-        let mut builder = tar::Builder::new(Vec::new());
-        builder
-            .append_data(&mut header, name, std::io::empty())
-            .and_then(|()| builder.finish())
-            .map_err(|e| DriverError::io("Building the workspace archive", e))?;
-        let archive = builder
-            .into_inner()
-            .map_err(|e| DriverError::io("Building the workspace archive", e))?;
-        let options = bollard::query_parameters::UploadToContainerOptionsBuilder::default()
-            .path(into)
-            .build();
-        self.engine
-            .call(
-                self.engine
-                    .docker
-                    .upload_to_container(container, Some(options), bollard::body_full(archive.into())),
-            )
-            .await
-            .map_err(|e| self.engine.error("preparing the workspace", e))
     }
 }
 

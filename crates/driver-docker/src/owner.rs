@@ -6,7 +6,7 @@
 //! line it cannot read, a name it cannot find) is left to the `id -u && id -g` exec.
 //!
 //! Results are cached per image id and spec: a fresh container's `/etc/passwd` is its
-//! image's.
+//! image's. Also here: handing the workspace to the configured user.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -15,6 +15,10 @@ use std::sync::Mutex;
 use bollard::query_parameters::DownloadFromContainerOptionsBuilder;
 use futures::StreamExt;
 
+use envrt_runtime_core::DriverError;
+
+use crate::config::EnvConfig;
+use crate::driver::DockerDriver;
 use crate::engine::Engine;
 
 /// Largest `/etc/passwd` or `/etc/group` read through the archive API.
@@ -138,6 +142,94 @@ pub(crate) async fn read_file(engine: &Engine, container: &str, path: &str) -> O
     let mut text = String::new();
     entry.read_to_string(&mut text).ok()?;
     Some(text)
+}
+
+impl DockerDriver {
+    /// The ids of a fresh container's user, without an exec where the user spec (the
+    /// configured user, else the image's) and the container's `/etc/passwd` and
+    /// `/etc/group` settle them (see [`crate::owner`]); by `id -u && id -g` otherwise.
+    pub(crate) async fn container_owner(
+        &self,
+        container: &str,
+        config: &EnvConfig,
+        image: Option<&bollard::models::ImageInspect>,
+    ) -> Result<(u64, u64), DriverError> {
+        let image_user = image.and_then(|i| i.config.as_ref()).and_then(|c| c.user.clone());
+        let image_id = image.and_then(|i| i.id.clone());
+        let spec = match (&config.user, image_user) {
+            (Some(user), _) => user.clone(),
+            (None, Some(user)) => user,
+            (None, None) if image_id.is_some() => String::new(),
+            (None, None) => return self.ask_owner(container).await,
+        };
+        if let Some(owner) = numeric(&spec) {
+            return Ok(owner);
+        }
+        let Some(image_id) = image_id else {
+            return self.ask_owner(container).await;
+        };
+        if let Some(owner) = self.owners.get(&image_id, &spec) {
+            return Ok(owner);
+        }
+        let passwd = read_file(&self.engine, container, "/etc/passwd").await;
+        let group = match needs_group_file(&spec) {
+            true => read_file(&self.engine, container, "/etc/group").await,
+            false => None,
+        };
+        let resolved = passwd
+            .as_deref()
+            .and_then(|passwd| resolve(&spec, passwd, group.as_deref()));
+        let owner = match resolved {
+            Some(owner) => owner,
+            None => self.ask_owner(container).await?,
+        };
+        self.owners.put(&image_id, &spec, owner);
+        Ok(owner)
+    }
+
+    /// Makes `workspace` (an existing directory) belong to `owner` through the archive
+    /// API: the engine applies a directory entry's ids over an existing directory. On a
+    /// read-only root the parent cannot be written, so the archive goes into the workspace
+    /// (a volume) as its `.` entry.
+    pub(crate) async fn give_workspace(
+        &self,
+        container: &str,
+        workspace: &str,
+        read_only_root: bool,
+        owner: (u64, u64),
+    ) -> Result<(), DriverError> {
+        let (into, name) = match workspace.rsplit_once('/') {
+            Some((parent, name)) if !read_only_root && !name.is_empty() => {
+                (if parent.is_empty() { "/" } else { parent }, name)
+            }
+            _ => (workspace, "."),
+        };
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(0o755);
+        header.set_uid(owner.0);
+        header.set_gid(owner.1);
+        header.set_size(0);
+        let mut builder = tar::Builder::new(Vec::new());
+        builder
+            .append_data(&mut header, name, std::io::empty())
+            .and_then(|()| builder.finish())
+            .map_err(|e| DriverError::io("Building the workspace archive", e))?;
+        let archive = builder
+            .into_inner()
+            .map_err(|e| DriverError::io("Building the workspace archive", e))?;
+        let options = bollard::query_parameters::UploadToContainerOptionsBuilder::default()
+            .path(into)
+            .build();
+        self.engine
+            .call(
+                self.engine
+                    .docker
+                    .upload_to_container(container, Some(options), bollard::body_full(archive.into())),
+            )
+            .await
+            .map_err(|e| self.engine.error("preparing the workspace", e))
+    }
 }
 
 #[cfg(test)]
