@@ -36,7 +36,7 @@ if ldd "$BUSYBOX" >/dev/null 2>&1; then   # ldd fails on static binaries
 fi
 
 # Bump SCRIPT_REV when the rootfs layout below changes.
-SCRIPT_REV=3
+SCRIPT_REV=2
 # awk reads everything (no early exit): `| head -n1` would SIGPIPE busybox and,
 # with pipefail + set -e, abort the script silently.
 BB_VERSION="$({ "$BUSYBOX" 2>&1 || true; } | awk 'NR==1{print $2}')"
@@ -63,44 +63,12 @@ for applet in $("$ROOT/bin/busybox" --list); do
     [ "$applet" = busybox ] && continue
     ln -sf busybox "$ROOT/bin/$applet"
 done
-# And where a real system has it (usr/bin/env, sbin/adduser, ...): programs and tests
+# And where a real system has it (usr/bin/env, sbin/ifconfig, ...): programs and tests
 # that name /usr/bin/... find it, as in any distribution image.
 for full in $("$ROOT/bin/busybox" --list-full); do
     case "$full" in bin/*) continue ;; esac
     ln -sf /bin/busybox "$ROOT/$full"
 done
-
-# Debian's busybox-static has no adduser/deluser applets: small sh stand-ins, so that
-# exec-as-another-user can be tried as in a distribution image (Inspect's self-check
-# creates and removes a user). `adduser [-D] [--comment C] [--disabled-password] NAME`,
-# `userdel [-r] NAME`.
-cat >"$ROOT/usr/sbin/adduser" <<'EOF'
-#!/bin/sh
-# adduser of the envrt test image (not BusyBox's).
-case "${1:-}" in --help|-h) echo "usage: adduser [-D] [--comment TEXT] [--disabled-password] NAME"; exit 0 ;; esac
-name=
-while [ $# -gt 0 ]; do
-    case "$1" in --comment|-g|-h|-s|-G) shift ;; -*) ;; *) name=$1 ;; esac
-    shift
-done
-[ -n "$name" ] || { echo "adduser: no user name" >&2; exit 1; }
-if grep -q "^$name:" /etc/passwd; then echo "adduser: user '$name' in use" >&2; exit 1; fi
-uid=1000
-while cut -d: -f3 /etc/passwd | grep -qx "$uid"; do uid=$((uid + 1)); done
-echo "$name:x:$uid:$uid::/home/$name:/bin/sh" >>/etc/passwd
-echo "$name:x:$uid:" >>/etc/group
-mkdir -p "/home/$name" && chown "$uid:$uid" "/home/$name"
-EOF
-cat >"$ROOT/usr/sbin/userdel" <<'EOF'
-#!/bin/sh
-# userdel of the envrt test image.
-remove= name=
-for arg in "$@"; do case "$arg" in -r) remove=1 ;; -*) ;; *) name=$arg ;; esac; done
-grep -q "^$name:" /etc/passwd || { echo "userdel: user '$name' does not exist" >&2; exit 6; }
-sed -i "/^$name:/d" /etc/passwd /etc/group
-[ -z "$remove" ] || rm -rf "/home/$name"
-EOF
-chmod 0755 "$ROOT/usr/sbin/adduser" "$ROOT/usr/sbin/userdel"
 
 install -d -m 1777 "$ROOT/tmp" "$ROOT/var/tmp" "$ROOT/workspace"
 install -d -m 0700 "$ROOT/root"
