@@ -189,7 +189,7 @@ mod workspace;
 
 use exec::ExecSite;
 use groups::ProcessTable;
-use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree, resolve_in_workspace};
+use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree};
 
 /// `{temp dir}/envrt-local-{effective uid}`: one root per user, so that no user can
 /// prepare another's.
@@ -405,24 +405,6 @@ impl LocalDriver {
         &self.containment
     }
 
-    /// Resolves an environment-side sync path under the configured path scope: inside the
-    /// workspace (lexically and on disk) by default; lexically anywhere on the host under
-    /// the host scope.
-    pub(crate) fn resolve_path(&self, workspace: &Path, path: &str) -> Result<PathBuf, DriverError> {
-        if self.config.path_scope.any_file_path() {
-            Ok(PathBuf::from(
-                PathScope::WholeEnvironment.resolve(path_str(workspace)?, path)?,
-            ))
-        } else {
-            resolve_in_workspace(workspace, path)
-        }
-    }
-
-    /// The workspace sync paths must stay in, or `None` under the host scope.
-    pub(crate) fn confinement<'a>(&self, workspace: &'a Path) -> Option<&'a Path> {
-        (!self.config.path_scope.any_file_path()).then_some(workspace)
-    }
-
     /// Ends the lease's expiry watchdog, if any (release and destroy before expiry).
     fn stop_watchdog(&self, lease_id: &str) -> Result<(), DriverError> {
         let name = lease_dir_name(lease_id)?;
@@ -573,10 +555,7 @@ impl Execute for LocalDriver {
         let workspace = self.live_workspace(context)?;
         let cwd = match &request.cwd {
             None => workspace.clone(),
-            Some(cwd) if self.config.path_scope.any_cwd() => {
-                PathBuf::from(PathScope::WholeEnvironment.resolve(path_str(&workspace)?, cwd)?)
-            }
-            Some(cwd) => resolve_in_workspace(&workspace, cwd)?,
+            Some(cwd) => self.resolve_cwd(&workspace, cwd)?,
         };
         if !cwd.is_dir() {
             return Err(DriverError::invalid(format!(

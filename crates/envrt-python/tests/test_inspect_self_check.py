@@ -22,7 +22,7 @@ ROOT = os.geteuid() == 0
 # Why a check fails, per configuration (strict xfails).
 OUTSIDE = "envrt confines paths and cwd to the lease workspace (the local driver's path scope)"
 SANDBOX_COPIES = "the reference worker moves files only through /workspace (its path scope is cwd-anywhere)"
-AS_USER = "the provider does not pass exec's user on to ExecuteRequest::user yet"
+AS_USER = 'the sandbox takes a numeric UID or UID:GID only (Cannot run as user "root": ...)'
 AS_ROOT = "runs as root, whom chmod does not stop"
 LOCAL_AS_USER = (
     "the local driver runs a command as another user (root included) only when envrt runs as root "
@@ -34,7 +34,6 @@ DOCKER_AS_USER = (
     "container whose user is nobody has no capabilities (the driver's no-new-privileges), so even "
     "an adduser could not chown the new user's home"
 )
-REPLACES = "sync_in replaces a read-only file or a directory (envrt cp refuses; the library does not)"
 
 CONFINED = {
     check: OUTSIDE
@@ -47,10 +46,6 @@ CONFINED = {
         "test_cwd_absolute",
     )
 }
-NOT_REPLACING = {
-    "test_write_text_file_without_permissions": REPLACES,
-    "test_write_binary_file_without_permissions": REPLACES,
-}
 
 # The sandbox takes any cwd of the sandbox; file copies stay in /workspace.
 SANDBOX_PATHS = {check: SANDBOX_COPIES for check in CONFINED if check != "test_cwd_custom"}
@@ -60,11 +55,10 @@ KNOWN: dict[str, dict[str, str]] = {
     "envrt-local": {"test_exec_as_user": LOCAL_AS_USER},
     "envrt-docker": {"test_exec_as_user": DOCKER_AS_USER},
     "envrt-sandbox": {
+        # (pyfiles: the library's one-file probe, run as the sandbox user, now refuses
+        # unreadable and read-only files and reports a missing parent as not found.)
         **SANDBOX_PATHS,
-        **NOT_REPLACING,
         "test_exec_as_user": AS_USER,
-        "test_read_file_not_allowed": "the worker copies files out as itself, not as the sandbox user",
-        "test_read_file_nonsense_name": "the worker reports a missing parent directory as a generic error, not source_missing",
         "test_exec_input_large": "one plugin-protocol request is capped at 64 MiB; 50 MiB of stdin is 67 MiB as base64",
         "test_exec_large_command": "the sandbox host caps arguments and environment at 1 MiB",
     },
