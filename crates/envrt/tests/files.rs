@@ -101,6 +101,7 @@ async fn permission_checks(runtime: &EnvironmentRuntime, lease: &str) {
 async fn local_leases_refuse_directories_missing_files_and_denied_access() {
     let root = tempfile::tempdir().unwrap();
     let runtime = RuntimeBuilder::new()
+        .without_driver("docker")
         .local_config(envrt::local::LocalConfig {
             root: Some(root.path().join("ws")),
             ..Default::default()
