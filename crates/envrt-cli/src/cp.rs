@@ -140,7 +140,7 @@ enum Found {
 /// The lease-side destination, looked at through execute by the library's probe
 /// ([`envrt::files::probe`]); `Other` when the driver cannot run it.
 async fn probe_lease(app: &App, lease_id: &str, path: &str) -> Found {
-    match envrt::files::probe(&app.runtime, lease_id, path).await {
+    match envrt::files::probe(&app.runtime, lease_id, path, true).await {
         Some(found) if found.is_real_directory() => Found::Directory,
         Some(found) if found.is_read_only_file() => Found::ReadOnlyFile,
         _ => Found::Other,

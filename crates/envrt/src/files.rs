@@ -122,7 +122,8 @@ pub struct Probe {
     pub readable: bool,
     /// The lease's user may write it (`test -w`).
     pub writable: bool,
-    /// The `ls -ld` mode string of the path itself (link not followed), when it exists.
+    /// The `ls -ld` mode string of the path itself (link not followed), when it exists and
+    /// [`probe`] was asked for it (`with_mode`).
     pub mode: Option<String>,
     /// For a missing path: whether the lease's user may create entries in the nearest
     /// existing ancestor (`None` when that ancestor is not a directory, or the path
@@ -172,13 +173,13 @@ impl Probe {
 }
 
 /// The probe: `KIND LINK ACCESS CREATABLE MODE` for `$1` (see [`Probe::parse`]). Only `sh`
-/// built-ins and `ls`.
+/// built-ins, and `ls` when `$2` is `mode`.
 const PROBE: &str = r#"p=$1; k=none
 if [ -d "$p" ]; then k=dir; elif [ -f "$p" ]; then k=file; elif [ -e "$p" ]; then k=other; fi
 l=-; [ -L "$p" ] && l=link
 r=-; [ -r "$p" ] && r=r
 w=-; [ -w "$p" ] && w=w
-m=-; if [ -e "$p" ] || [ -L "$p" ]; then m=$(ls -ld -- "$p" 2>/dev/null); m=${m%% *}; [ -n "$m" ] || m=-; fi
+m=-; if [ "$2" = mode ] && { [ -e "$p" ] || [ -L "$p" ]; }; then m=$(ls -ld -- "$p" 2>/dev/null); m=${m%% *}; [ -n "$m" ] || m=-; fi
 a=-
 if [ $k = none ]; then
   d=$p
@@ -210,14 +211,16 @@ async fn in_declared_scope(runtime: &EnvironmentRuntime, lease_id: &str, path: &
     }
 }
 
-/// Looks at `path` of the lease as the lease's command user. `None` when it cannot be
-/// told: the driver has no execute, the lease cannot run the probe (no `sh`), or the path
-/// lies outside the driver's declared path scope (the sync then refuses it).
-pub async fn probe(runtime: &EnvironmentRuntime, lease_id: &str, path: &str) -> Option<Probe> {
+/// Looks at `path` of the lease as the lease's command user (one execute of `sh`; with
+/// `with_mode`, also an `ls -ld` for [`Probe::mode`]). `None` when it cannot be told: the
+/// driver has no execute, the lease cannot run the probe (no `sh`), or the path lies
+/// outside the driver's declared path scope (the sync then refuses it).
+pub async fn probe(runtime: &EnvironmentRuntime, lease_id: &str, path: &str, with_mode: bool) -> Option<Probe> {
     if !in_declared_scope(runtime, lease_id, path).await {
         return None;
     }
-    let mut request = ExecuteRequest::new("sh", ["-c", PROBE, "envrt-probe", path]);
+    let flag = if with_mode { "mode" } else { "-" };
+    let mut request = ExecuteRequest::new("sh", ["-c", PROBE, "envrt-probe", path, flag]);
     request.timeout = Some(std::time::Duration::from_secs(30));
     request.max_output_bytes = Some(4096);
     match runtime.execute(lease_id, request).await {
@@ -271,7 +274,7 @@ pub async fn write_file(
     data: &[u8],
     mode: Option<u32>,
 ) -> Result<(), FileError> {
-    if let Some(found) = probe(runtime, lease_id, path).await {
+    if let Some(found) = probe(runtime, lease_id, path, false).await {
         check_write(path, &found)?;
     }
     let dir = tempfile::tempdir().map_err(FileError::Staging)?;
@@ -285,7 +288,7 @@ pub async fn write_file(
 
 /// The bytes of the lease's file `path`, after [`check_read`] on what [`probe`] found.
 pub async fn read_file(runtime: &EnvironmentRuntime, lease_id: &str, path: &str) -> Result<Vec<u8>, FileError> {
-    if let Some(found) = probe(runtime, lease_id, path).await {
+    if let Some(found) = probe(runtime, lease_id, path, false).await {
         check_read(path, &found)?;
     }
     let dir = tempfile::tempdir().map_err(FileError::Staging)?;

@@ -54,8 +54,11 @@ async fn common_checks(runtime: &EnvironmentRuntime, lease: &str) {
         assert_eq!(error.to_string(), format!("File \"{missing}\" does not exist."));
     }
 
-    let found = files::probe(runtime, lease, "a/b.txt").await.unwrap();
+    let found = files::probe(runtime, lease, "a/b.txt", true).await.unwrap();
     assert_eq!((found.kind, found.link), (EntryKind::File, false));
+    assert!(found.mode.as_deref().is_some_and(|m| m.starts_with("-rw")), "{found:?}");
+    let found = files::probe(runtime, lease, "a/b.txt", false).await.unwrap();
+    assert_eq!((found.kind, found.mode), (EntryKind::File, None));
 }
 
 /// The permission checks, for a lease whose commands run as an unprivileged user.
@@ -126,7 +129,7 @@ async fn local_leases_refuse_directories_missing_files_and_denied_access() {
         );
         assert_eq!(error.kind(), "path_outside_workspace");
     }
-    assert_eq!(files::probe(&runtime, &lease.id, "/etc").await, None);
+    assert_eq!(files::probe(&runtime, &lease.id, "/etc", false).await, None);
 
     if is_root() {
         eprintln!("SKIPPED: the local permission checks (root's test -w and -r are always true)");
