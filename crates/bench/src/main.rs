@@ -316,6 +316,9 @@ mod tests {
         assert!(config(&["exec-local"]).wants("exec-local", 1));
         assert!(!config(&["exec-local"]).wants("exec-docker", 2));
         assert!(!config(&["exec-l"]).wants("exec-local", 1));
+        assert!(config(&["peers"]).wants(peers::GROUP, peers::NUMBER));
+        assert!(config(&["9"]).wants(peers::GROUP, peers::NUMBER));
+        assert!(!config(&["peers"]).wants("exec-local", 1));
     }
 
     #[test]

@@ -65,6 +65,10 @@ impl Venv {
         let dir = std::env::var_os(self.var)
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(self.default));
+        self.python_in(&dir)
+    }
+
+    fn python_in(&self, dir: &std::path::Path) -> Result<PathBuf, String> {
         let python = dir.join("bin/python");
         if python.is_file() {
             Ok(python)
@@ -498,4 +502,72 @@ async fn inspect_rows(config: &Config) -> Vec<Row> {
         row.baseline("envrt local driver via Rust facade", ms(3))
             .note("ours: envrt's Python package, Lease.exec, in the same interpreter as Inspect (the venv's build; cargo xtask bench builds it release first)"),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_venv_is_a_loud_skip_naming_it() {
+        let err = SWEREX.python_in(std::path::Path::new("/nonexistent/venv")).unwrap_err();
+        assert_eq!(
+            err,
+            "SKIPPED: no SWE-ReX virtual environment at /nonexistent/venv (bash scripts/swerex-venv.sh makes it; ENVRT_SWEREX_VENV moves it)"
+        );
+        let rows = missing(&["a".into(), "b".into()], &err);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1].ours.as_ref().unwrap_err(), &err);
+        assert_eq!(
+            missing(&["a".into()], "boom")[0].ours.as_ref().unwrap_err(),
+            "error: boom"
+        );
+    }
+
+    #[tokio::test]
+    async fn reported_times_are_kept_and_the_order_rotates() {
+        let calls = std::sync::Mutex::new(Vec::new());
+        let calls_ref = &calls;
+        let m = interleave_reported(2, 1, 3, |i| async move {
+            calls_ref.lock().unwrap().push(i);
+            Ok(Duration::from_millis(10 + i as u64))
+        })
+        .await
+        .unwrap();
+        assert_eq!(m.samples[0], vec![Duration::from_millis(10); 3]);
+        assert_eq!(m.samples[1], vec![Duration::from_millis(11); 3]);
+        assert_eq!(calls.into_inner().unwrap(), [0, 1, 0, 1, 1, 0, 0, 1]);
+    }
+
+    /// The driver against a real interpreter: the SWE-ReX venv when the set-up made it.
+    #[tokio::test]
+    async fn the_driver_times_real_commands_and_reports_failures() {
+        if let Err(skip) = SWEREX.python() {
+            println!("{skip}");
+            return;
+        }
+        let peer = Peer::start(&SWEREX, "swerex").await.unwrap();
+        for op in ["swerex-local", "swerex-remote", "swerex-session", "subprocess"] {
+            assert!(peer.has(op), "{op} in {:?}", peer.ops);
+        }
+        let took = peer
+            .time("swerex-local", &["head", "-c", "1000", "/dev/zero"], Some(1000))
+            .await;
+        assert!(took.unwrap() > Duration::ZERO);
+        assert_eq!(
+            peer.time("swerex-local", &["false"], None).await.unwrap_err(),
+            "RuntimeError: ['false'] exited 1"
+        );
+        assert_eq!(
+            peer.time("subprocess", &["head", "-c", "10", "/dev/zero"], Some(11))
+                .await
+                .unwrap_err(),
+            "RuntimeError: subprocess: stdout had 10 bytes, not 11"
+        );
+        assert_eq!(
+            peer.time("nope", &["true"], None).await.unwrap_err(),
+            "KeyError: 'nope'"
+        );
+        peer.stop().await;
+    }
 }
