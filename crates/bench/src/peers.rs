@@ -405,11 +405,26 @@ async fn remote_imp(config: &Config, names: [String; 3]) -> Vec<Row> {
             return missing(&names, &e);
         }
     };
-    let (s, p) = (&leased, &peer);
-    let measured = interleave_reported(2, 30, config.exec_rounds() / 2, |i| async move {
+    // The isolation SWE-ReX's server leaves to whatever runs it, measured beside: the
+    // worker's own bwrap with its init in front of `true`, as the worker starts a command.
+    use crate::sandbox::imp::{bare_bwrap, bwrap_args, worker_path};
+    let bare_dir = scratch.join("bare");
+    let _ = std::fs::create_dir_all(&bare_dir);
+    let args = match worker_path() {
+        Ok(worker) => bwrap_args(&bare_dir, &worker),
+        Err(e) => {
+            crate::sandbox::imp::close(leased, driver).await;
+            peer.stop().await;
+            return missing(&names, &e);
+        }
+    };
+    let via_init = [envrt_sandbox_worker::INIT_PATH, "--sandbox-init", "1", "--", "true"];
+    let (s, p, args, via_init) = (&leased, &peer, &args, &via_init);
+    let measured = interleave_reported(3, 30, config.exec_rounds() / 2, |i| async move {
         match i {
             0 => timed(s.run(&["true"])).await,
-            _ => p.time("swerex-remote", &["true"], None).await,
+            1 => p.time("swerex-remote", &["true"], None).await,
+            _ => timed(bare_bwrap(args, via_init)).await,
         }
     })
     .await;
@@ -436,8 +451,11 @@ async fn remote_imp(config: &Config, names: [String; 3]) -> Vec<Row> {
     let mut rows = vec![
         Row::new(GROUP, NUMBER, p50, ms(0, 50.0))
             .baseline("SWE-ReX RemoteRuntime.execute", ms(1, 50.0))
-            .note("envrt: a sandbox lease (facade → reference worker process → bwrap per command); SWE-ReX: RemoteRuntime (aiohttp, a new connection per request) → swerex-remote (uvicorn) on 127.0.0.1 → subprocess.run; no goal in the issue"),
-        Row::new(GROUP, NUMBER, p99, ms(0, 99.0)).baseline("SWE-ReX RemoteRuntime.execute", ms(1, 99.0)),
+            .baseline("bare bwrap via worker init", ms(2, 50.0))
+            .note("envrt: a sandbox lease (facade → reference worker process → bwrap per command); SWE-ReX: RemoteRuntime (aiohttp, a new connection per request) → swerex-remote (uvicorn) on 127.0.0.1 → subprocess.run; \"bare bwrap via worker init\": the isolation alone, which SWE-ReX's server leaves to the container it runs in; no goal in the issue"),
+        Row::new(GROUP, NUMBER, p99, ms(0, 99.0))
+            .baseline("SWE-ReX RemoteRuntime.execute", ms(1, 99.0))
+            .baseline("bare bwrap via worker init", ms(2, 99.0)),
     ];
     rows.push(match session {
         Some(Ok(m)) => Row::new(GROUP, NUMBER, vs_session, Figure::ms(m.p(0, 50.0)))
