@@ -5,11 +5,11 @@
 //! ```text
 //! envrt-bench [--quick] [--only ROW]... [--json PATH] [--markdown PATH]
 //! ```
-//! `ROW` is a row number (1–8) or a group key: `exec-local`, `exec-docker`,
+//! `ROW` is a row number (1–9) or a group key: `exec-local`, `exec-docker`,
 //! `exec-sandbox`, `stdout`, `duplex`, `sync-local`, `sync-docker`, `scale-exec`,
 //! `scale-leases`, `scale-open`, `scale-duplex`, `pool-local`,
-//! `pool-docker`, `pool-sandbox` (a prefix such as `exec` or `sync` selects every group
-//! under it).
+//! `pool-docker`, `pool-sandbox`, `peers` (a prefix such as `exec` or `sync` selects every
+//! group under it).
 
 // Built without some driver, the helpers only that driver's rows use are unused.
 #![cfg_attr(
@@ -22,6 +22,7 @@ mod docker;
 mod facade;
 mod local;
 mod measure;
+mod peers;
 mod pool;
 mod report;
 mod sandbox;
@@ -216,6 +217,9 @@ async fn run_all(config: &Config) -> Vec<Row> {
     if config.wants("pool-sandbox", pool::NUMBER) {
         section("pool-sandbox", pool::sandbox_rows(config).await);
     }
+    if config.wants(peers::GROUP, peers::NUMBER) {
+        section(peers::GROUP, peers::rows(config).await);
+    }
     rows
 }
 
@@ -312,6 +316,9 @@ mod tests {
         assert!(config(&["exec-local"]).wants("exec-local", 1));
         assert!(!config(&["exec-local"]).wants("exec-docker", 2));
         assert!(!config(&["exec-l"]).wants("exec-local", 1));
+        assert!(config(&["peers"]).wants(peers::GROUP, peers::NUMBER));
+        assert!(config(&["9"]).wants(peers::GROUP, peers::NUMBER));
+        assert!(!config(&["peers"]).wants("exec-local", 1));
     }
 
     #[test]

@@ -137,7 +137,7 @@ pub(crate) mod imp {
 
     /// The worker binary: beside this one (`cargo xtask bench` builds both), or
     /// `ENVRT_SANDBOX_WORKER`.
-    fn worker_path() -> Result<PathBuf, String> {
+    pub(crate) fn worker_path() -> Result<PathBuf, String> {
         if let Some(path) = std::env::var_os("ENVRT_SANDBOX_WORKER") {
             return Ok(PathBuf::from(path));
         }
@@ -210,13 +210,13 @@ pub(crate) mod imp {
 
     /// The worker's own `bwrap` flags over `lease_dir`, the worker binary bound where the
     /// worker binds it: the baseline runs exactly what the worker runs.
-    fn bwrap_args(lease_dir: &Path, worker: &Path) -> Vec<String> {
+    pub(crate) fn bwrap_args(lease_dir: &Path, worker: &Path) -> Vec<String> {
         envrt_sandbox_worker::bwrap_options(lease_dir, "/workspace", worker)
     }
 
     /// A bare `bwrap` run of `argv` with the worker's flags and environment, output
     /// collected.
-    async fn bare_bwrap(args: &[String], argv: &[&str]) -> Result<(), String> {
+    pub(crate) async fn bare_bwrap(args: &[String], argv: &[&str]) -> Result<(), String> {
         let out = tokio::process::Command::new("bwrap")
             .args(args)
             .args(argv)
