@@ -83,9 +83,11 @@ pub(crate) fn check_env(env: &BTreeMap<String, String>) -> Result<Vec<(String, S
 /// The longest single argument or `NAME=value` string `execve` takes (`MAX_ARG_STRLEN`
 /// less the NUL).
 pub(crate) const MAX_EXEC_STRING: usize = 128 * 1024 - 1;
-/// The most bytes of arguments and environment together a command is started with (well
-/// inside what `execve` takes with the usual 8 MiB stack).
-pub(crate) const MAX_EXEC_BYTES: usize = 1024 * 1024;
+/// The most bytes of arguments and environment together a command is started with,
+/// counting each string, its NUL and its pointer: the kernel's `ARG_MAX` under the usual
+/// 8 MiB stack (a quarter of it, 2 MiB) less 64 KiB for `bwrap`'s own options and the
+/// sandbox init's arguments, which travel on the same `execve`.
+pub(crate) const MAX_EXEC_BYTES: usize = 2 * 1024 * 1024 - 64 * 1024;
 
 /// Checks an argv (and the environment) before anything runs: no NUL byte anywhere, no
 /// string and no total `execve` would refuse, each refused with a clear `Invalid input`.

@@ -56,7 +56,7 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
     let host_file = tempfile::NamedTempFile::new().unwrap();
     let host_file = host_file.path().display().to_string();
     let big = "x".repeat(200_000);
-    let many: Vec<String> = vec!["y".repeat(100_000); 20];
+    let many: Vec<String> = vec!["y".repeat(100_000); 21];
     let cases = vec![
         Case {
             name: "exec cwd traversal",
@@ -156,7 +156,7 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
             method: "environmentExecute",
             params: exec(&lease, json!({"args": many})),
             code: -32602,
-            message: invalid("arguments and environment take 2000193 bytes, over the limit of 1048576 bytes"),
+            message: invalid("arguments and environment take 2100202 bytes, over the limit of 2031616 bytes"),
         },
         Case {
             name: "exec huge env value",
