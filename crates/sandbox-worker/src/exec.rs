@@ -171,6 +171,15 @@ pub(crate) fn parse_user(user: &str) -> Result<(u32, u32), DriverError> {
     })
 }
 
+/// How a sandbox is spawned beyond the lease's layout: `user` (uid, gid) inside the user
+/// namespace (the sandbox user when `None`), and a worker directory `bind` to bind
+/// read-write at the sync transfer point (sync outside `/workspace` only).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SpawnAs<'a> {
+    pub(crate) user: Option<(u32, u32)>,
+    pub(crate) bind: Option<&'a Path>,
+}
+
 /// What a finished command did.
 pub(crate) struct Outcome {
     pub(crate) exit_code: Option<i32>,
@@ -213,7 +222,7 @@ pub(crate) async fn run(
             env,
             argv,
             [stdin_mode, Stdio::piped(), Stdio::piped()],
-            user,
+            SpawnAs { user, bind: None },
         )
         .map_err(|e| DriverError::io("Starting bwrap", e))?;
     if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {

@@ -372,10 +372,14 @@ impl EnvironmentDriver for SandboxDriver {
         Some(self)
     }
 
-    /// `cwd-anywhere` while the live worker advertises `envrtCwdAnywhere`, else the
-    /// workspace: the host cannot know what a worker confines, so it takes its word.
+    /// `whole-environment` while the live worker advertises `envrtFilesAnywhere` (and
+    /// `envrtCwdAnywhere`), `cwd-anywhere` while it advertises only `envrtCwdAnywhere`,
+    /// else the workspace: the host cannot know what a worker confines, so it takes its
+    /// word.
     fn path_scope(&self) -> envrt_runtime_core::PathScope {
-        if self.advertises(methods::CWD_ANYWHERE) {
+        if self.advertises(methods::FILES_ANYWHERE) && self.advertises(methods::CWD_ANYWHERE) {
+            envrt_runtime_core::PathScope::WholeEnvironment
+        } else if self.advertises(methods::CWD_ANYWHERE) {
             envrt_runtime_core::PathScope::CwdAnywhere
         } else {
             envrt_runtime_core::PathScope::Workspace
