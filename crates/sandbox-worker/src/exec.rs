@@ -42,6 +42,14 @@ pub(crate) struct ExecuteParams {
     max_output_bytes: Option<usize>,
     /// Extension: `UID` or `UID:GID` to run as inside the sandbox's user namespace.
     envrt_user: Option<String>,
+    /// Extension: stdin arrives on this data plane route (see the `dataplane` module).
+    pub(crate) envrt_stdin_route: Option<u64>,
+}
+
+/// A command's stdin: bytes the request carried, or a stream on the data plane.
+pub(crate) enum Stdin {
+    Bytes(Vec<u8>),
+    Stream(super::dataplane::StdinStream),
 }
 
 /// The provider lease id of the `lease` param of a lease-bound verb.
@@ -206,7 +214,7 @@ pub(crate) async fn run(
     cwd: &str,
     env: &[(String, String)],
     argv: &[String],
-    stdin: Option<Vec<u8>>,
+    stdin: Option<Stdin>,
     timeout: Option<Duration>,
     cap: usize,
     sink: Option<LogSink<'_>>,
@@ -225,13 +233,17 @@ pub(crate) async fn run(
             SpawnAs { user, bind: None },
         )
         .map_err(|e| DriverError::io("Starting bwrap", e))?;
-    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        tokio::spawn(async move {
+    let feeding = match (stdin, child.stdin.take()) {
+        (Some(Stdin::Bytes(bytes)), Some(mut pipe)) => Some(tokio::spawn(async move {
             // A command that exits without reading its stdin closes the pipe: not an error.
             let _ = pipe.write_all(&bytes).await;
             drop(pipe);
-        });
-    }
+        })),
+        (Some(Stdin::Stream(stream)), Some(pipe)) => Some(tokio::spawn(stream.feed(pipe))),
+        _ => None,
+    };
+    // the command is gone when this call ends: a stream still waiting for frames ends too
+    let _feeding = AbortOnDrop(feeding);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Stream, Vec<u8>)>(16);
     let readers = [
         child
@@ -340,6 +352,16 @@ pub(crate) async fn run(
         stderr: stderr.into_parts(),
         duration: started.elapsed(),
     })
+}
+
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
 }
 
 struct Capture<'a> {
@@ -461,7 +483,7 @@ pub(crate) async fn execute(
     sandbox: &Sandbox,
     lease_dir: &Path,
     params: ExecuteParams,
-    encoding: Encoding,
+    (encoding, stream): (Encoding, Option<super::dataplane::StdinStream>),
     default_cap: usize,
     out: &Outbound,
     invocation: Option<&str>,
@@ -474,12 +496,17 @@ pub(crate) async fn execute(
     let user = params.envrt_user.as_deref().map(parse_user).transpose()?;
     let env = check_env(&params.env)?;
     let stdin = match (params.stdin, encoding) {
-        (None, _) => None,
-        (Some(text), Encoding::Text) => Some(text.into_bytes()),
-        (Some(b64), Encoding::Base64) if b64.is_empty() => Some(Vec::new()),
-        (Some(b64), Encoding::Base64) => Some(
-            decode_strict(&b64).ok_or_else(|| RpcError::invalid_params("stdin must be a well-formed base64 string"))?,
-        ),
+        (Some(_), _) if stream.is_some() => {
+            return Err(RpcError::invalid_params("stdin and envrtStdinRoute are exclusive"));
+        }
+        (None, _) => stream.map(Stdin::Stream),
+        (Some(text), Encoding::Text) => Some(Stdin::Bytes(text.into_bytes())),
+        (Some(b64), Encoding::Base64) if b64.is_empty() => Some(Stdin::Bytes(Vec::new())),
+        (Some(b64), Encoding::Base64) => {
+            Some(Stdin::Bytes(decode_strict(&b64).ok_or_else(|| {
+                RpcError::invalid_params("stdin must be a well-formed base64 string")
+            })?))
+        }
     };
     let mut argv = vec![params.command];
     argv.extend(params.args);

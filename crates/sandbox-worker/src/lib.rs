@@ -469,11 +469,26 @@ async fn handle(
             } else {
                 Encoding::Base64
             };
+            let stdin = match p.envrt_stdin_route {
+                Some(route) => Some(
+                    worker
+                        .channels
+                        .plane
+                        .get()
+                        .and_then(|plane| plane.take_stdin(route))
+                        .ok_or_else(|| {
+                            RpcError::invalid_params(format!(
+                                "envrtStdinRoute {route} is not an unused stdin route of the data plane"
+                            ))
+                        })?,
+                ),
+                None => None,
+            };
             exec::execute(
                 &worker.sandbox,
                 &dir,
                 p,
-                encoding,
+                (encoding, stdin),
                 worker.max_output,
                 &worker.out,
                 invocation,
