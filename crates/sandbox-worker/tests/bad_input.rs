@@ -159,6 +159,13 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
             message: invalid("arguments and environment take 2100202 bytes, over the limit of 2031616 bytes"),
         },
         Case {
+            name: "exec stdin route without a data plane",
+            method: "environmentExecuteBinary",
+            params: exec(&lease, json!({"envrtStdinRoute": 4611686018427387904u64})),
+            code: -32602,
+            message: "envrtStdinRoute 4611686018427387904 is not an unused stdin route of the data plane".into(),
+        },
+        Case {
             name: "exec huge env value",
             method: "environmentExecute",
             params: exec(&lease, json!({"env": {"BIG": big}})),

@@ -55,7 +55,7 @@ impl Supervisor {
         let mut feeding = None;
         match (stdin, link) {
             (Some(bytes), Some((route, link))) => {
-                params["envrtStdinRoute"] = Value::from(route);
+                params[envrt_plugin_protocol::dataplane::STDIN_ROUTE_PARAM] = Value::from(route);
                 feeding = Some(AbortOnDrop(tokio::spawn(async move {
                     // never notified: the task is aborted when the call ends
                     let ended = Notify::new();
