@@ -222,15 +222,16 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
             message: outside("../../x"),
         },
         Case {
-            name: "sync in target absolute outside",
+            // any path of the sandbox is taken (envrtFilesAnywhere); its root is read-only
+            name: "sync in target on the sandbox's read-only root",
             method: "environmentSyncIn",
             params: sync_op(
                 &lease,
                 json!([{"sourcePath": host_file, "targetPath": "/etc/x", "kind": "file"}]),
                 json!({}),
             ),
-            code: -32602,
-            message: outside("/etc/x"),
+            code: -32002,
+            message: "Writing \"/etc/x\" in the sandbox: Read-only file system (os error 30)".into(),
         },
         Case {
             name: "sync in target with NUL",
@@ -333,15 +334,16 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
             message: invalid("the command and its arguments must not contain NUL bytes"),
         },
         Case {
-            name: "sync out source outside",
+            // read in the sandbox, whose minimal /etc has no shadow file
+            name: "sync out source the sandbox lacks",
             method: "environmentSyncOut",
             params: sync_op(
                 &lease,
-                json!([{"sourcePath": "/etc/passwd", "targetPath": out("passwd"), "kind": "file"}]),
+                json!([{"sourcePath": "/etc/shadow", "targetPath": out("shadow"), "kind": "file"}]),
                 json!({}),
             ),
-            code: -32602,
-            message: outside("/etc/passwd"),
+            code: -32002,
+            message: "Sync source \"/etc/shadow\" does not exist.".into(),
         },
         Case {
             name: "sync out source traversal",
