@@ -60,9 +60,11 @@
 //! sandbox too (marker `envrtFilesAnywhere`): inside `/workspace` the worker copies from
 //! the host side (links read in sandbox terms), anywhere else `cp` copies inside a sandbox
 //! of the lease (see the `sync_sandboxed` module); nothing else of the host is ever
-//! touched for a request. With the extension param `envrtUser` (`UID` or
-//! `UID:GID`) the command runs as that uid and gid inside the sandbox's user namespace
-//! (`bwrap --uid --gid`; outside, it is still the sandbox's unprivileged host user). Inside, the worker binary itself (bound read-only at
+//! touched for a request. With the extension param `envrtUser` (`UID`, `UID:GID`, `NAME`
+//! or `NAME:GROUP`, names as the sandbox's read-only `/etc/passwd` and `/etc/group` know
+//! them) the command runs as that uid and gid inside the sandbox's user namespace
+//! (`bwrap --uid --gid`; outside, it is still the sandbox's unprivileged host user).
+//! Inside, the worker binary itself (bound read-only at
 //! `/.envrt-init`, run with the hidden first argument `--sandbox-init`) starts the program
 //! and reports on a status pipe whether it exited or was killed by a signal, so results
 //! carry `signal` exactly (bwrap alone folds a signal death into exit code 128+n). The
