@@ -21,7 +21,6 @@ ROOT = os.geteuid() == 0
 
 # Why a check fails, per configuration (strict xfails).
 OUTSIDE = "envrt confines paths and cwd to the lease workspace (the local driver's path scope)"
-SANDBOX_COPIES = "the reference worker moves files only through /workspace (its path scope is cwd-anywhere)"
 UNANALYSED = "still fails with the whole-container path scope; cause not analysed yet"
 AS_USER = "the provider does not pass exec's user on to ExecuteRequest::user yet"
 AS_ROOT = "runs as root, whom chmod does not stop"
@@ -49,8 +48,17 @@ DOCKER_PATHS = {
     "test_write_binary_file_is_directory": UNANALYSED,
     "test_cwd_custom": UNANALYSED,
 }
-# The sandbox takes any cwd of the sandbox; file copies stay in /workspace.
-SANDBOX_PATHS = {check: SANDBOX_COPIES for check in CONFINED if check != "test_cwd_custom"}
+# The sandbox takes any path of the sandbox (whole-environment): copies outside /workspace
+# run in the sandbox as its user. A file written onto a directory replaces it there, as in
+# /workspace (sync_in's replace rule); the library's probe refuses it first.
+SANDBOX_REPLACES_DIRECTORY = (
+    "sync_in replaces a directory with the file (its replace rule, in /tmp as in /workspace); "
+    "the library does not check the target first"
+)
+SANDBOX_PATHS = {
+    "test_write_text_file_is_directory": SANDBOX_REPLACES_DIRECTORY,
+    "test_write_binary_file_is_directory": SANDBOX_REPLACES_DIRECTORY,
+}
 
 KNOWN: dict[str, dict[str, str]] = {
     "envrt-local": {**CONFINED, **NOT_REPLACING, "test_exec_as_user": AS_USER},
@@ -63,11 +71,13 @@ KNOWN: dict[str, dict[str, str]] = {
     "envrt-sandbox": {
         **SANDBOX_PATHS,
         **NOT_REPLACING,
-        "test_exec_as_user": AS_USER,
-        "test_read_file_not_allowed": "the worker copies files out as itself, not as the sandbox user",
-        "test_read_file_nonsense_name": "the worker reports a missing parent directory as a generic error, not source_missing",
-        "test_exec_input_large": "one plugin-protocol request is capped at 64 MiB; 50 MiB of stdin is 67 MiB as base64",
-        "test_exec_large_command": "the sandbox host caps arguments and environment at 1 MiB",
+        # With exec's user passed on, `whoami` as root works (the worker takes names of the
+        # sandbox's /etc/passwd), but adduser cannot: the sandbox's /etc/passwd and
+        # /etc/group are the host's, bound read-only, and its user namespace maps one uid.
+        "test_exec_as_user": AS_USER
+        + "; then adduser fails: the sandbox's /etc is the host's read-only view (users cannot be added)",
+        "test_read_file_not_allowed": "the worker copies /workspace files out from the host side as itself "
+        "(only paths outside /workspace are copied as the sandbox user)",
     },
     "inspect-local": {
         "test_exec_timeout_not_raised_on_fast_signal_death": "Inspect's subprocess gives -15, not 143, for a SIGTERM death",
