@@ -120,6 +120,7 @@ mod template;
 mod view;
 
 pub use sandbox::{INIT_PATH, SANDBOX_PATH, bwrap_options};
+mod staging;
 mod sync;
 mod sync_sandboxed;
 

@@ -17,6 +17,7 @@ use super::exec::{check_argv, check_cwd, run};
 use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
 use super::policy::Policy;
 use super::sandbox::{Sandbox, WORKSPACE};
+use super::staging::{remove_any, replace, staging_name};
 
 /// Timeout of a post-upload command that does not set its own.
 const POST_UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
@@ -92,16 +93,22 @@ pub(crate) async fn sync(
                 counts.bytes += done.bytes;
                 continue;
             }
-            let lease_dir = lease_dir.to_path_buf();
-            let file = file.clone();
-            let excludes = excludes.clone();
+            let (dir, owned, kept) = (lease_dir.to_path_buf(), file.clone(), excludes.clone());
             let policy = sandbox.policy.clone();
             let done = tokio::task::spawn_blocking(move || match direction {
-                Direction::In => copy_in(&lease_dir, &file, excludes, &policy),
-                Direction::Out => copy_out(&lease_dir, &file, excludes),
+                Direction::In => copy_in(&dir, &owned, kept, &policy),
+                Direction::Out => copy_out(&dir, &owned, kept),
             })
             .await
-            .map_err(|e| DriverError::other(format!("sync task failed: {e}")))??;
+            .map_err(|e| DriverError::other(format!("sync task failed: {e}")))?;
+            // A link in the workspace that leads elsewhere in the sandbox: nothing was
+            // placed, and the copy runs in the sandbox, where the link leads.
+            let done = match done {
+                Err(DriverError::PathOutsideWorkspace { .. }) => {
+                    super::sync_sandboxed::sync(sandbox, lease_dir, file, excludes.clone(), direction, path).await?
+                }
+                done => done?,
+            };
             counts.files += done.files;
             counts.bytes += done.bytes;
         }
@@ -341,49 +348,6 @@ pub(crate) fn check_kind(source: &Path, file: &SyncFile) -> Result<(), DriverErr
 
 fn io(context: &str, path: &Path, e: std::io::Error) -> DriverError {
     DriverError::io(format!("{context} {}", path.display()), e)
-}
-
-fn staging_name(dir: &Path) -> PathBuf {
-    dir.join(format!(".envrt-sync-{}", uuid::Uuid::new_v4()))
-}
-
-fn remove_any(path: &Path) {
-    // Best effort clean-up of our own staging or trash entry.
-    match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => {
-            let _ = fs::remove_dir_all(path);
-        }
-        Ok(_) => {
-            let _ = fs::remove_file(path);
-        }
-        Err(_) => {}
-    }
-}
-
-/// Renames `staged` onto `target`, replacing whatever is there; a replaced directory is
-/// moved to `scratch` first and removed there.
-fn replace(staged: &Path, target: &Path, scratch: &Path) -> Result<(), DriverError> {
-    let existing = fs::symlink_metadata(target).ok();
-    let staged_is_dir = fs::symlink_metadata(staged).is_ok_and(|m| m.is_dir());
-    let trash = match existing {
-        Some(m) if m.is_dir() || staged_is_dir => {
-            let trash = staging_name(scratch);
-            fs::rename(target, &trash).map_err(|e| io("Moving aside", target, e))?;
-            Some(trash)
-        }
-        _ => None,
-    };
-    if let Err(e) = fs::rename(staged, target) {
-        if let Some(trash) = &trash {
-            // Put the previous target back: the failure must not lose it.
-            let _ = fs::rename(trash, target);
-        }
-        return Err(io("Renaming into", target, e));
-    }
-    if let Some(trash) = trash {
-        remove_any(&trash);
-    }
-    Ok(())
 }
 
 /// How deep a synced tree may go: runtime-core's bound for every driver's walk. Deeper
