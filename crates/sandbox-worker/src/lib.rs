@@ -117,6 +117,7 @@ mod policy;
 mod rpc;
 mod sandbox;
 mod template;
+mod user;
 mod view;
 
 pub use sandbox::{INIT_PATH, SANDBOX_PATH, bwrap_options};

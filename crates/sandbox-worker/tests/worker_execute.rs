@@ -97,6 +97,23 @@ fn an_argv_of_megabytes_runs_up_to_the_kernel_bound() {
     );
 }
 
+/// `envrtStdinRoute` needs the data plane (not offered here) and excludes `stdin`.
+#[test]
+fn a_stdin_route_without_a_data_plane_is_refused() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let params = on_lease(
+        &lease,
+        json!({"command": "cat", "envrtStdinRoute": 4611686018427387904u64}),
+    );
+    let (code, message) = w.err("environmentExecuteBinary", params);
+    assert_eq!(code, -32602);
+    assert_eq!(
+        message,
+        "envrtStdinRoute 4611686018427387904 is not an unused stdin route of the data plane"
+    );
+}
+
 #[test]
 fn binary_execute_is_byte_exact() {
     let mut w = Worker::ready();
