@@ -86,6 +86,6 @@ pub use envrt_plugin_protocol as protocol;
 
 pub use host::{
     DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,
-    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, SandboxDriver, SandboxError, SandboxOptions,
+    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, STREAM_STDIN_OVER, SandboxDriver, SandboxError, SandboxOptions,
     reference_manifest,
 };
