@@ -5,7 +5,9 @@
 #   usage: scripts/docker-test-image.sh [--force]
 #   needs: a running engine (scripts/start-dockerd.sh); installs busybox-static if missing.
 #
-# Result: rootfs with /bin/busybox + a symlink per applet in /bin, /tmp and
+# Result: rootfs with /bin/busybox + a symlink per applet in /bin, and one more in
+# the applet's usual directory (/usr/bin/env, /sbin/..., as `busybox --install -s`
+# places them) so that images' usual paths exist, /tmp and
 # /workspace (1777), /etc/passwd|group with root(0) and nobody(65534),
 # CMD ["sleep","infinity"], WORKDIR /workspace, PATH set.
 # Label envrt.test.stamp=<script rev + busybox sha256> lets re-runs skip the rebuild.
@@ -34,7 +36,7 @@ if ldd "$BUSYBOX" >/dev/null 2>&1; then   # ldd fails on static binaries
 fi
 
 # Bump SCRIPT_REV when the rootfs layout below changes.
-SCRIPT_REV=1
+SCRIPT_REV=2
 # awk reads everything (no early exit): `| head -n1` would SIGPIPE busybox and,
 # with pipefail + set -e, abort the script silently.
 BB_VERSION="$({ "$BUSYBOX" 2>&1 || true; } | awk 'NR==1{print $2}')"
@@ -60,6 +62,12 @@ install -m 0755 "$BUSYBOX" "$ROOT/bin/busybox"
 for applet in $("$ROOT/bin/busybox" --list); do
     [ "$applet" = busybox ] && continue
     ln -sf busybox "$ROOT/bin/$applet"
+done
+# And where a real system has it (usr/bin/env, sbin/ifconfig, ...): programs and tests
+# that name /usr/bin/... find it, as in any distribution image.
+for full in $("$ROOT/bin/busybox" --list-full); do
+    case "$full" in bin/*) continue ;; esac
+    ln -sf /bin/busybox "$ROOT/$full"
 done
 
 install -d -m 1777 "$ROOT/tmp" "$ROOT/var/tmp" "$ROOT/workspace"

@@ -2,8 +2,9 @@
 # Idempotent set-up of everything the tests need on a fresh Debian machine:
 # Debian packages (docker.io with its tini init, bubblewrap, busybox-static), a running
 # Docker engine, the local test image, the npm fixture of the plugin SDK interop test, and
-# the test sshd of the ssh driver (scripts/start-sshd.sh), and the Python virtual
-# environment with the envrt package and inspect-ai (python-venv.sh).
+# the test sshd of the ssh driver (scripts/start-sshd.sh), the Python virtual
+# environment with the envrt package and inspect-ai (python-venv.sh), and the SWE-ReX
+# virtual environment the bench's peer rows compare against (swerex-venv.sh).
 # Run as root; later runs only check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,4 +32,5 @@ if [ ! -d crates/driver-plugin-sandbox/tests/fixtures/sdk-worker/node_modules/@p
     bash crates/driver-plugin-sandbox/scripts/install-sdk-fixture.sh
 fi
 bash scripts/python-venv.sh
+bash scripts/swerex-venv.sh
 echo "setup: ready"

@@ -76,6 +76,11 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         .unwrap_or_else(|| root().join("target"));
     let out_dir = root().join("target/bench");
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    // The peer rows time the envrt Python package beside Inspect AI: build it release.
+    let only: Vec<&String> = passed.windows(2).filter(|w| w[0] == "--only").map(|w| &w[1]).collect();
+    if only.is_empty() || only.iter().any(|o| ["peers", "9"].contains(&o.as_str())) {
+        crate::python::prepare_peers()?;
+    }
     let mut bench = Command::new(target.join("release/envrt-bench"));
     bench
         .args(&passed)

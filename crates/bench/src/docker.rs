@@ -140,13 +140,33 @@ pub(crate) mod imp {
     /// The bare Engine API round: create exec, start attached, read to the end, inspect
     /// until the engine records the exit (as a careful client must).
     pub(crate) async fn bare_exec(docker: &Docker, container: &str, argv: &[&str]) -> Result<(), String> {
+        bare_exec_steps(docker, container, argv, false).await.map(|_| ())
+    }
+
+    /// Milliseconds from the start of a bare round to: create answered, start answered
+    /// (attached), first output frame, end of output, exit recorded; and how many
+    /// inspects that took.
+    #[derive(Clone, Copy, Default)]
+    struct Steps {
+        at: [f64; 5],
+        inspects: u32,
+    }
+
+    /// [`bare_exec`] with stdin attached (and closed at once) when `stdin`, timed step by
+    /// step.
+    async fn bare_exec_steps(docker: &Docker, container: &str, argv: &[&str], stdin: bool) -> Result<Steps, String> {
+        let start = std::time::Instant::now();
+        let ms = || start.elapsed().as_secs_f64() * 1000.0;
+        let mut steps = Steps::default();
         let config = ExecConfig {
             cmd: Some(argv.iter().map(|s| s.to_string()).collect()),
+            attach_stdin: Some(stdin),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             ..Default::default()
         };
         let created = docker.create_exec(container, config).await.map_err(|e| e.to_string())?;
+        steps.at[0] = ms();
         let options = StartExecOptions {
             detach: false,
             tty: false,
@@ -157,18 +177,29 @@ pub(crate) mod imp {
             .await
             .map_err(|e| e.to_string())?
         {
-            StartExecResults::Attached { mut output, .. } => {
+            StartExecResults::Attached { mut output, mut input } => {
+                steps.at[1] = ms();
+                if stdin {
+                    use tokio::io::AsyncWriteExt;
+                    let _ = input.shutdown().await;
+                }
                 while let Some(frame) = output.next().await {
                     frame.map_err(|e| e.to_string())?;
+                    if steps.at[2] == 0.0 {
+                        steps.at[2] = ms();
+                    }
                 }
+                steps.at[3] = ms();
             }
             StartExecResults::Detached => return Err("exec started detached".into()),
         }
         loop {
             let inspected = docker.inspect_exec(&created.id).await.map_err(|e| e.to_string())?;
+            steps.inspects += 1;
             if inspected.running != Some(true) {
+                steps.at[4] = ms();
                 return match inspected.exit_code {
-                    Some(0) => Ok(()),
+                    Some(0) => Ok(steps),
                     other => Err(format!("bare exec exited {other:?}")),
                 };
             }
@@ -176,9 +207,30 @@ pub(crate) mod imp {
         }
     }
 
+    /// The median of each step of `steps`, as a note.
+    fn steps_note(steps: &[Steps]) -> String {
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        let at = |i: usize| median(steps.iter().map(|s| s.at[i]).collect());
+        let inspects: u32 = steps.iter().map(|s| s.inspects).sum();
+        format!(
+            "bare API running the driver's wrapper with stdin attached, median ms from the start: create {:.1}, \
+             start (attached) {:.1}, first frame (the pid line) {:.1}, end of output {:.1}, exit recorded {:.1}; \
+             {:.2} inspects per run",
+            at(0),
+            at(1),
+            at(2),
+            at(3),
+            at(4),
+            f64::from(inspects) / steps.len().max(1) as f64
+        )
+    }
+
     /// The driver's pid-reporting wrapper (crates/driver-docker/src/process.rs `spawn`,
     /// without secrets), for the bare API to run.
-    const WRAPPER_ALONE: &str = "printf 'envrt-pid:%s %s %s\\n' \"$$\" \"$(readlink /proc/$$/fd/1 2>/dev/null)\" \"$(readlink /proc/$$/fd/2 2>/dev/null)\" >&2; exec \"$@\"";
+    const WRAPPER_ALONE: &str = "printf 'envrt-pid:%s %s\\n' \"$$\" \"$({ readlink -n /proc/$$/fd/1; printf ' '; readlink -n /proc/$$/fd/2; } 2>/dev/null)\" >&2; exec \"$@\"";
 
     pub(super) async fn exec_rows(config: &Config, name: &str) -> Vec<Row> {
         let p50 = format!("{name} p50");
@@ -191,16 +243,26 @@ pub(crate) mod imp {
         // Two more bare calls split the driver's wrapper in two: a shell that only `exec`s
         // the command, and the driver's whole pid-reporting wrapper (two command
         // substitutions more).
-        let measured = interleave(5, 3, config.slow_exec_rounds(), |i| async move {
+        let steps = std::sync::Mutex::new(Vec::new());
+        let steps_ref = &steps;
+        let wrapped = ["sh", "-c", WRAPPER_ALONE, "envrt-exec", "true"];
+        let measured = interleave(7, 3, config.slow_exec_rounds(), |i| async move {
             match i {
                 0 => l.run(&["true"]).await,
                 1 => bare_exec(bare, container, &["true"]).await,
                 2 => sh(cli).await,
                 3 => bare_exec(bare, container, &["sh", "-c", "exec \"$@\"", "envrt-exec", "true"]).await,
-                _ => bare_exec(bare, container, &["sh", "-c", WRAPPER_ALONE, "envrt-exec", "true"]).await,
+                4 => bare_exec(bare, container, &wrapped).await,
+                5 => bare_exec_steps(bare, container, &["true"], true).await.map(|_| ()),
+                _ => {
+                    let s = bare_exec_steps(bare, container, &wrapped, true).await?;
+                    steps_ref.lock().map_err(|e| e.to_string())?.push(s);
+                    Ok(())
+                }
             }
         })
         .await;
+        let steps = steps.into_inner().unwrap_or_default();
         d.leased.close().await;
         match measured {
             Ok(m) => vec![
@@ -209,11 +271,13 @@ pub(crate) mod imp {
                     .baseline("docker exec CLI", Figure::ms(m.p(2, 50.0)))
                     .baseline("bare Engine API via sh -c exec", Figure::ms(m.p(3, 50.0)))
                     .baseline("bare Engine API via the driver's wrapper", Figure::ms(m.p(4, 50.0)))
+                    .baseline("bare Engine API, stdin attached", Figure::ms(m.p(5, 50.0)))
+                    .baseline("bare Engine API via the wrapper, stdin attached", Figure::ms(m.p(6, 50.0)))
                     .target(Target::All(vec![
                         Target::RatioAtMost(0, 1.05),
                         Target::RatioAtMost(1, 0.75),
                     ]))
-                    .note("\"via sh -c exec\": `sh -c 'exec \"$@\"' x true`; \"via the driver's wrapper\": the pid-reporting script the driver puts in front of every command (crates/driver-docker/src/process.rs), run through the bare API"),
+                    .note(format!("\"via sh -c exec\": `sh -c 'exec \"$@\"' x true`; \"via the driver's wrapper\": the pid-reporting script the driver puts in front of every command (crates/driver-docker/src/process.rs), run through the bare API; \"stdin attached\": the exec also attaches stdin and the client closes it at once (what the driver did for every command until 2026-12-01). {}", steps_note(&steps))),
                 Row::new("exec-docker", 2, format!("{name} p99"), Figure::ms(m.p(0, 99.0)))
                     .baseline("bare Engine API", Figure::ms(m.p(1, 99.0)))
                     .baseline("docker exec CLI", Figure::ms(m.p(2, 99.0))),

@@ -5,12 +5,12 @@
 //! ```text
 //! envrt-bench [--quick] [--only ROW]... [--json PATH] [--markdown PATH]
 //! ```
-//! `ROW` is a row number (1–8) or a group key: `exec-local`, `exec-docker`,
+//! `ROW` is a row number (1–9) or a group key: `exec-local`, `exec-docker`,
 //! `exec-sandbox`, `stdout`, `duplex`, `sync-local`, `sync-docker`, `scale-exec` (and
 //! under it `scale-exec-docker`, `scale-exec-sandbox`), `scale-leases`, `scale-open`
 //! (local, Docker and sandbox rows each), `scale-duplex`, `pool-local`,
-//! `pool-docker`, `pool-sandbox` (a prefix such as `exec` or `sync` selects every group
-//! under it).
+//! `pool-docker`, `pool-sandbox`, `peers` (a prefix such as `exec` or `sync` selects every
+//! group under it).
 
 // Built without some driver, the helpers only that driver's rows use are unused.
 #![cfg_attr(
@@ -25,6 +25,7 @@ mod facade;
 mod growth;
 mod local;
 mod measure;
+mod peers;
 mod pool;
 mod report;
 mod sandbox;
@@ -230,6 +231,9 @@ async fn run_all(config: &Config) -> Vec<Row> {
     if config.wants("pool-sandbox", pool::NUMBER) {
         section("pool-sandbox", pool::sandbox_rows(config).await);
     }
+    if config.wants(peers::GROUP, peers::NUMBER) {
+        section(peers::GROUP, peers::rows(config).await);
+    }
     rows
 }
 
@@ -338,6 +342,9 @@ mod tests {
         assert!(config(&["exec-local"]).wants("exec-local", 1));
         assert!(!config(&["exec-local"]).wants("exec-docker", 2));
         assert!(!config(&["exec-l"]).wants("exec-local", 1));
+        assert!(config(&["peers"]).wants(peers::GROUP, peers::NUMBER));
+        assert!(config(&["9"]).wants(peers::GROUP, peers::NUMBER));
+        assert!(!config(&["peers"]).wants("exec-local", 1));
     }
 
     #[test]

@@ -27,8 +27,15 @@ const SIZE: usize = 2;
 const WARM: &str = "bench-pool";
 const COLD: &str = "bench-cold";
 
-/// A bare baseline: one timed run (its clean-up untimed, inside).
-pub(crate) type Bare<'a> = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<Duration, String>> + 'a>> + 'a>;
+/// The bare baselines: one timed run of each (their clean-up untimed, inside), in the
+/// order of [`BARE_NAMES`].
+pub(crate) type Bare<'a> = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<[Duration; 2], String>> + 'a>> + 'a>;
+
+/// The names of the bare baselines.
+const BARE_NAMES: [&str; 2] = [
+    "bare Engine API create+start",
+    "bare Engine API create+start with the driver's isolation",
+];
 
 /// The row names of `driver`'s pool rows.
 pub(crate) fn names(driver: &str) -> Vec<String> {
@@ -66,7 +73,7 @@ pub(crate) async fn measure(
         .map_err(|e| e.to_string())?;
     let rounds = rounds(config, driver);
     // acquire, acquire + true: warm; the same cold; the bare baseline.
-    let mut samples: [Vec<Duration>; 5] = Default::default();
+    let mut samples: [Vec<Duration>; 6] = Default::default();
     let mut result = Ok(());
     for round in 0..rounds + 2 {
         let keep = round >= 2;
@@ -101,8 +108,9 @@ pub(crate) async fn measure(
                 samples[1].push(wf);
                 samples[2].push(ca);
                 samples[3].push(cf);
-                if let Some(b) = bare {
-                    samples[4].push(b);
+                if let Some([b0, b1]) = bare {
+                    samples[4].push(b0);
+                    samples[5].push(b1);
                 }
             }
         });
@@ -124,8 +132,14 @@ pub(crate) async fn measure(
     if bare.is_some() {
         rows.push(
             Row::new(group, NUMBER, names[2].clone(), p50(2))
-                .baseline("bare Engine API create+start", p50(4))
-                .target(Target::RatioAtMost(0, 1.05)),
+                .baseline(BARE_NAMES[0], p50(4))
+                .baseline(BARE_NAMES[1], p50(5))
+                .target(Target::RatioAtMost(0, 1.05))
+                .note(
+                    "\"with the driver's isolation\": the same create+start plus the driver's default host \
+                     config (network none, memory and pids limits, capabilities, no-new-privileges) and \
+                     working directory",
+                ),
         );
     }
     Ok(rows)
@@ -249,7 +263,9 @@ mod docker {
                     std::process::id(),
                     counter.fetch_add(1, Ordering::Relaxed)
                 );
-                create_start(bare, &name).await
+                let plain = create_start(bare, &format!("{name}-a"), false).await?;
+                let isolated = create_start(bare, &format!("{name}-b"), true).await?;
+                Ok([plain, isolated])
             })
         });
         let rows = super::measure(config, "pool-docker", "docker", &leased, Some(run)).await;
@@ -257,17 +273,35 @@ mod docker {
         rows
     }
 
-    /// Creates and starts a container the way the driver does for a lease without expiry;
-    /// returns the time of the two calls, then removes it (untimed).
-    async fn create_start(docker: &Docker, name: &str) -> Result<Duration, String> {
+    /// Creates and starts a container the way the driver does for a lease without expiry
+    /// (with `isolated`, also with the driver's default isolation: no network, its memory
+    /// and process limits, its capabilities, `no-new-privileges`, the workspace as working
+    /// directory); returns the time of the two calls, then removes it (untimed).
+    async fn create_start(docker: &Docker, name: &str, isolated: bool) -> Result<Duration, String> {
+        let mut host_config = HostConfig {
+            init: Some(true),
+            ..Default::default()
+        };
+        if isolated {
+            host_config.network_mode = Some("none".into());
+            host_config.memory = Some(envrt_driver_docker::DEFAULT_MEMORY_BYTES);
+            host_config.memory_swap = Some(envrt_driver_docker::DEFAULT_MEMORY_BYTES);
+            host_config.pids_limit = Some(envrt_driver_docker::DEFAULT_PIDS_LIMIT);
+            host_config.cap_drop = Some(vec!["ALL".into()]);
+            host_config.cap_add = Some(
+                envrt_driver_docker::KEPT_CAPABILITIES
+                    .iter()
+                    .map(|c| (*c).to_owned())
+                    .collect(),
+            );
+            host_config.security_opt = Some(vec!["no-new-privileges".into()]);
+        }
         let body = ContainerCreateBody {
             image: Some(crate::docker::IMAGE.into()),
             entrypoint: Some(vec!["sleep".into()]),
             cmd: Some(vec!["infinity".into()]),
-            host_config: Some(HostConfig {
-                init: Some(true),
-                ..Default::default()
-            }),
+            working_dir: isolated.then(|| envrt_driver_docker::DEFAULT_WORKING_DIR.to_owned()),
+            host_config: Some(host_config),
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().name(name).build();

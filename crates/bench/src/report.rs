@@ -124,7 +124,7 @@ impl Target {
 pub(crate) struct Row {
     /// The group key `--only` selects by (`exec-local`, `sync`, ...).
     pub(crate) group: &'static str,
-    /// The row number (1–8; 8 is the warm-pool rows).
+    /// The row number (1–9; 8 is the warm-pool rows, 9 the peers).
     pub(crate) number: u8,
     /// What is measured.
     pub(crate) name: String,

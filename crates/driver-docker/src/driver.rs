@@ -17,6 +17,7 @@ use envrt_runtime_core::{
 
 use crate::config::{DockerConfig, EnvConfig, KEPT_CAPABILITIES, META_WORKSPACE_DIR, lease_workspace};
 use crate::engine::{Engine, has_status, is_not_found};
+use crate::owner::OwnerCache;
 use crate::process::run_script;
 
 /// The driver's registry key.
@@ -48,6 +49,8 @@ fn bounded_expiry(requested: Timestamp) -> Timestamp {
 pub struct DockerDriver {
     pub(crate) engine: Engine,
     pub(crate) config: DockerConfig,
+    /// The container user's ids per image id and user spec.
+    pub(crate) owners: OwnerCache,
 }
 
 impl DockerDriver {
@@ -56,7 +59,11 @@ impl DockerDriver {
     /// engine answers.
     pub async fn connect(config: DockerConfig) -> Result<DockerDriver, DriverError> {
         let engine = Engine::connect(&config).await?;
-        Ok(DockerDriver { engine, config })
+        Ok(DockerDriver {
+            engine,
+            config,
+            owners: OwnerCache::default(),
+        })
     }
 
     /// The engine address in use.
@@ -124,7 +131,7 @@ impl DockerDriver {
         self.ask_owner(Self::container_of(context)?).await
     }
 
-    async fn ask_owner(&self, container: &str) -> Result<(u64, u64), DriverError> {
+    pub(crate) async fn ask_owner(&self, container: &str) -> Result<(u64, u64), DriverError> {
         let (stdout, stderr, code) = run_script(
             &self.engine,
             container,
@@ -229,11 +236,13 @@ impl DockerDriver {
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        let created = match self
-            .engine
-            .call(self.engine.docker.create_container(Some(options), body))
-            .await
-        {
+        // The image's id and user are asked beside the create (the owner's cache key).
+        let (created, image_info) = tokio::join!(
+            self.engine
+                .call(self.engine.docker.create_container(Some(options), body)),
+            self.engine.call(self.engine.docker.inspect_image(&image)),
+        );
+        let created = match created {
             Ok(created) => created,
             Err(e) if is_not_found(&e) => {
                 return Err(DriverError::invalid(format!(
@@ -243,33 +252,20 @@ impl DockerDriver {
             }
             Err(e) => return Err(self.engine.error("creating a container", e)),
         };
+        let image_info = image_info.ok();
         let id = created.id;
         let ready = async {
+            // The engine makes the workspace, the container's working directory, when it
+            // creates the container (owned by root, mode 0755, like `mkdir -p` as root).
             self.engine
                 .call(self.engine.docker.start_container(&id, None))
                 .await
                 .map_err(|e| self.engine.error("starting a container", e))?;
-            // The workspace exists and belongs to the configured user. With
-            // no-new-privileges, root in an exec of a container whose user is not root has
-            // no capabilities, so the ownership comes from the engine instead: a one-entry
-            // archive whose header names the user's ids.
-            let (_, stderr, code) = run_script(
-                &self.engine,
-                &id,
-                Some("0"),
-                "mkdir -p -- \"$1\"",
-                &[&config.working_dir],
-                "preparing the workspace",
-            )
-            .await?;
-            if code != Some(0) {
-                return Err(DriverError::other(format!(
-                    "Could not prepare the workspace \"{}\" in the container: {}",
-                    config.working_dir,
-                    String::from_utf8_lossy(&stderr).trim()
-                )));
-            }
-            let owner = self.ask_owner(&id).await?;
+            let owner = self.container_owner(&id, config, image_info.as_ref()).await?;
+            // The workspace belongs to the configured user. With no-new-privileges, root
+            // in an exec of a container whose user is not root has no capabilities, so
+            // the ownership comes from the engine instead: a one-entry archive whose
+            // header names the user's ids.
             if config.user.is_some() {
                 self.give_workspace(&id, &config.working_dir, config.read_only_root_fs, owner)
                     .await?;
@@ -285,52 +281,6 @@ impl DockerDriver {
                 Err(error)
             }
         }
-    }
-}
-
-impl DockerDriver {
-    /// Makes `workspace` (an existing directory) belong to `owner` through the archive
-    /// API: the engine applies a directory entry's ids over an existing directory. On a
-    /// read-only root the parent cannot be written, so the archive goes into the workspace
-    /// (a volume) as its `.` entry.
-    async fn give_workspace(
-        &self,
-        container: &str,
-        workspace: &str,
-        read_only_root: bool,
-        owner: (u64, u64),
-    ) -> Result<(), DriverError> {
-        let (into, name) = match workspace.rsplit_once('/') {
-            Some((parent, name)) if !read_only_root && !name.is_empty() => {
-                (if parent.is_empty() { "/" } else { parent }, name)
-            }
-            _ => (workspace, "."),
-        };
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Directory);
-        header.set_mode(0o755);
-        header.set_uid(owner.0);
-        header.set_gid(owner.1);
-        header.set_size(0);
-        let mut builder = tar::Builder::new(Vec::new());
-        builder
-            .append_data(&mut header, name, std::io::empty())
-            .and_then(|()| builder.finish())
-            .map_err(|e| DriverError::io("Building the workspace archive", e))?;
-        let archive = builder
-            .into_inner()
-            .map_err(|e| DriverError::io("Building the workspace archive", e))?;
-        let options = bollard::query_parameters::UploadToContainerOptionsBuilder::default()
-            .path(into)
-            .build();
-        self.engine
-            .call(
-                self.engine
-                    .docker
-                    .upload_to_container(container, Some(options), bollard::body_full(archive.into())),
-            )
-            .await
-            .map_err(|e| self.engine.error("preparing the workspace", e))
     }
 }
 

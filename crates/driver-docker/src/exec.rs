@@ -189,6 +189,8 @@ pub(crate) async fn execute(
     let mut argv = Vec::with_capacity(request.args.len() + 1);
     argv.push(request.command.clone());
     argv.extend(request.args.iter().cloned());
+    let stdin = request.stdin.take().unwrap_or_default();
+    let attach_stdin = !stdin.is_empty() || env.secret_count > 0;
     let spawned = process::spawn_as(
         engine,
         container,
@@ -197,25 +199,27 @@ pub(crate) async fn execute(
         env.secret_count,
         &cwd,
         request.user.as_deref(),
+        attach_stdin,
     )
     .await?;
     let exec_id = spawned.exec_id;
     let mut output = spawned.output;
     let mut input = spawned.input;
     let secret_lines = env.secret_lines;
-    let stdin = request.stdin.take().unwrap_or_default();
     // Written beside the reader so a command that writes before it reads cannot deadlock;
-    // the shutdown is the EOF (an empty stdin gets it at once).
-    let writer = tokio::spawn(async move {
-        // The wrapper reads the secret lines before it runs the command.
-        if !secret_lines.is_empty() {
-            let _ = input.write_all(&secret_lines).await;
-        }
-        if !stdin.is_empty() {
-            let _ = input.write_all(&stdin).await;
-        }
-        let _ = input.shutdown().await;
-        input
+    // the shutdown is the EOF. Nothing to write: stdin is `/dev/null`, not attached.
+    let writer = attach_stdin.then(|| {
+        tokio::spawn(async move {
+            // The wrapper reads the secret lines before it runs the command.
+            if !secret_lines.is_empty() {
+                let _ = input.write_all(&secret_lines).await;
+            }
+            if !stdin.is_empty() {
+                let _ = input.write_all(&stdin).await;
+            }
+            let _ = input.shutdown().await;
+            input
+        })
     });
 
     let mut collector = Collector {
@@ -261,7 +265,9 @@ pub(crate) async fn execute(
         }
     }
     if let Some(error) = stream_error {
-        writer.abort();
+        if let Some(writer) = &writer {
+            writer.abort();
+        }
         return Err(engine.error("reading a command's output", error));
     }
     let mut metadata = JsonMap::new();
@@ -281,7 +287,9 @@ pub(crate) async fn execute(
     }
     let tail = collector.demux.flush();
     collector.deliver(tail);
-    writer.abort();
+    if let Some(writer) = &writer {
+        writer.abort();
+    }
     drop(output);
     if let Some(pid) = collector.demux.pid() {
         metadata.insert("pid".into(), pid.into());

@@ -81,6 +81,7 @@ mod duplex;
 mod engine;
 mod exec;
 mod extract;
+mod owner;
 mod process;
 mod realize;
 mod recovery;

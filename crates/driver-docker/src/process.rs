@@ -79,11 +79,14 @@ pub(crate) async fn spawn(
     secret_lines: usize,
     cwd: &str,
 ) -> Result<Spawned, DriverError> {
-    spawn_as(engine, container, argv, env, secret_lines, cwd, None).await
+    spawn_as(engine, container, argv, env, secret_lines, cwd, None, true).await
 }
 
 /// [`spawn`] as `user` (the exec's `User`: `NAME`, `UID`, `NAME:GROUP` or `UID:GID`, as the
 /// container's `/etc/passwd` and `/etc/group` know them); the container's user when `None`.
+/// Without `attach_stdin` the command's stdin is `/dev/null` (the same end of input as an
+/// attached stdin closed at once, with one stream fewer for the engine to set up).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn spawn_as(
     engine: &Engine,
     container: &str,
@@ -92,8 +95,10 @@ pub(crate) async fn spawn_as(
     secret_lines: usize,
     cwd: &str,
     user: Option<&str>,
+    attach_stdin: bool,
 ) -> Result<Spawned, DriverError> {
-    let report = "printf 'envrt-pid:%s %s %s\\n' \"$$\" \"$(readlink /proc/$$/fd/1 2>/dev/null)\" \"$(readlink /proc/$$/fd/2 2>/dev/null)\" >&2";
+    // One command substitution (one fork) names both pipes.
+    let report = "printf 'envrt-pid:%s %s\\n' \"$$\" \"$({ readlink -n /proc/$$/fd/1; printf ' '; readlink -n /proc/$$/fd/2; } 2>/dev/null)\" >&2";
     let script = if secret_lines == 0 {
         format!("{report}; exec \"$@\"")
     } else {
@@ -110,7 +115,7 @@ pub(crate) async fn spawn_as(
         env: Some(env),
         working_dir: Some(cwd.to_owned()),
         user: user.map(str::to_owned),
-        attach_stdin: Some(true),
+        attach_stdin: Some(attach_stdin),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         tty: Some(false),
@@ -225,7 +230,9 @@ impl Demux {
 /// The exit code of a finished exec, waiting (bounded) for the engine to record it.
 pub(crate) async fn exit_code(engine: &Engine, exec_id: &str) -> Result<Option<i64>, DriverError> {
     let deadline = Instant::now() + engine.api_timeout;
-    let mut delay = Duration::from_millis(5);
+    // The output can end a moment before the engine has recorded the exit: look again
+    // soon (an inspect is a millisecond), then back off.
+    let mut delay = Duration::from_millis(1);
     loop {
         let inspected = engine
             .retry(|| engine.docker.inspect_exec(exec_id))

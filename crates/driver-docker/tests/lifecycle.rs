@@ -229,3 +229,43 @@ async fn realize_workspace_is_confined_and_creates_the_directory() {
     .await;
     h.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recorded_owner_is_the_users_ids_and_the_engine_makes_the_workspace() {
+    let h = harness_or_skip!();
+    common::bounded(180, async {
+        // (user spec, the ids `id` reports, whether the workspace is handed to them)
+        for (user, ids, handed) in [
+            (None, "0:0", false),
+            (Some("nobody"), "65534:65534", true),
+            (Some("65534"), "65534:65534", true),
+            (Some("4242"), "4242:0", true),
+            (Some("nobody:root"), "65534:0", true),
+            (Some("4242:nogroup"), "4242:65534", true),
+        ] {
+            let mut config = json!({"workingDir": "/deep/new/ws"});
+            if let Some(user) = user {
+                config["user"] = user.into();
+            }
+            // Twice: the second lease of the same image and user takes the owner from the
+            // driver's cache.
+            for _ in 0..2 {
+                let lease = h.lease(config.clone(), LeasePolicy::Ephemeral).await;
+                let recorded = format!("{}:{}", lease.metadata["uid"], lease.metadata["gid"]);
+                assert_eq!(recorded, ids, "{user:?}");
+                let r = h
+                    .sh(&lease, "echo \"$(id -u):$(id -g)\"; pwd; stat -c '%u:%g %a' .")
+                    .await;
+                let owner = if handed { ids } else { "0:0" };
+                assert_eq!(
+                    String::from_utf8_lossy(&r.stdout),
+                    format!("{ids}\n/deep/new/ws\n{owner} 755\n"),
+                    "{user:?}"
+                );
+                h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+            }
+        }
+    })
+    .await;
+    h.finish().await;
+}

@@ -97,7 +97,10 @@
 //! a user can pass through it to a workspace opened up for it, without listing the
 //! others; each workspace stays `0700` until a command of its lease opens it), and is contained by its process group rather than
 //! a cgroup. Paths stay confined to the workspace: the local driver's
-//! [`path_scope`](EnvironmentDriver::path_scope) is `workspace`.
+//! [`path_scope`](EnvironmentDriver::path_scope) is `workspace` unless
+//! [`LocalConfig::path_scope`] opts in to the whole host (`whole-environment`: any
+//! absolute `cwd` or sync path of the host is accepted; relative ones still start at the
+//! workspace, and `..` is still refused).
 //!
 //! ## Sync
 //! `sync_in` and `sync_out` follow the contract's section 6. Host-side paths must be
@@ -167,8 +170,8 @@ use envrt_runtime_core::capability::{CapabilityDeclaration, CapabilityKey, Suppo
 use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
     AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, EnvironmentDriver, Execute,
-    ExecuteRequest, ExecuteResult, FileSync, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace,
-    Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Templates, Timestamp,
+    ExecuteRequest, ExecuteResult, FileSync, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, PathScope,
+    RealizeWorkspace, Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Templates, Timestamp,
 };
 
 mod bulk;
@@ -186,7 +189,7 @@ mod workspace;
 
 use exec::ExecSite;
 use groups::ProcessTable;
-use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree, resolve_in_workspace};
+use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree};
 
 /// `{temp dir}/envrt-local-{effective uid}`: one root per user, so that no user can
 /// prepare another's.
@@ -222,6 +225,13 @@ pub struct LocalConfig {
     /// and writable; default true. When false, or unavailable, the driver falls back to
     /// process groups plus a `/proc` scan on release (see [`LocalDriver::containment`]).
     pub cgroups: bool,
+    /// Which paths a request may name: [`PathScope::Workspace`] (the default) confines
+    /// `cwd` and sync paths to the lease workspace; [`PathScope::WholeEnvironment`] (the
+    /// opt-in `paths = "host"` of `envrt.toml`) accepts any absolute path of the host,
+    /// which widens the boundary to the whole host (see `docs/security.md`). Relative
+    /// paths start at the workspace either way. [`PathScope::CwdAnywhere`] accepts any
+    /// absolute `cwd` and confines sync paths.
+    pub path_scope: PathScope,
 }
 
 impl Default for LocalConfig {
@@ -234,6 +244,7 @@ impl Default for LocalConfig {
                 .map(String::from)
                 .collect(),
             cgroups: true,
+            path_scope: PathScope::Workspace,
         }
     }
 }
@@ -499,6 +510,10 @@ impl EnvironmentDriver for LocalDriver {
     fn as_recovery(&self) -> Option<&dyn Recovery> {
         Some(self)
     }
+
+    fn path_scope(&self) -> PathScope {
+        self.config.path_scope
+    }
 }
 
 #[async_trait]
@@ -540,7 +555,7 @@ impl Execute for LocalDriver {
         let workspace = self.live_workspace(context)?;
         let cwd = match &request.cwd {
             None => workspace.clone(),
-            Some(cwd) => resolve_in_workspace(&workspace, cwd)?,
+            Some(cwd) => self.resolve_cwd(&workspace, cwd)?,
         };
         if !cwd.is_dir() {
             return Err(DriverError::invalid(format!(
@@ -574,6 +589,6 @@ impl FileSync for LocalDriver {
 
     async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
         let workspace = self.live_workspace(context)?;
-        sync::sync_out(&workspace, operations).await
+        sync::sync_out(self, &workspace, operations).await
     }
 }

@@ -12,7 +12,7 @@ use envrt_runtime_core::{DriverError, ExecuteRequest, LeaseContext, SyncOperatio
 use crate::LocalDriver;
 use crate::copy::{self, CopySpec, Counts, Staged};
 use crate::exec::{self, ExecSite};
-use crate::workspace::{check_no_escape, path_str, resolve_in_workspace};
+use crate::workspace::{check_no_escape, path_str};
 
 /// One entry, checked and resolved.
 struct Planned {
@@ -87,19 +87,20 @@ enum Direction {
     Out,
 }
 
-/// Stages and commits every planned entry (blocking I/O); all or nothing.
-fn transfer(plans: &[Planned], workspace: &Path, direction: Direction) -> Result<Counts, DriverError> {
+/// Stages and commits every planned entry (blocking I/O); all or nothing. `confine` is the
+/// workspace every environment-side path must stay in (`None` under the host path scope).
+fn transfer(plans: &[Planned], confine: Option<&Path>, direction: Direction) -> Result<Counts, DriverError> {
     let mut counts = Counts::default();
     let mut staged: Vec<Staged> = Vec::new();
     let mut created: Vec<PathBuf> = Vec::new();
     let outcome = (|| {
         for plan in plans {
             let floor = match direction {
-                Direction::In => Some(workspace),
+                Direction::In => confine,
                 Direction::Out => None,
             };
             created.extend(copy::create_parents(&plan.target, floor)?);
-            if let Direction::In = direction {
+            if let (Direction::In, Some(workspace)) = (direction, confine) {
                 check_no_escape(workspace, &plan.target, &plan.target_shown)?;
             }
             let spec = CopySpec {
@@ -113,7 +114,7 @@ fn transfer(plans: &[Planned], workspace: &Path, direction: Direction) -> Result
                 follow: plan.follow,
                 source_confine: match direction {
                     Direction::In => None,
-                    Direction::Out => Some(workspace),
+                    Direction::Out => confine,
                 },
             };
             staged.push(copy::stage(&spec, &mut counts)?);
@@ -131,9 +132,13 @@ fn transfer(plans: &[Planned], workspace: &Path, direction: Direction) -> Result
 }
 
 /// Runs `transfer` on the blocking pool.
-async fn transfer_blocking(plans: Vec<Planned>, workspace: &Path, direction: Direction) -> Result<Counts, DriverError> {
-    let workspace = workspace.to_path_buf();
-    tokio::task::spawn_blocking(move || transfer(&plans, &workspace, direction))
+async fn transfer_blocking(
+    plans: Vec<Planned>,
+    confine: Option<&Path>,
+    direction: Direction,
+) -> Result<Counts, DriverError> {
+    let confine = confine.map(Path::to_path_buf);
+    tokio::task::spawn_blocking(move || transfer(&plans, confine.as_deref(), direction))
         .await
         .map_err(|e| DriverError::Other {
             message: "the sync task failed".into(),
@@ -153,14 +158,14 @@ pub(crate) async fn sync_in(
         // Every check before anything is written.
         let mut plans = Vec::with_capacity(operation.files.len());
         for file in &operation.files {
-            let target = resolve_in_workspace(workspace, &file.target_path)?;
+            let target = driver.resolve_path(workspace, &file.target_path)?;
             let source = host_path(&file.source_path)?;
             plans.push(plan_entry(file, source, target)?);
         }
         check_targets(&plans, Some(workspace))?;
         let commands = plan_commands(&operation.post_upload_commands, &plans, workspace)?;
 
-        let counts = transfer_blocking(plans, workspace, Direction::In).await?;
+        let counts = transfer_blocking(plans, driver.confinement(workspace), Direction::In).await?;
         for command in &commands {
             run_post_upload(driver, context, workspace, command).await?;
         }
@@ -212,7 +217,9 @@ async fn run_post_upload(
     command: &PlannedCommand,
 ) -> Result<(), DriverError> {
     let shown = path_str(&command.cwd)?;
-    check_no_escape(workspace, &command.cwd, shown)?;
+    if let Some(workspace) = driver.confinement(workspace) {
+        check_no_escape(workspace, &command.cwd, shown)?;
+    }
     if !command.cwd.is_dir() {
         return Err(DriverError::invalid(format!(
             "post-upload command cwd {shown:?} is not a directory"
@@ -241,7 +248,11 @@ async fn run_post_upload(
 }
 
 /// Lease workspace → host.
-pub(crate) async fn sync_out(workspace: &Path, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+pub(crate) async fn sync_out(
+    driver: &LocalDriver,
+    workspace: &Path,
+    operations: &[SyncOperation],
+) -> Result<SyncResult, DriverError> {
     let mut result = SyncResult::default();
     for operation in operations {
         if !operation.post_upload_commands.is_empty() {
@@ -249,12 +260,12 @@ pub(crate) async fn sync_out(workspace: &Path, operations: &[SyncOperation]) -> 
         }
         let mut plans = Vec::with_capacity(operation.files.len());
         for file in &operation.files {
-            let source = resolve_in_workspace(workspace, &file.source_path)?;
+            let source = driver.resolve_path(workspace, &file.source_path)?;
             let target = host_path(&file.target_path)?;
             plans.push(plan_entry(file, source, target)?);
         }
         check_targets(&plans, None)?;
-        let counts = transfer_blocking(plans, workspace, Direction::Out).await?;
+        let counts = transfer_blocking(plans, driver.confinement(workspace), Direction::Out).await?;
         result.operations.push(SyncOperationResult {
             operation_id: operation.operation_id.clone(),
             files_transferred: counts.files,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use envrt_runtime_core::sync::{confine_to_workspace, is_within};
-use envrt_runtime_core::{DriverError, LeaseContext, RealizeWorkspace, RealizedWorkspace, WorkspaceRequest};
+use envrt_runtime_core::{DriverError, LeaseContext, PathScope, RealizeWorkspace, RealizedWorkspace, WorkspaceRequest};
 
 use crate::LocalDriver;
 
@@ -123,6 +123,37 @@ fn open_up(top: &Path) {
                 }
             }
         }
+    }
+}
+
+impl LocalDriver {
+    /// Resolves an environment-side sync path under the configured path scope: inside the
+    /// workspace (lexically and on disk) by default; lexically anywhere on the host under
+    /// the host scope.
+    pub(crate) fn resolve_path(&self, workspace: &Path, path: &str) -> Result<PathBuf, DriverError> {
+        if self.config().path_scope.any_file_path() {
+            Ok(PathBuf::from(
+                PathScope::WholeEnvironment.resolve(path_str(workspace)?, path)?,
+            ))
+        } else {
+            resolve_in_workspace(workspace, path)
+        }
+    }
+
+    /// Resolves a command's `cwd` under the configured path scope.
+    pub(crate) fn resolve_cwd(&self, workspace: &Path, cwd: &str) -> Result<PathBuf, DriverError> {
+        if self.config().path_scope.any_cwd() {
+            Ok(PathBuf::from(
+                PathScope::WholeEnvironment.resolve(path_str(workspace)?, cwd)?,
+            ))
+        } else {
+            resolve_in_workspace(workspace, cwd)
+        }
+    }
+
+    /// The workspace sync paths must stay in, or `None` under the host scope.
+    pub(crate) fn confinement<'a>(&self, workspace: &'a Path) -> Option<&'a Path> {
+        (!self.config().path_scope.any_file_path()).then_some(workspace)
     }
 }
 

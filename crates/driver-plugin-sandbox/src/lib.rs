@@ -21,7 +21,9 @@
 //!   `envrt.cancel {id}` extension notification, which the reference worker answers by
 //!   stopping the command;
 //! - a request line over [`SandboxOptions::max_request_bytes`] (64 MiB) is refused before
-//!   sending, with an `Invalid input` error naming the limit;
+//!   sending, with an `Invalid input` error naming the limit; an execute's stdin over
+//!   [`STREAM_STDIN_OVER`] (1 MiB) streams over the `envrt.dataPlane` socket instead when
+//!   the worker accepted it, so it is bounded by neither;
 //! - worker errors whose text is a runtime-core contract text (`Path "…" is outside the
 //!   lease workspace.`, …) come back as that typed `DriverError` variant;
 //! - `initialize` (15 s); `supportedMethods` is read live by every accessor (`as_execute`,
@@ -84,6 +86,6 @@ pub use envrt_plugin_protocol as protocol;
 
 pub use host::{
     DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,
-    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, SandboxDriver, SandboxError, SandboxOptions,
+    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, STREAM_STDIN_OVER, SandboxDriver, SandboxError, SandboxOptions,
     reference_manifest,
 };

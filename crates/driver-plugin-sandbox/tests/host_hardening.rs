@@ -161,15 +161,16 @@ async fn worker_refusals_keep_their_type() {
         files: vec![SyncFile::file(source, target)],
         post_upload_commands: Vec::new(),
     };
+    // Any path of the sandbox is a sync target now (envrtFilesAnywhere); `..` is not.
     let err = runtime
-        .sync_in(&lease.id, &[op(host.join("f.txt").display().to_string(), "/etc/x")])
+        .sync_in(&lease.id, &[op(host.join("f.txt").display().to_string(), "../x")])
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, RuntimeError::Driver(DriverError::PathOutsideWorkspace { path }) if path == "/etc/x"),
+        matches!(&err, RuntimeError::Driver(DriverError::PathOutsideWorkspace { path }) if path == "../x"),
         "{err:?}"
     );
-    assert_eq!(err.to_string(), "Path \"/etc/x\" is outside the lease workspace.");
+    assert_eq!(err.to_string(), "Path \"../x\" is outside the lease workspace.");
     let err = runtime
         .sync_out(
             &lease.id,
@@ -201,11 +202,16 @@ async fn worker_refusals_keep_their_type() {
 }
 
 /// The CLI's default stdin limit is `MAX_STDIN_BYTES`: a stdin of exactly that size, with a
-/// command and environment, must fit the default request limit and reach the command.
+/// command and environment, must fit the default request limit and reach the command, even
+/// on a worker without the data plane (stdin in the request, as for an SDK worker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_largest_stdin_front_ends_allow_fits_the_default_request_limit() {
     let root = TempDir::new("max-stdin");
-    let Some(driver) = driver(&root, &[], SandboxOptions::default()).await else {
+    let options = SandboxOptions {
+        data_plane: false,
+        ..SandboxOptions::default()
+    };
+    let Some(driver) = driver(&root, &[], options).await else {
         return;
     };
     let runtime = runtime_with(driver).await;
@@ -222,4 +228,56 @@ async fn the_largest_stdin_front_ends_allow_fits_the_default_request_limit() {
         String::from_utf8_lossy(&result.stdout).trim(),
         envrt_driver_plugin_sandbox::MAX_STDIN_BYTES.to_string()
     );
+}
+
+/// Inspect's `test_exec_input_large`: with the data plane, stdin streams in frames under the
+/// worker's credit, so stdin past the request limit (here 80 MiB, 107 MiB as base64) reaches
+/// the command whole and in order; small stdin still rides in the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_past_the_request_limit_streams_over_the_data_plane() {
+    let root = TempDir::new("stream-stdin");
+    let Some(driver) = driver(&root, &[], SandboxOptions::default()).await else {
+        return;
+    };
+    let runtime = runtime_with(driver).await;
+    let lease = acquire(&runtime).await;
+    let mut stdin = Vec::with_capacity(81 * 1024 * 1024);
+    let mut lines = 0u64;
+    while stdin.len() < 80 * 1024 * 1024 {
+        stdin.extend_from_slice(format!("line {lines} of the stream\n").as_bytes());
+        lines += 1;
+    }
+    let bytes = stdin.len();
+    let count = "{ bytes += length($0) + 1 } $2 != NR - 1 { bad++ } END { print NR, bad + 0, bytes }";
+    for (stdin, lines, bytes) in [(stdin, lines, bytes), (b"line 0 small\n".to_vec(), 1, 13)] {
+        let request = ExecuteRequest {
+            stdin: Some(stdin),
+            ..ExecuteRequest::new("awk", [count])
+        };
+        let result = bounded("execute with a large stdin", runtime.execute(&lease.id, request))
+            .await
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&result.stdout),
+            format!("{lines} 0 {bytes}\n"),
+            "{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+    }
+    // A command that reads none of it ends the call; the worker serves the next one.
+    let request = ExecuteRequest {
+        stdin: Some(vec![b'x'; 8 * 1024 * 1024]),
+        ..ExecuteRequest::new("true", [""; 0])
+    };
+    let result = bounded("execute ignoring its stdin", runtime.execute(&lease.id, request))
+        .await
+        .unwrap();
+    assert_eq!(result.exit_code, Some(0));
+    let result = bounded(
+        "execute after",
+        runtime.execute(&lease.id, ExecuteRequest::new("echo", ["still here"])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.stdout, b"still here\n");
 }

@@ -39,31 +39,49 @@ async fn users_cwds_and_a_kept_tmp_on_the_reference_worker() {
     assert!(driver.supported_methods().contains("envrtExecuteAsUser"));
     {
         use envrt_runtime_core::EnvironmentDriver as _;
-        assert_eq!(driver.path_scope(), envrt_runtime_core::PathScope::CwdAnywhere);
+        assert_eq!(driver.path_scope(), envrt_runtime_core::PathScope::WholeEnvironment);
     }
     let runtime = runtime_with(driver).await;
     let lease = acquire(&runtime).await;
 
-    // Users: a uid, a uid and gid; a name is refused with the worker's exact text.
-    for (user, expected) in [("1234", "1234 1234\n"), ("1234:2345", "1234 2345\n"), ("0", "0 0\n")] {
+    // Users: a uid, a uid and gid, names of the sandbox's /etc/passwd and /etc/group; an
+    // unknown name is refused with the worker's exact text.
+    for (user, expected) in [
+        ("1234", "1234 1234\n"),
+        ("1234:2345", "1234 2345\n"),
+        ("0", "0 0\n"),
+        ("root", "0 0\n"),
+        ("nobody", "65534 65534\n"),
+        ("nobody:root", "65534 0\n"),
+        ("1234:nogroup", "1234 65534\n"),
+    ] {
         let mut request = sh("echo $(id -u) $(id -g)");
         request.user = Some(user.into());
         let r = bounded("execute", runtime.execute(&lease.id, request)).await.unwrap();
         assert_eq!(stdout(&r), expected, "{user}: {}", String::from_utf8_lossy(&r.stderr));
     }
-    let mut request = sh("true");
-    request.user = Some("nobody".into());
-    let err = bounded("execute", runtime.execute(&lease.id, request))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, RuntimeError::Driver(DriverError::UserRefused { user, .. }) if user == "nobody"),
-        "{err:?}"
-    );
-    assert_eq!(
-        err.to_string(),
-        "Cannot run as user \"nobody\": the sandbox takes a numeric UID or UID:GID."
-    );
+    // `whoami` as root names root: the sandbox's /etc/passwd is the host's
+    let mut request = ExecuteRequest::new("whoami", [""; 0]);
+    request.user = Some("root".into());
+    let r = bounded("execute", runtime.execute(&lease.id, request)).await.unwrap();
+    assert_eq!(stdout(&r), "root\n", "{}", String::from_utf8_lossy(&r.stderr));
+    for (user, reason) in [
+        ("no-such-user", "no such user in the sandbox."),
+        ("root:no-such-group", "no such group in the sandbox."),
+        ("root:", "the sandbox takes UID, UID:GID, NAME or NAME:GROUP."),
+        ("a:b:c", "the sandbox takes UID, UID:GID, NAME or NAME:GROUP."),
+    ] {
+        let mut request = sh("true");
+        request.user = Some(user.into());
+        let err = bounded("execute", runtime.execute(&lease.id, request))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, RuntimeError::Driver(DriverError::UserRefused { user: u, .. }) if u == user),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), format!("Cannot run as user \"{user}\": {reason}"));
+    }
     // Files the user writes in the workspace are its own, inside.
     let mut request = sh("touch mine && stat -c %u mine");
     request.user = Some("1234".into());

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use clap::Args;
-use envrt::{DriverError, ExecuteRequest, RuntimeError, SyncFile, SyncKind, SyncOperation, SyncResult};
+use envrt::{DriverError, RuntimeError, SyncFile, SyncKind, SyncOperation, SyncResult};
 
 use crate::app::App;
 use crate::error::CliError;
@@ -137,25 +137,12 @@ enum Found {
     Other,
 }
 
-/// Says `dir`, a file's `ls -ld` mode string, or `none`, for `$1`.
-const PROBE: &str = r#"if [ -d "$1" ] && [ ! -L "$1" ]; then echo dir; elif [ -f "$1" ]; then ls -ld -- "$1" | cut -c1-10; else echo none; fi"#;
-
-fn classify(mode: &str) -> Found {
-    match mode.trim() {
-        "dir" => Found::Directory,
-        m if m.starts_with('-') && m.len() >= 10 && !m.contains('w') => Found::ReadOnlyFile,
-        _ => Found::Other,
-    }
-}
-
-/// The lease-side destination, looked at through execute; `Other` when the driver cannot
-/// run the probe.
+/// The lease-side destination, looked at through execute by the library's probe
+/// ([`envrt::files::probe`]); `Other` when the driver cannot run it.
 async fn probe_lease(app: &App, lease_id: &str, path: &str) -> Found {
-    let mut request = ExecuteRequest::new("sh", ["-c", PROBE, "envrt-cp", path]);
-    request.timeout = Some(Duration::from_secs(30));
-    request.max_output_bytes = Some(4096);
-    match app.runtime.execute(lease_id, request).await {
-        Ok(r) if r.exit_code == Some(0) => classify(&String::from_utf8_lossy(&r.stdout)),
+    match envrt::files::probe(&app.runtime, lease_id, path, true).await {
+        Some(found) if found.is_real_directory() => Found::Directory,
+        Some(found) if found.is_read_only_file() => Found::ReadOnlyFile,
         _ => Found::Other,
     }
 }

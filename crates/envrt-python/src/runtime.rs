@@ -190,8 +190,9 @@ impl NativeRuntime {
     }
 
     /// Runs `argv` on the lease. `on_output(stream, chunk)` is called for every chunk
-    /// while it runs (from a runtime thread, holding the GIL).
-    #[pyo3(signature = (lease_id, argv, cwd=None, env=BTreeMap::new(), stdin=None, timeout=None, max_output=None, on_output=None, keep="head"))]
+    /// while it runs (from a runtime thread, holding the GIL). `user` runs it as another
+    /// user where the driver allows it (`ExecuteRequest::user`).
+    #[pyo3(signature = (lease_id, argv, cwd=None, env=BTreeMap::new(), stdin=None, timeout=None, max_output=None, on_output=None, keep="head", user=None))]
     #[allow(clippy::too_many_arguments)]
     fn exec<'py>(
         &self,
@@ -205,6 +206,7 @@ impl NativeRuntime {
         max_output: Option<usize>,
         on_output: Option<Py<PyAny>>,
         keep: &str,
+        user: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let Some((command, args)) = argv.split_first() else {
             return Err(PyValueError::new_err("a command needs at least a program"));
@@ -216,6 +218,7 @@ impl NativeRuntime {
         request.timeout = timeout.map(seconds).transpose()?;
         request.max_output_bytes = max_output;
         request.keep = word::<OutputKeep>(keep, "output part")?;
+        request.user = user;
         if let Some(callback) = on_output {
             request.sink = Some(Arc::new(move |stream: OutputStream, chunk: &[u8]| {
                 Python::attach(|py| {

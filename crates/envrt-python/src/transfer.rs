@@ -1,34 +1,30 @@
-//! One file in or out of a lease: a sync of one file entry through a private host-side
-//! temporary directory, so every driver with native sync serves `read_file` and
-//! `write_file` with the same checks and error texts as `sync_in` / `sync_out`.
+//! One file in or out of a lease through the library's [`envrt::files`]: a sync of one
+//! file entry through a private host-side temporary directory, after a probe (through
+//! execute, as the lease's command user) that refuses a directory, a file that user may
+//! not read or write, and a missing file, with typed errors.
 
-use envrt::{EnvironmentRuntime, SyncFile, SyncOperation};
+use envrt::EnvironmentRuntime;
+use envrt::files::{self, FileError};
 use pyo3::prelude::*;
 
 use crate::errors::{native, runtime_error};
 
-fn io_error(context: &str, error: std::io::Error) -> PyErr {
-    native("io", &format!("{context}: {error}"), None)
-}
-
-fn one(operation_id: &str, file: SyncFile) -> [SyncOperation; 1] {
-    [SyncOperation {
-        operation_id: operation_id.to_owned(),
-        files: vec![file],
-        post_upload_commands: Vec::new(),
-    }]
+fn file_error(error: FileError) -> PyErr {
+    let os = match &error {
+        FileError::IsADirectory { .. } => Some("is_a_directory"),
+        FileError::PermissionDenied { .. } => Some("permission_denied"),
+        FileError::NotFound { .. } => Some("not_found"),
+        _ => None,
+    };
+    match error {
+        FileError::Runtime(error) => runtime_error(error),
+        other => native(other.kind(), &other.to_string(), os),
+    }
 }
 
 /// The bytes of the lease's file `path`.
 pub(crate) async fn read_file(runtime: &EnvironmentRuntime, lease_id: &str, path: &str) -> PyResult<Vec<u8>> {
-    let dir = tempfile::tempdir().map_err(|e| io_error("creating a temporary directory", e))?;
-    let target = dir.path().join("file");
-    let file = SyncFile::file(path, target.to_string_lossy());
-    runtime
-        .sync_out(lease_id, &one("read_file", file))
-        .await
-        .map_err(runtime_error)?;
-    std::fs::read(&target).map_err(|e| io_error("reading the copied file", e))
+    files::read_file(runtime, lease_id, path).await.map_err(file_error)
 }
 
 /// Writes `data` to the lease's file `path`, with `mode` when given.
@@ -39,14 +35,7 @@ pub(crate) async fn write_file(
     data: Vec<u8>,
     mode: Option<u32>,
 ) -> PyResult<()> {
-    let dir = tempfile::tempdir().map_err(|e| io_error("creating a temporary directory", e))?;
-    let source = dir.path().join("file");
-    std::fs::write(&source, data).map_err(|e| io_error("writing the temporary file", e))?;
-    let mut file = SyncFile::file(source.to_string_lossy(), path);
-    file.mode = mode;
-    runtime
-        .sync_in(lease_id, &one("write_file", file))
+    files::write_file(runtime, lease_id, path, &data, mode)
         .await
-        .map_err(runtime_error)?;
-    Ok(())
+        .map_err(file_error)
 }

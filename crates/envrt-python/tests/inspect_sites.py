@@ -10,7 +10,11 @@ from conftest import sandbox_worker
 
 IMAGE = os.environ.get("ENVRT_TEST_IMAGE", "envrt-test:latest")
 
-# Docker runs its commands as an unprivileged user (nobody), as the issue asks.
+# The local site opts in to host paths (`[local] paths = "host"`), as Inspect's own local
+# provider reads and writes anywhere on the host; the default (the workspace) is pinned by
+# test_runtime.py. Docker runs its commands as an unprivileged user (nobody), as the issue
+# asks.
+LOCAL_SECTION = {"local": 'paths = "host"\n'}
 ENVIRONMENTS = {
     "local": "",
     "docker": f"""
@@ -62,7 +66,8 @@ def write_config(root: Path, driver: str) -> tuple[Path, Path]:
     config = folder / "envrt.toml"
     if driver == "sandbox":
         (folder / "sandbox-plugin.json").write_text(_sandbox_manifest(folder))
-    config.write_text(f'default = "{driver}"\n[local]\nroot = "{folder / "workspaces"}"\n{ENVIRONMENTS[driver]}')
+    local = f'[local]\nroot = "{folder / "workspaces"}"\n{LOCAL_SECTION.get(driver, "")}'
+    config.write_text(f'default = "{driver}"\n{local}{ENVIRONMENTS[driver]}')
     return config, folder / "state"
 
 

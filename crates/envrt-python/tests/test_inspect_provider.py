@@ -58,11 +58,20 @@ async def test_connection_opens_a_shell_on_the_lease_where_duplex_is_granted(sam
 
 
 async def test_exec_errors_follow_inspect(sample) -> None:
-    _driver, environment = sample
+    driver, environment = sample
     with pytest.raises(SandboxUserUnsupportedError):
         await environment.exec(["true"], user="no-such-user")
     me = (await environment.exec(["id", "-un"])).stdout.strip()
-    assert (await environment.exec(["true"], user=me)).success
+    if me == "root" and driver == "local":
+        # Root always goes through the driver's gate: the local driver runs as another
+        # user (root included) only when the environment's allowedUsers lists it.
+        with pytest.raises(SandboxUserUnsupportedError) as refused:
+            await environment.exec(["true"], user=me)
+        assert str(refused.value) == (
+            'Cannot run as user "root": the environment config "allowedUsers" does not list it.'
+        )
+    else:
+        assert (await environment.exec(["true"], user=me)).success
     with override_max_exec_output_size(16):
         with pytest.raises(OutputLimitExceededError) as limited:
             await environment.exec(["sh", "-c", "printf '%040d' 0"])

@@ -20,54 +20,31 @@ from inspect_sites import write_config
 ROOT = os.geteuid() == 0
 
 # Why a check fails, per configuration (strict xfails).
-OUTSIDE = "envrt confines paths and cwd to the lease workspace (the local driver's path scope)"
-SANDBOX_COPIES = "the reference worker moves files only through /workspace (its path scope is cwd-anywhere)"
-UNANALYSED = "still fails with the whole-container path scope; cause not analysed yet"
-AS_USER = "the provider does not pass exec's user on to ExecuteRequest::user yet"
+SANDBOX_AS_USER = (
+    "whoami as root works (the worker takes names of the sandbox's /etc/passwd), but adduser "
+    "cannot: the sandbox's /etc is the host's, bound read-only, and its user namespace maps one uid"
+)
 AS_ROOT = "runs as root, whom chmod does not stop"
-REPLACES = "sync_in replaces a read-only file or a directory (envrt cp refuses; the library does not)"
-
-CONFINED = {
-    check: OUTSIDE
-    for check in (
-        "test_read_and_write_file_including_directory_absolute",
-        "test_read_file_is_directory",
-        "test_write_text_file_is_directory",
-        "test_write_binary_file_is_directory",
-        "test_cwd_custom",
-        "test_cwd_absolute",
-    )
-}
-NOT_REPLACING = {
-    "test_write_text_file_without_permissions": REPLACES,
-    "test_write_binary_file_without_permissions": REPLACES,
-}
-
-# Docker's path scope is the whole container: absolute paths and cwd pass there.
-DOCKER_PATHS = {
-    "test_write_text_file_is_directory": UNANALYSED,
-    "test_write_binary_file_is_directory": UNANALYSED,
-    "test_cwd_custom": UNANALYSED,
-}
-# The sandbox takes any cwd of the sandbox; file copies stay in /workspace.
-SANDBOX_PATHS = {check: SANDBOX_COPIES for check in CONFINED if check != "test_cwd_custom"}
+LOCAL_AS_USER = (
+    "the local driver runs a command as another user (root included) only when envrt runs as root "
+    "and the environment's allowedUsers lists it; the test site lists none, since this check runs "
+    "adduser and would create an account on the host itself"
+)
+DOCKER_AS_USER = (
+    "the test image (Debian's busybox-static) has no adduser applet; and root in an exec of a "
+    "container whose user is nobody has no capabilities (the driver's no-new-privileges), so even "
+    "an adduser could not chown the new user's home"
+)
 
 KNOWN: dict[str, dict[str, str]] = {
-    "envrt-local": {**CONFINED, **NOT_REPLACING, "test_exec_as_user": AS_USER},
-    "envrt-docker": {
-        **DOCKER_PATHS,
-        **NOT_REPLACING,
-        "test_exec_as_user": AS_USER,
-        "test_read_file_not_allowed": "Docker copy-out reads as the engine, ignoring file modes (finding 5, not in scope)",
-    },
+    # The local site opts in to host paths (inspect_sites.py), so absolute paths and cwd
+    # (e.g. /tmp, /usr/bin, /etc) pass as they do with Inspect's own local provider.
+    "envrt-local": {"test_exec_as_user": LOCAL_AS_USER},
+    "envrt-docker": {"test_exec_as_user": DOCKER_AS_USER},
     "envrt-sandbox": {
-        **SANDBOX_PATHS,
-        **NOT_REPLACING,
-        "test_exec_as_user": AS_USER,
-        "test_read_file_not_allowed": "the worker copies files out as itself, not as the sandbox user",
-        "test_read_file_nonsense_name": "the worker reports a missing parent directory as a generic error, not source_missing",
-        "test_exec_input_large": "one plugin-protocol request is capped at 64 MiB; 50 MiB of stdin is 67 MiB as base64",
-        "test_exec_large_command": "the sandbox host caps arguments and environment at 1 MiB",
+        # The library's one-file probe runs as the sandbox user, so unreadable, read-only
+        # and directory targets are refused as Inspect expects.
+        "test_exec_as_user": SANDBOX_AS_USER,
     },
     "inspect-local": {
         "test_exec_timeout_not_raised_on_fast_signal_death": "Inspect's subprocess gives -15, not 143, for a SIGTERM death",
@@ -75,7 +52,13 @@ KNOWN: dict[str, dict[str, str]] = {
     },
 }
 if ROOT:
-    KNOWN["envrt-local"]["test_read_file_not_allowed"] = AS_ROOT
+    KNOWN["envrt-local"].update(
+        {
+            "test_read_file_not_allowed": AS_ROOT,
+            "test_write_text_file_without_permissions": AS_ROOT,
+            "test_write_binary_file_without_permissions": AS_ROOT,
+        }
+    )
     KNOWN["inspect-local"].update(
         {
             "test_read_file_not_allowed": AS_ROOT,

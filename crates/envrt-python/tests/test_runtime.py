@@ -87,21 +87,52 @@ async def test_files_round_trip_as_bytes_and_text(site) -> None:
 
 async def test_file_errors_are_python_classes_with_the_contract_texts(site) -> None:
     async with await site.acquire() as lease:
-        with pytest.raises(FileNotFoundError) as missing:
-            await lease.read_file("nonexistent")
-        assert str(missing.value) == 'Sync source "nonexistent" does not exist.'
-        assert missing.value.kind == "source_missing"
+        for name in ("nonexistent", "no/such/parent"):
+            with pytest.raises(FileNotFoundError) as missing:
+                await lease.read_file(name)
+            assert str(missing.value) == f'File "{name}" does not exist.'
+            assert missing.value.kind == "file_not_found"
 
         await lease.exec(["mkdir", "adir"])
+        await lease.write_file("adir/keep", "kept")
         with pytest.raises(IsADirectoryError) as directory:
             await lease.read_file("adir")
-        assert str(directory.value) == 'Sync source "adir" is not a file.'
+        assert str(directory.value) == 'Path "adir" is a directory, not a file.'
+        assert directory.value.kind == "is_a_directory"
+        # A file does not replace a directory: the tree is still there.
+        with pytest.raises(IsADirectoryError) as over:
+            await lease.write_file("adir", "lost")
+        assert str(over.value) == 'Path "adir" is a directory, not a file.'
+        assert await lease.read_file("adir/keep", text=True) == "kept"
 
         with pytest.raises(PermissionError) as outside:
             await lease.read_file("../escape")
         assert str(outside.value) == 'Path "../escape" is outside the lease workspace.'
         assert outside.value.kind == "path_outside_workspace"
         assert isinstance(outside.value, envrt.EnvrtError)
+        if site.driver == "local":
+            # The local driver's default path scope still refuses the host's own files.
+            with pytest.raises(PermissionError) as host:
+                await lease.read_file("/etc/hostname")
+            assert str(host.value) == 'Path "/etc/hostname" is outside the lease workspace.'
+
+
+async def test_files_are_read_and_written_with_the_lease_users_permissions(site) -> None:
+    async with await site.acquire() as lease:
+        if (await lease.exec(["id", "-u"])).stdout.strip() == b"0":
+            pytest.skip("SKIPPED: this lease's commands run as root, whom file modes do not stop")
+        await lease.write_file("ro.txt", "keep")
+        await lease.exec(["chmod", "a-w", "ro.txt"])
+        with pytest.raises(PermissionError) as write:
+            await lease.write_file("ro.txt", "lost")
+        assert str(write.value) == 'The lease\'s user may not write "ro.txt".'
+        assert write.value.kind == "permission_denied"
+        await lease.exec(["chmod", "u+w,a-r", "ro.txt"])
+        with pytest.raises(PermissionError) as read:
+            await lease.read_file("ro.txt")
+        assert str(read.value) == 'The lease\'s user may not read "ro.txt".'
+        await lease.exec(["chmod", "u+r", "ro.txt"])
+        assert await lease.read_file("ro.txt", text=True) == "keep"
 
 
 async def test_sync_in_and_out_move_trees(site, tmp_path: Path) -> None:

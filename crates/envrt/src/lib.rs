@@ -49,6 +49,7 @@ mod builder;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
+pub mod files;
 
 pub use builder::{BuildError, RuntimeBuilder, SkippedDriver};
 

@@ -30,6 +30,14 @@ pub const VERSION: u32 = 1;
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 13;
 
+/// The execute param naming the route of its stdin (see [`STDIN_ROUTE_BASE`]).
+pub const STDIN_ROUTE_PARAM: &str = "envrtStdinRoute";
+
+/// The first route number of an execute's stdin (extension param `envrtStdinRoute`):
+/// numbers from here up never name a duplex route (`duplex-route-<n>` counts from 1), so
+/// both kinds share the socket without a clash.
+pub const STDIN_ROUTE_BASE: u64 = 1 << 62;
+
 /// The largest payload a frame may carry; a longer one breaks the data plane.
 pub const MAX_PAYLOAD: usize = 1024 * 1024;
 

@@ -274,6 +274,11 @@ pub struct ExecuteParams {
     /// the reference worker takes `UID` or `UID:GID` inside its sandbox's user namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub envrt_user: Option<String>,
+    /// Extension (`envrt.dataPlane`): the command's stdin arrives on the data plane as
+    /// route number `n` (at least [`crate::dataplane::STDIN_ROUTE_BASE`]) in `data`
+    /// frames, credited back as written, ended by `eof`; `stdin` is then absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envrt_stdin_route: Option<u64>,
 }
 
 /// `environmentExecute` (and `environmentExecuteBinary`) result. With the binary verb,

@@ -100,6 +100,10 @@ pub const EXECUTE_AS_USER: &str = "envrtExecuteAsUser";
 /// directory of its environment as an execute `cwd` (its sandbox is the boundary), so the
 /// host declares the `cwd-anywhere` path scope.
 pub const CWD_ANYWHERE: &str = "envrtCwdAnywhere";
+/// Extension marker, never called: advertised, it says the worker also takes any absolute
+/// path of its environment as a sync source or target, resolved in the environment's own
+/// view (as its commands see it), so the host declares the `whole-environment` path scope.
+pub const FILES_ANYWHERE: &str = "envrtFilesAnywhere";
 
 /// The verbs every worker serves.
 pub const LIFECYCLE: &[&str] = &[INITIALIZE, HEALTH, SHUTDOWN];
@@ -154,6 +158,7 @@ pub const EXTENSIONS: &[&str] = &[
     LIST_TEMPLATES,
     EXECUTE_AS_USER,
     CWD_ANYWHERE,
+    FILES_ANYWHERE,
 ];
 
 /// Every verb of the SDK's `HostToWorkerMethods`.

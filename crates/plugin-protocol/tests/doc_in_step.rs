@@ -29,6 +29,7 @@ const NOT_VERBS: &[&str] = &[
     "envrtLeaseId",
     "envrtUser",
     dataplane::OFFER_PARAM,
+    dataplane::STDIN_ROUTE_PARAM,
 ];
 
 /// Spans that name a verb: the families of the SDK's verbs and envrt's extensions.

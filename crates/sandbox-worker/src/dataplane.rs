@@ -15,15 +15,20 @@
 //!   are credited back once written; `eof` closes stdin after them. A write that fails
 //!   answers with one `close` frame carrying the error text (`Duplex channel is
 //!   closed.`).
+//! - Execute stdin: an execute with the extension param `envrtStdinRoute` (a number from
+//!   `STDIN_ROUTE_BASE` up) takes its stdin from that route's `data` frames, written to the
+//!   command's stdin in order and credited back once written, until `eof`; so megabytes
+//!   of stdin never sit in a JSON line, and at most the window waits in the worker (frames
+//!   that arrive before their execute is read wait for it, see `Plane::take_stdin`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use envrt_runtime_core::DriverError;
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt as _, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::{Notify, mpsc};
 
 use super::duplex::{Channels, Pending};
@@ -93,8 +98,26 @@ pub(crate) fn accept(params: &Value, channels: &Arc<Channels>) -> bool {
 pub(crate) struct Plane {
     frames: mpsc::UnboundedSender<Vec<u8>>,
     routes: Mutex<HashMap<u64, Entry>>,
+    stdins: Mutex<Stdins>,
     window: u32,
     chunk: usize,
+}
+
+/// The stdin routes of executes: open ones (frames queue until the execute takes them;
+/// the host sends at most the window before credit), and the last ones finished, whose
+/// late frames are dropped.
+#[derive(Default)]
+struct Stdins {
+    open: HashMap<u64, (StdinSender, Option<mpsc::UnboundedReceiver<StdinFrame>>)>,
+    done: VecDeque<u64>,
+}
+
+type StdinSender = mpsc::UnboundedSender<StdinFrame>;
+
+/// One input frame of an execute's stdin.
+pub(crate) enum StdinFrame {
+    Data(Vec<u8>),
+    Eof,
 }
 
 #[derive(Clone)]
@@ -120,6 +143,7 @@ impl Plane {
         let plane = Arc::new(Plane {
             frames: wire::spawn_writer(write),
             routes: Mutex::new(HashMap::new()),
+            stdins: Mutex::default(),
             window: offer.window,
             // a quarter of the window per frame keeps several frames in flight per route
             chunk: (offer.chunk as usize)
@@ -164,12 +188,81 @@ impl Plane {
         Some(output)
     }
 
+    /// The stdin stream of an execute naming `route` (`None` for a number below
+    /// `STDIN_ROUTE_BASE`, or one already used).
+    pub(crate) fn take_stdin(self: &Arc<Self>, route: u64) -> Option<StdinStream> {
+        if route < wire::STDIN_ROUTE_BASE {
+            return None;
+        }
+        let mut stdins = self.stdins.lock().unwrap_or_else(|e| e.into_inner());
+        if stdins.done.contains(&route) {
+            return None;
+        }
+        let rx = stdins.open.entry(route).or_insert_with(stdin_pair).1.take()?;
+        Some(StdinStream {
+            plane: self.clone(),
+            route,
+            rx,
+        })
+    }
+
+    fn stdin_frame(&self, route: u64, frame: StdinFrame) {
+        let mut stdins = self.stdins.lock().unwrap_or_else(|e| e.into_inner());
+        if !stdins.done.contains(&route) {
+            let _ = stdins.open.entry(route).or_insert_with(stdin_pair).0.send(frame);
+        }
+    }
+
     /// The channel of `route` was closed: nothing more is sent or taken for it.
     pub(crate) fn forget(&self, route: &str) {
         let entry = wire::route_number(route).and_then(|n| self.lock().remove(&n));
         if let Some(entry) = entry {
             entry.output.closed.store(true, Ordering::SeqCst);
             entry.output.notify.notify_waiters();
+        }
+    }
+}
+
+fn stdin_pair() -> (StdinSender, Option<mpsc::UnboundedReceiver<StdinFrame>>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (tx, Some(rx))
+}
+
+/// An execute's stdin on the data plane; the route is finished when dropped.
+pub(crate) struct StdinStream {
+    plane: Arc<Plane>,
+    route: u64,
+    rx: mpsc::UnboundedReceiver<StdinFrame>,
+}
+
+impl StdinStream {
+    /// Writes the route's data to `pipe` in order, crediting each frame back once written,
+    /// and closes it at `eof`. A failed write (the command stopped reading) answers with one
+    /// `close` frame, so the host stops sending.
+    pub(crate) async fn feed<W: AsyncWrite + Unpin>(mut self, mut pipe: W) {
+        while let Some(frame) = self.rx.recv().await {
+            let StdinFrame::Data(bytes) = frame else { break };
+            if pipe.write_all(&bytes).await.is_err() {
+                let text = DriverError::ChannelClosed.to_string();
+                let _ = self
+                    .plane
+                    .frames
+                    .send(wire::encode(self.route, Kind::Close, text.as_bytes()));
+                break;
+            }
+            let n = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+            let _ = self.plane.frames.send(wire::credit(self.route, n));
+        }
+    }
+}
+
+impl Drop for StdinStream {
+    fn drop(&mut self) {
+        let mut stdins = self.plane.stdins.lock().unwrap_or_else(|e| e.into_inner());
+        stdins.open.remove(&self.route);
+        stdins.done.push_back(self.route);
+        if stdins.done.len() > 1024 {
+            stdins.done.pop_front();
         }
     }
 }
@@ -250,6 +343,14 @@ async fn read_frames(
         let (Some(plane), Some(channels)) = (plane.upgrade(), channels.upgrade()) else {
             return;
         };
+        if frame.route >= wire::STDIN_ROUTE_BASE {
+            match frame.kind {
+                Kind::Data => plane.stdin_frame(frame.route, StdinFrame::Data(frame.payload)),
+                Kind::Eof => plane.stdin_frame(frame.route, StdinFrame::Eof),
+                _ => {}
+            }
+            continue;
+        }
         // a frame for a route closed meanwhile is dropped
         let Some(entry) = plane.lock().get(&frame.route).cloned() else {
             continue;

@@ -20,6 +20,7 @@ use super::lease::resolve;
 use super::rpc::{Outbound, RpcError};
 use super::sandbox::{Sandbox, WORKSPACE};
 
+use super::user::parse_user;
 pub(crate) use envrt_plugin_protocol::environment::LeaseRef;
 
 /// `environmentExecute` params as this worker reads them: the protocol's
@@ -40,8 +41,17 @@ pub(crate) struct ExecuteParams {
     timeout_ms: Option<u64>,
     /// Extension: per-stream capture cap; the worker's default when absent.
     max_output_bytes: Option<usize>,
-    /// Extension: `UID` or `UID:GID` to run as inside the sandbox's user namespace.
+    /// Extension: `UID`, `UID:GID`, `NAME` or `NAME:GROUP` to run as inside the sandbox's
+    /// user namespace.
     envrt_user: Option<String>,
+    /// Extension: stdin arrives on this data plane route (see the `dataplane` module).
+    pub(crate) envrt_stdin_route: Option<u64>,
+}
+
+/// A command's stdin: bytes the request carried, or a stream on the data plane.
+pub(crate) enum Stdin {
+    Bytes(Vec<u8>),
+    Stream(super::dataplane::StdinStream),
 }
 
 /// The provider lease id of the `lease` param of a lease-bound verb.
@@ -83,9 +93,11 @@ pub(crate) fn check_env(env: &BTreeMap<String, String>) -> Result<Vec<(String, S
 /// The longest single argument or `NAME=value` string `execve` takes (`MAX_ARG_STRLEN`
 /// less the NUL).
 pub(crate) const MAX_EXEC_STRING: usize = 128 * 1024 - 1;
-/// The most bytes of arguments and environment together a command is started with (well
-/// inside what `execve` takes with the usual 8 MiB stack).
-pub(crate) const MAX_EXEC_BYTES: usize = 1024 * 1024;
+/// The most bytes of arguments and environment together a command is started with,
+/// counting each string, its NUL and its pointer: the kernel's `ARG_MAX` under the usual
+/// 8 MiB stack (a quarter of it, 2 MiB) less 64 KiB for `bwrap`'s own options and the
+/// sandbox init's arguments, which travel on the same `execve`.
+pub(crate) const MAX_EXEC_BYTES: usize = 2 * 1024 * 1024 - 64 * 1024;
 
 /// Checks an argv (and the environment) before anything runs: no NUL byte anywhere, no
 /// string and no total `execve` would refuse, each refused with a clear `Invalid input`.
@@ -153,20 +165,13 @@ pub(crate) fn check_exec_cwd(lease_dir: &Path, cwd: Option<&str>) -> Result<Stri
     }
 }
 
-/// Refusal reason of a user the sandbox cannot take.
-pub(crate) const USER_FORM: &str = "the sandbox takes a numeric UID or UID:GID.";
-
-/// The uid and gid inside the sandbox of `UID` or `UID:GID`.
-pub(crate) fn parse_user(user: &str) -> Result<(u32, u32), DriverError> {
-    let number = |s: &str| s.parse::<u32>().ok().filter(|_| s.bytes().all(|b| b.is_ascii_digit()));
-    let parsed = match user.split_once(':') {
-        Some((u, g)) => number(u).zip(number(g)),
-        None => number(user).map(|u| (u, u)),
-    };
-    parsed.ok_or_else(|| DriverError::UserRefused {
-        user: user.to_owned(),
-        reason: USER_FORM.to_owned(),
-    })
+/// How a sandbox is spawned beyond the lease's layout: `user` (uid, gid) inside the user
+/// namespace (the sandbox user when `None`), and a worker directory `bind` to bind
+/// read-write at the sync transfer point (sync outside `/workspace` only).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SpawnAs<'a> {
+    pub(crate) user: Option<(u32, u32)>,
+    pub(crate) bind: Option<&'a Path>,
 }
 
 /// What a finished command did.
@@ -195,7 +200,7 @@ pub(crate) async fn run(
     cwd: &str,
     env: &[(String, String)],
     argv: &[String],
-    stdin: Option<Vec<u8>>,
+    stdin: Option<Stdin>,
     timeout: Option<Duration>,
     cap: usize,
     sink: Option<LogSink<'_>>,
@@ -211,16 +216,20 @@ pub(crate) async fn run(
             env,
             argv,
             [stdin_mode, Stdio::piped(), Stdio::piped()],
-            user,
+            SpawnAs { user, bind: None },
         )
         .map_err(|e| DriverError::io("Starting bwrap", e))?;
-    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        tokio::spawn(async move {
+    let feeding = match (stdin, child.stdin.take()) {
+        (Some(Stdin::Bytes(bytes)), Some(mut pipe)) => Some(tokio::spawn(async move {
             // A command that exits without reading its stdin closes the pipe: not an error.
             let _ = pipe.write_all(&bytes).await;
             drop(pipe);
-        });
-    }
+        })),
+        (Some(Stdin::Stream(stream)), Some(pipe)) => Some(tokio::spawn(stream.feed(pipe))),
+        _ => None,
+    };
+    // the command is gone when this call ends: a stream still waiting for frames ends too
+    let _feeding = AbortOnDrop(feeding);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Stream, Vec<u8>)>(16);
     let readers = [
         child
@@ -329,6 +338,16 @@ pub(crate) async fn run(
         stderr: stderr.into_parts(),
         duration: started.elapsed(),
     })
+}
+
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
 }
 
 struct Capture<'a> {
@@ -450,7 +469,7 @@ pub(crate) async fn execute(
     sandbox: &Sandbox,
     lease_dir: &Path,
     params: ExecuteParams,
-    encoding: Encoding,
+    (encoding, stream): (Encoding, Option<super::dataplane::StdinStream>),
     default_cap: usize,
     out: &Outbound,
     invocation: Option<&str>,
@@ -463,12 +482,17 @@ pub(crate) async fn execute(
     let user = params.envrt_user.as_deref().map(parse_user).transpose()?;
     let env = check_env(&params.env)?;
     let stdin = match (params.stdin, encoding) {
-        (None, _) => None,
-        (Some(text), Encoding::Text) => Some(text.into_bytes()),
-        (Some(b64), Encoding::Base64) if b64.is_empty() => Some(Vec::new()),
-        (Some(b64), Encoding::Base64) => Some(
-            decode_strict(&b64).ok_or_else(|| RpcError::invalid_params("stdin must be a well-formed base64 string"))?,
-        ),
+        (Some(_), _) if stream.is_some() => {
+            return Err(RpcError::invalid_params("stdin and envrtStdinRoute are exclusive"));
+        }
+        (None, _) => stream.map(Stdin::Stream),
+        (Some(text), Encoding::Text) => Some(Stdin::Bytes(text.into_bytes())),
+        (Some(b64), Encoding::Base64) if b64.is_empty() => Some(Stdin::Bytes(Vec::new())),
+        (Some(b64), Encoding::Base64) => {
+            Some(Stdin::Bytes(decode_strict(&b64).ok_or_else(|| {
+                RpcError::invalid_params("stdin must be a well-formed base64 string")
+            })?))
+        }
     };
     let mut argv = vec![params.command];
     argv.extend(params.args);

@@ -56,11 +56,15 @@
 //! writable place at `/workspace` and the lease's own `/tmp` beside it (both kept across
 //! the lease's commands). `cwd` may be any absolute directory of the sandbox (the sandbox
 //! is the boundary: `/tmp`, `/usr/bin`); one that does not exist there is refused with
-//! `cwd "{cwd}" is not a directory in the sandbox`. Sync stays within `/workspace`: the
-//! worker writes and reads those files from the host side, and nothing else of the host
-//! is ever touched for a request. With the extension param `envrtUser` (`UID` or
-//! `UID:GID`) the command runs as that uid and gid inside the sandbox's user namespace
-//! (`bwrap --uid --gid`; outside, it is still the sandbox's unprivileged host user). Inside, the worker binary itself (bound read-only at
+//! `cwd "{cwd}" is not a directory in the sandbox`. Sync takes any absolute path of the
+//! sandbox too (marker `envrtFilesAnywhere`): inside `/workspace` the worker copies from
+//! the host side (links read in sandbox terms), anywhere else `cp` copies inside a sandbox
+//! of the lease (see the `sync_sandboxed` module); nothing else of the host is ever
+//! touched for a request. With the extension param `envrtUser` (`UID`, `UID:GID`, `NAME`
+//! or `NAME:GROUP`, names as the sandbox's read-only `/etc/passwd` and `/etc/group` know
+//! them) the command runs as that uid and gid inside the sandbox's user namespace
+//! (`bwrap --uid --gid`; outside, it is still the sandbox's unprivileged host user).
+//! Inside, the worker binary itself (bound read-only at
 //! `/.envrt-init`, run with the hidden first argument `--sandbox-init`) starts the program
 //! and reports on a status pipe whether it exited or was killed by a signal, so results
 //! carry `signal` exactly (bwrap alone folds a signal death into exit code 128+n). The
@@ -113,10 +117,13 @@ mod policy;
 mod rpc;
 mod sandbox;
 mod template;
+mod user;
 mod view;
 
 pub use sandbox::{INIT_PATH, SANDBOX_PATH, bwrap_options};
+mod staging;
 mod sync;
+mod sync_sandboxed;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -171,6 +178,7 @@ const SUPPORTED_METHODS: &[&str] = &[
     methods::CANCEL_INTERACTIVE_SETUP,
     methods::EXECUTE_AS_USER,
     methods::CWD_ANYWHERE,
+    methods::FILES_ANYWHERE,
 ];
 
 /// Whether `method` is one an SDK worker knows but this worker does not implement
@@ -465,11 +473,26 @@ async fn handle(
             } else {
                 Encoding::Base64
             };
+            let stdin = match p.envrt_stdin_route {
+                Some(route) => Some(
+                    worker
+                        .channels
+                        .plane
+                        .get()
+                        .and_then(|plane| plane.take_stdin(route))
+                        .ok_or_else(|| {
+                            RpcError::invalid_params(format!(
+                                "envrtStdinRoute {route} is not an unused stdin route of the data plane"
+                            ))
+                        })?,
+                ),
+                None => None,
+            };
             exec::execute(
                 &worker.sandbox,
                 &dir,
                 p,
-                encoding,
+                (encoding, stdin),
                 worker.max_output,
                 &worker.out,
                 invocation,

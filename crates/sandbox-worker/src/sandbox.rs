@@ -26,6 +26,7 @@ use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal, kill_process};
 use tokio::process::{Child, Command};
 
+pub(crate) use super::exec::SpawnAs;
 use super::init::{INIT_FLAG, Reported, parse_report};
 use super::policy::{Policy, proc_options, tmpfs_options};
 use super::view::View;
@@ -119,7 +120,7 @@ impl Sandbox {
         let probe_dir = std::env::temp_dir();
         let mut probe = std::process::Command::new(&sandbox.bwrap);
         probe
-            .args(sandbox.args(&probe_dir, None, &sandbox.init, WORKSPACE, None))
+            .args(sandbox.args(&probe_dir, None, &sandbox.init, WORKSPACE, &SpawnAs::default()))
             .arg("true")
             .env_clear()
             .stdin(Stdio::null());
@@ -143,16 +144,15 @@ impl Sandbox {
 
     /// The `bwrap` options (everything before the command): `tmp` is the lease's own
     /// `/tmp` (a fresh tmpfs when `None`), `user` the uid and gid inside the sandbox.
-    fn args(
-        &self,
-        lease_dir: &Path,
-        tmp: Option<&Path>,
-        init: &Path,
-        cwd: &str,
-        user: Option<(u32, u32)>,
-    ) -> Vec<String> {
+    fn args(&self, lease_dir: &Path, tmp: Option<&Path>, init: &Path, cwd: &str, how: &SpawnAs<'_>) -> Vec<String> {
         let mut a = options(&self.root_links, init, lease_dir, &self.policy, &self.proc_options, tmp);
-        if let Some((uid, gid)) = user {
+        if let Some(bind) = how.bind {
+            // before the final `--remount-ro /`, which must stay last
+            let at = a.len() - 2;
+            let view = self.view.lease_dir(bind).to_string_lossy().into_owned();
+            a.splice(at..at, ["--bind".into(), view, super::sync_sandboxed::XFER.into()]);
+        }
+        if let Some((uid, gid)) = how.user {
             a.extend(["--uid".into(), uid.to_string(), "--gid".into(), gid.to_string()]);
         }
         a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
@@ -189,11 +189,10 @@ impl Sandbox {
         argv: &[String],
         stdio: [Stdio; 3],
     ) -> std::io::Result<(Child, Tracked)> {
-        self.spawn_as(lease_dir, cwd, env, argv, stdio, None)
+        self.spawn_as(lease_dir, cwd, env, argv, stdio, SpawnAs::default())
     }
 
-    /// [`Sandbox::spawn`] with the command running as `user` (uid, gid) inside the
-    /// sandbox's user namespace; the namespace's default (the sandbox user) when `None`.
+    /// [`Sandbox::spawn`] with the command running as [`SpawnAs`] says.
     pub(crate) fn spawn_as(
         &self,
         lease_dir: &Path,
@@ -201,7 +200,7 @@ impl Sandbox {
         env: &[(String, String)],
         argv: &[String],
         [stdin, stdout, stderr]: [Stdio; 3],
-        user: Option<(u32, u32)>,
+        how: SpawnAs<'_>,
     ) -> std::io::Result<(Child, Tracked)> {
         let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
         // bwrap resolves bind sources as the sandbox user: through the view (see there).
@@ -211,7 +210,7 @@ impl Sandbox {
         // side) nor on any command line.
         let env_fd = env_args(env)?;
         let tmp = self.lease_tmp(lease_dir)?;
-        let mut args = self.args(&lease_path, tmp.as_deref(), &self.init, cwd, user);
+        let mut args = self.args(&lease_path, tmp.as_deref(), &self.init, cwd, &how);
         // `--args` goes before the final `--` of the options
         args.insert(args.len() - 1, "--args".into());
         args.insert(args.len() - 1, env_fd.as_raw_fd().to_string());

@@ -10,15 +10,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use envrt_runtime_core::DriverError;
-use envrt_runtime_core::sync::{
-    ExcludeSet, SyncFile, SyncKind, check_post_upload_cwd, confine_to_workspace, normalize_absolute,
-};
+use envrt_runtime_core::sync::{ExcludeSet, SyncFile, SyncKind, check_post_upload_cwd, is_within, normalize_absolute};
 use serde_json::{Value, json};
 
 use super::exec::{check_argv, check_cwd, run};
 use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
 use super::policy::Policy;
 use super::sandbox::{Sandbox, WORKSPACE};
+use super::staging::{remove_any, replace, staging_name};
 
 /// Timeout of a post-upload command that does not set its own.
 const POST_UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
@@ -61,7 +60,7 @@ pub(crate) async fn sync(
                     Direction::In => &f.target_path,
                     Direction::Out => &f.source_path,
                 };
-                confine_to_workspace(WORKSPACE, p)
+                envrt_runtime_core::PathScope::WholeEnvironment.resolve(WORKSPACE, p)
             })
             .collect::<Result<Vec<_>, _>>()?;
         for command in &op.post_upload_commands {
@@ -86,17 +85,30 @@ pub(crate) async fn sync(
             }
         }
         let mut counts = Counts::default();
-        for (file, excludes) in op.files.iter().zip(&excludes) {
-            let lease_dir = lease_dir.to_path_buf();
-            let file = file.clone();
-            let excludes = excludes.clone();
+        for ((file, excludes), path) in op.files.iter().zip(&excludes).zip(&environment_paths) {
+            if !is_within(WORKSPACE, path) {
+                let done =
+                    super::sync_sandboxed::sync(sandbox, lease_dir, file, excludes.clone(), direction, path).await?;
+                counts.files += done.files;
+                counts.bytes += done.bytes;
+                continue;
+            }
+            let (dir, owned, kept) = (lease_dir.to_path_buf(), file.clone(), excludes.clone());
             let policy = sandbox.policy.clone();
             let done = tokio::task::spawn_blocking(move || match direction {
-                Direction::In => copy_in(&lease_dir, &file, excludes, &policy),
-                Direction::Out => copy_out(&lease_dir, &file, excludes),
+                Direction::In => copy_in(&dir, &owned, kept, &policy),
+                Direction::Out => copy_out(&dir, &owned, kept),
             })
             .await
-            .map_err(|e| DriverError::other(format!("sync task failed: {e}")))??;
+            .map_err(|e| DriverError::other(format!("sync task failed: {e}")))?;
+            // A link in the workspace that leads elsewhere in the sandbox: nothing was
+            // placed, and the copy runs in the sandbox, where the link leads.
+            let done = match done {
+                Err(DriverError::PathOutsideWorkspace { .. }) => {
+                    super::sync_sandboxed::sync(sandbox, lease_dir, file, excludes.clone(), direction, path).await?
+                }
+                done => done?,
+            };
             counts.files += done.files;
             counts.bytes += done.bytes;
         }
@@ -138,9 +150,9 @@ pub(crate) async fn sync(
 }
 
 #[derive(Debug, Default, Clone, Copy)]
-struct Counts {
-    files: u64,
-    bytes: u64,
+pub(crate) struct Counts {
+    pub(crate) files: u64,
+    pub(crate) bytes: u64,
 }
 
 /// Where a copied tree's links are read: on the host as they are, or in sandbox terms.
@@ -162,11 +174,47 @@ struct Copier<'a> {
 
 fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, policy: &Policy) -> Result<Counts, DriverError> {
     let target = resolve(lease_dir, &file.target_path, false)?;
-    let source = PathBuf::from(&file.source_path);
-    check_kind(&source, file)?;
+    check_kind(Path::new(&file.source_path), file)?;
     if target.sandbox == WORKSPACE && file.kind == SyncKind::File {
         return Err(DriverError::invalid("a file cannot replace the workspace root"));
     }
+    // Built where the sandbox cannot see it (the lease root, beside the lease
+    // directories), then renamed into a parent opened link-free beneath the lease.
+    let scratch = scratch_dir(lease_dir);
+    let staged = staging_name(&scratch);
+    let placed = stage_in(file, excludes, policy, &staged)
+        .and_then(|counts| {
+            Ok((
+                counts,
+                open_parent(lease_dir, &file.target_path, &target, Some(policy))?,
+            ))
+        })
+        .and_then(|(counts, (parent, last))| {
+            match last {
+                Some(last) => replace(&staged, &parent.join(&last), &scratch)?,
+                None => {
+                    let entries = fs::read_dir(&staged).map_err(|e| io("Reading", &staged, e))?;
+                    for entry in entries {
+                        let entry = entry.map_err(|e| io("Reading", &staged, e))?;
+                        replace(&entry.path(), &parent.join(entry.file_name()), &scratch)?;
+                    }
+                }
+            }
+            Ok(counts)
+        });
+    remove_any(&staged);
+    placed
+}
+
+/// Copies the host source of `file` to `staged` and hands it to the sandbox's user (what
+/// lands in the sandbox belongs to that user, so it can change it).
+pub(crate) fn stage_in(
+    file: &SyncFile,
+    excludes: ExcludeSet,
+    policy: &Policy,
+    staged: &Path,
+) -> Result<Counts, DriverError> {
+    let source = PathBuf::from(&file.source_path);
     let mut copier = Copier {
         source: Source::Host,
         follow: file.follows_symlinks(),
@@ -176,47 +224,39 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, policy: &Pol
         ancestors: Vec::new(),
         counts: Counts::default(),
     };
-    // Built where the sandbox cannot see it (the lease root, beside the lease
-    // directories), then renamed into a parent opened link-free beneath the lease.
-    let scratch = scratch_dir(lease_dir);
-    let staged = staging_name(&scratch);
     let name = source
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let placed = copier
-        .copy_entry(&source, None, &staged, "", &name, file.mode)
-        // what lands in the workspace belongs to the sandbox's user, so it can change it
-        .and_then(|()| {
-            policy
-                .hand_over_tree(&staged)
-                .map_err(|e| io("Handing over", &staged, e))
-        })
-        .and_then(|()| open_parent(lease_dir, &file.target_path, &target, Some(policy)))
-        .and_then(|(parent, last)| match last {
-            Some(last) => replace(&staged, &parent.join(&last), &scratch),
-            None => {
-                let entries = fs::read_dir(&staged).map_err(|e| io("Reading", &staged, e))?;
-                for entry in entries {
-                    let entry = entry.map_err(|e| io("Reading", &staged, e))?;
-                    replace(&entry.path(), &parent.join(entry.file_name()), &scratch)?;
-                }
-                Ok(())
-            }
-        });
-    remove_any(&staged);
-    placed.map(|()| copier.counts)
+    copier.copy_entry(&source, None, staged, "", &name, file.mode)?;
+    policy
+        .hand_over_tree(staged)
+        .map_err(|e| io("Handing over", staged, e))?;
+    Ok(copier.counts)
 }
 
 fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<Counts, DriverError> {
     let resolved = resolve(lease_dir, &file.source_path, file.follows_symlinks())?;
-    let (parent, last) = open_parent(lease_dir, &file.source_path, &resolved, None)?;
+    // a missing directory on the way means a missing source
+    let (parent, last) = open_parent(lease_dir, &file.source_path, &resolved, None).map_err(|e| match e {
+        DriverError::Io { source, .. }
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            DriverError::SourceMissing {
+                path: file.source_path.clone(),
+            }
+        }
+        e => e,
+    })?;
     let source = match &last {
         Some(last) => parent.join(last),
         None => parent.path(),
     };
     check_kind(&source, file)?;
-    let mut copier = Copier {
+    let copier = Copier {
         source: Source::Lease(lease_dir),
         follow: file.follows_symlinks(),
         excludes,
@@ -225,19 +265,48 @@ fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<C
         ancestors: Vec::new(),
         counts: Counts::default(),
     };
+    place_out(
+        copier,
+        &source,
+        Some(resolved.sandbox),
+        last.as_deref().unwrap_or(""),
+        file,
+    )
+}
+
+/// Copies a host-side tree (a copy made in the sandbox, see `sync_sandboxed`) to the host
+/// target of `file`, following no link.
+pub(crate) fn place_copied(
+    source: &Path,
+    name: &str,
+    file: &SyncFile,
+    excludes: ExcludeSet,
+) -> Result<Counts, DriverError> {
+    let copier = Copier {
+        source: Source::Host,
+        follow: false,
+        excludes,
+        target_display: file.target_path.clone(),
+        source_display: file.source_path.clone(),
+        ancestors: Vec::new(),
+        counts: Counts::default(),
+    };
+    place_out(copier, source, None, name, file)
+}
+
+fn place_out(
+    mut copier: Copier<'_>,
+    source: &Path,
+    sandbox_path: Option<String>,
+    name: &str,
+    file: &SyncFile,
+) -> Result<Counts, DriverError> {
     let target = Path::new(&file.target_path);
     let target_parent = target.parent().unwrap_or(Path::new("/"));
     fs::create_dir_all(target_parent).map_err(|e| io("Creating", target_parent, e))?;
     let staged = staging_name(target_parent);
     let placed = copier
-        .copy_entry(
-            &source,
-            Some(resolved.sandbox),
-            &staged,
-            "",
-            last.as_deref().unwrap_or(""),
-            file.mode,
-        )
+        .copy_entry(source, sandbox_path, &staged, "", name, file.mode)
         .and_then(|()| replace(&staged, target, target_parent));
     if placed.is_err() {
         remove_any(&staged);
@@ -251,7 +320,7 @@ fn scratch_dir(lease_dir: &Path) -> PathBuf {
     lease_dir.parent().unwrap_or(Path::new("/")).to_path_buf()
 }
 
-fn check_kind(source: &Path, file: &SyncFile) -> Result<(), DriverError> {
+pub(crate) fn check_kind(source: &Path, file: &SyncFile) -> Result<(), DriverError> {
     let meta = if file.follows_symlinks() {
         fs::metadata(source)
     } else {
@@ -279,49 +348,6 @@ fn check_kind(source: &Path, file: &SyncFile) -> Result<(), DriverError> {
 
 fn io(context: &str, path: &Path, e: std::io::Error) -> DriverError {
     DriverError::io(format!("{context} {}", path.display()), e)
-}
-
-fn staging_name(dir: &Path) -> PathBuf {
-    dir.join(format!(".envrt-sync-{}", uuid::Uuid::new_v4()))
-}
-
-fn remove_any(path: &Path) {
-    // Best effort clean-up of our own staging or trash entry.
-    match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => {
-            let _ = fs::remove_dir_all(path);
-        }
-        Ok(_) => {
-            let _ = fs::remove_file(path);
-        }
-        Err(_) => {}
-    }
-}
-
-/// Renames `staged` onto `target`, replacing whatever is there; a replaced directory is
-/// moved to `scratch` first and removed there.
-fn replace(staged: &Path, target: &Path, scratch: &Path) -> Result<(), DriverError> {
-    let existing = fs::symlink_metadata(target).ok();
-    let staged_is_dir = fs::symlink_metadata(staged).is_ok_and(|m| m.is_dir());
-    let trash = match existing {
-        Some(m) if m.is_dir() || staged_is_dir => {
-            let trash = staging_name(scratch);
-            fs::rename(target, &trash).map_err(|e| io("Moving aside", target, e))?;
-            Some(trash)
-        }
-        _ => None,
-    };
-    if let Err(e) = fs::rename(staged, target) {
-        if let Some(trash) = &trash {
-            // Put the previous target back: the failure must not lose it.
-            let _ = fs::rename(trash, target);
-        }
-        return Err(io("Renaming into", target, e));
-    }
-    if let Some(trash) = trash {
-        remove_any(&trash);
-    }
-    Ok(())
 }
 
 /// How deep a synced tree may go: runtime-core's bound for every driver's walk. Deeper

@@ -56,7 +56,7 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
     let host_file = tempfile::NamedTempFile::new().unwrap();
     let host_file = host_file.path().display().to_string();
     let big = "x".repeat(200_000);
-    let many: Vec<String> = vec!["y".repeat(100_000); 20];
+    let many: Vec<String> = vec!["y".repeat(100_000); 21];
     let cases = vec![
         Case {
             name: "exec cwd traversal",
@@ -156,7 +156,7 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
             method: "environmentExecute",
             params: exec(&lease, json!({"args": many})),
             code: -32602,
-            message: invalid("arguments and environment take 2000193 bytes, over the limit of 1048576 bytes"),
+            message: invalid("arguments and environment take 2100202 bytes, over the limit of 2031616 bytes"),
         },
         Case {
             name: "exec huge env value",
@@ -215,15 +215,16 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
             message: outside("../../x"),
         },
         Case {
-            name: "sync in target absolute outside",
+            // any path of the sandbox is taken (envrtFilesAnywhere); its root is read-only
+            name: "sync in target on the sandbox's read-only root",
             method: "environmentSyncIn",
             params: sync_op(
                 &lease,
                 json!([{"sourcePath": host_file, "targetPath": "/etc/x", "kind": "file"}]),
                 json!({}),
             ),
-            code: -32602,
-            message: outside("/etc/x"),
+            code: -32002,
+            message: "Writing \"/etc/x\" in the sandbox: Read-only file system (os error 30)".into(),
         },
         Case {
             name: "sync in target with NUL",
@@ -326,15 +327,16 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
             message: invalid("the command and its arguments must not contain NUL bytes"),
         },
         Case {
-            name: "sync out source outside",
+            // read in the sandbox, whose minimal /etc has no shadow file
+            name: "sync out source the sandbox lacks",
             method: "environmentSyncOut",
             params: sync_op(
                 &lease,
-                json!([{"sourcePath": "/etc/passwd", "targetPath": out("passwd"), "kind": "file"}]),
+                json!([{"sourcePath": "/etc/shadow", "targetPath": out("shadow"), "kind": "file"}]),
                 json!({}),
             ),
-            code: -32602,
-            message: outside("/etc/passwd"),
+            code: -32002,
+            message: "Sync source \"/etc/shadow\" does not exist.".into(),
         },
         Case {
             name: "sync out source traversal",
@@ -535,18 +537,20 @@ fn hostile_trees_and_variables_get_the_right_behaviour() {
         )
     );
     assert!(!lease_dir.join("t").exists());
-    // a link the command made towards /etc cannot be synced out through
+    // a link the command made towards /etc leads to the sandbox's /etc (read in the
+    // sandbox, whole-environment), never the host's: the sandbox has no shadow file
     symlink("/etc", lease_dir.join("etc-link")).unwrap();
     let target = host.path().join("out");
     let (code, message) = w.err(
         "environmentSyncOut",
         sync_op(
             &lease,
-            json!([{"sourcePath": "/workspace/etc-link/passwd", "targetPath": target, "kind": "file", "followSymlinks": true}]),
+            json!([{"sourcePath": "/workspace/etc-link/shadow", "targetPath": target, "kind": "file", "followSymlinks": true}]),
             json!({}),
         ),
     );
-    assert_eq!((code, message), (-32602, outside("/workspace/etc-link/passwd")));
+    let missing = "Sync source \"/workspace/etc-link/shadow\" does not exist.";
+    assert_eq!((code, message.as_str()), (-32002, missing));
     assert!(!target.exists());
     // LD_* variables act on the command only (it runs; the bogus preload is its warning)
     let r = w.ok(

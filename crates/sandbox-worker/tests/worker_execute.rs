@@ -55,6 +55,65 @@ fn round_trip_streams_chunks_tagged_with_the_invocation() {
     );
 }
 
+/// Inspect's `test_exec_large_command`: 16 arguments of 64 KiB (1 MiB of argv) run; the
+/// bound is what `execve` takes (2 MiB less a margin), and an argv just under it runs too.
+#[test]
+fn an_argv_of_megabytes_runs_up_to_the_kernel_bound() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let mut args = vec!["-c".to_owned(), "echo $# ${#1} ${#16}".to_owned(), "sh".to_owned()];
+    args.extend(std::iter::repeat_n("a".repeat(64 * 1024), 16));
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "sh", "args": args})),
+    );
+    assert_eq!(r["stdout"], "16 65536 65536\n", "{r}");
+    // 15 arguments of 128 KiB - 1 plus the rest: 2031616 bytes counted, the bound itself.
+    let counted = |args: &[String]| {
+        args.iter()
+            .chain(["sh".to_owned()].iter())
+            .map(|a| a.len() + 9)
+            .sum::<usize>()
+    };
+    let mut args = vec!["-c".to_owned(), "echo $#".to_owned(), "sh".to_owned()];
+    args.extend(std::iter::repeat_n("b".repeat(128 * 1024 - 1), 15));
+    let rest = 2_031_616 - counted(&args) - 9;
+    args.push("c".repeat(rest));
+    assert_eq!(counted(&args), 2_031_616);
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "sh", "args": args.clone()})),
+    );
+    assert_eq!(r["stdout"], "16\n", "{r}");
+    args.last_mut().unwrap().push('c');
+    let (code, message) = w.err(
+        "environmentExecute",
+        on_lease(&lease, json!({"command": "sh", "args": args})),
+    );
+    assert_eq!(code, -32602);
+    assert_eq!(
+        message,
+        "Invalid input: arguments and environment take 2031617 bytes, over the limit of 2031616 bytes"
+    );
+}
+
+/// `envrtStdinRoute` needs the data plane (not offered here) and excludes `stdin`.
+#[test]
+fn a_stdin_route_without_a_data_plane_is_refused() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let params = on_lease(
+        &lease,
+        json!({"command": "cat", "envrtStdinRoute": 4611686018427387904u64}),
+    );
+    let (code, message) = w.err("environmentExecuteBinary", params);
+    assert_eq!(code, -32602);
+    assert_eq!(
+        message,
+        "envrtStdinRoute 4611686018427387904 is not an unused stdin route of the data plane"
+    );
+}
+
 #[test]
 fn binary_execute_is_byte_exact() {
     let mut w = Worker::ready();

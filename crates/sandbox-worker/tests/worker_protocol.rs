@@ -22,7 +22,7 @@ fn handshake_advertises_every_verb_and_both_extensions() {
             "duplexChannelCloseInput", "envrtListLeases", "environmentCaptureTemplate",
             "environmentDeleteTemplate", "environmentListTemplates", "environmentStartInteractiveSetup",
             "environmentGetInteractiveSetup", "environmentCancelInteractiveSetup",
-            "envrtExecuteAsUser", "envrtCwdAnywhere"]}})
+            "envrtExecuteAsUser", "envrtCwdAnywhere", "envrtFilesAnywhere"]}})
     );
     assert_eq!(
         w.err("initialize", init_params()),

@@ -199,3 +199,23 @@ fn large_stderr_is_captured_and_the_protocol_stays_clean() {
     assert_eq!(r["stderr"].as_str().unwrap(), "e".repeat(300000));
     assert_eq!(w.ok("health", json!({}))["status"], "ok");
 }
+
+/// Inspect's `test_exec_as_user` adds a user as root: in the sandbox, uid 0 of its user
+/// namespace is root by name (`whoami`), but `/etc` is the host's read-only view, so no
+/// user can be added (the check stays a strict xfail with that reason).
+#[test]
+fn root_by_name_is_root_but_etc_stays_read_only() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let r = w.ok(
+        "environmentExecute",
+        on_lease(
+            &lease,
+            json!({"command": "sh", "args": ["-c", "whoami; echo x >> /etc/passwd || echo refused; echo x > /etc/new || echo refused"],
+                "envrtUser": "root"}),
+        ),
+    );
+    let stderr = r["stderr"].as_str().unwrap();
+    assert_eq!(r["stdout"], "root\nrefused\nrefused\n", "{r}");
+    assert!(stderr.contains("Read-only file system"), "{stderr}");
+}

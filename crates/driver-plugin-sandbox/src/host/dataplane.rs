@@ -135,10 +135,27 @@ impl PlaneSlot {
         }
     }
 
+    /// A fresh stdin route for an execute (its number, from `STDIN_ROUTE_BASE` up, and
+    /// its handle), when the data plane is live.
+    pub(crate) fn stdin_link(&self) -> Option<(u64, PlaneLink)> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let plane = self.live.get()?.clone();
+        let number = wire::STDIN_ROUTE_BASE + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some((number, plane.link_number(number)))
+    }
+
     /// The per-route handle of `route_id`, when the data plane is live.
     pub(crate) fn link(&self, route_id: &str) -> Option<PlaneLink> {
         let plane = self.live.get()?.clone();
         let number = wire::route_number(route_id)?;
+        Some(plane.link_number(number))
+    }
+}
+
+impl HostPlane {
+    /// Registers route `number`'s input (a full window of credit) and returns its handle.
+    fn link_number(self: Arc<Self>, number: u64) -> PlaneLink {
+        let plane = self;
         let input = Arc::new(Input {
             state: Mutex::new(InputState {
                 credit: u64::from(plane.window),
@@ -147,7 +164,7 @@ impl PlaneSlot {
             notify: Notify::new(),
         });
         plane.lock().insert(number, input.clone());
-        Some(PlaneLink { plane, number, input })
+        PlaneLink { plane, number, input }
     }
 }
 

@@ -372,10 +372,14 @@ impl EnvironmentDriver for SandboxDriver {
         Some(self)
     }
 
-    /// `cwd-anywhere` while the live worker advertises `envrtCwdAnywhere`, else the
-    /// workspace: the host cannot know what a worker confines, so it takes its word.
+    /// `whole-environment` while the live worker advertises `envrtFilesAnywhere` (and
+    /// `envrtCwdAnywhere`), `cwd-anywhere` while it advertises only `envrtCwdAnywhere`,
+    /// else the workspace: the host cannot know what a worker confines, so it takes its
+    /// word.
     fn path_scope(&self) -> envrt_runtime_core::PathScope {
-        if self.advertises(methods::CWD_ANYWHERE) {
+        if self.advertises(methods::FILES_ANYWHERE) && self.advertises(methods::CWD_ANYWHERE) {
+            envrt_runtime_core::PathScope::WholeEnvironment
+        } else if self.advertises(methods::CWD_ANYWHERE) {
             envrt_runtime_core::PathScope::CwdAnywhere
         } else {
             envrt_runtime_core::PathScope::Workspace
@@ -440,7 +444,7 @@ impl RealizeWorkspace for SandboxDriver {
 
 #[async_trait]
 impl Execute for SandboxDriver {
-    async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+    async fn execute(&self, context: &LeaseContext, mut request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
         let binary = self.advertises(methods::EXECUTE_BINARY);
         let method = if binary {
             methods::EXECUTE_BINARY
@@ -472,16 +476,16 @@ impl Execute for SandboxDriver {
             }
             params.envrt_user = Some(user.clone());
         }
-        if let Some(stdin) = &request.stdin {
-            let text = if binary {
-                b64.encode(stdin)
-            } else {
-                String::from_utf8(stdin.clone()).map_err(|_| SandboxError::InvalidInput {
-                    message: "stdin is not valid UTF-8 and the worker does not advertise \"environmentExecuteBinary\""
-                        .into(),
-                })?
-            };
-            params.stdin = Some(text);
+        // a text worker has no data plane stdin: its stdin must be UTF-8 in the request
+        let stdin = request.stdin.take();
+        if let (false, Some(stdin)) = (binary, &stdin)
+            && std::str::from_utf8(stdin).is_err()
+        {
+            return Err(SandboxError::InvalidInput {
+                message: "stdin is not valid UTF-8 and the worker does not advertise \"environmentExecuteBinary\""
+                    .into(),
+            }
+            .into());
         }
         let sink: Option<ExecSink> = request.sink.clone().map(|sink| {
             let sink: ExecSink = Arc::new(move |stream, bytes: Vec<u8>| sink.on_chunk(stream, &bytes));
@@ -494,21 +498,24 @@ impl Execute for SandboxDriver {
         };
         let started = Instant::now();
         let company = Some(context.lease.company_id.as_str());
-        let value = match request.timeout {
-            // the command's own timeout plus the grace
-            Some(timeout) => {
-                let rpc_timeout = timeout + self.supervisor.options.execute_grace;
-                self.supervisor
-                    .call(method, to_value(&params), rpc_timeout, company, sink)
-                    .await?
-            }
-            // a command runs as long as it runs: bound by the worker's life only
-            None => {
-                self.supervisor
-                    .call_while_alive(method, to_value(&params), company, sink)
-                    .await?
-            }
+        // a command runs as long as it runs without a timeout: bound by the worker's life
+        let call = super::exec_stdin::ExecCall {
+            method,
+            timeout: request.timeout,
+            company_id: company.map(str::to_owned),
+            sink,
         };
+        let encode = |bytes: Vec<u8>| -> Result<String, SandboxError> {
+            Ok(if binary {
+                b64.encode(bytes)
+            } else {
+                String::from_utf8(bytes).unwrap_or_default()
+            })
+        };
+        let value = self
+            .supervisor
+            .call_execute(call, to_value(&params), stdin, encode)
+            .await?;
         let duration = started.elapsed();
         let wire: WireExecuteResult = serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
             method: method.to_owned(),

@@ -6,6 +6,7 @@ mod connection;
 mod dataplane;
 mod driver;
 mod error;
+mod exec_stdin;
 mod manifest;
 mod options;
 mod post_upload;
@@ -18,6 +19,7 @@ mod tail;
 
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;
+pub use exec_stdin::STREAM_STDIN_OVER;
 pub use manifest::{DriverKind, EnvironmentDriverEntry, PluginManifest, WorkerCommand};
 pub use options::{DEFAULT_MAX_REQUEST_BYTES, MAX_STDIN_BYTES, ParentDeathSignal, RestartPolicy, SandboxOptions};
 pub use reference::{REFERENCE_WORKER_BINARY, reference_manifest};

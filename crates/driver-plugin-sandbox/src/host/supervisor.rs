@@ -249,23 +249,6 @@ impl Supervisor {
             .await
     }
 
-    /// Calls `method` with no answer deadline: the call lasts as long as the worker lives
-    /// (its exit fails it at once). Only the wait for a restarting worker is bounded, by
-    /// the default RPC timeout.
-    pub(crate) async fn call_while_alive(
-        &self,
-        method: &str,
-        params: Value,
-        company_id: Option<&str>,
-        sink: Option<ExecSink>,
-    ) -> Result<Value, SandboxError> {
-        let timeout = self.options.rpc_timeout;
-        let connection = self.connection(method, timeout, Instant::now() + timeout).await?;
-        // far enough never to fire (tokio's own "far future" is about 30 years)
-        let never = Instant::now() + Duration::from_secs(20 * 365 * 24 * 3600);
-        connection.call(method, params, timeout, never, company_id, sink).await
-    }
-
     fn on_exit(&self, generation: u64, error: SandboxError) {
         let since = match &*self.slot.borrow() {
             Slot::Live { connection, since } if connection.generation() == generation => *since,

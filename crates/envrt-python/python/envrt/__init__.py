@@ -24,6 +24,7 @@ from ._errors import (
     EnvrtPermissionError,
     EnvrtTimeoutError,
     EnvrtUnsupportedError,
+    EnvrtUserRefusedError,
     EnvrtValueError,
 )
 from ._runtime import DuplexStream, Lease, Runtime, SyncFile, SyncOperation
@@ -38,6 +39,7 @@ __all__ = [
     "EnvrtPermissionError",
     "EnvrtTimeoutError",
     "EnvrtUnsupportedError",
+    "EnvrtUserRefusedError",
     "EnvrtValueError",
     "ExecResult",
     "Lease",

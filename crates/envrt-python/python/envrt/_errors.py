@@ -8,15 +8,20 @@ class the exception is also an instance of it, so ``except FileNotFoundError`` w
 ======================================  =====================================
 kind (or the operating-system cause)    also an instance of
 ======================================  =====================================
-``source_missing``, a missing file      :class:`FileNotFoundError`
-``path_outside_workspace``, EACCES      :class:`PermissionError`
-``source_kind`` (a file was expected)   :class:`IsADirectoryError`
+``source_missing``, ``file_not_found``  :class:`FileNotFoundError`
+``path_outside_workspace``, EACCES,
+``permission_denied``                   :class:`PermissionError`
+``source_kind`` (a file was expected),
+``is_a_directory``                      :class:`IsADirectoryError`
 ``source_kind`` (a directory expected)  :class:`NotADirectoryError`
 ``lease_expired``                       :class:`TimeoutError`
 ``lease_not_found``, ``environment_…``  :class:`LookupError`
 ``…_unsupported``, ``duplex_not_granted`` :class:`NotImplementedError`
 ``invalid_input``, ``invalid_glob``, …  :class:`ValueError`
 ======================================  =====================================
+
+``user_refused`` (exec as a user the driver will not run as) is
+:class:`EnvrtUserRefusedError`, with no built-in base.
 """
 
 from __future__ import annotations
@@ -69,6 +74,10 @@ class EnvrtValueError(EnvrtError, ValueError):
     """Input the runtime or a driver refuses."""
 
 
+class EnvrtUserRefusedError(EnvrtError):
+    """``exec(user=...)`` the driver cannot honour (the command did not run)."""
+
+
 _BY_OS = {
     "not_found": EnvrtFileNotFoundError,
     "permission_denied": EnvrtPermissionError,
@@ -78,6 +87,10 @@ _BY_OS = {
 
 _BY_KIND = {
     "source_missing": EnvrtFileNotFoundError,
+    "file_not_found": EnvrtFileNotFoundError,
+    "permission_denied": EnvrtPermissionError,
+    "is_a_directory": EnvrtIsADirectoryError,
+    "user_refused": EnvrtUserRefusedError,
     "path_outside_workspace": EnvrtPermissionError,
     "lease_expired": EnvrtTimeoutError,
     "lease_not_found": EnvrtLookupError,

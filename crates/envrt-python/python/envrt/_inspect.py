@@ -32,6 +32,7 @@ from inspect_ai.util import (
 )
 from pydantic import BaseModel
 
+from ._errors import EnvrtUserRefusedError
 from ._runtime import Lease, Runtime
 
 logger = getLogger(__name__)
@@ -163,12 +164,17 @@ class EnvrtSandboxEnvironment(SandboxEnvironment):
         timeout_retry: bool = True,
         concurrency: bool = True,
     ) -> ExecResult[str]:
-        if user is not None and not await self._is_default_user(user):
-            raise SandboxUserUnsupportedError(
-                f"the envrt sandbox runs commands as its lease's user only, not as {user!r}"
-            )
+        if user is not None and await self._is_default_user(user):
+            user = None
         limit = SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE
-        result = await self.lease.exec(cmd, cwd=cwd, env=env, input=input, timeout=timeout, max_output=limit)
+        try:
+            result = await self.lease.exec(
+                cmd, cwd=cwd, env=env, input=input, timeout=timeout, max_output=limit, user=user
+            )
+        except EnvrtUserRefusedError as error:
+            # The driver will not run as that user (local without allowedUsers, a user
+            # the container does not have): nothing ran.
+            raise SandboxUserUnsupportedError(str(error)) from error
         if result.timed_out:
             raise TimeoutError(f"Command timed out after {timeout} seconds: {shlex.join(cmd)}")
         if result.stdout_truncated or result.stderr_truncated:
@@ -183,11 +189,15 @@ class EnvrtSandboxEnvironment(SandboxEnvironment):
         return ExecResult(success=code == 0, returncode=code, stdout=stdout, stderr=stderr)
 
     async def _is_default_user(self, user: str) -> bool:
+        """Whether ``user`` is who the lease's commands already run as, other than root:
+        that one needs no switch. Root always goes through the driver's own gate (the
+        local driver's allowedUsers), so that asking for root never reaches the host's
+        root by accident of envrt running as root."""
         if self._identity is None:
             probe = await self.lease.exec(["sh", "-c", "id -u; id -un"])
             lines = _decode(probe.stdout).split()
             self._identity = (lines[0], lines[1]) if len(lines) >= 2 else ("", "")
-        return user in self._identity
+        return user in self._identity and self._identity[0] != "0"
 
     async def write_file(self, file: str, contents: str | bytes) -> None:
         await self.lease.write_file(file, contents)
@@ -200,6 +210,9 @@ class EnvrtSandboxEnvironment(SandboxEnvironment):
         try:
             data = await self.lease.read_file(file)
         except IsADirectoryError as error:
+            if "directory" in str(error):
+                raise
+            # The sync's own refusal, when no probe could run first ("... is not a file.").
             raise IsADirectoryError(errno.EISDIR, "Is a directory", file) from error
         if len(data) > SandboxEnvironmentLimits.MAX_READ_FILE_SIZE:
             raise OutputLimitExceededError(limit_str=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, truncated_output=None)

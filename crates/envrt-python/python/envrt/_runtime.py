@@ -271,11 +271,14 @@ class Lease:
         max_output: int | None = None,
         keep: Literal["head", "tail"] = "head",
         on_output: OutputCallback | None = None,
+        user: str | None = None,
     ) -> ExecResult:
         """Runs ``argv`` (no shell) and returns its structured result. Each stream keeps
         at most ``max_output`` bytes (16 MiB by default): its first bytes, or with
         ``keep="tail"`` its last. ``on_output`` is called on this event loop with each
-        chunk as it arrives."""
+        chunk as it arrives. ``user`` (``NAME``, ``UID``, ``NAME:GROUP``, ``UID:GID``)
+        runs it as another user where the driver allows it; a driver that cannot raises
+        :class:`EnvrtUserRefusedError` and runs nothing."""
         data = input.encode("utf-8") if isinstance(input, str) else input
         sink = None
         if on_output is not None:
@@ -286,7 +289,7 @@ class Lease:
                 loop.call_soon_threadsafe(callback, stream, chunk)
 
         result = await self.runtime._native.exec(
-            self.id, list(argv), cwd, dict(env or {}), data, timeout, max_output, sink, keep
+            self.id, list(argv), cwd, dict(env or {}), data, timeout, max_output, sink, keep, user
         )
         if sink is not None:
             # Let the chunks scheduled before the result arrived run first.
@@ -298,12 +301,17 @@ class Lease:
     @overload
     async def read_file(self, path: str, *, text: Literal[True]) -> str: ...
     async def read_file(self, path: str, *, text: bool = False) -> bytes | str:
-        """The content of one file of the lease (text decodes UTF-8)."""
+        """The content of one file of the lease (text decodes UTF-8), read if the lease's
+        command user may read it: a directory raises :class:`IsADirectoryError`, a file
+        that user may not read :class:`PermissionError`, a missing one
+        :class:`FileNotFoundError` (each naming the path)."""
         data = await self.runtime._native.read_file(self.id, path)
         return data.decode("utf-8") if text else data
 
     async def write_file(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
-        """Writes one file of the lease (text is encoded as UTF-8); parents are created."""
+        """Writes one file of the lease (text is encoded as UTF-8); parents are created.
+        A directory there is not replaced (:class:`IsADirectoryError`), nor a file the
+        lease's command user may not write (:class:`PermissionError`)."""
         raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         await self.runtime._native.write_file(self.id, path, raw, mode)
 

@@ -159,6 +159,10 @@ impl Assembly {
         {
             builder = builder.local_config(crate::local::LocalConfig {
                 root: Some(config.local_root.clone()),
+                path_scope: match config.local_paths {
+                    super::LocalPaths::Workspace => envrt_runtime_core::PathScope::Workspace,
+                    super::LocalPaths::Host => envrt_runtime_core::PathScope::WholeEnvironment,
+                },
                 ..Default::default()
             });
         }

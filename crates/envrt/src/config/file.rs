@@ -7,6 +7,8 @@
 //!
 //! [local]
 //! root = "/var/tmp/envrt"   # local lease workspaces; default <state dir>/workspaces
+//! paths = "workspace"       # or "host": absolute cwd and file paths anywhere on the host
+//!                           # (widens the boundary to the whole host; docs/security.md)
 //!
 //! [docker]
 //! host = "unix:///var/run/docker.sock"   # default: DOCKER_HOST, else the local socket
@@ -116,6 +118,31 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct LocalSection {
     root: Option<PathBuf>,
+    paths: Option<toml::Value>,
+}
+
+/// Where the local driver's requests may point (`[local] paths`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LocalPaths {
+    /// `workspace` (the default): `cwd` and file paths stay in the lease workspace.
+    #[default]
+    Workspace,
+    /// `host`: absolute `cwd` and file paths anywhere on the host are accepted (relative
+    /// ones still start at the workspace): the boundary is the whole host.
+    Host,
+}
+
+/// The checked `[local] paths`.
+fn local_paths(value: Option<&toml::Value>) -> Result<LocalPaths, String> {
+    match value {
+        None => Ok(LocalPaths::Workspace),
+        Some(toml::Value::String(s)) if s == "workspace" => Ok(LocalPaths::Workspace),
+        Some(toml::Value::String(s)) if s == "host" => Ok(LocalPaths::Host),
+        Some(other) => Err(format!(
+            "[local] paths expects \"workspace\" or \"host\", got {}",
+            shown(other)
+        )),
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -206,6 +233,8 @@ pub struct Config {
     pub default_environment: String,
     /// Root of local lease workspaces.
     pub local_root: PathBuf,
+    /// Where local requests may point (`[local] paths`).
+    pub local_paths: LocalPaths,
     /// The Docker engine address, when set.
     pub docker_host: Option<String>,
     /// Configured plugins.
@@ -244,6 +273,7 @@ impl Config {
     /// Parses the text of an `envrt.toml`; the error is the message without the file name.
     fn parse(text: &str) -> Result<File, String> {
         let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
+        local_paths(file.local.paths.as_ref())?;
         let mut seen = BTreeSet::new();
         for entry in &file.environments {
             if entry.id.trim().is_empty() {
@@ -305,6 +335,8 @@ impl Config {
         Config {
             company: file.company.unwrap_or_else(|| "local".into()),
             default_environment: file.default.unwrap_or_else(|| IMPLICIT_LOCAL.into()),
+            // Checked by `parse`.
+            local_paths: local_paths(file.local.paths.as_ref()).unwrap_or_default(),
             local_root: file.local.root.unwrap_or_else(|| paths.state_dir.join("workspaces")),
             docker_host: file.docker.host,
             plugins: file
@@ -440,6 +472,27 @@ status = "archived"
             Config::parse("[[environment]]\nid = \"a\"\n").unwrap_err(),
             "missing field `driver`"
         );
+    }
+
+    #[test]
+    fn local_paths_default_to_the_workspace_and_may_open_the_host() {
+        let c = Config::from_file(Config::parse("").unwrap(), &paths());
+        assert_eq!(c.local_paths, LocalPaths::Workspace);
+        for (text, want) in [("workspace", LocalPaths::Workspace), ("host", LocalPaths::Host)] {
+            let file = Config::parse(&format!("[local]\npaths = \"{text}\"\n")).unwrap();
+            assert_eq!(Config::from_file(file, &paths()).local_paths, want);
+        }
+        for (value, got) in [
+            ("\"Host\"", "\"Host\""),
+            ("\"anywhere\"", "\"anywhere\""),
+            ("true", "true"),
+            ("1", "1"),
+        ] {
+            assert_eq!(
+                Config::parse(&format!("[local]\npaths = {value}\n")).unwrap_err(),
+                format!("[local] paths expects \"workspace\" or \"host\", got {got}")
+            );
+        }
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub use assemble::{Assembly, find_in_path, open_store, reference_worker};
 #[cfg(feature = "docker")]
 pub use assemble::{STATE_LABEL, docker_config};
 pub use duration::{DurationError, parse_duration};
-pub use file::{Config, IMPLICIT_LOCAL, MAX_POOL_SIZE, Paths, Plugin};
+pub use file::{Config, IMPLICIT_LOCAL, LocalPaths, MAX_POOL_SIZE, Paths, Plugin};
 
 use envrt_runtime_core::{RuntimeError, StoreError};
 
