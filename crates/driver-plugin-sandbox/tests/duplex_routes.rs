@@ -108,6 +108,46 @@ async fn a_non_echoing_open_reply_fails_and_the_next_open_works() {
 }
 
 #[tokio::test]
+async fn an_open_past_the_duplex_timeout_names_the_timeout_and_the_next_open_works() {
+    // 1,000 opens sent at once queue behind each other in the worker; under load the last
+    // ones pass the open timeout. The caller must see that limit, not a generic failure.
+    let options = SandboxOptions {
+        duplex_timeout: Duration::from_millis(300),
+        ..own_slots(4)
+    };
+    let slots = options.route_slots.clone();
+    let (driver, runtime, lease) = setup("silent-open", options).await;
+    let pid = driver.worker_pid();
+    let Err(err) = runtime.open_duplex_channel(&lease.id, &["cat".to_owned()]).await else {
+        panic!("an unanswered open must fail")
+    };
+    assert_eq!(err.to_string(), "RPC call \"duplexChannelOpen\" timed out after 300ms");
+    assert_eq!(slots.in_use(), 0, "the timed-out open gave its slot back");
+    let channel = open(&runtime, &lease).await;
+    channel.write(b"ping").await.unwrap();
+    assert_eq!(bounded("read", channel.read()).await.unwrap().unwrap(), b"ping");
+    channel.close().await.unwrap();
+    assert_eq!(driver.worker_pid(), pid, "a timed-out open does not retire the worker");
+}
+
+#[tokio::test]
+async fn an_open_the_worker_refuses_carries_the_workers_reason() {
+    let options = own_slots(4);
+    let slots = options.route_slots.clone();
+    let (_driver, runtime, lease) = setup("refuse-open", options).await;
+    let Err(err) = runtime.open_duplex_channel(&lease.id, &["cat".to_owned()]).await else {
+        panic!("a refused open must fail")
+    };
+    assert_eq!(
+        err.to_string(),
+        "Starting bwrap: Resource temporarily unavailable (os error 11)"
+    );
+    assert_eq!(slots.in_use(), 0, "the refused open gave its slot back");
+    let channel = open(&runtime, &lease).await;
+    channel.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn frames_before_the_open_reply_are_held_and_replayed_in_order_then_half_close() {
     let (_driver, runtime, lease) = setup("early-data", own_slots(4)).await;
     let channel = open(&runtime, &lease).await;

@@ -52,8 +52,11 @@ pub(crate) async fn open(
     let value = match answer {
         Ok(value) => value,
         Err(error) => {
+            // The call's own error (the open timeout, the worker's reason, the worker's
+            // exit) names what was hit; only a reply the host cannot use is OPEN_FAILED.
             supervisor.routes.fail_open(&route_id);
-            return Err(failed(error.to_string()));
+            tracing::warn!(route = %route_id, "duplex open failed: {error}");
+            return Err(error);
         }
     };
     let reply = serde_json::from_value::<protocol::DuplexOpenResult>(value.clone());

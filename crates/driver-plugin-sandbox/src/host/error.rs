@@ -85,7 +85,8 @@ pub enum SandboxError {
     /// The process-wide duplex route ceiling is reached; nothing was sent.
     #[error("DUPLEX_CHANNEL_ROUTE_BUSY")]
     RouteBusy,
-    /// The worker's open reply was an error, malformed, or did not echo the route id.
+    /// The worker's open reply was malformed or did not echo the route id (an error reply,
+    /// a timeout or the worker's exit is returned as itself).
     #[error("DUPLEX_CHANNEL_OPEN_FAILED")]
     OpenFailed {
         /// Why (logged, not shown: the text is fixed).
