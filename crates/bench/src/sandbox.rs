@@ -158,13 +158,14 @@ pub(crate) mod imp {
     /// bound is the default: the reference worker takes the `envrt.dataPlane` extension,
     /// whose flow control keeps unread output within the 384 KiB buffered bound.
     pub(crate) async fn open(root: &Path) -> Result<(Leased, Arc<SandboxDriver>), String> {
-        open_with(root, RouteSlots::global()).await
+        open_with(root, RouteSlots::global(), SandboxOptions::default().duplex_timeout).await
     }
 
-    /// [`open`] with a route ceiling of its own.
+    /// [`open`] with a route ceiling and a duplex timeout of its own.
     pub(crate) async fn open_with(
         root: &Path,
         route_slots: Arc<RouteSlots>,
+        duplex_timeout: Duration,
     ) -> Result<(Leased, Arc<SandboxDriver>), String> {
         let worker = worker_path()?;
         let manifest = serde_json::json!({
@@ -184,6 +185,7 @@ pub(crate) mod imp {
                 ..Default::default()
             },
             route_slots,
+            duplex_timeout,
             ..Default::default()
         };
         let driver = Arc::new(
@@ -325,9 +327,14 @@ pub(crate) mod imp {
             Err(e) => return missing("scale-duplex", 7, &[name], &e),
         };
         // The default ceiling (128 routes in the whole process) stays; this driver gets a
-        // ceiling of its own, as an embedder that wants more routes would configure.
+        // ceiling of its own, as an embedder that wants more routes would configure. So does
+        // the open timeout: each open's 30 s runs from its send, and the worker starts the
+        // sandboxes one at a time, so the last of 1,000 opens sent at once waits for the
+        // 999 before it (17 s at load 54 on two cores; past 30 s at load 35 once, which
+        // failed the row with the timeout). The row measures throughput, not that queue.
         let routes = config.routes();
-        let (leased, driver) = match open_with(&scratch.join("leases"), RouteSlots::new(routes)).await {
+        let open_timeout = Duration::from_secs(300);
+        let (leased, driver) = match open_with(&scratch.join("leases"), RouteSlots::new(routes), open_timeout).await {
             Ok(o) => o,
             Err(e) => return missing("scale-duplex", 7, &[name], &e),
         };
@@ -340,12 +347,14 @@ pub(crate) mod imp {
         };
         close(leased, driver).await;
         match (ours, bare) {
-            (Ok((ours, worker_kib)), Ok(bare)) => vec![
+            (Ok((ours, worker_kib, slowest)), Ok(bare)) => vec![
                 Row::new("scale-duplex", 7, name, Figure::ms(ours.as_secs_f64() * 1e3))
                     .baseline(format!("{routes} bare bwrap cat"), Figure::ms(bare.as_secs_f64() * 1e3))
                     .note(format!(
                         "open {routes} `cat` channels at once, write a line to each and read it back, close; \
-                         worker RSS grew {worker_kib:.0} KiB with all routes open"
+                         worker RSS grew {worker_kib:.0} KiB with all routes open; the slowest open \
+                         answered after {:.1} s",
+                        slowest.as_secs_f64()
                     )),
             ],
             (Err(e), _) | (_, Err(e)) => missing("scale-duplex", 7, &[name], &e),
@@ -353,8 +362,13 @@ pub(crate) mod imp {
     }
 
     /// Opens `routes` `cat` channels at once, echoes a line on each, closes them all.
-    /// Returns the time and the worker's RSS growth (KiB) while all were open.
-    async fn open_routes(leased: &Leased, driver: &SandboxDriver, routes: usize) -> Result<(Duration, f64), String> {
+    /// Returns the time, the worker's RSS growth (KiB) while all were open and the slowest
+    /// open's wait.
+    async fn open_routes(
+        leased: &Leased,
+        driver: &SandboxDriver,
+        routes: usize,
+    ) -> Result<(Duration, f64, Duration), String> {
         let worker_rss = || driver.worker_pid().map(|p| rss_of(&p.to_string())).unwrap_or(0.0);
         let rss_before = worker_rss();
         let start = Instant::now();
@@ -366,24 +380,32 @@ pub(crate) mod imp {
                     let lease = leased.lease.clone();
                     let argv = argv.clone();
                     tokio::spawn(async move {
-                        runtime
+                        let asked = Instant::now();
+                        let opened = runtime
                             .open_duplex_channel(&lease, &argv)
                             .await
-                            .map_err(|e| e.to_string())
+                            .map_err(|e| e.to_string());
+                        (opened, asked.elapsed())
                     })
                 })
                 .collect(),
         )
         .await?;
+        // The slowest open's wait, from its call to its answer (every open is sent at once,
+        // and the worker starts the sandboxes one at a time).
+        let slowest = opened.iter().map(|(_, waited)| *waited).max().unwrap_or_default();
+        let opened: Vec<_> = opened.into_iter().map(|(o, _)| o).collect();
         let failed = opened.iter().filter(|o| o.is_err()).count();
         if let Some(Err(e)) = opened.iter().find(|o| o.is_err()) {
             // Measured at the failure: how far it got, and how many processes the sandbox
             // user (65534) had then (a root worker's sandboxes run as that user, and the
             // worker's init sets a process limit per sandbox).
             return Err(format!(
-                "{e}: {} of {routes} routes opened; the sandbox user had {} processes",
+                "{e}: {} of {routes} routes opened; the sandbox user had {} processes; \
+                 the slowest open answered after {:.1} s",
                 routes - failed,
-                processes_of(65534)
+                processes_of(65534),
+                slowest.as_secs_f64()
             ));
         }
         let channels: Vec<_> = opened.into_iter().collect::<Result<_, _>>()?;
@@ -424,7 +446,7 @@ pub(crate) mod imp {
             let _ = c.wait().await;
             let _ = c.close().await;
         }
-        Ok((start.elapsed(), (rss_open - rss_before).max(0.0)))
+        Ok((start.elapsed(), (rss_open - rss_before).max(0.0), slowest))
     }
 
     /// Processes whose real uid is `uid`.
