@@ -502,12 +502,12 @@ impl ResumeLease for DockerDriver {
             .map(str::to_owned)
             .unwrap_or_else(|| container_name(&context.lease.id));
         let config = context.environment.as_ref().and_then(|e| EnvConfig::of(e).ok());
-        Ok(Some(self.grant(
-            &id,
-            &name,
-            config.as_ref(),
-            &Self::workspace_of(context),
-        )))
+        let mut grant = self.grant(&id, &name, config.as_ref(), &Self::workspace_of(context));
+        // A bound lease stays bound (its container keeps the mount): templates refuse it.
+        if let Some(mount) = context.lease.metadata.get(META_WORKSPACE_MOUNT) {
+            grant.metadata.insert(META_WORKSPACE_MOUNT.into(), mount.clone());
+        }
+        Ok(Some(grant))
     }
 }
 

@@ -2,7 +2,8 @@
 //! made under a 0700 base, owned by the command user, mounted at the workspace (files sync
 //! in and out through the archive API and commands see them), and removed on release and
 //! by the orphan reap; a base that is a link, a file or open to others is refused, leaving
-//! nothing behind; a bound lease refuses to become a template.
+//! nothing behind; a bound lease refuses to become a template, also after a resume; a
+//! kept (reusable) lease keeps its directory until destroyed.
 
 mod common;
 
@@ -156,4 +157,28 @@ async fn a_base_that_is_a_link_a_file_or_open_is_refused_and_nothing_is_left() {
         "a refused base is left as it was"
     );
     assert_eq!(fs::metadata(&open).unwrap().permissions().mode() & 0o777, 0o755);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reusable_bound_lease_keeps_its_directory_until_destroyed() {
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path().join("binds");
+    let Some(h) = bound(&root).await else { return };
+    common::bounded(120, async {
+        let lease = h
+            .lease(json!({}), envrt_runtime_core::LeasePolicy::ReuseByEnvironment)
+            .await;
+        let dir = lease_dir(&root, &lease);
+        assert_eq!(h.sh(&lease, "echo kept > /workspace/mark").await.exit_code, Some(0));
+        h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+        assert!(dir.join("mark").is_file(), "a kept container keeps its directory");
+        let resumed = h.runtime.resume_lease(&lease.id).await.unwrap();
+        assert_eq!(h.sh(&resumed, "cat /workspace/mark").await.stdout, b"kept\n");
+        let error = h.runtime.capture_template(&lease.id, None).await.unwrap_err();
+        assert!(error.to_string().contains("bind-mounted workspace"), "{error}");
+        h.runtime.destroy_lease(&lease.id).await.unwrap();
+        assert!(!dir.exists(), "destroy removes the host directory");
+    })
+    .await;
+    h.finish().await;
 }
