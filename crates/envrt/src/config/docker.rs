@@ -62,4 +62,38 @@ mod tests {
             Err("[docker] bind_root must be an absolute path, got \"rel/dir\"".to_owned())
         );
     }
+
+    /// The keys reach the driver's configuration through `docker_config`.
+    #[cfg(feature = "docker")]
+    #[test]
+    fn the_keys_reach_the_docker_config() {
+        use crate::docker::WorkspaceMount;
+        let dir = std::env::temp_dir().join(format!("envrt-config-docker-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("envrt.toml");
+        let paths = super::super::Paths {
+            config: Some(file.clone()),
+            state_dir: dir.join("state"),
+        };
+        std::fs::write(&file, "[docker]\nworkspace_mount = \"bind\"\nbind_root = \"/srv/b\"\n").unwrap();
+        let config = super::super::Config::load(&paths).unwrap();
+        let docker = super::super::docker_config(&paths, &config);
+        assert_eq!(docker.workspace_mount, WorkspaceMount::Bind);
+        assert_eq!(docker.bind_root.as_deref(), Some(Path::new("/srv/b")));
+        std::fs::write(&file, "[docker]\n").unwrap();
+        let config = super::super::Config::load(&paths).unwrap();
+        let docker = super::super::docker_config(&paths, &config);
+        assert_eq!(docker.workspace_mount, WorkspaceMount::Container);
+        assert_eq!(docker.bind_root, None);
+        std::fs::write(&file, "[docker]\nworkspace_mount = \"tmpfs\"\n").unwrap();
+        let error = super::super::Config::load(&paths).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            format!(
+                "envrt: config \"{}\": [docker] workspace_mount expects \"container\" or \"bind\", got \"tmpfs\"",
+                file.display()
+            )
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
