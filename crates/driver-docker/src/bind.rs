@@ -27,9 +27,9 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> DriverError {
     ))
 }
 
-/// Makes the base directory (mode 0700) when missing and refuses one that is a link or not
-/// a directory; then makes the lease directory `dir` afresh (a leftover of an earlier
-/// lease of the same name is removed first).
+/// Makes the base directory (mode 0700) when missing and refuses one that is a link, not
+/// a directory, or not the driver's own with mode 0700; then makes the lease directory
+/// `dir`, which must not exist yet.
 pub(crate) fn create(dir: &Path) -> Result<(), DriverError> {
     let Some(root) = dir.parent() else {
         return Err(io_error("place", dir, std::io::Error::other("it has no parent")));
@@ -67,7 +67,7 @@ pub(crate) fn create(dir: &Path) -> Result<(), DriverError> {
         }
         Err(e) => return Err(io_error("inspect the base of", dir, e)),
     }
-    remove(dir)?;
+    // Never an existing one: lease ids are unique, so it would be another lease's.
     std::fs::create_dir(dir).map_err(|e| io_error("create", dir, e))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(|e| io_error("set up", dir, e))
 }

@@ -270,14 +270,14 @@ impl DockerDriver {
         let created = match created {
             Ok(created) => created,
             Err(e) if is_not_found(&e) => {
-                self.remove_bind(&input.lease_id);
+                remove_made(bind_dir.as_deref());
                 return Err(DriverError::invalid(format!(
                     "Docker image \"{}\" is not present on the engine at {} (the driver never pulls images).",
                     image, self.engine.address
                 )));
             }
             Err(e) => {
-                self.remove_bind(&input.lease_id);
+                remove_made(bind_dir.as_deref());
                 return Err(self.engine.error("creating a container", e));
             }
         };
@@ -309,10 +309,19 @@ impl DockerDriver {
             Err(error) => {
                 // Nothing of a failed acquire is left behind.
                 let _ = self.remove(&id).await;
-                self.remove_bind(&input.lease_id);
+                remove_made(bind_dir.as_deref());
                 Err(error)
             }
         }
+    }
+}
+
+/// Removes the lease directory a failed acquire made, if it made one.
+fn remove_made(dir: Option<&std::path::Path>) {
+    if let Some(dir) = dir
+        && let Err(error) = crate::bind::remove(dir)
+    {
+        tracing::warn!(%error, "removing a failed acquire's workspace directory failed");
     }
 }
 

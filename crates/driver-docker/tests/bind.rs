@@ -157,6 +157,17 @@ async fn a_base_that_is_a_link_a_file_or_open_is_refused_and_nothing_is_left() {
         "a refused base is left as it was"
     );
     assert_eq!(fs::metadata(&open).unwrap().permissions().mode() & 0o777, 0o755);
+    // A failed acquire (no such image) removes the directory it made.
+    let root = scratch.path().join("binds");
+    let Some(h) = bound(&root).await else { return };
+    common::bounded(60, async {
+        let env = h.environment(json!({"image": "envrt-no-such-image:none"})).await;
+        let request = envrt_runtime_core::AcquireRequest::new(env, "acme");
+        assert!(h.runtime.acquire_lease(request).await.is_err());
+        assert_eq!(fs::read_dir(&root).unwrap().count(), 0, "no lease directory left");
+    })
+    .await;
+    h.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
