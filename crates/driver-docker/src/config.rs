@@ -52,7 +52,28 @@ pub struct DockerConfig {
     ///
     /// [`reap_orphans`]: crate::DockerDriver::reap_orphans
     pub extra_labels: BTreeMap<String, String>,
+    /// Where a lease's workspace lives: the container's own file system (the default) or
+    /// a host directory bind-mounted at the workspace path.
+    pub workspace_mount: WorkspaceMount,
+    /// The base of the host directories of [`WorkspaceMount::Bind`] (made mode 0700);
+    /// `envrt-docker-workspaces` in the system temp directory when absent.
+    pub bind_root: Option<std::path::PathBuf>,
 }
+
+/// Where a Docker lease's workspace lives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WorkspaceMount {
+    /// In the container's own (overlay) file system, removed with the container.
+    #[default]
+    Container,
+    /// A per-lease host directory under [`DockerConfig::bind_root`], bind-mounted at the
+    /// workspace path, owned by the container's command user and removed when the lease
+    /// ends. Files still move through the engine's archive API.
+    Bind,
+}
+
+/// The bind root used when [`DockerConfig::bind_root`] is absent.
+pub const DEFAULT_BIND_DIR: &str = "envrt-docker-workspaces";
 
 impl Default for DockerConfig {
     fn default() -> Self {
@@ -63,11 +84,21 @@ impl Default for DockerConfig {
             transfer_timeout: Duration::from_secs(600),
             kill_grace: Duration::from_secs(2),
             extra_labels: BTreeMap::new(),
+            workspace_mount: WorkspaceMount::Container,
+            bind_root: None,
         }
     }
 }
 
 impl DockerConfig {
+    /// The base of bind-mounted workspaces: `bind_root`, else [`DEFAULT_BIND_DIR`] in the
+    /// system temp directory.
+    pub fn resolved_bind_root(&self) -> std::path::PathBuf {
+        self.bind_root
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(DEFAULT_BIND_DIR))
+    }
+
     /// The address the driver will use: `host`, else `DOCKER_HOST`, else the local socket.
     pub fn resolved_host(&self) -> String {
         self.host

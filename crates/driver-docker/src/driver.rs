@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{CreateContainerOptionsBuilder, StopContainerOptionsBuilder};
 use envrt_runtime_core::capability::{CapabilityKey, SupportSet};
 use envrt_runtime_core::driver::classify_driver;
@@ -32,6 +32,9 @@ pub const LABEL_COMPANY_ID: &str = "envrt.company-id";
 pub const LABEL_MANAGED: &str = "envrt.managed";
 /// Label: when the lease expires (RFC 3339), on the containers of expiring leases.
 pub const LABEL_EXPIRES_AT: &str = "envrt.expires-at";
+
+/// Lease-metadata key: `bind` when the lease's workspace is a bind-mounted host directory.
+pub(crate) const META_WORKSPACE_MOUNT: &str = "workspaceMount";
 
 /// The main process of an expiring lease's container: sleeps until the epoch second `$1`
 /// by the container's clock (the host's), then exits, which stops the container.
@@ -181,7 +184,7 @@ impl DockerDriver {
         &self,
         input: &AcquireInput,
         config: &EnvConfig,
-    ) -> Result<(String, String, (u64, u64)), DriverError> {
+    ) -> Result<(String, String, (u64, u64), bool), DriverError> {
         let name = container_name(&input.lease_id);
         let mut labels: HashMap<String, String> = self.config.extra_labels.clone().into_iter().collect();
         labels.insert(LABEL_LEASE_ID.into(), input.lease_id.clone());
@@ -205,6 +208,29 @@ impl DockerDriver {
             Some(template) => crate::templates::template_image(&template.id),
             None => config.image.clone(),
         };
+        // The opt-in bind: the lease's host directory, made before the container.
+        // A lease started from a template keeps the image's workspace (a bind would hide it).
+        let bind_dir = match input.template {
+            Some(_) => None,
+            None => crate::bind::lease_dir(&self.config, &name),
+        };
+        if let Some(dir) = &bind_dir {
+            crate::bind::create(dir)?;
+        }
+        let mounts = bind_dir.as_ref().map(|dir| {
+            vec![Mount {
+                target: Some(config.working_dir.clone()),
+                source: Some(dir.display().to_string()),
+                typ: Some(MountType::BIND),
+                ..Default::default()
+            }]
+        });
+        let mut volumes = config
+            .read_only_root_fs
+            .then(|| vec![config.working_dir.clone(), "/tmp".to_owned()]);
+        if let (Some(list), Some(_)) = (&mut volumes, &bind_dir) {
+            list.retain(|v| *v != config.working_dir);
+        }
         let body = ContainerCreateBody {
             image: Some(image.clone()),
             entrypoint: Some(entrypoint),
@@ -215,9 +241,7 @@ impl DockerDriver {
             labels: Some(labels),
             // With a read-only root, the workspace and /tmp are anonymous volumes (removed
             // with the container), which the archive API writes into like the root.
-            volumes: config
-                .read_only_root_fs
-                .then(|| vec![config.working_dir.clone(), "/tmp".to_owned()]),
+            volumes,
             host_config: Some(HostConfig {
                 // docker-init as PID 1 reaps every orphan of every exec.
                 init: Some(true),
@@ -231,6 +255,7 @@ impl DockerDriver {
                 cap_add: Some(KEPT_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
                 security_opt: Some(vec!["no-new-privileges".to_owned()]),
                 readonly_rootfs: Some(config.read_only_root_fs),
+                mounts,
                 ..Default::default()
             }),
             ..Default::default()
@@ -245,12 +270,16 @@ impl DockerDriver {
         let created = match created {
             Ok(created) => created,
             Err(e) if is_not_found(&e) => {
+                remove_made(bind_dir.as_deref());
                 return Err(DriverError::invalid(format!(
                     "Docker image \"{}\" is not present on the engine at {} (the driver never pulls images).",
                     image, self.engine.address
                 )));
             }
-            Err(e) => return Err(self.engine.error("creating a container", e)),
+            Err(e) => {
+                remove_made(bind_dir.as_deref());
+                return Err(self.engine.error("creating a container", e));
+            }
         };
         let image_info = image_info.ok();
         let id = created.id;
@@ -266,7 +295,9 @@ impl DockerDriver {
             // in an exec of a container whose user is not root has no capabilities, so
             // the ownership comes from the engine instead: a one-entry archive whose
             // header names the user's ids.
-            if config.user.is_some() {
+            if let Some(dir) = &bind_dir {
+                crate::bind::give(dir, owner)?;
+            } else if config.user.is_some() {
                 self.give_workspace(&id, &config.working_dir, config.read_only_root_fs, owner)
                     .await?;
             }
@@ -274,18 +305,40 @@ impl DockerDriver {
         }
         .await;
         match ready {
-            Ok(owner) => Ok((id, name, owner)),
+            Ok(owner) => Ok((id, name, owner, bind_dir.is_some())),
             Err(error) => {
                 // Nothing of a failed acquire is left behind.
                 let _ = self.remove(&id).await;
+                remove_made(bind_dir.as_deref());
                 Err(error)
             }
         }
     }
 }
 
+/// Removes the lease directory a failed acquire made, if it made one.
+fn remove_made(dir: Option<&std::path::Path>) {
+    if let Some(dir) = dir
+        && let Err(error) = crate::bind::remove(dir)
+    {
+        tracing::warn!(%error, "removing a failed acquire's workspace directory failed");
+    }
+}
+
+impl DockerDriver {
+    /// Removes the bind-mounted workspace directory of `lease_id` (when the driver binds
+    /// workspaces), after its container is gone; a failure is only logged.
+    pub(crate) fn remove_bind(&self, lease_id: &str) {
+        if let Some(dir) = crate::bind::lease_dir(&self.config, &container_name(lease_id))
+            && let Err(error) = crate::bind::remove(&dir)
+        {
+            tracing::warn!(%error, "removing a lease's workspace directory failed");
+        }
+    }
+}
+
 /// A container name for a lease: `envrt-` plus the id's safe characters.
-fn container_name(lease_id: &str) -> String {
+pub(crate) fn container_name(lease_id: &str) -> String {
     let safe: String = lease_id
         .chars()
         .map(|c| {
@@ -332,11 +385,14 @@ impl EnvironmentDriver for DockerDriver {
                 "the requested expiry {requested} leaves the container no whole second to run"
             )));
         }
-        let (id, name, (uid, gid)) = self.create_and_start(input, &config).await?;
+        let (id, name, (uid, gid), bound) = self.create_and_start(input, &config).await?;
         let mut grant = self.grant(&id, &name, Some(&config), &config.working_dir);
         grant.expires_at = input.requested_expires_at.map(bounded_expiry);
         grant.metadata.insert("uid".into(), uid.into());
         grant.metadata.insert("gid".into(), gid.into());
+        if bound {
+            grant.metadata.insert(META_WORKSPACE_MOUNT.into(), "bind".into());
+        }
         Ok(grant)
     }
 
@@ -348,6 +404,10 @@ impl EnvironmentDriver for DockerDriver {
             _ => None,
         };
         let Some((id, running)) = self.owned_container(context).await? else {
+            // An expired lease's container removed itself; its directory remains.
+            if keep.is_none() {
+                self.remove_bind(&context.lease.id);
+            }
             return Ok(());
         };
         match keep {
@@ -369,6 +429,7 @@ impl EnvironmentDriver for DockerDriver {
             Some(false) => Ok(()),
             None => {
                 self.remove(&id).await?;
+                self.remove_bind(&context.lease.id);
                 self.prune_after(context).await;
                 Ok(())
             }
@@ -450,12 +511,12 @@ impl ResumeLease for DockerDriver {
             .map(str::to_owned)
             .unwrap_or_else(|| container_name(&context.lease.id));
         let config = context.environment.as_ref().and_then(|e| EnvConfig::of(e).ok());
-        Ok(Some(self.grant(
-            &id,
-            &name,
-            config.as_ref(),
-            &Self::workspace_of(context),
-        )))
+        let mut grant = self.grant(&id, &name, config.as_ref(), &Self::workspace_of(context));
+        // A bound lease stays bound (its container keeps the mount): templates refuse it.
+        if let Some(mount) = context.lease.metadata.get(META_WORKSPACE_MOUNT) {
+            grant.metadata.insert(META_WORKSPACE_MOUNT.into(), mount.clone());
+        }
+        Ok(Some(grant))
     }
 }
 
@@ -465,10 +526,14 @@ impl DestroyLease for DockerDriver {
         match self.owned_container(context).await? {
             Some((id, _)) => {
                 self.remove(&id).await?;
+                self.remove_bind(&context.lease.id);
                 self.prune_after(context).await;
                 Ok(())
             }
-            None => Ok(()),
+            None => {
+                self.remove_bind(&context.lease.id);
+                Ok(())
+            }
         }
     }
 }

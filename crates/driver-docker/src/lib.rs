@@ -75,6 +75,7 @@
 use envrt_runtime_core::PathScope;
 
 mod archive;
+mod bind;
 mod config;
 mod driver;
 mod duplex;
@@ -90,8 +91,8 @@ mod sync_out;
 mod templates;
 
 pub use config::{
-    DEFAULT_DOCKER_HOST, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS_LIMIT, DEFAULT_WORKING_DIR, DockerConfig, EnvConfig,
-    KEPT_CAPABILITIES,
+    DEFAULT_BIND_DIR, DEFAULT_DOCKER_HOST, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS_LIMIT, DEFAULT_WORKING_DIR, DockerConfig,
+    EnvConfig, KEPT_CAPABILITIES, WorkspaceMount,
 };
 pub use driver::{
     DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED,

@@ -43,8 +43,15 @@ impl Recovery for DockerDriver {
             .managed_containers()
             .await?
             .into_iter()
-            .any(|(id, _)| id == item.id);
-        if ours { self.remove(&item.id).await } else { Ok(()) }
+            .find(|(id, _)| *id == item.id);
+        match ours {
+            Some((_, lease)) => {
+                self.remove(&item.id).await?;
+                self.remove_bind(&lease);
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 }
 
@@ -84,6 +91,7 @@ impl DockerDriver {
         for (id, lease) in self.managed_containers().await? {
             if !active_lease_ids.contains(&lease) {
                 self.remove(&id).await?;
+                self.remove_bind(&lease);
                 removed.push(id);
             }
         }

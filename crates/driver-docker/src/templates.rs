@@ -5,7 +5,9 @@
 //!
 //! A commit captures the container's file system, not its volumes: with `readOnlyRootFs`
 //! the workspace is a volume, so such leases refuse to be captured rather than produce a
-//! template without their files.
+//! template without their files; so do leases with a bind-mounted workspace
+//! ([`crate::WorkspaceMount::Bind`]), and a lease started from a template never binds
+//! its workspace (the bind would hide the image's).
 
 use std::collections::HashMap;
 
@@ -84,6 +86,17 @@ fn template_of(summary: &bollard::models::ImageSummary, environment_id: &str, co
 #[async_trait]
 impl Templates for DockerDriver {
     async fn capture_template(&self, context: &LeaseContext, label: Option<&str>) -> Result<TemplateRef, DriverError> {
+        if context
+            .lease
+            .metadata
+            .get(crate::driver::META_WORKSPACE_MOUNT)
+            .and_then(|v| v.as_str())
+            == Some("bind")
+        {
+            return Err(DriverError::invalid(
+                "a lease with a bind-mounted workspace keeps its files in a host directory, which a template (an image commit) would not hold",
+            ));
+        }
         if let Some(environment) = &context.environment
             && EnvConfig::of(environment)?.read_only_root_fs
         {

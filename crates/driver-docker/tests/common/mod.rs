@@ -47,9 +47,16 @@ pub fn scoped_config(run: &str) -> DockerConfig {
 /// Connects, or says loudly that the test is skipped (fails instead when
 /// `ENVRT_REQUIRE_DOCKER=1`).
 pub async fn harness() -> Option<Harness> {
+    harness_with(|_| {}).await
+}
+
+/// [`harness`] with the scoped config changed by `edit`.
+pub async fn harness_with(edit: impl FnOnce(&mut DockerConfig)) -> Option<Harness> {
     let run = uuid::Uuid::new_v4().to_string();
     let require = std::env::var("ENVRT_REQUIRE_DOCKER").as_deref() == Ok("1");
-    let connected = match DockerDriver::connect(scoped_config(&run)).await {
+    let mut config = scoped_config(&run);
+    edit(&mut config);
+    let connected = match DockerDriver::connect(config).await {
         Ok(driver) => match driver.image_exists(&image()).await {
             Ok(true) => Ok(driver),
             Ok(false) => Err(format!(

@@ -55,6 +55,11 @@ pub const STATE_LABEL: &str = "envrt.cli-state";
 pub fn docker_config(paths: &Paths, config: &Config) -> crate::docker::DockerConfig {
     let mut docker = crate::docker::DockerConfig {
         host: config.docker_host.clone(),
+        workspace_mount: match config.docker_bind {
+            true => crate::docker::WorkspaceMount::Bind,
+            false => crate::docker::WorkspaceMount::Container,
+        },
+        bind_root: config.docker_bind_root.clone(),
         ..Default::default()
     };
     docker

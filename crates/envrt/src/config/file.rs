@@ -12,6 +12,10 @@
 //!
 //! [docker]
 //! host = "unix:///var/run/docker.sock"   # default: DOCKER_HOST, else the local socket
+//! workspace_mount = "container"  # or "bind": each lease's workspace is a host directory
+//!                                # bind-mounted at the workspace path (docs/security.md)
+//! bind_root = "/var/tmp/envrt-binds"     # base of those directories (made 0700); default
+//!                                        # envrt-docker-workspaces in the temp directory
 //!
 //! [[plugin]]                # a sandbox driver run by a plugin worker
 //! manifest = "plugin.json"  # relative to this file
@@ -149,6 +153,8 @@ fn local_paths(value: Option<&toml::Value>) -> Result<LocalPaths, String> {
 #[serde(deny_unknown_fields)]
 struct DockerSection {
     host: Option<String>,
+    workspace_mount: Option<toml::Value>,
+    bind_root: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -212,7 +218,7 @@ fn pool_size(pool: &PoolEntry) -> Result<usize, String> {
 }
 
 /// A TOML value as an error message shows it.
-fn shown(value: &toml::Value) -> String {
+pub(super) fn shown(value: &toml::Value) -> String {
     match value {
         toml::Value::String(s) => format!("\"{s}\""),
         toml::Value::Integer(n) => n.to_string(),
@@ -237,6 +243,11 @@ pub struct Config {
     pub local_paths: LocalPaths,
     /// The Docker engine address, when set.
     pub docker_host: Option<String>,
+    /// Whether Docker lease workspaces are bind-mounted host directories
+    /// (`[docker] workspace_mount = "bind"`).
+    pub docker_bind: bool,
+    /// The base of those host directories (`[docker] bind_root`), when set.
+    pub docker_bind_root: Option<PathBuf>,
     /// Configured plugins.
     pub plugins: Vec<Plugin>,
     /// Every environment, the implicit `local` included, in file order.
@@ -274,6 +285,8 @@ impl Config {
     fn parse(text: &str) -> Result<File, String> {
         let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
         local_paths(file.local.paths.as_ref())?;
+        super::docker::docker_bind(file.docker.workspace_mount.as_ref())?;
+        super::docker::docker_bind_root(file.docker.bind_root.as_deref())?;
         let mut seen = BTreeSet::new();
         for entry in &file.environments {
             if entry.id.trim().is_empty() {
@@ -339,6 +352,9 @@ impl Config {
             local_paths: local_paths(file.local.paths.as_ref()).unwrap_or_default(),
             local_root: file.local.root.unwrap_or_else(|| paths.state_dir.join("workspaces")),
             docker_host: file.docker.host,
+            // Checked by `parse`.
+            docker_bind: super::docker::docker_bind(file.docker.workspace_mount.as_ref()).unwrap_or_default(),
+            docker_bind_root: file.docker.bind_root,
             plugins: file
                 .plugins
                 .into_iter()
@@ -493,6 +509,10 @@ status = "archived"
                 format!("[local] paths expects \"workspace\" or \"host\", got {got}")
             );
         }
+        // `[docker]` workspace keys are checked on parse (texts: `super::docker`).
+        assert!(Config::parse("[docker]\nworkspace_mount = \"bind\"\nbind_root = \"/b\"\n").is_ok());
+        assert!(Config::parse("[docker]\nworkspace_mount = \"tmpfs\"\n").is_err());
+        assert!(Config::parse("[docker]\nbind_root = \"b\"\n").is_err());
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! ```
 
 mod assemble;
+mod docker;
 mod duration;
 mod file;
 
