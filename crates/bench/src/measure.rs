@@ -55,6 +55,29 @@ where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
+    interleave_reported(contenders, warmup, rounds, |i| {
+        let call = run(i);
+        async move {
+            let start = Instant::now();
+            call.await?;
+            Ok(start.elapsed())
+        }
+    })
+    .await
+}
+
+/// [`interleave`] for contenders that report their own duration (a peer timed inside its
+/// own process, without the pipe back to the bench).
+pub(crate) async fn interleave_reported<F, Fut>(
+    contenders: usize,
+    warmup: usize,
+    rounds: usize,
+    mut run: F,
+) -> Result<Interleaved, String>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = Result<Duration, String>>,
+{
     for _ in 0..warmup {
         for i in 0..contenders {
             run(i).await?;
@@ -65,9 +88,7 @@ where
         for k in 0..contenders {
             // Rotate the order so no contender always runs right after another one.
             let i = (k + round) % contenders;
-            let start = Instant::now();
-            run(i).await?;
-            samples[i].push(start.elapsed());
+            samples[i].push(run(i).await?);
         }
     }
     Ok(Interleaved { samples })

@@ -25,7 +25,7 @@ use tokio::sync::Mutex;
 use crate::Config;
 use crate::facade::Leased;
 use crate::local::Local;
-use crate::measure::{Interleaved, gbps};
+use crate::measure::{Interleaved, gbps, interleave_reported};
 use crate::report::{Figure, Row, Target};
 
 /// The row number of the peer rows.
@@ -166,31 +166,26 @@ async fn read_reply(lines: &mut Lines<BufReader<ChildStdout>>) -> Result<Value, 
     }
 }
 
-/// [`interleave`](crate::measure::interleave) for contenders that report their own time
-/// (a peer measured inside its interpreter): the same warm-up, rounds and rotation.
-async fn interleave_reported<F, Fut>(
-    contenders: usize,
-    warmup: usize,
-    rounds: usize,
-    mut run: F,
-) -> Result<Interleaved, String>
-where
-    F: FnMut(usize) -> Fut,
-    Fut: Future<Output = Result<Duration, String>>,
-{
-    for _ in 0..warmup {
-        for i in 0..contenders {
-            run(i).await?;
-        }
+/// The bash-session row: envrt's `true` against the peer's `op` (a SWE-ReX bash session),
+/// in fewer rounds (each session command takes 100+ ms); none when the execute rows failed.
+async fn session_rounds(
+    config: &Config,
+    executes_measured: bool,
+    leased: &Leased,
+    peer: &Peer,
+    op: &str,
+) -> Option<Result<Interleaved, String>> {
+    if !executes_measured {
+        return None;
     }
-    let mut samples = vec![Vec::with_capacity(rounds); contenders];
-    for round in 0..rounds {
-        for k in 0..contenders {
-            let i = (k + round) % contenders;
-            samples[i].push(run(i).await?);
+    let measured = interleave_reported(2, 3, config.slow_exec_rounds(), |i| async move {
+        match i {
+            0 => timed(leased.run(&["true"])).await,
+            _ => peer.time(op, &["true"], None).await,
         }
-    }
-    Ok(Interleaved { samples })
+    })
+    .await;
+    Some(measured)
 }
 
 /// Times an envrt call from this process.
@@ -261,18 +256,7 @@ async fn local_rows(config: &Config) -> Vec<Row> {
         }
     })
     .await;
-    let session = match &measured {
-        Ok(_) => Some(
-            interleave_reported(2, 3, config.slow_exec_rounds(), |i| async move {
-                match i {
-                    0 => timed(l.run(&["true"])).await,
-                    _ => p.time("swerex-session", &["true"], None).await,
-                }
-            })
-            .await,
-        ),
-        Err(_) => None,
-    };
+    let session = session_rounds(config, measured.is_ok(), l, p, "swerex-session").await;
     local.leased.close().await;
     uncontained.leased.close().await;
     peer.stop().await;
@@ -428,18 +412,7 @@ async fn remote_imp(config: &Config, names: [String; 3]) -> Vec<Row> {
         }
     })
     .await;
-    let session = match &measured {
-        Ok(_) => Some(
-            interleave_reported(2, 3, config.slow_exec_rounds(), |i| async move {
-                match i {
-                    0 => timed(s.run(&["true"])).await,
-                    _ => p.time("swerex-remote-session", &["true"], None).await,
-                }
-            })
-            .await,
-        ),
-        Err(_) => None,
-    };
+    let session = session_rounds(config, measured.is_ok(), s, p, "swerex-remote-session").await;
     crate::sandbox::imp::close(leased, driver).await;
     peer.stop().await;
     let m = match measured {
