@@ -68,6 +68,17 @@ fn leaks_a_process_past_a_timeout() {
 }
 
 #[test]
+fn leaks_a_host_descriptor_to_the_command() {
+    let message = failure_of(Fault::LeaksHostDescriptors, "execute_host_descriptors_not_inherited");
+    assert!(
+        message.starts_with("a descriptor the host program holds reached the command: "),
+        "{message}"
+    );
+    assert!(message.contains("host-descriptor"), "{message}");
+    honest_passes(&["execute_host_descriptors_not_inherited"]);
+}
+
+#[test]
 fn drops_a_byte_of_stdin() {
     let message = failure_of(Fault::DropsStdinByte, "execute_stdin_roundtrip");
     assert!(message.contains("cat returned"), "{message}");

@@ -304,6 +304,8 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
         if let Some((uid, gid)) = site.identity {
             command.uid(uid).gid(gid);
         }
+        // nothing of the host program's but stdio reaches the command
+        crate::fds::inherit_only(command.as_std_mut(), &[]);
         command
             .args(&argv[1..])
             .args(&request.args)

@@ -66,7 +66,10 @@ pub(crate) fn start(watch: &Watch<'_>) -> Result<(), DriverError> {
     let left = watch.at.0.saturating_sub(Timestamp::now().0);
     let seconds = format!("{}.{:03}", left / 1000, left % 1000);
     let text = |p: &Path| p.to_str().map(str::to_owned).unwrap_or_default();
-    let child = tokio::process::Command::new("/bin/sh")
+    let mut command = tokio::process::Command::new("/bin/sh");
+    // the watchdog outlives calls: it holds nothing of the host program's but stdio
+    crate::fds::inherit_only(command.as_std_mut(), &[]);
+    let child = command
         .arg("-c")
         .arg(SCRIPT)
         .arg(NAME)

@@ -179,6 +179,7 @@ mod containment;
 mod copy;
 mod exec;
 mod expiry;
+mod fds;
 mod groups;
 mod program;
 mod recovery;

@@ -114,3 +114,62 @@ async fn another_user_is_refused_unless_root_and_listed_and_runs_as_that_user_wh
         .unwrap();
     h.finish();
 }
+
+/// A descriptor the host program holds without close-on-exec (here to a root-only file
+/// and to `/`) reaches no command: not one run as root, not one dropped to `nobody`, which
+/// could otherwise read the file and list the host's root through it.
+#[tokio::test]
+async fn a_command_inherits_no_host_descriptor() {
+    let h = Harness::new().await;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root");
+        h.finish();
+        return;
+    }
+    let secret = std::env::temp_dir().join(format!("envrt-root-only-{}", std::process::id()));
+    std::fs::write(&secret, "root only\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // no O_CLOEXEC: every child inherits them unless the driver closes them
+    let file = rustix::fs::open(&secret, rustix::fs::OFlags::RDWR, rustix::fs::Mode::empty()).unwrap();
+    let root = rustix::fs::open(
+        "/",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    use std::os::fd::AsRawFd;
+    let (f, d) = (file.as_raw_fd(), root.as_raw_fd());
+    let lease = lease_on(&h, &["nobody"]).await;
+    assert_eq!(h.run(&lease, "chmod", &["0755", "."]).await.exit_code, Some(0));
+    let script = format!(
+        "ls -l /proc/self/fd/; [ -e /proc/self/fd/{f} ] && cat <&{f}; [ -e /proc/self/fd/{d} ] && ls /proc/self/fd/{d}/; echo end"
+    );
+    for user in [None, Some("nobody")] {
+        let mut request = ExecuteRequest::new("sh", ["-c", script.as_str()]);
+        request.user = user.map(str::to_owned);
+        let r = h.execute(&lease, request).await;
+        let out = String::from_utf8_lossy(&r.stdout);
+        assert_eq!(out.lines().last(), Some("end"), "{user:?}: {out}");
+        assert!(!out.contains("root only") && !out.contains("etc\n"), "{user:?}: {out}");
+        // `ls` holds its stdio and the directory it lists, nothing else
+        let mut beyond_stdio: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split_once(" -> "))
+            .filter(|(left, _)| {
+                left.rsplit(' ')
+                    .next()
+                    .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 2))
+            })
+            .map(|(_, target)| target)
+            .collect();
+        beyond_stdio.retain(|t| !(t.starts_with("/proc/") && t.ends_with("/fd")));
+        assert!(beyond_stdio.is_empty(), "{user:?}: {beyond_stdio:?} in {out}");
+    }
+    drop((file, root));
+    std::fs::remove_file(&secret).unwrap();
+    h.runtime
+        .release_lease(&lease.id, envrt_runtime_core::LeaseStatus::Released)
+        .await
+        .unwrap();
+    h.finish();
+}

@@ -32,8 +32,8 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
     }
     let program_args = &args[rest + 2..];
     let fd = fd.clone();
-    // The status pipe is reopened through /proc (no raw-fd handling needed); a command
-    // that writes to it can only misreport its own status.
+    // The status pipe is reopened through /proc (no raw-fd handling needed); the command
+    // does not inherit it.
     let report = move |line: String| {
         if let Ok(mut pipe) = std::fs::OpenOptions::new()
             .write(true)
@@ -43,7 +43,11 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
             let _ = pipe.write_all(line.as_bytes());
         }
     };
-    let child = Command::new(program).args(program_args).spawn();
+    let mut command = Command::new(program);
+    command.args(program_args);
+    // nothing but stdio reaches the command: not the status pipe, not what bwrap passed
+    super::fds::inherit_only(&mut command, &[]);
+    let child = command.spawn();
     let mut child = match child {
         Ok(child) => child,
         Err(e) => {

@@ -109,6 +109,7 @@ mod dataplane;
 mod duplex;
 mod exec;
 mod expiry;
+mod fds;
 mod init;
 mod inventory;
 mod lease;

@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustix::fd::{AsRawFd, OwnedFd};
-use rustix::io::FdFlags;
 use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal, kill_process};
 use tokio::process::{Child, Command};
@@ -33,9 +32,6 @@ use super::view::View;
 
 /// Where the worker binary appears in each sandbox, to run as the command's parent.
 pub const INIT_PATH: &str = "/.envrt-init";
-
-/// Serializes spawns: the status pipe's write end is inheritable only while one spawn runs.
-static SPAWN_LOCK: Mutex<()> = Mutex::new(());
 
 /// Where the lease directory appears inside the sandbox.
 pub(crate) const WORKSPACE: &str = "/workspace";
@@ -124,6 +120,7 @@ impl Sandbox {
             .arg("true")
             .env_clear()
             .stdin(Stdio::null());
+        super::fds::inherit_only(&mut probe, &[]);
         if let Some((uid, gid)) = sandbox.policy.identity {
             use std::os::unix::process::CommandExt;
             probe.uid(uid).gid(gid);
@@ -238,16 +235,12 @@ impl Sandbox {
                 Some(rustix::fs::Gid::from_raw(gid)),
             )?;
         }
-        let inherited = [&status_write, &env_fd];
-        let child = {
-            let _one_at_a_time = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-            for fd in inherited {
-                rustix::io::fcntl_setfd(fd, FdFlags::empty())?;
-            }
-            let child = command.spawn();
-            drop((status_write, env_fd));
-            child?
-        };
+        // Only the status pipe and the environment reach bwrap (and the sandbox): every
+        // other descriptor of the worker is close-on-exec in the child.
+        super::fds::inherit_only(command.as_std_mut(), &[status_write.as_raw_fd(), env_fd.as_raw_fd()]);
+        let child = command.spawn();
+        drop((status_write, env_fd));
+        let child = child?;
         let pid = child.id().unwrap_or(0);
         let killed = Arc::new(AtomicBool::new(false));
         self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(

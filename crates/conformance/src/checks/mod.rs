@@ -4,6 +4,7 @@
 use crate::context::{Ctx, Profile};
 
 mod cleanup;
+mod descriptors;
 mod duplex;
 mod execute;
 mod expiry;
@@ -101,6 +102,7 @@ pub(crate) fn all() -> Vec<Check> {
         lifecycle::CHECKS,
         lifecycle_driver::CHECKS,
         execute::CHECKS,
+        descriptors::CHECKS,
         inputs::CHECKS,
         sync::CHECKS,
         duplex::CHECKS,

@@ -75,6 +75,9 @@ pub(crate) enum Fault {
     /// Class 1: every lease's commands run in the workspace of the first lease that ran
     /// one (leases are not apart, so a pool hands out dirty leases).
     SharesOneWorkspace,
+    /// Class 5: starts the command itself, passing it every descriptor the host program
+    /// holds without close-on-exec.
+    LeaksHostDescriptors,
 }
 
 /// The local driver with one fault.
@@ -282,10 +285,33 @@ impl Execute for Faulty {
                 shared.lease.id = first;
                 return inner.execute(&shared, request).await;
             }
+            Fault::LeaksHostDescriptors => return leaky_execute(context, &request),
             _ => {}
         }
         inner.execute(context, request).await
     }
+}
+
+/// Runs the command as a naive driver would: `std::process::Command` in the workspace,
+/// with nothing done about the descriptors it inherits.
+fn leaky_execute(context: &LeaseContext, request: &ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+    let started = std::time::Instant::now();
+    let output = std::process::Command::new(&request.command)
+        .args(&request.args)
+        .current_dir(workspace_of(context))
+        .output()
+        .map_err(|e| DriverError::io("cannot run the command", e))?;
+    Ok(ExecuteResult {
+        exit_code: output.status.code(),
+        signal: None,
+        timed_out: false,
+        stdout: output.stdout,
+        stderr: output.stderr,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        duration: started.elapsed(),
+        metadata: Default::default(),
+    })
 }
 
 fn workspace_of(context: &LeaseContext) -> PathBuf {

@@ -7,6 +7,7 @@ mod dataplane;
 mod driver;
 mod error;
 mod exec_stdin;
+mod fds;
 mod manifest;
 mod options;
 mod post_upload;

@@ -257,6 +257,9 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal, dat
         true => Some(super::dataplane::pass_to_child(&mut command)?),
         false => None,
     };
+    // after the data plane's hook: its socket is the one descriptor passed on purpose
+    let keep: Vec<i32> = plane.iter().map(|(_, number)| *number).collect();
+    super::fds::inherit_only(&mut command, &keep);
 
     let (reply_tx, reply_rx) = std_mpsc::channel();
     spawner()
