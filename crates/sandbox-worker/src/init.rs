@@ -13,24 +13,38 @@ use std::process::{Command, ExitCode};
 pub(crate) const INIT_FLAG: &str = "--sandbox-init";
 
 /// Runs the program given after `--`; `args` are the arguments after [`INIT_FLAG`]:
-/// `FD [NPROC:AS] -- PROGRAM [ARGS...]`. The limits, when given, are applied to this
-/// process first (see [`super::policy::apply_limits`]), so the program inherits them.
+/// `FD [NPROC:AS [ENV_FD]] -- PROGRAM [ARGS...]`. The limits, when given, are applied to
+/// this process first (see [`super::policy::apply_limits`]), so the program inherits them.
+/// The init itself runs with an empty environment (whatever the request set, `LD_PRELOAD`
+/// included, never acts on it); the program's variables are read from `ENV_FD`
+/// (`NAME=VALUE` strings, each ended by a NUL) and given to the program only.
 pub(crate) fn run(args: &[String]) -> ExitCode {
-    let (limits, rest) = match args.get(1).map(String::as_str) {
-        Some("--") => (None, 1),
-        Some(limits) => (Some(limits), 2),
-        None => (None, 1),
-    };
-    let (Some(fd), Some("--"), Some(program)) = (args.first(), args.get(rest).map(String::as_str), args.get(rest + 1))
-    else {
-        eprintln!("usage: {INIT_FLAG} FD [NPROC:AS] -- PROGRAM [ARGS...]");
+    let split = args.iter().position(|a| a == "--");
+    let (Some(split), Some(program)) = (split, split.and_then(|at| args.get(at + 1))) else {
+        eprintln!("usage: {INIT_FLAG} FD [NPROC:AS [ENV_FD]] -- PROGRAM [ARGS...]");
         return ExitCode::from(2);
     };
-    if let Some(Err(e)) = limits.map(super::policy::apply_limits) {
+    let (fd, limits, env_fd) = match &args[..split] {
+        [fd] => (fd, None, None),
+        [fd, limits] => (fd, Some(limits), None),
+        [fd, limits, env_fd] => (fd, Some(limits), Some(env_fd)),
+        _ => {
+            eprintln!("usage: {INIT_FLAG} FD [NPROC:AS [ENV_FD]] -- PROGRAM [ARGS...]");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(Err(e)) = limits.map(|l| super::policy::apply_limits(l)) {
         eprintln!("envrt sandbox init: {e}");
         return ExitCode::from(126);
     }
-    let program_args = &args[rest + 2..];
+    let env = match env_fd.map(|n| read_env(n)).transpose() {
+        Ok(env) => env.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("envrt sandbox init: cannot read the environment: {e}");
+            return ExitCode::from(126);
+        }
+    };
+    let program_args = &args[split + 2..];
     let fd = fd.clone();
     // The status pipe is reopened through /proc (no raw-fd handling needed); the command
     // does not inherit it.
@@ -44,7 +58,7 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
         }
     };
     let mut command = Command::new(program);
-    command.args(program_args);
+    command.args(program_args).env_clear().envs(env);
     // nothing but stdio reaches the command: not the status pipe, not what bwrap passed
     super::fds::inherit_only(&mut command, &[]);
     let child = command.spawn();
@@ -78,6 +92,20 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
             ExitCode::from(255)
         }
     }
+}
+
+/// The program's variables from the memfd `fd` (`NAME=VALUE\0` each), reopened through
+/// `/proc` (no raw-descriptor handling needed).
+fn read_env(fd: &str) -> std::io::Result<Vec<(String, String)>> {
+    let data = std::fs::read(format!("/proc/self/fd/{fd}"))?;
+    Ok(data
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| {
+            let s = String::from_utf8_lossy(s);
+            s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect())
 }
 
 /// How the command ended, as the sandbox init reported it.

@@ -10,8 +10,9 @@
 //! dropped, the command gets a new session and dies with the worker. On top of that the
 //! worker's policy (see the `policy` module) applies: an unprivileged sandbox user,
 //! read-only and masked `/proc` paths, sized tmpfs mounts and process limits. `bwrap` runs
-//! with an empty environment; the command's variables reach it through a memfd
-//! (`--args FD`).
+//! with an empty environment, and so does the sandbox init; the command's variables reach
+//! the init through a memfd, and from it the command only. `HOME` is `/workspace` unless
+//! the request sets it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -36,7 +37,8 @@ pub const INIT_PATH: &str = "/.envrt-init";
 /// Where the lease directory appears inside the sandbox.
 pub(crate) const WORKSPACE: &str = "/workspace";
 
-/// The only `PATH` a sandboxed command gets unless the request sets its own.
+/// The only `PATH` a sandboxed command gets unless the request sets its own (its `HOME`
+/// is [`WORKSPACE`] likewise).
 pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Files and directories of `/etc` bound read-only when they exist on the host.
@@ -202,15 +204,13 @@ impl Sandbox {
         let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
         // bwrap resolves bind sources as the sandbox user: through the view (see there).
         let lease_path = self.view.lease_dir(lease_dir);
-        // The command's environment travels in a memfd read by bwrap (`--args FD`): never
-        // in bwrap's own environment (where LD_PRELOAD and friends would act on the host
-        // side) nor on any command line.
-        let env_fd = env_args(env)?;
+        // The command's environment travels in a memfd read by the sandbox init, which
+        // hands it to the command only: never in bwrap's environment (where LD_PRELOAD and
+        // friends would act on the host side) nor the init's (where they would run before
+        // its limits are set), nor on any command line.
+        let env_fd = env_memfd(env)?;
         let tmp = self.lease_tmp(lease_dir)?;
-        let mut args = self.args(&lease_path, tmp.as_deref(), &self.init, cwd, &how);
-        // `--args` goes before the final `--` of the options
-        args.insert(args.len() - 1, "--args".into());
-        args.insert(args.len() - 1, env_fd.as_raw_fd().to_string());
+        let args = self.args(&lease_path, tmp.as_deref(), &self.init, cwd, &how);
         let mut command = Command::new(&self.bwrap);
         command
             .args(args)
@@ -218,6 +218,7 @@ impl Sandbox {
             .arg(INIT_FLAG)
             .arg(status_write.as_raw_fd().to_string())
             .arg(self.policy.limits_arg())
+            .arg(env_fd.as_raw_fd().to_string())
             .arg("--")
             .args(argv)
             // bwrap itself runs with an empty environment.
@@ -422,16 +423,21 @@ pub fn bwrap_options(lease_dir: &Path, cwd: &str, init: &Path) -> Vec<String> {
     a
 }
 
-/// Writes `--setenv NAME VALUE` for each variable (PATH first, so a request may replace
-/// it) NUL-separated into a sealed-off memfd, rewound for bwrap to read.
-fn env_args(env: &[(String, String)]) -> std::io::Result<OwnedFd> {
+/// Writes `NAME=VALUE` for each variable, each ended by a NUL (the defaults `PATH` and
+/// `HOME` first, so a request may replace them), into a memfd rewound for the sandbox
+/// init to read.
+fn env_memfd(env: &[(String, String)]) -> std::io::Result<OwnedFd> {
     let fd = rustix::fs::memfd_create("envrt-sandbox-env", rustix::fs::MemfdFlags::CLOEXEC)?;
     let mut data = Vec::new();
-    for (k, v) in std::iter::once(("PATH", SANDBOX_PATH)).chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
-        for part in ["--setenv", k, v] {
-            data.extend_from_slice(part.as_bytes());
-            data.push(0);
-        }
+    let defaults = [("PATH", SANDBOX_PATH), ("HOME", WORKSPACE)];
+    for (k, v) in defaults
+        .into_iter()
+        .chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    {
+        data.extend_from_slice(k.as_bytes());
+        data.push(b'=');
+        data.extend_from_slice(v.as_bytes());
+        data.push(0);
     }
     let mut file = std::fs::File::from(fd);
     std::io::Write::write_all(&mut file, &data)?;
