@@ -35,7 +35,8 @@ pub(crate) fn inherit_only(command: &mut Command, keep: &[RawFd]) {
                 if nix::libc::getrlimit(nix::libc::RLIMIT_NOFILE, &mut limit) != 0 {
                     return Err(io::Error::last_os_error());
                 }
-                let top = RawFd::try_from(limit.rlim_cur).unwrap_or(RawFd::MAX);
+                // (bounded by the kernel's default `nr_open`, in case the limit is infinite)
+                let top = RawFd::try_from(limit.rlim_cur.min(1 << 20)).unwrap_or(1 << 20);
                 for fd in 3..top {
                     nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC);
                 }

@@ -38,7 +38,7 @@ pub const INIT_PATH: &str = "/.envrt-init";
 pub(crate) const WORKSPACE: &str = "/workspace";
 
 /// The only `PATH` a sandboxed command gets unless the request sets its own (its `HOME`
-/// is [`WORKSPACE`] likewise).
+/// is `/workspace` likewise).
 pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Files and directories of `/etc` bound read-only when they exist on the host.
