@@ -148,7 +148,7 @@ fn stdin_eof_ends_the_worker_and_every_sandboxed_process() {
         "environmentExecute",
         on_lease(
             &lease,
-            json!({"command": "sh", "args": ["-c", "sleep 60 & sleep 60 & wait"], "env": {"MARK": mark}}),
+            json!({"command": "sh", "args": ["-c", "sleep 60 & sleep 60 & wait", mark], "env": {"MARK": mark}}),
         ),
     );
     let r = w.call(
@@ -157,8 +157,9 @@ fn stdin_eof_ends_the_worker_and_every_sandboxed_process() {
             "providerLeaseId": lease, "command": ["sh", "-c", format!("read x; : {mark}")]}),
     );
     assert!(r.get("result").is_some(), "{r}");
-    // Two bwraps (outer + namespace init) per sandbox, the shell and two sleepers of the
-    // execute, the channel's shell (blocked reading its stdin).
+    // Two bwraps (outer + namespace init) and the sandbox init per sandbox (the mark in
+    // their command lines), the shell and two sleepers of the execute, the channel's shell
+    // (blocked reading its stdin).
     let before = wait_for_processes(&mark, 8);
     assert!(before.len() >= 8, "sleepers and their sandboxes: {before:?}");
     w.close_stdin();
@@ -176,11 +177,12 @@ fn a_killed_worker_takes_its_sandboxes_with_it() {
         "environmentExecute",
         on_lease(
             &lease,
-            json!({"command": "sh", "args": ["-c", "sleep 60 & sleep 60"], "env": {"MARK": mark}}),
+            json!({"command": "sh", "args": ["-c", "sleep 60 & sleep 60", mark], "env": {"MARK": mark}}),
         ),
     );
-    // init, sh and the two sleeps (bwrap itself never carries request variables)
-    wait_for_processes(&mark, 4);
+    // the two bwraps, the sandbox init and sh carry the mark in their command lines (the
+    // init no longer holds the request's variables), the two sleeps in their environment
+    wait_for_processes(&mark, 6);
     w.child.kill().unwrap();
     w.child.wait().unwrap();
     assert_eq!(survivors_after_wait(&mark), Vec::<u32>::new());
