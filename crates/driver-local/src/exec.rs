@@ -304,8 +304,6 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
         if let Some((uid, gid)) = site.identity {
             command.uid(uid).gid(gid);
         }
-        // nothing of the host program's but stdio reaches the command
-        crate::fds::inherit_only(command.as_std_mut(), &[]);
         command
             .args(&argv[1..])
             .args(&request.args)
@@ -320,8 +318,11 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
+            .kill_on_drop(true);
+        // nothing of the host program's but stdio reaches the command
+        let arg0 = if procs.is_some() { OsStr::new("sh") } else { argv[0] };
+        crate::fds::exec_with_stdio_only(command.as_std_mut(), arg0)?;
+        command.spawn()
     };
     let child = match spawn(&program, &[OsStr::new(&request.command)]) {
         Ok(child) => child,
