@@ -400,6 +400,7 @@ async fn half_close_stop_and_close_work_on_the_data_plane() {
     channel.close().await.unwrap();
     assert!(wait_gone(pid, Duration::from_secs(10)).await);
     // the restarted worker takes the data plane again
+    restarted(&s.driver, pid).await;
     let channel = s.open(&["cat"]).await;
     assert!(s.driver.supported_methods().contains(EXTENSION));
     channel.write(b"again").await.unwrap();

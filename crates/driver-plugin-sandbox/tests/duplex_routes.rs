@@ -198,6 +198,7 @@ async fn a_frame_for_a_pair_never_issued_retires_the_worker() {
     assert_eq!(bounded("read", channel.read()).await.unwrap(), None);
     channel.close().await.unwrap();
     // a restarted worker serves; a forged route id retires it again
+    restarted(&driver, old_pid).await;
     assert_eq!(bounded("health", driver.health()).await.unwrap()["status"], "ok");
     let second_pid = driver.worker_pid().unwrap();
     assert_ne!(second_pid, old_pid);
