@@ -62,7 +62,7 @@ impl ConnectionEvents for Events {
     }
 
     fn on_exit(&self, generation: u64, error: SandboxError) {
-        self.routes.end_generation(generation);
+        self.routes.end_generation(generation, &error);
         if let Some(supervisor) = self.supervisor.upgrade() {
             supervisor.on_exit(generation, error);
         }
