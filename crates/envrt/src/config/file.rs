@@ -45,8 +45,8 @@
 //!
 //! An environment `local` with driver `local` exists even with no file, unless the file
 //! defines an environment with that id. When an environment uses driver `sandbox` and no
-//! plugin provides that key, the reference worker `envrt-sandbox-worker` (next to `envrt`,
-//! else on `PATH`) is started with its lease root in `<state dir>/sandbox`.
+//! plugin provides that key, the reference worker `envrt-sandbox-worker` (`[sandbox] worker`,
+//! else next to the program, in the Python package, on `PATH`) runs over `<state dir>/sandbox`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
