@@ -397,9 +397,16 @@ async fn half_close_stop_and_close_work_on_the_data_plane() {
             transport_closed: true
         }
     );
+    // its reads and writes fail with the worker's exit
+    let killed = "Worker process exited (code=null, signal=SIGKILL)";
+    let err = bounded("read", channel.read()).await.unwrap_err();
+    assert!(err.to_string().starts_with(killed), "{err}");
+    let err = bounded("write", channel.write(b"late")).await.unwrap_err();
+    assert!(err.to_string().starts_with(killed), "{err}");
     channel.close().await.unwrap();
     assert!(wait_gone(pid, Duration::from_secs(10)).await);
     // the restarted worker takes the data plane again
+    restarted(&s.driver, pid).await;
     let channel = s.open(&["cat"]).await;
     assert!(s.driver.supported_methods().contains(EXTENSION));
     channel.write(b"again").await.unwrap();

@@ -195,9 +195,12 @@ async fn a_frame_for_a_pair_never_issued_retires_the_worker() {
             transport_closed: true
         }
     );
-    assert_eq!(bounded("read", channel.read()).await.unwrap(), None);
+    // reads fail with the worker's exit (not a quiet end of output)
+    let err = bounded("read", channel.read()).await.unwrap_err();
+    assert_eq!(err.to_string(), "Worker process exited (code=null, signal=SIGKILL)");
     channel.close().await.unwrap();
     // a restarted worker serves; a forged route id retires it again
+    restarted(&driver, old_pid).await;
     assert_eq!(bounded("health", driver.health()).await.unwrap()["status"], "ok");
     let second_pid = driver.worker_pid().unwrap();
     assert_ne!(second_pid, old_pid);

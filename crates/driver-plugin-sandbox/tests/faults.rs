@@ -80,7 +80,17 @@ async fn a_worker_killed_during_execute_fails_the_call_and_is_restarted() {
     // the call did not wait for its 30 s timeout
     assert!(failed_after < Duration::from_secs(5), "{failed_after:?}");
 
-    // the next call waits for the restart (1 s backoff) and succeeds on a new worker
+    // the next call, made during the restart backoff (1 s), fails at once saying so...
+    let err = runtime
+        .execute(&lease.id, ExecuteRequest::new("echo", [""; 0]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(sandbox_error(&err), SandboxError::WorkerRestarting { .. }),
+        "{err:?}"
+    );
+    // ...and once the worker is back it succeeds on a new worker
+    restarted(&driver, old_pid).await;
     let result = bounded(
         "the next call",
         runtime.execute(&lease.id, ExecuteRequest::new("echo", [""; 0])),
@@ -197,7 +207,13 @@ async fn a_worker_that_keeps_crashing_stays_down_after_the_limit() {
         ..SandboxOptions::default()
     };
     let driver = start(script_manifest("die-on-health", &[]), options).await;
+    let mut crashed = None;
     for attempt in 1..=3 {
+        // (calls during each restart backoff fail at once: wait for the restarted worker)
+        if let Some(old_pid) = crashed {
+            restarted(&driver, old_pid).await;
+        }
+        crashed = driver.worker_pid();
         let err = bounded("health", driver.health()).await.unwrap_err();
         assert_eq!(
             err.to_string(),

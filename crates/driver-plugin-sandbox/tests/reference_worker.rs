@@ -148,6 +148,7 @@ async fn a_worker_killed_during_execute_fails_the_call_and_the_next_one_runs() {
         "{err}"
     );
     // the lease's sandbox is per lease directory: a restarted worker serves it again
+    restarted(&driver, old_pid).await;
     let result = bounded(
         "next call",
         runtime.execute(&lease.id, ExecuteRequest::new("echo", ["again"])),

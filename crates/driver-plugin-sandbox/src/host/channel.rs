@@ -173,6 +173,9 @@ impl SandboxChannel {
     /// Fails when the route can no longer carry traffic.
     fn check_usable(&self) -> Result<(), SandboxError> {
         let state = self.route.lock();
+        if let Some(error) = &state.worker_exit {
+            return Err(error.clone());
+        }
         if state.closed {
             return Err(SandboxError::RouteEnded {
                 route_id: self.route.route_id.clone(),
@@ -308,6 +311,9 @@ impl DuplexChannel for SandboxChannel {
                         plane.consumed(chunk.len());
                     }
                     return Ok(Some(chunk));
+                }
+                if let Some(error) = &state.worker_exit {
+                    return Err(error.clone().into());
                 }
                 if state.exit.is_some() || state.closed || state.ended.is_some() {
                     return Ok(None);

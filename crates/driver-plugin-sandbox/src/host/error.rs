@@ -50,6 +50,21 @@ pub enum SandboxError {
         /// Why.
         reason: String,
     },
+    /// The worker crashed (or its restart failed) and the host is waiting out the restart
+    /// backoff: the call was not sent. Retryable: a worker may serve once the backoff
+    /// has passed (see [`SandboxError::retry_after`]).
+    #[error(
+        "Worker for plugin \"{plugin_id}\" is unavailable ({reason}); the host tries it again in {retry_in_ms} ms."
+    )]
+    WorkerRestarting {
+        /// The plugin id.
+        plugin_id: String,
+        /// Why it is down: `it exited: code={code}, signal={signal}` or
+        /// `its restart failed: {error}`.
+        reason: String,
+        /// How long until the host starts the worker again, in milliseconds.
+        retry_in_ms: u64,
+    },
     /// The worker answered with a JSON-RPC error; the text is the worker's message.
     #[error("{message}")]
     Rpc {
@@ -130,12 +145,36 @@ impl SandboxError {
     /// The plugin protocol code of this error, where it has one.
     pub fn code(&self) -> Option<i64> {
         match self {
-            SandboxError::WorkerExited { .. } | SandboxError::WorkerUnavailable { .. } => {
-                Some(codes::WORKER_UNAVAILABLE)
-            }
+            SandboxError::WorkerExited { .. }
+            | SandboxError::WorkerUnavailable { .. }
+            | SandboxError::WorkerRestarting { .. } => Some(codes::WORKER_UNAVAILABLE),
             SandboxError::Timeout { .. } => Some(codes::TIMEOUT),
             SandboxError::Rpc { code, .. } => Some(*code),
             _ => None,
+        }
+    }
+
+    /// How long to wait before trying again, for an error that is worth retrying: the
+    /// rest of a crashed worker's restart backoff.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            SandboxError::WorkerRestarting { retry_in_ms, .. } => Some(std::time::Duration::from_millis(*retry_in_ms)),
+            _ => None,
+        }
+    }
+
+    /// The short reason a worker that ended with this error is down, for
+    /// [`SandboxError::WorkerRestarting`]: the exit status without the stderr excerpt
+    /// (that is logged), or the first line of any other error.
+    pub(crate) fn down_reason(&self) -> String {
+        match self {
+            SandboxError::WorkerExited { code, signal, .. } => {
+                format!("it exited: code={}, signal={}", fmt_opt(code), fmt_opt(signal))
+            }
+            other => format!(
+                "its restart failed: {}",
+                other.to_string().lines().next().unwrap_or_default()
+            ),
         }
     }
 
@@ -143,6 +182,9 @@ impl SandboxError {
     pub fn of(error: &DriverError) -> Option<&SandboxError> {
         match error {
             DriverError::Other {
+                source: Some(source), ..
+            }
+            | DriverError::Unavailable {
                 source: Some(source), ..
             } => source.downcast_ref::<SandboxError>(),
             _ => None,
@@ -242,6 +284,10 @@ impl From<SandboxError> for DriverError {
                     }
                 }
             },
+            restarting @ SandboxError::WorkerRestarting { .. } => DriverError::Unavailable {
+                message: restarting.to_string(),
+                source: Some(Box::new(restarting)),
+            },
             other => DriverError::Other {
                 message: other.to_string(),
                 source: Some(Box::new(other)),
@@ -277,6 +323,20 @@ mod tests {
             ms: 250,
         };
         assert_eq!(e.to_string(), "RPC call \"health\" timed out after 250ms");
+        let e = SandboxError::WorkerRestarting {
+            plugin_id: "p".into(),
+            reason: "it exited: code=1, signal=null".into(),
+            retry_in_ms: 750,
+        };
+        assert_eq!(
+            e.to_string(),
+            "Worker for plugin \"p\" is unavailable (it exited: code=1, signal=null); the host tries it again in 750 ms."
+        );
+        assert_eq!(e.code(), Some(-32000));
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_millis(750)));
+        let d: DriverError = e.clone().into();
+        assert_eq!(d.kind(), "unavailable");
+        assert_eq!(SandboxError::of(&d), Some(&e));
         let d: DriverError = SandboxError::RouteBusy.into();
         assert_eq!(d.to_string(), "DUPLEX_CHANNEL_ROUTE_BUSY");
         assert_eq!(SandboxError::of(&d), Some(&SandboxError::RouteBusy));

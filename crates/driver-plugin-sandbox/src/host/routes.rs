@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
+use super::error::SandboxError;
 use crate::protocol::{self, notifications};
 
 /// The default process-wide ceiling on open duplex routes.
@@ -155,6 +156,9 @@ pub(crate) struct RouteState {
     pub(crate) closed: bool,
     /// The worker still has the route open (no close sent, worker alive).
     pub(crate) worker_open: bool,
+    /// The worker that owned the route exited with this error: reads and writes fail
+    /// with it.
+    pub(crate) worker_exit: Option<SandboxError>,
     pub(crate) deadline: Instant,
 }
 
@@ -344,6 +348,7 @@ impl RouteTable {
                 ended: None,
                 closed: false,
                 worker_open: true,
+                worker_exit: None,
                 deadline: Instant::now() + self.limits.max_lifetime,
             }),
             notify: Notify::new(),
@@ -435,8 +440,9 @@ impl RouteTable {
         worker_open
     }
 
-    /// The worker of `generation` exited: every route of it ends with exit code none.
-    pub(crate) fn end_generation(&self, generation: u64) {
+    /// The worker of `generation` exited with `error`: every route of it ends with exit
+    /// code none, and its reads and writes fail with `error`.
+    pub(crate) fn end_generation(&self, generation: u64, error: &SandboxError) {
         let mut table = self.lock();
         let ids: Vec<String> = table
             .live
@@ -454,6 +460,7 @@ impl RouteTable {
                         let mut state = route.lock();
                         state.worker_open = false;
                         state.end("the worker exited".into(), true);
+                        state.worker_exit.get_or_insert_with(|| error.clone());
                     }
                     route.notify.notify_waiters();
                     Some(route.session_id.clone())

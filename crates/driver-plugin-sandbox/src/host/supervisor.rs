@@ -28,10 +28,14 @@ enum Slot {
         since: Instant,
     },
     Down(SandboxError),
-    /// A restart attempt failed; the next one is pending. Calls fail at once with the
-    /// error that ended the last worker instead of waiting for a restart that may never
-    /// come.
-    Failing(SandboxError),
+    /// The worker crashed (or a restart attempt failed) and the host waits until
+    /// `retry_at` before starting it again. Calls fail at once with a retryable
+    /// [`SandboxError::WorkerRestarting`] instead of waiting out a backoff that can be
+    /// longer than their own timeout.
+    Backoff {
+        reason: String,
+        retry_at: Instant,
+    },
 }
 
 /// Owns one plugin's worker.
@@ -58,7 +62,7 @@ impl ConnectionEvents for Events {
     }
 
     fn on_exit(&self, generation: u64, error: SandboxError) {
-        self.routes.end_generation(generation);
+        self.routes.end_generation(generation, &error);
         if let Some(supervisor) = self.supervisor.upgrade() {
             supervisor.on_exit(generation, error);
         }
@@ -201,7 +205,8 @@ impl Supervisor {
         }
     }
 
-    /// The live connection, waiting until `deadline` for a restart in progress.
+    /// The live connection, waiting until `deadline` for a start in progress (a restart
+    /// backoff is not waited for: see [`Slot::Backoff`]).
     pub(crate) async fn connection(
         &self,
         method: &str,
@@ -212,7 +217,14 @@ impl Supervisor {
         loop {
             match &*slot.borrow_and_update() {
                 Slot::Live { connection, .. } if !connection.has_exited() => return Ok(connection.clone()),
-                Slot::Down(error) | Slot::Failing(error) => return Err(error.clone()),
+                Slot::Down(error) => return Err(error.clone()),
+                Slot::Backoff { reason, retry_at } => {
+                    return Err(SandboxError::WorkerRestarting {
+                        plugin_id: self.plugin_id().to_owned(),
+                        reason: reason.clone(),
+                        retry_in_ms: retry_at.saturating_duration_since(Instant::now()).as_millis() as u64,
+                    });
+                }
                 _ => {}
             }
             match tokio::time::timeout_at(deadline, slot.changed()).await {
@@ -233,7 +245,7 @@ impl Supervisor {
         }
     }
 
-    /// Calls `method` on the live worker (waiting for a restart in progress).
+    /// Calls `method` on the live worker (waiting for a start in progress).
     pub(crate) async fn call(
         &self,
         method: &str,
@@ -261,8 +273,31 @@ impl Supervisor {
             *self.crashes.lock().unwrap_or_else(|e| e.into_inner()) = 0;
         }
         tracing::warn!(plugin = %self.manifest.id, "worker crashed: {error}");
-        self.slot.send_replace(Slot::Starting);
-        tokio::spawn(restart_loop(self.me.clone(), error));
+        if self.back_off(error.down_reason()) {
+            tokio::spawn(restart_loop(self.me.clone()));
+        }
+    }
+
+    /// Counts one more crash in a row and, below the limit, enters the backoff before the
+    /// next restart (true); at the limit the worker stays down (false).
+    fn back_off(&self, reason: String) -> bool {
+        let n = {
+            let mut crashes = self.crashes.lock().unwrap_or_else(|e| e.into_inner());
+            *crashes += 1;
+            *crashes
+        };
+        if n >= self.options.restart.max_crashes {
+            let error = SandboxError::WorkerUnavailable {
+                plugin_id: self.manifest.id.clone(),
+                reason: format!("it crashed {n} times in a row; not restarting"),
+            };
+            tracing::error!("{error}");
+            self.slot.send_replace(Slot::Down(error));
+            return false;
+        }
+        let retry_at = Instant::now() + self.backoff(n);
+        self.slot.send_replace(Slot::Backoff { reason, retry_at });
+        true
     }
 
     /// The backoff before restart number `n` (1-based): `base · 2^(n-1)` ± 25 %, capped.
@@ -324,34 +359,29 @@ impl Drop for Supervisor {
     }
 }
 
-async fn restart_loop(me: Weak<Supervisor>, exit: SandboxError) {
+/// Starts the worker again once each backoff has passed, until one start succeeds or the
+/// crash limit is reached.
+async fn restart_loop(me: Weak<Supervisor>) {
     loop {
-        let delay = {
+        let retry_at = {
             let Some(supervisor) = me.upgrade() else { return };
-            let n = {
-                let mut crashes = supervisor.crashes.lock().unwrap_or_else(|e| e.into_inner());
-                *crashes += 1;
-                *crashes
-            };
-            if n >= supervisor.options.restart.max_crashes {
-                let error = SandboxError::WorkerUnavailable {
-                    plugin_id: supervisor.manifest.id.clone(),
-                    reason: format!("it crashed {n} times in a row; not restarting"),
-                };
-                tracing::error!("{error}");
-                supervisor.slot.send_replace(Slot::Down(error));
-                return;
+            match &*supervisor.slot.borrow() {
+                Slot::Backoff { retry_at, .. } => *retry_at,
+                _ => return,
             }
-            supervisor.backoff(n)
         };
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep_until(retry_at).await;
         let Some(supervisor) = me.upgrade() else { return };
         if supervisor.shutting_down.load(Ordering::SeqCst) {
             return;
         }
-        if matches!(&*supervisor.slot.borrow(), Slot::Failing(_)) {
-            supervisor.slot.send_replace(Slot::Starting);
-        }
+        supervisor.slot.send_if_modified(|slot| {
+            let backing_off = matches!(slot, Slot::Backoff { .. });
+            if backing_off {
+                *slot = Slot::Starting;
+            }
+            backing_off
+        });
         match supervisor.start_connection().await {
             Ok(connection) => {
                 if supervisor.shutting_down.load(Ordering::SeqCst) {
@@ -367,8 +397,8 @@ async fn restart_loop(me: Weak<Supervisor>, exit: SandboxError) {
             }
             Err(error) => {
                 tracing::warn!("worker restart failed: {error}");
-                if !supervisor.shutting_down.load(Ordering::SeqCst) {
-                    supervisor.slot.send_replace(Slot::Failing(exit.clone()));
+                if supervisor.shutting_down.load(Ordering::SeqCst) || !supervisor.back_off(error.down_reason()) {
+                    return;
                 }
             }
         }

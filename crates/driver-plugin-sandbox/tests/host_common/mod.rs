@@ -220,3 +220,14 @@ pub async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
         .await
         .unwrap_or_else(|_| panic!("{what} did not finish within 60 s"))
 }
+
+/// Waits (bounded) until a worker other than `old_pid` serves: calls made during the
+/// restart backoff fail at once, so a test that wants the restarted worker waits here.
+pub async fn restarted(driver: &SandboxDriver, old_pid: u32) {
+    bounded("the restarted worker", async {
+        while driver.worker_pid().is_none_or(|pid| pid == old_pid) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}

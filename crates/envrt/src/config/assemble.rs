@@ -70,24 +70,83 @@ pub fn docker_config(paths: &Paths, config: &Config) -> crate::docker::DockerCon
 
 /// An executable file named `name` in a directory of `PATH`.
 pub fn find_in_path(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
-        .find(|candidate| {
-            std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+        .find(|candidate| executable(candidate))
 }
 
-/// The reference worker `envrt-sandbox-worker`: next to the running executable, else on
-/// `PATH`.
-pub fn reference_worker() -> Option<PathBuf> {
-    const NAME: &str = "envrt-sandbox-worker";
-    let beside = std::env::current_exe()
+/// The reference worker's binary name.
+const WORKER: &str = "envrt-sandbox-worker";
+
+/// Directories a host program added to the reference worker's search.
+static WORKER_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Adds `dir` to the directories searched for the reference worker, after the one of the
+/// running executable and before `PATH`. The Python package adds its own directory (where
+/// its wheel installs the worker): its executable is the interpreter.
+pub fn add_worker_search_dir(dir: impl Into<PathBuf>) {
+    let dir = dir.into();
+    let mut dirs = WORKER_DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    if !dirs.contains(&dir) {
+        dirs.push(dir);
+    }
+}
+
+/// The directories searched before `PATH`: the running executable's, then the added ones.
+fn worker_search_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::current_exe()
         .ok()
-        .and_then(|exe| exe.parent().map(|dir| dir.join(NAME)))
-        .filter(|p| p.is_file());
-    beside.or_else(|| find_in_path(NAME))
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .into_iter()
+        .collect();
+    for dir in WORKER_DIRS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        if !dirs.contains(dir) {
+            dirs.push(dir.clone());
+        }
+    }
+    dirs
+}
+
+/// Whether `path` is an executable file.
+fn executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The reference worker `envrt-sandbox-worker`: next to the running executable, else in a
+/// directory added with [`add_worker_search_dir`], else on `PATH`.
+pub fn reference_worker() -> Option<PathBuf> {
+    locate_reference_worker(None).ok()
+}
+
+/// The reference worker to run: `configured` (`[sandbox] worker`) when set, else found as
+/// [`reference_worker`] does. The error is the exact text saying which binary, where it
+/// was looked for and how to set it.
+pub fn locate_reference_worker(configured: Option<&Path>) -> Result<PathBuf, String> {
+    locate_in(configured, &worker_search_dirs(), find_in_path(WORKER))
+}
+
+fn locate_in(configured: Option<&Path>, dirs: &[PathBuf], on_path: Option<PathBuf>) -> Result<PathBuf, String> {
+    if let Some(path) = configured {
+        return match executable(path) {
+            true => Ok(path.to_path_buf()),
+            false => Err(format!(
+                "Sandbox worker \"{}\" (set by [sandbox] worker in envrt.toml) is not an executable file.",
+                path.display()
+            )),
+        };
+    }
+    if let Some(found) = dirs.iter().map(|dir| dir.join(WORKER)).find(|p| executable(p)) {
+        return Ok(found);
+    }
+    on_path.ok_or_else(|| {
+        let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        format!(
+            "Sandbox worker \"{WORKER}\" was not found (looked in {}, and on PATH); set [sandbox] worker = \"/path/to/{WORKER}\" in envrt.toml, or put it on PATH.",
+            looked.join(", ")
+        )
+    })
 }
 
 /// The plugin manifest of the reference worker, leases under `<state dir>/sandbox`.
@@ -98,17 +157,22 @@ fn reference_manifest(worker: &Path, paths: &Paths) -> crate::plugin_sandbox::Pl
 
 /// The plugins to start: the configured ones, plus the reference worker when a `needed`
 /// driver (environments configured or stored, `extra`) is `sandbox` and no plugin
-/// provides it. A plugin no needed driver uses is not started.
+/// provides it. A plugin no needed driver uses is not started. When the reference worker
+/// is needed but not found, the skipped `sandbox` driver says why.
 #[cfg(feature = "plugin-sandbox")]
+#[allow(clippy::type_complexity)]
 fn plugins(
     paths: &Paths,
     config: &Config,
     needed: &BTreeSet<String>,
 ) -> Result<
-    Vec<(
-        crate::plugin_sandbox::PluginManifest,
-        crate::plugin_sandbox::SandboxOptions,
-    )>,
+    (
+        Vec<(
+            crate::plugin_sandbox::PluginManifest,
+            crate::plugin_sandbox::SandboxOptions,
+        )>,
+        Option<SkippedDriver>,
+    ),
     ConfigError,
 > {
     use crate::plugin_sandbox::{PluginManifest, SandboxOptions};
@@ -129,15 +193,21 @@ fn plugins(
         })
     };
     let default_key = crate::plugin_sandbox::DEFAULT_DRIVER_KEY;
-    if needed.contains(default_key)
-        && !provided(default_key)
-        && let Some(worker) = reference_worker()
-    {
-        out.push((reference_manifest(&worker, paths), SandboxOptions::default()));
+    let mut missing = None;
+    if needed.contains(default_key) && !provided(default_key) {
+        match locate_reference_worker(config.sandbox_worker.as_deref()) {
+            Ok(worker) => out.push((reference_manifest(&worker, paths), SandboxOptions::default())),
+            Err(message) => {
+                missing = Some(SkippedDriver {
+                    key: default_key.to_owned(),
+                    error: envrt_runtime_core::DriverError::Unavailable { message, source: None },
+                })
+            }
+        }
     }
     // Only start workers some environment uses.
     out.retain(|(m, o)| needed.contains(&m.driver_key(o.driver_key.as_deref())));
-    Ok(out)
+    Ok((out, missing))
 }
 
 impl Assembly {
@@ -190,7 +260,9 @@ impl Assembly {
             });
         }
         #[cfg(feature = "plugin-sandbox")]
-        for (manifest, options) in plugins(paths, &config, &needed)? {
+        let (plugins, missing_worker) = plugins(paths, &config, &needed)?;
+        #[cfg(feature = "plugin-sandbox")]
+        for (manifest, options) in plugins {
             builder = builder.sandbox_plugin(manifest, options);
         }
         #[cfg(not(feature = "plugin-sandbox"))]
@@ -200,7 +272,10 @@ impl Assembly {
                 paths.config.as_deref().unwrap_or(Path::new("")).display()
             )));
         }
-        let (runtime, skipped) = builder.build_lenient().await;
+        #[allow(unused_mut)]
+        let (runtime, mut skipped) = builder.build_lenient().await;
+        #[cfg(feature = "plugin-sandbox")]
+        skipped.extend(missing_worker);
         for environment in &config.environments {
             runtime.put_environment(environment.clone()).await?;
         }
@@ -268,5 +343,49 @@ mod tests {
                 file.display()
             )
         );
+    }
+}
+
+#[cfg(test)]
+mod worker_lookup {
+    use super::*;
+
+    #[test]
+    fn the_reference_worker_is_the_configured_one_else_found_in_the_search_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (empty, full) = (dir.path().join("empty"), dir.path().join("full"));
+        std::fs::create_dir_all(&empty).unwrap();
+        std::fs::create_dir_all(&full).unwrap();
+        let worker = full.join(WORKER);
+        std::fs::write(&worker, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dirs = [empty.clone(), full.clone()];
+        assert_eq!(locate_in(None, &dirs, None), Ok(worker.clone()));
+        assert_eq!(locate_in(Some(&worker), &[], None), Ok(worker.clone()));
+        let on_path = PathBuf::from("/somewhere/envrt-sandbox-worker");
+        assert_eq!(
+            locate_in(None, std::slice::from_ref(&empty), Some(on_path.clone())),
+            Ok(on_path)
+        );
+        assert_eq!(
+            locate_in(None, &[empty.clone(), dir.path().to_path_buf()], None),
+            Err(format!(
+                "Sandbox worker \"envrt-sandbox-worker\" was not found (looked in {}, {}, and on PATH); set [sandbox] worker = \"/path/to/envrt-sandbox-worker\" in envrt.toml, or put it on PATH.",
+                empty.display(),
+                dir.path().display()
+            ))
+        );
+        // a configured path is the only one tried
+        let missing = empty.join(WORKER);
+        assert_eq!(
+            locate_in(Some(&missing), &dirs, None),
+            Err(format!(
+                "Sandbox worker \"{}\" (set by [sandbox] worker in envrt.toml) is not an executable file.",
+                missing.display()
+            ))
+        );
+        std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(locate_in(Some(&worker), &dirs, None).is_err());
     }
 }

@@ -17,6 +17,11 @@
 //! bind_root = "/var/tmp/envrt-binds"     # base of those directories (made 0700); default
 //!                                        # envrt-docker-workspaces in the temp directory
 //!
+//! [sandbox]
+//! worker = "/opt/envrt/bin/envrt-sandbox-worker"  # the reference worker for driver
+//!                           # "sandbox" without [[plugin]]; relative to this file; default:
+//!                           # found next to the program, in the Python package, on PATH
+//!
 //! [[plugin]]                # a sandbox driver run by a plugin worker
 //! manifest = "plugin.json"  # relative to this file
 //! driver_key = "sandbox"    # which environmentDrivers entry; default "sandbox" or the first
@@ -40,8 +45,8 @@
 //!
 //! An environment `local` with driver `local` exists even with no file, unless the file
 //! defines an environment with that id. When an environment uses driver `sandbox` and no
-//! plugin provides that key, the reference worker `envrt-sandbox-worker` (next to `envrt`,
-//! else on `PATH`) is started with its lease root in `<state dir>/sandbox`.
+//! plugin provides that key, the reference worker `envrt-sandbox-worker` (`[sandbox] worker`,
+//! else next to the program, in the Python package, on `PATH`) runs over `<state dir>/sandbox`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -112,6 +117,8 @@ struct File {
     local: LocalSection,
     #[serde(default)]
     docker: DockerSection,
+    #[serde(default)]
+    sandbox: SandboxSection,
     #[serde(default, rename = "plugin")]
     plugins: Vec<PluginEntry>,
     #[serde(default, rename = "environment")]
@@ -155,6 +162,12 @@ struct DockerSection {
     host: Option<String>,
     workspace_mount: Option<toml::Value>,
     bind_root: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SandboxSection {
+    worker: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -248,6 +261,9 @@ pub struct Config {
     pub docker_bind: bool,
     /// The base of those host directories (`[docker] bind_root`), when set.
     pub docker_bind_root: Option<PathBuf>,
+    /// The reference worker to run for driver `sandbox` when no plugin provides it
+    /// (`[sandbox] worker`, resolved against the config file's directory), when set.
+    pub sandbox_worker: Option<PathBuf>,
     /// Configured plugins.
     pub plugins: Vec<Plugin>,
     /// Every environment, the implicit `local` included, in file order.
@@ -256,6 +272,14 @@ pub struct Config {
     pub ttls: BTreeMap<String, std::time::Duration>,
     /// The pool size of each environment that declares `[environment.pool]`.
     pub pools: BTreeMap<String, usize>,
+}
+
+/// A path of the file, resolved against the config file's directory when relative.
+fn beside_config(paths: &Paths, path: PathBuf) -> PathBuf {
+    match paths.config.as_deref().and_then(Path::parent) {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path,
+    }
 }
 
 fn to_json(table: toml::Table) -> JsonMap {
@@ -355,14 +379,12 @@ impl Config {
             // Checked by `parse`.
             docker_bind: super::docker::docker_bind(file.docker.workspace_mount.as_ref()).unwrap_or_default(),
             docker_bind_root: file.docker.bind_root,
+            sandbox_worker: file.sandbox.worker.map(|worker| beside_config(paths, worker)),
             plugins: file
                 .plugins
                 .into_iter()
                 .map(|p| Plugin {
-                    manifest: match paths.config.as_deref().and_then(Path::parent) {
-                        Some(dir) if p.manifest.is_relative() => dir.join(&p.manifest),
-                        _ => p.manifest,
-                    },
+                    manifest: beside_config(paths, p.manifest),
                     driver_key: p.driver_key,
                     config: to_json(p.config),
                 })
@@ -456,6 +478,21 @@ status = "archived"
     }
 
     #[test]
+    fn the_sandbox_worker_is_a_path_beside_the_file() {
+        let mut paths = paths();
+        paths.config = Some(PathBuf::from("/etc/envrt/envrt.toml"));
+        let worker = |text: &str| Config::from_file(Config::parse(text).unwrap(), &paths).sandbox_worker;
+        assert_eq!(worker(""), None);
+        assert_eq!(worker("[sandbox]\nworker = \"/opt/w\"\n"), Some("/opt/w".into()));
+        assert_eq!(
+            worker("[sandbox]\nworker = \"bin/w\"\n"),
+            Some("/etc/envrt/bin/w".into())
+        );
+        let err = Config::parse("[sandbox]\nwork = \"w\"\n").unwrap_err();
+        assert_eq!(err, "unknown field `work`, expected `worker`");
+    }
+
+    #[test]
     fn an_environment_may_set_a_default_ttl() {
         let file = Config::parse("[[environment]]\nid = \"a\"\ndriver = \"local\"\nttl = \"1m30s\"\n").unwrap();
         let c = Config::from_file(file, &paths());
@@ -482,7 +519,7 @@ status = "archived"
         );
         assert_eq!(
             Config::parse("colour = 1\n").unwrap_err(),
-            "unknown field `colour`, expected one of `company`, `default`, `local`, `docker`, `plugin`, `environment`"
+            "unknown field `colour`, expected one of `company`, `default`, `local`, `docker`, `sandbox`, `plugin`, `environment`"
         );
         assert_eq!(
             Config::parse("[[environment]]\nid = \"a\"\n").unwrap_err(),

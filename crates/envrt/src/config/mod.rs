@@ -25,7 +25,9 @@ mod docker;
 mod duration;
 mod file;
 
-pub use assemble::{Assembly, find_in_path, open_store, reference_worker};
+pub use assemble::{
+    Assembly, add_worker_search_dir, find_in_path, locate_reference_worker, open_store, reference_worker,
+};
 #[cfg(feature = "docker")]
 pub use assemble::{STATE_LABEL, docker_config};
 pub use duration::{DurationError, parse_duration};
