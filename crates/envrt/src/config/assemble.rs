@@ -156,7 +156,9 @@ impl Assembly {
         let mut needed: BTreeSet<String> = config.environments.iter().map(|e| e.driver.clone()).collect();
         needed.extend(store.list_environments().await?.into_iter().map(|e| e.driver));
         needed.extend(extra.map(str::to_owned));
-        let mut builder = RuntimeBuilder::new().store(Arc::new(store));
+        let mut builder = RuntimeBuilder::new()
+            .store(Arc::new(store))
+            .tenant(config.company.clone());
         if !needed.contains("docker") {
             builder = builder.without_driver("docker");
         }

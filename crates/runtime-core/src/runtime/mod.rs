@@ -11,6 +11,7 @@ mod operations;
 mod pool;
 mod recovery;
 mod templates;
+mod tenancy;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -34,6 +35,7 @@ pub struct EnvironmentRuntime {
     drivers: RwLock<HashMap<String, Arc<dyn EnvironmentDriver>>>,
     store: Arc<dyn LeaseStore>,
     pools: pool::Pools,
+    tenant: Option<String>,
 }
 
 impl Default for EnvironmentRuntime {
@@ -69,6 +71,7 @@ impl EnvironmentRuntime {
             drivers: RwLock::new(HashMap::new()),
             store,
             pools: pool::Pools::default(),
+            tenant: None,
         }
     }
 
@@ -115,14 +118,17 @@ impl EnvironmentRuntime {
         Ok(self.store.get_environment(id).await?)
     }
 
-    /// The lease with this id.
+    /// The lease with this id (`None` when it belongs to another tenant than the
+    /// runtime's, see [`for_tenant`](Self::for_tenant)).
     pub async fn lease(&self, id: &str) -> Result<Option<Lease>, RuntimeError> {
-        Ok(self.store.get_lease(id).await?)
+        Ok(self.store.get_lease(id).await?.filter(|l| self.visible(l)))
     }
 
-    /// Leases passing `filter`.
+    /// Leases passing `filter` (of the runtime's tenant only, when it has one).
     pub async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, RuntimeError> {
-        Ok(self.store.list_leases(filter).await?)
+        let mut leases = self.store.list_leases(filter).await?;
+        leases.retain(|l| self.visible(l));
+        Ok(leases)
     }
 
     fn registered(&self, key: &str) -> Result<Arc<dyn EnvironmentDriver>, RuntimeError> {
@@ -143,6 +149,7 @@ impl EnvironmentRuntime {
             .store
             .get_lease(lease_id)
             .await?
+            .filter(|l| self.visible(l))
             .ok_or_else(|| RuntimeError::LeaseNotFound {
                 id: lease_id.to_owned(),
             })?;
