@@ -140,6 +140,20 @@ fn plugins(
     Ok(out)
 }
 
+/// A configured environment its driver refused (an unknown `[environment.config]` key):
+/// `envrt: config "{file}": environment "{id}": {reason}`; other failures as they are.
+fn refused_environment(paths: &Paths, id: &str, error: envrt_runtime_core::RuntimeError) -> ConfigError {
+    match error {
+        envrt_runtime_core::RuntimeError::Driver(envrt_runtime_core::DriverError::InvalidInput { message }) => {
+            ConfigError::Invalid(format!(
+                "envrt: config \"{}\": environment \"{id}\": {message}",
+                paths.config.as_deref().unwrap_or(Path::new("")).display()
+            ))
+        }
+        other => other.into(),
+    }
+}
+
 impl Assembly {
     /// Loads the configuration, opens the store, registers the drivers and records the
     /// configured environments in the store. A driver that needs a connection or a worker
@@ -204,7 +218,10 @@ impl Assembly {
         }
         let (runtime, skipped) = builder.build_lenient().await;
         for environment in &config.environments {
-            runtime.put_environment(environment.clone()).await?;
+            runtime
+                .put_environment(environment.clone())
+                .await
+                .map_err(|e| refused_environment(paths, &environment.id, e))?;
         }
         Ok(Assembly {
             runtime: Arc::new(runtime),

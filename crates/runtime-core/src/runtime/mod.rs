@@ -108,8 +108,12 @@ impl EnvironmentRuntime {
         keys
     }
 
-    /// Adds or replaces an environment.
+    /// Adds or replaces an environment. When its driver is registered, the driver checks
+    /// the configuration first and an unknown key is refused (nothing is stored).
     pub async fn put_environment(&self, environment: Environment) -> Result<(), RuntimeError> {
+        if let Some(driver) = self.driver(&environment.driver) {
+            driver.check_environment_config(&environment.config).await?;
+        }
         Ok(self.store.put_environment(&environment).await?)
     }
 
