@@ -255,8 +255,13 @@ impl Assembly {
     /// runtime). The pools fill in the background; an acquire on a pooled environment for
     /// the configured tenant, with the ephemeral policy and no requested cwd or expiry,
     /// gets a ready lease. Stop them with
-    /// [`EnvironmentRuntime::stop_pools`], which releases every ready lease; leases left by
-    /// a process that died without stopping are found by `envrt gc` (their holder is gone).
+    /// [`EnvironmentRuntime::stop_pools`], which releases every ready lease. Dropping the
+    /// last handle on the runtime (the assembly, on an early `?` return) stops them as well,
+    /// best-effort: on a multi-thread tokio runtime the drop releases every ready lease
+    /// before it returns; on a current-thread runtime the release is only spawned; outside
+    /// any runtime nothing is released. Leases already handed out are never released by a
+    /// drop. Leases left by a process that died without stopping are found by `envrt gc`
+    /// (their holder is gone).
     pub fn start_pools(&self) -> Result<Vec<PoolSpec>, ConfigError> {
         let specs = self.pool_specs();
         for spec in &specs {

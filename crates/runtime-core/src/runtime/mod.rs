@@ -9,6 +9,7 @@ mod gate;
 mod lifecycle;
 mod operations;
 mod pool;
+mod pool_drop;
 mod recovery;
 mod templates;
 mod tenancy;
@@ -31,6 +32,11 @@ pub use recovery::{DriverItem, RECONCILE_SETTLE, ReconcileReport};
 
 /// The facade: a registry of drivers by key plus a lease store. Every operation resolves
 /// the lease's driver key, then checks in the contract's order before calling the driver.
+///
+/// Dropping it stops its pools, best-effort (see `pool_drop`): their ready leases are
+/// released before the drop returns on a multi-thread tokio runtime, the release is only
+/// spawned on a current-thread one, and nothing is released outside a tokio runtime.
+/// Leases already handed out are never released by a drop.
 pub struct EnvironmentRuntime {
     drivers: RwLock<HashMap<String, Arc<dyn EnvironmentDriver>>>,
     store: Arc<dyn LeaseStore>,
