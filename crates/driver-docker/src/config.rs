@@ -137,7 +137,7 @@ pub struct EnvConfig {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawEnvConfig {
     #[serde(default)]
     image: Option<String>,
@@ -161,6 +161,26 @@ struct RawEnvConfig {
     duplex: Option<bool>,
 }
 
+/// Every key a Docker environment's config may hold (JSON, camelCase).
+pub(crate) const KNOWN_CONFIG_KEYS: [&str; 10] = [
+    "image",
+    "user",
+    "workingDir",
+    "env",
+    "network",
+    "memoryBytes",
+    "nanoCpus",
+    "pidsLimit",
+    "readOnlyRootFs",
+    "duplex",
+];
+
+/// Refuses a Docker environment config key the driver does not know (a misspelled
+/// hardening key such as `pidLimit` would otherwise run with the default).
+pub(crate) fn check_keys(config: &JsonMap) -> Result<(), DriverError> {
+    envrt_runtime_core::config_keys::check_known_keys("Docker environment config", config, &KNOWN_CONFIG_KEYS)
+}
+
 /// The text of the error for a missing or empty `image`.
 pub(crate) const MISSING_IMAGE: &str =
     "Docker environment config needs \"image\": the name of an image present on the engine.";
@@ -168,6 +188,7 @@ pub(crate) const MISSING_IMAGE: &str =
 impl EnvConfig {
     /// Parses and checks an environment's `config` object.
     pub fn parse(config: &JsonMap) -> Result<Self, DriverError> {
+        check_keys(config)?;
         let raw: RawEnvConfig = serde_json::from_value(serde_json::Value::Object(config.clone()))
             .map_err(|e| DriverError::invalid(format!("Docker environment config is not valid: {e}.")))?;
         let image = raw

@@ -376,6 +376,10 @@ impl EnvironmentDriver for DockerDriver {
         DRIVER_KEY
     }
 
+    async fn check_environment_config(&self, config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
+        crate::config::check_keys(config)
+    }
+
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         let config = EnvConfig::of(&input.environment)?;
         if let Some(requested) = input.requested_expires_at

@@ -429,7 +429,12 @@ impl EnvironmentDriver for LocalDriver {
         DRIVER_KEY
     }
 
+    async fn check_environment_config(&self, config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
+        user::check_config(config)
+    }
+
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+        user::check_config(&input.environment.config)?;
         let dir = self.workspace_of(&input.lease_id)?;
         self.processes.reopen(&input.lease_id);
         create_private_dir(&dir)

@@ -56,6 +56,14 @@ pub(crate) fn check_reachable(user: &str, cwd: &std::path::Path, (uid, gid): (u3
     Ok(())
 }
 
+/// Every key a local environment's config may hold.
+pub(crate) const KNOWN_CONFIG_KEYS: [&str; 1] = [ALLOWED_USERS_KEY];
+
+/// Refuses a local environment config key the driver does not know.
+pub(crate) fn check_config(config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
+    envrt_runtime_core::config_keys::check_known_keys("local environment config", config, &KNOWN_CONFIG_KEYS)
+}
+
 /// The host uid and gid to run `user` as, or the exact refusal.
 pub(crate) fn resolve(context: &LeaseContext, user: &str) -> Result<(u32, u32), DriverError> {
     let refuse = |reason: &str| DriverError::UserRefused {

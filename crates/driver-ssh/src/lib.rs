@@ -223,6 +223,7 @@ impl SshDriver {
 
     /// The target of an environment's configuration.
     pub fn target_of(&self, config: &JsonMap) -> Result<SshTarget, DriverError> {
+        target::check_config(config)?;
         SshTarget::from_config(config, self.config.target.as_ref())
     }
 
@@ -391,6 +392,10 @@ impl SshDriver {
 impl EnvironmentDriver for SshDriver {
     fn key(&self) -> &str {
         DRIVER_KEY
+    }
+
+    async fn check_environment_config(&self, config: &JsonMap) -> Result<(), DriverError> {
+        target::check_config(config)
     }
 
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {

@@ -139,6 +139,24 @@ impl SshTarget {
     }
 }
 
+/// Every key an ssh environment's config may hold (envrt.toml's snake case spellings of
+/// the two-word keys included).
+pub(crate) const KNOWN_CONFIG_KEYS: [&str; 8] = [
+    "host",
+    "port",
+    "user",
+    "key",
+    "knownHosts",
+    "known_hosts",
+    "acceptNewHostKey",
+    "accept_new_host_key",
+];
+
+/// Refuses an ssh environment config key the driver does not know.
+pub(crate) fn check_config(config: &JsonMap) -> Result<(), DriverError> {
+    envrt_runtime_core::config_keys::check_known_keys("ssh environment config", config, &KNOWN_CONFIG_KEYS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

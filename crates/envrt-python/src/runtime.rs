@@ -27,9 +27,10 @@ use crate::transfer;
 type PluginSpec = (String, Option<PathBuf>, Option<String>, String);
 
 /// Builds a runtime with the local driver, the Docker driver when `docker` is true, one
-/// sandbox driver per plugin, and a SQLite lease store when `database` is given.
+/// sandbox driver per plugin, and a SQLite lease store when `database` is given; bound to
+/// tenant `tenant` when given (another tenant's leases are then not found).
 #[pyfunction]
-#[pyo3(signature = (*, local_root=None, docker=false, docker_host=None, plugins=Vec::new(), database=None))]
+#[pyo3(signature = (*, local_root=None, docker=false, docker_host=None, plugins=Vec::new(), database=None, tenant=None))]
 pub(crate) fn build_runtime(
     py: Python<'_>,
     local_root: Option<PathBuf>,
@@ -37,6 +38,7 @@ pub(crate) fn build_runtime(
     docker_host: Option<String>,
     plugins: Vec<PluginSpec>,
     database: Option<PathBuf>,
+    tenant: Option<String>,
 ) -> PyResult<Bound<'_, PyAny>> {
     let mut builder = RuntimeBuilder::new().local_config(envrt::local::LocalConfig {
         root: local_root,
@@ -49,6 +51,9 @@ pub(crate) fn build_runtime(
         });
     } else {
         builder = builder.without_driver("docker");
+    }
+    if let Some(tenant) = tenant {
+        builder = builder.tenant(tenant);
     }
     for (manifest, folder, driver_key, config) in plugins {
         let manifest = envrt::plugin_sandbox::PluginManifest::from_json_in(&manifest, folder.as_deref())

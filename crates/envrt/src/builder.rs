@@ -50,6 +50,7 @@ pub struct BuildError {
 /// ```
 pub struct RuntimeBuilder {
     store: Option<Arc<dyn LeaseStore>>,
+    tenant: Option<String>,
     extra: Vec<Arc<dyn EnvironmentDriver>>,
     without: BTreeSet<String>,
     #[cfg(feature = "local")]
@@ -90,6 +91,7 @@ impl RuntimeBuilder {
     pub fn new() -> Self {
         RuntimeBuilder {
             store: None,
+            tenant: None,
             extra: Vec::new(),
             without: BTreeSet::new(),
             #[cfg(feature = "local")]
@@ -120,6 +122,13 @@ impl RuntimeBuilder {
     /// [`SqliteStore`](crate::SqliteStore) so leases outlive the process).
     pub fn store(mut self, store: Arc<dyn LeaseStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Binds the runtime to tenant `company_id`: its lease operations refuse another
+    /// tenant's lease as not found (see [`EnvironmentRuntime::for_tenant`]).
+    pub fn tenant(mut self, company_id: impl Into<String>) -> Self {
+        self.tenant = Some(company_id.into());
         self
     }
 
@@ -185,7 +194,10 @@ impl RuntimeBuilder {
     /// (their keys stay unregistered).
     pub async fn build_lenient(self) -> (EnvironmentRuntime, Vec<SkippedDriver>) {
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
-        let runtime = EnvironmentRuntime::with_store(store);
+        let mut runtime = EnvironmentRuntime::with_store(store);
+        if let Some(tenant) = self.tenant.clone() {
+            runtime = runtime.for_tenant(tenant);
+        }
         let mut skipped = Vec::new();
         let wanted = |key: &str| !self.without.contains(key);
         let mut add = |key: &str, made: Result<Arc<dyn EnvironmentDriver>, DriverError>| match made {

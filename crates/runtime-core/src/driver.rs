@@ -238,6 +238,14 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     /// The full nine-key snapshot for an environment or a lease (never partial).
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError>;
 
+    /// Checks an environment's `config` before it is stored
+    /// ([`EnvironmentRuntime::put_environment`](crate::EnvironmentRuntime::put_environment)):
+    /// a driver refuses a key it does not know (see [`crate::config_keys`]) so that a
+    /// misspelled setting is never silently ignored. The default accepts everything.
+    async fn check_environment_config(&self, _config: &JsonMap) -> Result<(), DriverError> {
+        Ok(())
+    }
+
     /// Lease resume, if the driver has it.
     fn as_resume(&self) -> Option<&dyn ResumeLease> {
         None

@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod capability;
+pub mod config_keys;
 pub mod driver;
 pub mod error;
 pub mod execute;

@@ -36,25 +36,31 @@ fn lease_result(id: Option<String>, expires_at: Option<Timestamp>) -> Value {
     })
 }
 
-/// `environmentValidateConfig`: any object (or none) is fine.
+/// `environmentValidateConfig`: the reference worker reads no environment config key, so
+/// an empty object (or none) is fine and any key is refused (a misspelled setting would
+/// otherwise be silently ignored).
 pub(super) fn validate(params: Value) -> Result<Value, RpcError> {
     let p: ValidateConfigParams = parse(methods::VALIDATE_CONFIG, params)?;
+    let refused = |error: String| ValidationResult {
+        ok: false,
+        errors: Some(vec![error]),
+        ..Default::default()
+    };
     Ok(to_value(&match p.config {
-        Value::Object(config) => ValidationResult {
-            ok: true,
-            normalized_config: Some(config),
-            ..Default::default()
+        Value::Object(config) => match envrt_runtime_core::config_keys::unknown_key(&config, &[]) {
+            Some(error) => refused(error),
+            None => ValidationResult {
+                ok: true,
+                normalized_config: Some(config),
+                ..Default::default()
+            },
         },
         Value::Null => ValidationResult {
             ok: true,
             normalized_config: Some(JsonMap::new()),
             ..Default::default()
         },
-        _ => ValidationResult {
-            ok: false,
-            errors: Some(vec!["config must be a JSON object".into()]),
-            ..Default::default()
-        },
+        _ => refused("config must be a JSON object".into()),
     }))
 }
 

@@ -37,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 pub mod holder;
+mod private;
 mod sql;
 
 use std::path::{Path, PathBuf};

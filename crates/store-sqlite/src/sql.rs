@@ -47,6 +47,7 @@ fn err(message: impl Into<String>, source: rusqlite::Error) -> StoreError {
 /// `SQLITE_BUSY` (a peer without the sidecar, a read-only directory) starts over with a
 /// short backoff. Both waits end at `busy_timeout`.
 pub(crate) fn open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    crate::private::ensure_private(path)?;
     let deadline = Instant::now() + busy_timeout;
     let _turn = open_lock(path, deadline);
     let mut delay = Duration::from_millis(1);
@@ -66,13 +67,14 @@ pub(crate) fn open(path: &Path, busy_timeout: Duration) -> Result<Connection, St
 /// when the sidecar cannot be made (the retry on `SQLITE_BUSY` still covers that case)
 /// or the turn did not come before `deadline`.
 fn open_lock(path: &Path, deadline: Instant) -> Option<std::fs::File> {
-    let mut name = path.file_name()?.to_os_string();
-    name.push(".lock");
+    use std::os::unix::fs::OpenOptionsExt;
+    path.file_name()?;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(path.with_file_name(name))
+        .mode(crate::private::FILE_MODE)
+        .open(crate::private::sibling(path, ".lock"))
         .ok()?;
     let mut delay = Duration::from_millis(1);
     loop {

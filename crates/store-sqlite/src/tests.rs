@@ -1,4 +1,4 @@
-//! Unit tests of the SQLite lease store: round trips, filters, WAL mode and schema, corrupt or foreign files, missing folders.
+//! Unit tests of the SQLite lease store: round trips, filters, WAL mode and schema, corrupt or foreign files, missing folders, private file modes.
 
 use super::*;
 use envrt_runtime_core::{
@@ -144,6 +144,8 @@ async fn a_file_that_is_not_a_database_is_refused_and_left_alone() {
     let path = dir.path().join("leases.db");
     let junk = vec![b'x'; 4096];
     std::fs::write(&path, &junk).unwrap();
+    // Private, so that the mode check (which comes first) lets SQLite look at it.
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let e = SqliteStore::open(&path).await.unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -212,4 +214,58 @@ async fn the_runtime_keeps_leases_across_store_instances() {
         second.lease(&l.id).await.unwrap().unwrap().status,
         LeaseStatus::Released
     );
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+#[tokio::test]
+async fn a_new_store_and_its_wal_shm_and_lock_files_are_private_to_the_owner() {
+    let (dir, store) = fresh().await;
+    store
+        .put_environment(&Environment::new("e1", "Env", "local"))
+        .await
+        .unwrap();
+    store
+        .put_lease(&lease("l1", None, "e1", LeaseStatus::Active, 1))
+        .await
+        .unwrap();
+    for name in ["leases.db", "leases.db-wal", "leases.db-shm", "leases.db.lock"] {
+        assert_eq!(mode_of(&dir.path().join(name)), 0o600, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_store_other_users_can_read_or_write_is_refused_naming_the_file_and_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, store) = fresh().await;
+    store
+        .put_environment(&Environment::new("e1", "Env", "local"))
+        .await
+        .unwrap();
+    let path = dir.path().join("leases.db");
+    let refusal = |file: &std::path::Path, mode: &str| {
+        format!(
+            "Lease store error: cannot open \"{}\": its mode {mode} lets other users read or write the lease store; make it private with chmod 600",
+            file.display()
+        )
+    };
+    for (mode, shown) in [(0o644, "0644"), (0o620, "0620"), (0o602, "0602"), (0o640, "0640")] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let e = SqliteStore::open(&path).await.unwrap_err();
+        assert_eq!(e.to_string(), refusal(&path, shown));
+        assert_eq!(mode_of(&path), mode, "the refused file is left as it was");
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let wal = dir.path().join("leases.db-wal");
+    assert!(wal.exists(), "the open store keeps its -wal file");
+    std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(0o604)).unwrap();
+    let e = SqliteStore::open(&path).await.unwrap_err();
+    assert_eq!(e.to_string(), refusal(&wal, "0604"));
+    std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(reopened.list_environments().await.unwrap().len(), 1);
+    drop(store);
 }

@@ -266,6 +266,10 @@ impl EnvironmentDriver for SandboxDriver {
         &self.key
     }
 
+    async fn check_environment_config(&self, config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
+        self.check_config(config).await
+    }
+
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         self.require(methods::ACQUIRE_LEASE)?;
         let mut params = AcquireLeaseParams {

@@ -130,7 +130,8 @@ class Runtime:
         """A runtime with the local driver, Docker when ``docker`` is true, the reference
         sandbox worker when ``sandbox_worker`` names it (leases under ``sandbox_root``), and
         one sandbox driver per plugin ``{"manifest": path, "driver_key": ..., "config": {...}}``.
-        Leases live in memory, or in the SQLite file ``database``."""
+        Leases live in memory, or in the SQLite file ``database``. The runtime is bound to
+        tenant ``company``: another tenant's leases in a shared ``database`` are not found."""
         specs: list[tuple[str, str | None, str | None, str]] = []
         if sandbox_worker is not None:
             command = [os.fspath(sandbox_worker)]
@@ -166,6 +167,7 @@ class Runtime:
             docker_host=docker_host,
             plugins=specs,
             database=None if database is None else os.fspath(database),
+            tenant=company,
         )
         runtime = cls(native, company)
         # As with the CLI, an environment "local" exists without any configuration.

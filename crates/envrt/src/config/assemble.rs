@@ -210,6 +210,20 @@ fn plugins(
     Ok((out, missing))
 }
 
+/// A configured environment its driver refused (an unknown `[environment.config]` key):
+/// `envrt: config "{file}": environment "{id}": {reason}`; other failures as they are.
+fn refused_environment(paths: &Paths, id: &str, error: envrt_runtime_core::RuntimeError) -> ConfigError {
+    match error {
+        envrt_runtime_core::RuntimeError::Driver(envrt_runtime_core::DriverError::InvalidInput { message }) => {
+            ConfigError::Invalid(format!(
+                "envrt: config \"{}\": environment \"{id}\": {message}",
+                paths.config.as_deref().unwrap_or(Path::new("")).display()
+            ))
+        }
+        other => other.into(),
+    }
+}
+
 impl Assembly {
     /// Loads the configuration, opens the store, registers the drivers and records the
     /// configured environments in the store. A driver that needs a connection or a worker
@@ -226,7 +240,9 @@ impl Assembly {
         let mut needed: BTreeSet<String> = config.environments.iter().map(|e| e.driver.clone()).collect();
         needed.extend(store.list_environments().await?.into_iter().map(|e| e.driver));
         needed.extend(extra.map(str::to_owned));
-        let mut builder = RuntimeBuilder::new().store(Arc::new(store));
+        let mut builder = RuntimeBuilder::new()
+            .store(Arc::new(store))
+            .tenant(config.company.clone());
         if !needed.contains("docker") {
             builder = builder.without_driver("docker");
         }
@@ -277,7 +293,10 @@ impl Assembly {
         #[cfg(feature = "plugin-sandbox")]
         skipped.extend(missing_worker);
         for environment in &config.environments {
-            runtime.put_environment(environment.clone()).await?;
+            runtime
+                .put_environment(environment.clone())
+                .await
+                .map_err(|e| refused_environment(paths, &environment.id, e))?;
         }
         Ok(Assembly {
             runtime: Arc::new(runtime),
@@ -311,8 +330,13 @@ impl Assembly {
     /// runtime). The pools fill in the background; an acquire on a pooled environment for
     /// the configured tenant, with the ephemeral policy and no requested cwd or expiry,
     /// gets a ready lease. Stop them with
-    /// [`EnvironmentRuntime::stop_pools`], which releases every ready lease; leases left by
-    /// a process that died without stopping are found by `envrt gc` (their holder is gone).
+    /// [`EnvironmentRuntime::stop_pools`], which releases every ready lease. Dropping the
+    /// last handle on the runtime (the assembly, on an early `?` return) stops them as well,
+    /// best-effort: on a multi-thread tokio runtime the drop releases every ready lease
+    /// before it returns; on a current-thread runtime the release is only spawned; outside
+    /// any runtime nothing is released. Leases already handed out are never released by a
+    /// drop. Leases left by a process that died without stopping are found by `envrt gc`
+    /// (their holder is gone).
     pub fn start_pools(&self) -> Result<Vec<PoolSpec>, ConfigError> {
         let specs = self.pool_specs();
         for spec in &specs {

@@ -6,7 +6,10 @@
 //! the file: the local workspace root, the Docker host, the plugins), and the configured
 //! environments recorded in the store. The `envrt` command-line tool is one user; a host
 //! program (a Python package, a service) loads the same file the same way, and may start
-//! the file's warm pools with [`Assembly::start_pools`].
+//! the file's warm pools with [`Assembly::start_pools`]. Dropping the assembly (the last
+//! handle on its runtime) stops those pools and releases their ready leases on a
+//! multi-thread tokio runtime; a current-thread runtime only gets the release spawned, and
+//! leases handed out are never released by a drop (see [`Assembly::start_pools`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), envrt::config::ConfigError> {

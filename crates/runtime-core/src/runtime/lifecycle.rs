@@ -267,7 +267,7 @@ impl EnvironmentRuntime {
         };
         let now = Timestamp::now();
         let mut report = ReleaseReport::default();
-        for lease in self.store.list_leases(&filter).await? {
+        for lease in self.leases(&filter).await? {
             if lease.expires_at.is_none_or(|at| at > now) {
                 continue;
             }
@@ -369,7 +369,7 @@ impl EnvironmentRuntime {
             ..Default::default()
         };
         let mut report = ReleaseReport::default();
-        for lease in self.store.list_leases(&filter).await? {
+        for lease in self.leases(&filter).await? {
             let outcome = self.release_lease(&lease.id, status).await;
             report.record(lease.id, outcome);
         }

@@ -9,8 +9,10 @@ mod gate;
 mod lifecycle;
 mod operations;
 mod pool;
+mod pool_drop;
 mod recovery;
 mod templates;
+mod tenancy;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,10 +32,16 @@ pub use recovery::{DriverItem, RECONCILE_SETTLE, ReconcileReport};
 
 /// The facade: a registry of drivers by key plus a lease store. Every operation resolves
 /// the lease's driver key, then checks in the contract's order before calling the driver.
+///
+/// Dropping it stops its pools, best-effort (see `pool_drop`): their ready leases are
+/// released before the drop returns on a multi-thread tokio runtime, the release is only
+/// spawned on a current-thread one, and nothing is released outside a tokio runtime.
+/// Leases already handed out are never released by a drop.
 pub struct EnvironmentRuntime {
     drivers: RwLock<HashMap<String, Arc<dyn EnvironmentDriver>>>,
     store: Arc<dyn LeaseStore>,
     pools: pool::Pools,
+    tenant: Option<String>,
 }
 
 impl Default for EnvironmentRuntime {
@@ -69,6 +77,7 @@ impl EnvironmentRuntime {
             drivers: RwLock::new(HashMap::new()),
             store,
             pools: pool::Pools::default(),
+            tenant: None,
         }
     }
 
@@ -105,8 +114,12 @@ impl EnvironmentRuntime {
         keys
     }
 
-    /// Adds or replaces an environment.
+    /// Adds or replaces an environment. When its driver is registered, the driver checks
+    /// the configuration first and an unknown key is refused (nothing is stored).
     pub async fn put_environment(&self, environment: Environment) -> Result<(), RuntimeError> {
+        if let Some(driver) = self.driver(&environment.driver) {
+            driver.check_environment_config(&environment.config).await?;
+        }
         Ok(self.store.put_environment(&environment).await?)
     }
 
@@ -115,14 +128,17 @@ impl EnvironmentRuntime {
         Ok(self.store.get_environment(id).await?)
     }
 
-    /// The lease with this id.
+    /// The lease with this id (`None` when it belongs to another tenant than the
+    /// runtime's, see [`for_tenant`](Self::for_tenant)).
     pub async fn lease(&self, id: &str) -> Result<Option<Lease>, RuntimeError> {
-        Ok(self.store.get_lease(id).await?)
+        Ok(self.store.get_lease(id).await?.filter(|l| self.visible(l)))
     }
 
-    /// Leases passing `filter`.
+    /// Leases passing `filter` (of the runtime's tenant only, when it has one).
     pub async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, RuntimeError> {
-        Ok(self.store.list_leases(filter).await?)
+        let mut leases = self.store.list_leases(filter).await?;
+        leases.retain(|l| self.visible(l));
+        Ok(leases)
     }
 
     fn registered(&self, key: &str) -> Result<Arc<dyn EnvironmentDriver>, RuntimeError> {
@@ -143,6 +159,7 @@ impl EnvironmentRuntime {
             .store
             .get_lease(lease_id)
             .await?
+            .filter(|l| self.visible(l))
             .ok_or_else(|| RuntimeError::LeaseNotFound {
                 id: lease_id.to_owned(),
             })?;

@@ -104,15 +104,15 @@ impl PoolKey {
 }
 
 /// One pool's state, shared by the runtime and its filler task.
-struct Pool {
+pub(super) struct Pool {
     spec: PoolSpec,
     ready: Mutex<VecDeque<Lease>>,
-    wake: Notify,
-    stopped: AtomicBool,
+    pub(super) wake: Notify,
+    pub(super) stopped: AtomicBool,
     last_error: Mutex<Option<String>>,
     /// The filler task, awaited by [`EnvironmentRuntime::stop_pools`] so that no pool
     /// acquire is still in flight (and no lease of the pool still held) once it returns.
-    filler: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    pub(super) filler: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// Every pool of a runtime.
@@ -122,6 +122,16 @@ pub(super) struct Pools {
 }
 
 impl Pools {
+    /// Every pool, taken out (none is running afterwards as far as the runtime knows).
+    pub(super) fn drain(&self) -> Vec<Arc<Pool>> {
+        self.pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .map(|(_, pool)| pool)
+            .collect()
+    }
+
     fn get(&self, key: &PoolKey) -> Option<Arc<Pool>> {
         self.pools.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
     }
@@ -223,20 +233,19 @@ impl EnvironmentRuntime {
     /// pool's filler has ended, so a refill that was in flight has released its lease too:
     /// afterwards no lease of a stopped pool is held and none is being acquired.
     pub async fn stop_pools(&self) -> ReleaseReport {
-        let pools: Vec<Arc<Pool>> = self
-            .pools
-            .pools
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
-            .map(|(_, pool)| pool)
-            .collect();
+        let pools = self.pools.drain();
+        self.stop_these(pools).await
+    }
+
+    /// Stops `pools` and releases their ready leases (see [`stop_pools`](Self::stop_pools)).
+    pub(super) async fn stop_these(&self, pools: Vec<Arc<Pool>>) -> ReleaseReport {
         let mut report = ReleaseReport::default();
         for pool in pools {
             pool.stopped.store(true, Ordering::SeqCst);
             pool.wake.notify_one();
+            let own = super::pool_drop::is_current_filler(&pool);
             let filler = pool.filler.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(filler) = filler {
+            if let Some(filler) = filler.filter(|_| !own) {
                 // A filler that panicked has nothing more to release; its ready leases
                 // are released below like any other's.
                 let _ = filler.await;
