@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod archive;
 pub mod capability;
 pub mod driver;
 pub mod error;
@@ -34,6 +35,7 @@ pub mod execute;
 pub mod model;
 mod runtime;
 pub mod secret;
+pub mod sparse;
 pub mod store;
 pub mod sync;
 pub mod template;
