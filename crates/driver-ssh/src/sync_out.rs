@@ -207,7 +207,23 @@ async fn fetch(
             }
         }
     };
-    let (pumped, ()): (std::io::Result<bool>, ()) = tokio::join!(pump, read_err);
+    // Standard error is read beside the stream, but only waited for when the stream was
+    // read to its end: after a refusal the remote side may block writing forever.
+    let pumped: std::io::Result<bool> = {
+        tokio::pin!(pump);
+        tokio::pin!(read_err);
+        let mut err_done = false;
+        let pumped = loop {
+            tokio::select! {
+                pumped = &mut pump => break pumped,
+                () = &mut read_err, if !err_done => err_done = true,
+            }
+        };
+        if matches!(pumped, Ok(true)) && !err_done {
+            read_err.await;
+        }
+        pumped
+    };
     let (staging, extracted) = extraction
         .await
         .map_err(|e| DriverError::other(format!("The archive reader failed: {e}")))?;

@@ -22,7 +22,8 @@ fn state_dir() -> PathBuf {
 /// `PermitUserRC yes` (a remote host as most are configured); killed on drop.
 struct RcServer {
     child: Child,
-    dir: tempfile::TempDir,
+    /// Its configuration, pid file and log (removed with it).
+    _dir: tempfile::TempDir,
     server: Server,
 }
 
@@ -77,7 +78,11 @@ fn rc_server(base: &Server) -> RcServer {
         key: base.key.clone(),
         known_hosts: known.to_string_lossy().into_owned(),
     };
-    RcServer { child, dir, server }
+    RcServer {
+        child,
+        _dir: dir,
+        server,
+    }
 }
 
 /// The remote user's `~/.ssh/rc`: on a session of a server whose port has a marker file
@@ -275,5 +280,92 @@ async fn the_test_sshd_runs_no_user_rc_file() {
     let _ = std::fs::remove_file(&archive);
     assert_eq!(String::from_utf8_lossy(&r.stdout), "hi\n");
     assert!(!rc_ran, "PermitUserRC is on: ~/.ssh/rc ran");
+    rt.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn special_bits_made_on_the_remote_host_are_cleared_unless_kept() {
+    let Some(server) = server() else { return };
+    let (_driver, rt, _root) = runtime(&server, "bits", |_| {}).await;
+    let lease = acquire(&rt).await;
+    let r = rt
+        .execute(
+            &lease.id,
+            ExecuteRequest::new(
+                "sh",
+                [
+                    "-c",
+                    "mkdir -p d/shared && cp /bin/true d/su && chmod 4755 d/su && chmod 2777 d/shared && chmod 1777 d",
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, Some(0));
+    let host = tempfile::tempdir().unwrap();
+    let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+    let out = host.path().join("out");
+    rt.sync_out(&lease.id, &op(vec![SyncFile::directory("d", out.to_str().unwrap())]))
+        .await
+        .unwrap();
+    assert_eq!(
+        (mode(&out), mode(&out.join("shared")), mode(&out.join("su"))),
+        (0o777, 0o777, 0o755)
+    );
+    let kept = host.path().join("kept");
+    let mut file = SyncFile::directory("d", kept.to_str().unwrap());
+    file.keep_special_bits = Some(true);
+    rt.sync_out(&lease.id, &op(vec![file])).await.unwrap();
+    assert_eq!(
+        (mode(&kept), mode(&kept.join("shared")), mode(&kept.join("su"))),
+        (0o1777, 0o2777, 0o4755)
+    );
+    rt.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sparse_gigabyte_comes_out_sparse_and_a_small_bound_is_refused() {
+    let Some(server) = server() else { return };
+    let (_driver, rt, _root) = runtime(&server, "sparse", |_| {}).await;
+    let lease = acquire(&rt).await;
+    let r = rt
+        .execute(
+            &lease.id,
+            ExecuteRequest::new(
+                "sh",
+                [
+                    "-c",
+                    "truncate -s 1G big && mkdir d && head -c 2097152 /dev/urandom > d/two",
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, Some(0));
+    let host = tempfile::tempdir().unwrap();
+    let big = host.path().join("big");
+    let result = rt
+        .sync_out(&lease.id, &op(vec![SyncFile::file("big", big.to_str().unwrap())]))
+        .await
+        .unwrap();
+    assert_eq!(result.operations[0].bytes_transferred, 1 << 30);
+    let meta = std::fs::metadata(&big).unwrap();
+    assert_eq!(meta.len(), 1 << 30);
+    assert!(meta.blocks() * 512 < 1 << 20, "allocated {} bytes", meta.blocks() * 512);
+    let out = host.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("old"), b"old").unwrap();
+    let mut file = SyncFile::directory("d", out.to_str().unwrap());
+    file.max_bytes = Some(1 << 20);
+    let err = rt.sync_out(&lease.id, &op(vec![file])).await.unwrap_err();
+    assert_eq!(err.to_string(), "Sync out of \"d\" exceeds the limit of 1048576 bytes.");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
+    assert_eq!(std::fs::read(out.join("old")).unwrap(), b"old");
+    let mut names: Vec<_> = std::fs::read_dir(host.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["big", "out"], "no staging left behind");
     rt.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
 }
