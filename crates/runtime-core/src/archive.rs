@@ -31,6 +31,9 @@ use crate::sync::{ExcludeSet, SyncKind};
 use crate::tree;
 
 mod beneath;
+mod settle;
+
+pub use settle::settle_tree;
 
 /// Most bytes of padding accepted after the end-of-archive blocks (all zero).
 const MAX_TRAILER: u64 = 1 << 20;
