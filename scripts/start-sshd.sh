@@ -44,9 +44,50 @@ install -d -m 0755 /run/sshd
 
 answering() { [ -n "${1:-}" ] && (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# The configuration for a port (one place, so a running server can be compared with it).
+config_for() {
+    local port=$1
+    cat <<CONF
+# The envrt test server (scripts/start-sshd.sh): key login of $USER_NAME only, on loopback.
+Port $port
+ListenAddress 127.0.0.1
+HostKey $STATE/ssh_host_ed25519_key
+PidFile $STATE/sshd.pid
+AuthorizedKeysFile $STATE/authorized_keys/%u
+AllowUsers $USER_NAME
+PermitRootLogin no
+PubkeyAuthentication yes
+PasswordAuthentication no
+# A remote account's ~/.ssh/rc runs before every session with the channel as its stdout,
+# so it could shape what the driver reads (a sync out's archive): not on the test host.
+PermitUserRC no
+KbdInteractiveAuthentication no
+UsePAM no
+# The driver multiplexes every lease of a host over one connection.
+MaxSessions 128
+MaxStartups 64:30:128
+LogLevel ERROR
+CONF
+}
+
 port=""
 [ -f "$STATE/env" ] && port="$(sed -n 's/^ENVRT_TEST_SSH_PORT=//p' "$STATE/env")"
 if [ -f "$STATE/sshd.pid" ] && kill -0 "$(cat "$STATE/sshd.pid")" 2>/dev/null && answering "$port"; then
+    # A server started with an older configuration re-reads the current one: SIGHUP makes
+    # sshd re-execute itself with it, keeping the sessions it has.
+    if [ "$(config_for "$port")" != "$(cat "$STATE/sshd_config")" ]; then
+        config_for "$port" >"$STATE/sshd_config.new"
+        /usr/sbin/sshd -t -f "$STATE/sshd_config.new"
+        mv "$STATE/sshd_config.new" "$STATE/sshd_config"
+        kill -HUP "$(cat "$STATE/sshd.pid")"
+        for _ in $(seq 1 50); do
+            sleep 0.1
+            answering "$port" && break
+        done
+        answering "$port" || { echo "start-sshd: sshd does not answer on $port after reloading; see $STATE/sshd.log" >&2; exit 1; }
+        echo "sshd on 127.0.0.1:$port reloaded with the current configuration"
+        exit 0
+    fi
     echo "sshd already answering on 127.0.0.1:$port"
     exit 0
 fi
@@ -60,24 +101,7 @@ for candidate in $(seq 22022 22122); do
 done
 [ -n "$port" ] || { echo "start-sshd: no free port in 22022..22122" >&2; exit 1; }
 
-cat >"$STATE/sshd_config" <<CONF
-# The envrt test server (scripts/start-sshd.sh): key login of $USER_NAME only, on loopback.
-Port $port
-ListenAddress 127.0.0.1
-HostKey $STATE/ssh_host_ed25519_key
-PidFile $STATE/sshd.pid
-AuthorizedKeysFile $STATE/authorized_keys/%u
-AllowUsers $USER_NAME
-PermitRootLogin no
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-# The driver multiplexes every lease of a host over one connection.
-MaxSessions 128
-MaxStartups 64:30:128
-LogLevel ERROR
-CONF
+config_for "$port" >"$STATE/sshd_config"
 
 /usr/sbin/sshd -t -f "$STATE/sshd_config"
 /usr/sbin/sshd -f "$STATE/sshd_config" -E "$STATE/sshd.log"

@@ -85,6 +85,16 @@ fn drops_a_byte_of_stdin() {
 }
 
 #[test]
+fn keeps_special_bits() {
+    let message = failure_of(Fault::KeepsSpecialBits, "sync_clears_special_bits");
+    assert_eq!(
+        message,
+        "modes after sync in (special bits cleared): expected \"755 su\\n777 g\\n\", got \"4755 su\\n2777 g\\n\""
+    );
+    honest_passes(&["sync_clears_special_bits"]);
+}
+
+#[test]
 fn writes_outside_a_sync_target() {
     let message = failure_of(Fault::WritesOutsideTarget, "sync_in_refuses_parent_target");
     assert!(message.starts_with("accepted; expected the refusal"), "{message}");

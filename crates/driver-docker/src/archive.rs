@@ -117,6 +117,8 @@ pub(crate) struct TarPlan {
     pub(crate) top: String,
     pub(crate) kind: SyncKind,
     pub(crate) mode: Option<u32>,
+    /// The mode bits kept from the host's entries (special bits only when asked for).
+    pub(crate) mask: u32,
     pub(crate) follow: bool,
     pub(crate) exclude: ExcludeSet,
     /// Owner written into every header.
@@ -133,7 +135,7 @@ pub(crate) fn build_tar<W: Write>(plan: &TarPlan, out: W) -> Result<Counts, Arch
     let mut counts = Counts::default();
     let top = PathBuf::from(&plan.top);
     let meta = stat(&plan.source, plan.follow).map_err(io_at(format!("Reading {}", plan.source.display())))?;
-    let mode = plan.mode.unwrap_or(meta.mode() & 0o7777);
+    let mode = plan.mode.unwrap_or(meta.mode() & plan.mask);
     match plan.kind {
         SyncKind::File => add_file(&mut builder, plan, &plan.source, &top, &meta, mode, &mut counts)?,
         SyncKind::Directory => {
@@ -334,7 +336,7 @@ fn walk<W: Write>(
             } else {
                 link_meta
             };
-            let mode = meta.mode() & 0o7777;
+            let mode = meta.mode() & plan.mask;
             if meta.is_dir() {
                 let id = (meta.dev(), meta.ino());
                 if ancestors.contains(&id) {

@@ -81,7 +81,6 @@ mod driver;
 mod duplex;
 mod engine;
 mod exec;
-mod extract;
 mod owner;
 mod process;
 mod realize;

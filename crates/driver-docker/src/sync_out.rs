@@ -1,10 +1,11 @@
 //! `sync_out` (container → host, contract section 6) through the archive API.
 //!
 //! The engine's tar stream is read as it arrives (never held whole) on a blocking thread
-//! and extracted into a temporary sibling of the host target, which then replaces the
-//! target by a rename. Entries with `..` or absolute names and links that lead out of the
-//! target are refused ([`DriverError::EntryEscapesTarget`]); links are created last, so
-//! nothing is ever written through one.
+//! and extracted by the shared extractor ([`envrt_runtime_core::archive`]) into a staging
+//! sibling of the host target, which then replaces the target by a rename. Entries with
+//! `..` or absolute names and links that lead out of the target are refused
+//! ([`DriverError::EntryEscapesTarget`]); no path is resolved through an entry of the
+//! archive and links are created last, so nothing is ever written through one.
 
 use std::path::PathBuf;
 
@@ -14,10 +15,10 @@ use envrt_runtime_core::sync::ExcludeSet;
 use envrt_runtime_core::{DriverError, LeaseContext, SyncKind, SyncOperation, SyncOperationResult, SyncResult};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::archive::ArchiveError;
+use envrt_runtime_core::archive::{ExtractError, ExtractPlan, Staging, extract};
+
 use crate::driver::DockerDriver;
 use crate::engine::is_not_found;
-use crate::extract::{Extraction, extract};
 use crate::process::run_script;
 
 /// Go `os.FileMode` bits in the engine's path stat.
@@ -33,6 +34,8 @@ struct Entry<'a> {
     mode: Option<u32>,
     follow: bool,
     exclude: ExcludeSet,
+    keep_special_bits: bool,
+    max_bytes: u64,
 }
 
 /// Container → host.
@@ -59,6 +62,8 @@ pub(crate) async fn sync_out(
                 mode: file.mode.map(|m| m & 0o7777),
                 follow: file.follows_symlinks(),
                 exclude: ExcludeSet::new(&file.exclude)?,
+                keep_special_bits: file.keep_special_bits.unwrap_or(false),
+                max_bytes: file.byte_limit(),
             });
         }
         plans.push((operation, entries));
@@ -180,21 +185,27 @@ async fn download(
     let target_text = entry.target_text.to_owned();
     let source_text = entry.source_text.to_owned();
     let (kind, mode, exclude) = (entry.kind, entry.mode, entry.exclude.clone());
+    let (keep_special_bits, max_bytes) = (entry.keep_special_bits, entry.max_bytes);
     let counts = tokio::task::spawn_blocking(move || {
-        let plan = Extraction {
-            target: &target,
+        let plan = ExtractPlan {
             kind,
             mode,
             exclude: &exclude,
-            target_text: &target_text,
-            source_text: &source_text,
+            keep_special_bits,
+            max_bytes,
+            final_target: &target,
+            source_shown: &source_text,
+            target_shown: &target_text,
         };
-        extract(reader, &plan)
+        let staging = Staging::new(&target).map_err(ExtractError::Refused)?;
+        let counts = extract(reader, &plan, &staging)?;
+        staging.place().map_err(ExtractError::Refused)?;
+        Ok::<_, ExtractError>(counts)
     })
     .await
     .map_err(|e| DriverError::other(format!("The archive reader failed: {e}")))?
     .map_err(|e| match e {
-        ArchiveError::Io(context, io) if io.get_ref().is_some_and(|inner| inner.is::<bollard::errors::Error>()) => {
+        ExtractError::Io(context, io) if io.get_ref().is_some_and(|inner| inner.is::<bollard::errors::Error>()) => {
             DriverError::Unavailable {
                 message: crate::engine::unreachable_message(&engine.address, "downloading files"),
                 source: Some(Box::new(DriverError::io(context, io))),

@@ -15,6 +15,8 @@ use envrt_runtime_core::sync::{ExcludeSet, SyncKind};
 use envrt_runtime_core::tree;
 use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
 
+use envrt_runtime_core::sparse::{ByteBudget, CopyError, copy_file_sparse};
+
 use crate::workspace::remove_tree;
 
 /// One entry to copy.
@@ -37,6 +39,10 @@ pub(crate) struct CopySpec<'a> {
     pub(crate) follow: bool,
     /// When the source side is a lease workspace: links followed there must stay in it.
     pub(crate) source_confine: Option<&'a Path>,
+    /// The mode bits kept from source entries (special bits only when asked for).
+    pub(crate) mask: u32,
+    /// The bytes this entry may still write (sync out's bound; unbounded for sync in).
+    pub(crate) budget: std::cell::Cell<ByteBudget>,
 }
 
 /// A staged entry waiting to be renamed into place.
@@ -79,8 +85,8 @@ pub(crate) fn stage(spec: &CopySpec<'_>, counts: &mut Counts) -> Result<Staged, 
     let temp = sibling(spec.target, "new");
     let result = match spec.kind {
         SyncKind::File if meta.is_file() => {
-            let mode = spec.mode.unwrap_or(meta.mode() & 0o7777);
-            copy_file(spec.source, &temp, mode, counts)
+            let mode = spec.mode.unwrap_or(meta.mode() & spec.mask);
+            copy_file(spec, spec.source, &temp, mode, counts)
         }
         SyncKind::File => Err(DriverError::SourceKind {
             path: spec.source_shown.to_owned(),
@@ -106,7 +112,14 @@ pub(crate) fn stage(spec: &CopySpec<'_>, counts: &mut Counts) -> Result<Staged, 
     }
 }
 
-fn copy_file(source: &Path, dest: &Path, mode: u32, counts: &mut Counts) -> Result<(), DriverError> {
+/// Copies one regular file keeping its holes, charging its length to the entry's budget.
+fn copy_file(
+    spec: &CopySpec<'_>,
+    source: &Path,
+    dest: &Path,
+    mode: u32,
+    counts: &mut Counts,
+) -> Result<(), DriverError> {
     let mut input = File::open(source).map_err(|e| io_err("read", source, e))?;
     let mut output = OpenOptions::new()
         .write(true)
@@ -114,7 +127,18 @@ fn copy_file(source: &Path, dest: &Path, mode: u32, counts: &mut Counts) -> Resu
         .mode(0o600)
         .open(dest)
         .map_err(|e| io_err("create", dest, e))?;
-    let n = io::copy(&mut input, &mut output).map_err(|e| io_err("copy to", dest, e))?;
+    let mut budget = spec.budget.get();
+    let n = match copy_file_sparse(&mut input, &mut output, &mut budget) {
+        Ok(n) => n,
+        Err(CopyError::OverLimit) => {
+            return Err(DriverError::SyncTooLarge {
+                path: spec.source_shown.to_owned(),
+                limit: budget.limit(),
+            });
+        }
+        Err(CopyError::Io(e)) => return Err(io_err("copy to", dest, e)),
+    };
+    spec.budget.set(budget);
     output
         .set_permissions(fs::Permissions::from_mode(mode & 0o7777))
         .map_err(|e| io_err("set the mode of", dest, e))?;
@@ -188,7 +212,7 @@ fn stage_tree(spec: &CopySpec<'_>, meta: &fs::Metadata, temp: &Path, counts: &mu
             });
         }
     }
-    set_mode(temp, spec.mode.unwrap_or(meta.mode() & 0o7777))
+    set_mode(temp, spec.mode.unwrap_or(meta.mode() & spec.mask))
 }
 
 impl TreeWalk<'_, '_> {
@@ -290,10 +314,10 @@ impl TreeWalk<'_, '_> {
                 dest: dest.to_path_buf(),
                 relative,
                 id,
-                mode: meta.mode() & 0o7777,
+                mode: meta.mode() & self.spec.mask,
             }))
         } else if meta.is_file() {
-            copy_file(source, dest, meta.mode() & 0o7777, self.counts)?;
+            copy_file(self.spec, source, dest, meta.mode() & self.spec.mask, self.counts)?;
             Ok(None)
         } else {
             // FIFOs, sockets and devices are not copied.

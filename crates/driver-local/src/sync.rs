@@ -24,6 +24,8 @@ struct Planned {
     mode: Option<u32>,
     exclude: ExcludeSet,
     follow: bool,
+    mask: u32,
+    max_bytes: u64,
 }
 
 /// A post-upload command with its checked cwd.
@@ -75,6 +77,8 @@ fn plan_entry(file: &envrt_runtime_core::SyncFile, source: PathBuf, target: Path
         mode: file.mode,
         exclude: ExcludeSet::new(&file.exclude)?,
         follow: file.follows_symlinks(),
+        mask: file.mode_mask(),
+        max_bytes: file.byte_limit(),
     })
 }
 
@@ -116,6 +120,11 @@ fn transfer(plans: &[Planned], confine: Option<&Path>, direction: Direction) -> 
                     Direction::In => None,
                     Direction::Out => confine,
                 },
+                mask: plan.mask,
+                budget: std::cell::Cell::new(envrt_runtime_core::sparse::ByteBudget::new(match direction {
+                    Direction::In => u64::MAX,
+                    Direction::Out => plan.max_bytes,
+                })),
             };
             staged.push(copy::stage(&spec, &mut counts)?);
         }

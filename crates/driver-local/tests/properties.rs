@@ -247,10 +247,14 @@ fn generated_trees_survive_sync_in_then_out() {
             let source = host.join("src");
             std::fs::create_dir(&source).unwrap();
             build(&source, &entries);
-            let op = |id: &str, file: SyncFile| SyncOperation {
-                operation_id: id.into(),
-                files: vec![file],
-                post_upload_commands: Vec::new(),
+            // The generated modes include set-uid and sticky bits: kept on request only.
+            let op = |id: &str, mut file: SyncFile| {
+                file.keep_special_bits = Some(true);
+                SyncOperation {
+                    operation_id: id.into(),
+                    files: vec![file],
+                    post_upload_commands: Vec::new(),
+                }
             };
             let target = format!("t-{}", uuid::Uuid::new_v4().simple());
             let into = op("in", SyncFile::directory(source.to_string_lossy(), &target));

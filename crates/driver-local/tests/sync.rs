@@ -48,12 +48,18 @@ fn sample_tree(dir: &Path) {
     set_mode(&dir.join("run.sh"), 0o755);
     set_mode(&dir.join("README"), 0o640);
     set_mode(&dir.join("src/deep er"), 0o750);
-    // Special bits survive too (the local driver's commands run as the same user anyway).
+    // Special bits survive a sync that keeps them (`keep`); by default they are cleared.
     set_mode(&dir.join("src/deep er/ünï"), 0o1777);
     set_mode(&dir.join("empty"), 0o4755);
     symlink("src/main.rs", dir.join("link-to-main")).unwrap();
     symlink("../README", dir.join("src/up")).unwrap();
     symlink("missing-but-inside", dir.join("dangling")).unwrap();
+}
+
+/// `file` with its special bits kept (the sample tree has set-uid and sticky entries).
+fn keep(mut file: SyncFile) -> SyncFile {
+    file.keep_special_bits = Some(true);
+    file
 }
 
 fn assert_same_tree(a: &Path, b: &Path) {
@@ -82,7 +88,7 @@ async fn a_tree_survives_sync_in_then_out_byte_for_byte_with_modes_and_links() {
     let result = sync_in(
         &h,
         &lease,
-        &[op("in", vec![SyncFile::directory(host.s("src-tree"), "app")])],
+        &[op("in", vec![keep(SyncFile::directory(host.s("src-tree"), "app"))])],
     )
     .await
     .unwrap();
@@ -101,7 +107,7 @@ async fn a_tree_survives_sync_in_then_out_byte_for_byte_with_modes_and_links() {
     let out = sync_out(
         &h,
         &lease,
-        &[op("out", vec![SyncFile::directory("app", host.s("back"))])],
+        &[op("out", vec![keep(SyncFile::directory("app", host.s("back")))])],
     )
     .await
     .unwrap();
@@ -526,17 +532,20 @@ async fn sync_in_and_out_run_concurrently_on_one_lease() {
     sync_in(
         &h,
         &lease,
-        &[op("seed", vec![SyncFile::directory(host.s("s"), "seed")])],
+        &[op("seed", vec![keep(SyncFile::directory(host.s("s"), "seed"))])],
     )
     .await
     .unwrap();
     let (hr, lr) = (&h, &lease);
     let ins = (0..4).map(|i| {
-        let ops = vec![op("in", vec![SyncFile::directory(host.s("s"), format!("in{i}"))])];
+        let ops = vec![op("in", vec![keep(SyncFile::directory(host.s("s"), format!("in{i}")))])];
         async move { sync_in(hr, lr, &ops).await }
     });
     let outs = (0..4).map(|i| {
-        let ops = vec![op("out", vec![SyncFile::directory("seed", host.s(&format!("out{i}")))])];
+        let ops = vec![op(
+            "out",
+            vec![keep(SyncFile::directory("seed", host.s(&format!("out{i}"))))],
+        )];
         async move { sync_out(hr, lr, &ops).await }
     });
     let (ins, outs) = tokio::join!(futures::future::join_all(ins), futures::future::join_all(outs));

@@ -99,3 +99,63 @@ async fn a_link_chain_built_in_the_sandbox_never_lands_on_the_host() {
     runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     driver.shutdown().await;
 }
+
+#[tokio::test]
+async fn special_bits_holes_and_the_byte_bound_hold_on_what_the_worker_writes() {
+    use std::os::unix::fs::MetadataExt;
+    let root = TempDir::new("bits");
+    let Some(manifest) = reference_manifest(root.path()) else {
+        return;
+    };
+    let driver = start(manifest, SandboxOptions::default()).await;
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+    let script = "mkdir -p d/shared && cp /bin/true d/su && chmod 4755 d/su && chmod 2777 d/shared && \
+                  truncate -s 1G big && mkdir two && head -c 2097152 /dev/urandom > two/f";
+    let made = bounded(
+        "execute",
+        runtime.execute(&lease.id, ExecuteRequest::new("sh", ["-c", script])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(made.exit_code, Some(0), "{}", String::from_utf8_lossy(&made.stderr));
+    let host = TempDir::new("bits-host");
+    let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+    let target = host.join("out");
+    bounded("sync out", runtime.sync_out(&lease.id, &out("d", &target)))
+        .await
+        .unwrap();
+    assert_eq!((mode(&target.join("shared")), mode(&target.join("su"))), (0o777, 0o755));
+
+    let big = host.join("big");
+    let mut ops = out("big", &big);
+    ops[0].files[0].kind = envrt_runtime_core::SyncKind::File;
+    bounded("sync out", runtime.sync_out(&lease.id, &ops)).await.unwrap();
+    let meta = std::fs::metadata(&big).unwrap();
+    assert_eq!(meta.len(), 1 << 30);
+    assert!(meta.blocks() * 512 < 1 << 20, "allocated {} bytes", meta.blocks() * 512);
+
+    let bounded_out = host.join("two");
+    std::fs::create_dir(&bounded_out).unwrap();
+    std::fs::write(bounded_out.join("old"), b"old").unwrap();
+    let mut ops = out("two", &bounded_out);
+    ops[0].files[0].max_bytes = Some(1 << 20);
+    let err = bounded("sync out", runtime.sync_out(&lease.id, &ops))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Sync out of \"two\" exceeds the limit of 1048576 bytes."
+    );
+    assert_eq!(std::fs::read_dir(&bounded_out).unwrap().count(), 1);
+    assert_eq!(std::fs::read(bounded_out.join("old")).unwrap(), b"old");
+    let mut names: Vec<_> = std::fs::read_dir(host.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["big", "out", "two"], "no hold directory left behind");
+    bounded("release", runtime.release_lease(&lease.id, LeaseStatus::Released))
+        .await
+        .unwrap();
+}

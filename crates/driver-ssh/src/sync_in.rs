@@ -23,6 +23,8 @@ pub(crate) struct Planned {
     pub(crate) target_shown: String,
     pub(crate) kind: SyncKind,
     pub(crate) mode: Option<u32>,
+    /// The mode bits kept from the host's entries (special bits only when asked for).
+    pub(crate) mask: u32,
     pub(crate) exclude: ExcludeSet,
     pub(crate) follow: bool,
 }
@@ -93,6 +95,7 @@ pub(crate) fn plan(file: &SyncFile, workspace: &str) -> Result<Planned, DriverEr
         target_shown: file.target_path.clone(),
         kind: file.kind,
         mode: file.mode,
+        mask: file.mode_mask(),
         exclude,
         follow: file.follows_symlinks(),
     })
@@ -140,7 +143,7 @@ fn append<W: Write>(
         .map_err(|e| io(&path, e))?;
         let mode = match (depth, plan.mode) {
             (0, Some(mode)) => mode,
-            _ => meta.mode(),
+            _ => meta.mode() & plan.mask,
         };
         let mtime = meta.mtime().max(0) as u64;
         if meta.file_type().is_symlink() {

@@ -1,14 +1,16 @@
 //! Sync out: each source is checked on the remote side (it exists, has the right kind and
 //! resolves inside the workspace; with `followSymlinks`, every link it follows stays
-//! inside too) and streamed as a tar archive over a channel of its own; the host extracts
-//! it into a staging directory beside the target (leaving out excluded paths), checks its
-//! links, and renames every entry of the operation into place once all are staged.
+//! inside too) and streamed as a tar archive over a channel of its own. The stream is
+//! hostile bytes (whatever runs on the remote host as its user can shape it, e.g. a
+//! `~/.ssh/rc` that writes to the channel): the host feeds it, as it arrives and through a
+//! bounded queue, to the shared extractor ([`envrt_runtime_core::archive`]), which stages
+//! it beside the target without ever resolving a path through an entry of it, and renames
+//! every entry of the operation into place once all are staged.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 
+use envrt_runtime_core::archive::{Counts as Extracted, ExtractError, ExtractPlan, Staging, extract};
 use envrt_runtime_core::sync::{ExcludeSet, SyncKind, confine_to_workspace};
-use envrt_runtime_core::tree::{MAX_TREE_DEPTH, check_tree_links, too_deep};
 use envrt_runtime_core::{DriverError, SyncFile};
 use tokio::io::AsyncReadExt;
 
@@ -26,6 +28,8 @@ pub(crate) struct Planned {
     mode: Option<u32>,
     exclude: ExcludeSet,
     follow: bool,
+    keep_special_bits: bool,
+    max_bytes: u64,
 }
 
 pub(crate) fn plan(file: &SyncFile, workspace: &str) -> Result<Planned, DriverError> {
@@ -38,6 +42,8 @@ pub(crate) fn plan(file: &SyncFile, workspace: &str) -> Result<Planned, DriverEr
         mode: file.mode,
         exclude: ExcludeSet::new(&file.exclude)?,
         follow: file.follows_symlinks(),
+        keep_special_bits: file.keep_special_bits.unwrap_or(false),
+        max_bytes: file.byte_limit(),
     })
 }
 
@@ -68,236 +74,198 @@ fn remote_script(workspace: &str, plan: &Planned) -> String {
     format!(
         "w={w}; p={p}\n[ -e \"$p\" ] || exit {MISSING}\nr=$(readlink -f -- \"$p\") || exit {MISSING}\n\
          case \"$r/\" in \"$w\"/*) ;; *) exit {OUTSIDE};; esac\n[ {test} \"$r\" ] || exit {KIND}\n{follow_check}\
-         cd -P -- \"$(dirname -- \"$r\")\" && exec tar -c {h} -f - -- \"$(basename -- \"$r\")\"",
+         S=; tar --version 2>/dev/null | grep -q GNU && S=--sparse\n\
+         cd -P -- \"$(dirname -- \"$r\")\" && exec tar -c $S {h} -f - -- \"$(basename -- \"$r\")\"",
         w = quote(workspace),
         p = quote(&plan.source),
         h = if plan.follow { "-h" } else { "" },
     )
 }
 
-/// A staged entry: its staging directory (beside the target) and the staged tree in it.
-struct Staged {
-    dir: PathBuf,
-    entry: PathBuf,
-    target: PathBuf,
-}
-
-fn stage_dir_for(target: &Path) -> Result<PathBuf, DriverError> {
-    let parent = target
-        .parent()
-        .ok_or_else(|| DriverError::invalid("a sync target needs a parent directory"))?;
-    std::fs::create_dir_all(parent).map_err(|e| DriverError::io(format!("cannot create {}", parent.display()), e))?;
-    let dir = parent.join(format!(".envrt-stage-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir(&dir).map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| DriverError::io(format!("cannot protect {}", dir.display()), e))?;
-    Ok(dir)
-}
-
-/// Extracts one archive (blocking) into `stage/e`, renaming its top entry; returns counts.
-fn extract(bytes: &[u8], plan: &Planned, stage: &Path, counts: &mut Counts) -> Result<PathBuf, DriverError> {
-    let top = stage.join("e");
-    let mut archive = tar::Archive::new(bytes);
-    let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
-    let mut excluded: Vec<PathBuf> = Vec::new();
-    let bad = |e: std::io::Error| DriverError::io("cannot read the archive from the remote side", e);
-    for entry in archive.entries().map_err(bad)? {
-        let mut entry = entry.map_err(bad)?;
-        let path = entry.path().map_err(bad)?.into_owned();
-        let mut parts = Vec::new();
-        for component in path.components() {
-            match component {
-                Component::Normal(p) => parts.push(p.to_os_string()),
-                Component::CurDir => {}
-                _ => return Err(DriverError::other("the remote archive holds an unsafe path")),
-            }
-        }
-        if parts.is_empty() {
-            continue;
-        }
-        let relative: PathBuf = parts[1..].iter().collect();
-        if parts.len() > MAX_TREE_DEPTH + 1 {
-            return Err(too_deep(&plan.source_shown));
-        }
-        if parts.len() > 1
-            && (excluded.iter().any(|e| relative.starts_with(e))
-                || plan.exclude.is_excluded(&relative.to_string_lossy()))
-        {
-            excluded.push(relative);
-            continue;
-        }
-        let dest = if relative.as_os_str().is_empty() {
-            top.clone()
-        } else {
-            top.join(&relative)
-        };
-        let header_mode = entry.header().mode().unwrap_or(0o600) & 0o7777;
-        let mode = if parts.len() == 1 {
-            plan.mode.unwrap_or(header_mode)
-        } else {
-            header_mode
-        };
-        let kind = entry.header().entry_type();
-        let io = |e| DriverError::io(format!("cannot write {}", dest.display()), e);
-        match kind {
-            tar::EntryType::Directory => {
-                std::fs::create_dir_all(&dest).map_err(io)?;
-                std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
-                dir_modes.push((dest.clone(), mode));
-            }
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let mut file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode_0600()
-                    .open(&dest)
-                    .map_err(io)?;
-                let n = std::io::copy(&mut entry, &mut file).map_err(io)?;
-                std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(mode)).map_err(io)?;
-                counts.files += 1;
-                counts.bytes += n;
-            }
-            tar::EntryType::Symlink => {
-                let text = entry
-                    .link_name()
-                    .map_err(bad)?
-                    .ok_or_else(|| DriverError::other("the remote archive holds a link without a target"))?;
-                std::os::unix::fs::symlink(&text, &dest).map_err(io)?;
-            }
-            // Hard links, FIFOs, devices: skipped, like the other drivers' copies.
-            _ => {}
-        }
-    }
-    for (dir, mode) in dir_modes.into_iter().rev() {
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| DriverError::io(format!("cannot set the mode of {}", dir.display()), e))?;
-    }
-    if !top.exists() && std::fs::symlink_metadata(&top).is_err() {
-        return Err(DriverError::other("the remote archive was empty"));
-    }
-    check_tree_links(&top, &plan.target, &plan.source_shown, &plan.target_shown)?;
-    Ok(top)
-}
-
-trait Mode0600 {
-    fn mode_0600(&mut self) -> &mut Self;
-}
-impl Mode0600 for std::fs::OpenOptions {
-    fn mode_0600(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.mode(0o600)
-    }
-}
-
-fn remove_any(path: &Path) {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => {
-            let _ = make_writable(path);
-            let _ = std::fs::remove_dir_all(path);
-        }
-        Ok(_) => {
-            let _ = std::fs::remove_file(path);
-        }
-        Err(_) => {}
-    }
-}
-
-/// Gives the owner write access to every directory below `path`, so a staged tree with
-/// read-only directories can be removed.
-fn make_writable(path: &Path) -> std::io::Result<()> {
-    let mut pending = vec![path.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            if entry.file_type()?.is_dir() {
-                pending.push(entry.path());
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Fetches every planned entry, stages it, then renames all into place; all or nothing.
 pub(crate) async fn transfer(host: &Host, workspace: &str, plans: Vec<Planned>) -> Result<Counts, DriverError> {
-    let mut staged: Vec<Staged> = Vec::new();
+    let mut staged: Vec<Staging> = Vec::new();
     let mut counts = Counts::default();
-    let outcome = async {
-        for plan in &plans {
-            let (code, bytes, err) = fetch(host, workspace, plan).await?;
-            match code {
-                Some(0) => {}
-                Some(MISSING) => {
-                    return Err(DriverError::SourceMissing {
-                        path: plan.source_shown.clone(),
-                    });
-                }
-                Some(KIND) => {
-                    return Err(DriverError::SourceKind {
-                        path: plan.source_shown.clone(),
-                        expected: match plan.kind {
-                            SyncKind::File => "file",
-                            SyncKind::Directory => "directory",
-                        },
-                    });
-                }
-                Some(OUTSIDE) => {
-                    return Err(DriverError::PathOutsideWorkspace {
-                        path: plan.source_shown.clone(),
-                    });
-                }
-                other => {
-                    return Err(host.unavailable(
-                        "the sync out failed on the remote side",
-                        format!("exit {other:?}: {}", String::from_utf8_lossy(&err).trim()),
-                    ));
-                }
-            }
-            let dir = stage_dir_for(&plan.target)?;
-            staged.push(Staged {
-                dir: dir.clone(),
-                entry: dir.join("e"),
-                target: plan.target.clone(),
-            });
-            extract(&bytes, plan, &dir, &mut counts)?;
-        }
-        for s in &staged {
-            if std::fs::symlink_metadata(&s.target).is_ok() {
-                std::fs::rename(&s.target, s.dir.join("old"))
-                    .map_err(|e| DriverError::io(format!("cannot replace {}", s.target.display()), e))?;
-            }
-            std::fs::rename(&s.entry, &s.target)
-                .map_err(|e| DriverError::io(format!("cannot write {}", s.target.display()), e))?;
-        }
-        Ok(())
+    for plan in &plans {
+        let staging = Staging::new(&plan.target)?;
+        let (staging, extracted) = fetch(host, workspace, plan, staging).await?;
+        counts.files += extracted.files;
+        counts.bytes += extracted.bytes;
+        staged.push(staging);
     }
-    .await;
     for s in &staged {
-        remove_any(&s.dir);
+        s.place()?;
     }
-    outcome.map(|()| counts)
+    Ok(counts)
 }
 
-async fn fetch(host: &Host, workspace: &str, plan: &Planned) -> Result<(Option<i32>, Vec<u8>, Vec<u8>), DriverError> {
+/// Chunks of the stream queued between the channel and the extractor: the most held in
+/// memory per sync is `QUEUE * CHUNK` bytes, whatever the archive's size.
+const QUEUE: usize = 8;
+const CHUNK: usize = 64 * 1024;
+/// The most of the remote side's standard error kept for a message.
+const MAX_STDERR: usize = 64 * 1024;
+
+/// The extractor's end of the queue: a blocking reader of the chunks.
+struct Queued {
+    chunks: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    current: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for Queued {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.current.len() {
+            match self.chunks.blocking_recv() {
+                Some(chunk) => {
+                    self.current = chunk;
+                    self.at = 0;
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.at);
+        buf[..n].copy_from_slice(&self.current[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// Runs the remote side of one entry and extracts its stream as it arrives. The remote
+/// exit code decides first (a missing source, a wrong kind, a path outside); a stream the
+/// extractor refused is then reported as the refusal, and the channel is dropped at once
+/// (the rest is never read).
+async fn fetch(
+    host: &Host,
+    workspace: &str,
+    plan: &Planned,
+    staging: Staging,
+) -> Result<(Staging, Extracted), DriverError> {
     let mut remote = host.spawn(&remote_script(workspace, plan)).await?;
     drop(remote.child.stdin().take());
-    let mut out = Vec::new();
-    let mut err = Vec::new();
+    let (sender, chunks) = tokio::sync::mpsc::channel::<Vec<u8>>(QUEUE);
+    let reader = Queued {
+        chunks,
+        current: Vec::new(),
+        at: 0,
+    };
+    let (target, source_shown, target_shown) = (
+        plan.target.clone(),
+        plan.source_shown.clone(),
+        plan.target_shown.clone(),
+    );
+    let (kind, mode, exclude, keep, max) = (
+        plan.kind,
+        plan.mode,
+        plan.exclude.clone(),
+        plan.keep_special_bits,
+        plan.max_bytes,
+    );
+    let extraction = tokio::task::spawn_blocking(move || {
+        let plan = ExtractPlan {
+            kind,
+            mode,
+            exclude: &exclude,
+            keep_special_bits: keep,
+            max_bytes: max,
+            final_target: &target,
+            source_shown: &source_shown,
+            target_shown: &target_shown,
+        };
+        let result = extract(reader, &plan, &staging);
+        (staging, result)
+    });
     let mut stdout = remote.child.stdout().take();
     let mut stderr = remote.child.stderr().take();
-    let read_out = async {
-        if let Some(pipe) = stdout.as_mut() {
-            pipe.read_to_end(&mut out).await.map(|_| ())
-        } else {
-            Ok(())
+    let pump = async {
+        // Owned here: the extractor sees the end of the stream when this ends.
+        let sender = sender;
+        let Some(pipe) = stdout.as_mut() else { return Ok(true) };
+        loop {
+            let mut chunk = vec![0u8; CHUNK];
+            let n = pipe.read(&mut chunk).await?;
+            if n == 0 {
+                return Ok(true);
+            }
+            chunk.truncate(n);
+            if sender.send(chunk).await.is_err() {
+                // The extractor stopped: the rest is not read.
+                return Ok(false);
+            }
         }
     };
+    let mut err = Vec::new();
     let read_err = async {
         if let Some(pipe) = stderr.as_mut() {
-            let _ = pipe.read_to_end(&mut err).await;
+            let mut chunk = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                let room = MAX_STDERR.saturating_sub(err.len()).min(n);
+                err.extend_from_slice(&chunk[..room]);
+            }
         }
     };
-    let (read, ()) = tokio::join!(read_out, read_err);
-    read.map_err(|e| DriverError::io("cannot read the archive from the remote side", e))?;
-    Ok((exit_code(remote.child.wait().await), out, err))
+    // Standard error is read beside the stream, but only waited for when the stream was
+    // read to its end: after a refusal the remote side may block writing forever.
+    let pumped: std::io::Result<bool> = {
+        tokio::pin!(pump);
+        tokio::pin!(read_err);
+        let mut err_done = false;
+        let pumped = loop {
+            tokio::select! {
+                pumped = &mut pump => break pumped,
+                () = &mut read_err, if !err_done => err_done = true,
+            }
+        };
+        if matches!(pumped, Ok(true)) && !err_done {
+            read_err.await;
+        }
+        pumped
+    };
+    let (staging, extracted) = extraction
+        .await
+        .map_err(|e| DriverError::other(format!("The archive reader failed: {e}")))?;
+    let code = match pumped {
+        Ok(true) => exit_code(remote.child.wait().await),
+        // Stopped early or broken: the remote side's verdict is not waited for.
+        _ => None,
+    };
+    match code {
+        Some(0) => {}
+        Some(MISSING) => {
+            return Err(DriverError::SourceMissing {
+                path: plan.source_shown.clone(),
+            });
+        }
+        Some(KIND) => {
+            return Err(DriverError::SourceKind {
+                path: plan.source_shown.clone(),
+                expected: match plan.kind {
+                    SyncKind::File => "file",
+                    SyncKind::Directory => "directory",
+                },
+            });
+        }
+        Some(OUTSIDE) => {
+            return Err(DriverError::PathOutsideWorkspace {
+                path: plan.source_shown.clone(),
+            });
+        }
+        other => {
+            if let Err(ExtractError::Refused(refusal)) = extracted {
+                return Err(refusal);
+            }
+            if let Err(e) = pumped {
+                return Err(DriverError::io("cannot read the archive from the remote side", e));
+            }
+            return Err(host.unavailable(
+                "the sync out failed on the remote side",
+                format!("exit {other:?}: {}", String::from_utf8_lossy(&err).trim()),
+            ));
+        }
+    }
+    let extracted = extracted.map_err(ExtractError::into_driver)?;
+    Ok((staging, extracted))
 }

@@ -96,6 +96,7 @@ pub(crate) fn runtime_exit_code(error: &RuntimeError) -> u8 {
             | DriverError::SourceKind { .. }
             | DriverError::InvalidGlob { .. }
             | DriverError::TreeTooDeep { .. }
+            | DriverError::SyncTooLarge { .. }
             | DriverError::InvalidInput { .. }
             | DriverError::ProviderUnsupported { .. }
             | DriverError::UserRefused { .. } => 2,

@@ -218,6 +218,16 @@ pub enum DriverError {
         /// The bound.
         limit: usize,
     },
+    /// A sync out entry holds more bytes of file content than its bound
+    /// ([`SyncFile::max_bytes`](crate::sync::SyncFile::max_bytes), by default
+    /// [`DEFAULT_SYNC_MAX_BYTES`](crate::sync::DEFAULT_SYNC_MAX_BYTES)); nothing was placed.
+    #[error("Sync out of \"{path}\" exceeds the limit of {limit} bytes.")]
+    SyncTooLarge {
+        /// The sync source as given.
+        path: String,
+        /// The bound, in bytes.
+        limit: u64,
+    },
     /// An exclude glob does not parse.
     #[error("Exclude pattern \"{pattern}\" is not a valid glob.")]
     InvalidGlob {

@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod archive;
 pub mod capability;
 pub mod config_keys;
 pub mod driver;
@@ -35,6 +36,7 @@ pub mod execute;
 pub mod model;
 mod runtime;
 pub mod secret;
+pub mod sparse;
 pub mod store;
 pub mod sync;
 pub mod template;

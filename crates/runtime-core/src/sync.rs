@@ -54,6 +54,25 @@ pub struct SyncFile {
     /// A path below the target that must stay writable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable_path: Option<String>,
+    /// Keep the set-uid, set-gid and sticky bits of the copied entries; default false: every
+    /// driver clears them in both directions (a copy is written by a privileged host or
+    /// worker, so a kept set-uid bit would hand out its privilege). An explicit `mode` is
+    /// applied as given either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_special_bits: Option<bool>,
+    /// Sync out only: most bytes of file content (apparent sizes, holes included) this entry
+    /// may write on the host; default [`DEFAULT_SYNC_MAX_BYTES`]. Over it the entry is
+    /// refused with [`DriverError::SyncTooLarge`] and nothing is placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+}
+
+/// The bound of one sync out entry when [`SyncFile::max_bytes`] is not given: 64 GiB.
+pub const DEFAULT_SYNC_MAX_BYTES: u64 = 64 << 30;
+
+/// The mode bits a copy keeps: permissions only, or with the special bits too.
+pub fn kept_mode_bits(keep_special_bits: bool) -> u32 {
+    if keep_special_bits { 0o7777 } else { 0o777 }
 }
 
 impl SyncFile {
@@ -68,6 +87,8 @@ impl SyncFile {
             follow_symlinks: None,
             access: None,
             writable_path: None,
+            keep_special_bits: None,
+            max_bytes: None,
         }
     }
 
@@ -82,6 +103,16 @@ impl SyncFile {
     /// Whether links are followed.
     pub fn follows_symlinks(&self) -> bool {
         self.follow_symlinks.unwrap_or(false)
+    }
+
+    /// The mode bits copied from a source entry (see [`SyncFile::keep_special_bits`]).
+    pub fn mode_mask(&self) -> u32 {
+        kept_mode_bits(self.keep_special_bits.unwrap_or(false))
+    }
+
+    /// The sync out bound of this entry (see [`SyncFile::max_bytes`]).
+    pub fn byte_limit(&self) -> u64 {
+        self.max_bytes.unwrap_or(DEFAULT_SYNC_MAX_BYTES)
     }
 }
 

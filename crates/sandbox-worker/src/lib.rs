@@ -124,6 +124,7 @@ mod view;
 pub use sandbox::{INIT_PATH, SANDBOX_PATH, bwrap_options};
 mod staging;
 mod sync;
+mod sync_file;
 mod sync_sandboxed;
 
 use std::path::PathBuf;

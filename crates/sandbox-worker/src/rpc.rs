@@ -42,6 +42,7 @@ impl From<DriverError> for RpcError {
             | DriverError::PostUploadCwd { .. }
             | DriverError::InvalidGlob { .. }
             | DriverError::TreeTooDeep { .. }
+            | DriverError::SyncTooLarge { .. }
             | DriverError::InvalidInput { .. }
             | DriverError::UserRefused { .. } => code::INVALID_PARAMS,
             _ => code::WORKER_ERROR,

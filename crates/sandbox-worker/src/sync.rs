@@ -4,12 +4,13 @@
 //! entry is built in a hidden sibling and renamed into place, so a failure leaves no
 //! half-written target; links copied as links must stay inside the copied tree.
 
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use envrt_runtime_core::DriverError;
+use envrt_runtime_core::sparse::ByteBudget;
 use envrt_runtime_core::sync::{ExcludeSet, SyncFile, SyncKind, check_post_upload_cwd, is_within, normalize_absolute};
 use serde_json::{Value, json};
 
@@ -18,6 +19,7 @@ use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resol
 use super::policy::Policy;
 use super::sandbox::{Sandbox, WORKSPACE};
 use super::staging::{remove_any, replace, staging_name};
+use super::sync_file::copy_file;
 
 /// Timeout of a post-upload command that does not set its own.
 const POST_UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
@@ -168,6 +170,10 @@ struct Copier<'a> {
     target_display: String,
     /// The synced source as given (for messages).
     source_display: String,
+    /// The mode bits kept from source entries (special bits only when asked for).
+    mask: u32,
+    /// The bytes this entry may still write (sync out's bound; unbounded for sync in).
+    budget: ByteBudget,
     ancestors: Vec<(u64, u64)>,
     counts: Counts,
 }
@@ -223,6 +229,8 @@ pub(crate) fn stage_in(
         source_display: file.source_path.clone(),
         ancestors: Vec::new(),
         counts: Counts::default(),
+        mask: file.mode_mask(),
+        budget: ByteBudget::new(u64::MAX),
     };
     let name = source
         .file_name()
@@ -264,6 +272,8 @@ fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<C
         source_display: file.source_path.clone(),
         ancestors: Vec::new(),
         counts: Counts::default(),
+        mask: file.mode_mask(),
+        budget: ByteBudget::new(file.byte_limit()),
     };
     place_out(
         copier,
@@ -290,6 +300,8 @@ pub(crate) fn place_copied(
         source_display: file.source_path.clone(),
         ancestors: Vec::new(),
         counts: Counts::default(),
+        mask: file.mode_mask(),
+        budget: ByteBudget::new(file.byte_limit()),
     };
     place_out(copier, source, None, name, file)
 }
@@ -346,7 +358,7 @@ pub(crate) fn check_kind(source: &Path, file: &SyncFile) -> Result<(), DriverErr
     }
 }
 
-fn io(context: &str, path: &Path, e: std::io::Error) -> DriverError {
+pub(crate) fn io(context: &str, path: &Path, e: std::io::Error) -> DriverError {
     DriverError::io(format!("{context} {}", path.display()), e)
 }
 
@@ -532,14 +544,20 @@ impl Copier<'_> {
             }
             stack.push(Step::Leave {
                 dest: dest.to_path_buf(),
-                mode: mode.unwrap_or(meta.mode() & 0o7777),
+                mode: mode.unwrap_or(meta.mode() & self.mask),
                 _dir: dir,
             });
             // popped in name order
             stack.extend(children.into_iter().rev());
             Ok(())
         } else if meta.is_file() {
-            let bytes = copy_file(&real, dest, mode.unwrap_or(meta.mode() & 0o7777))?;
+            let bytes = copy_file(
+                &real,
+                dest,
+                mode.unwrap_or(meta.mode() & self.mask),
+                &mut self.budget,
+                &self.source_display,
+            )?;
             self.counts.files += 1;
             self.counts.bytes += bytes;
             Ok(())
@@ -548,33 +566,4 @@ impl Copier<'_> {
             Ok(())
         }
     }
-}
-
-/// Copies one regular file; the copy is created 0600 and gets its final mode before it is
-/// renamed anywhere visible.
-fn copy_file(source: &Path, dest: &Path, mode: u32) -> Result<u64, DriverError> {
-    let flags = (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits();
-    let mut input = OpenOptions::new()
-        .read(true)
-        .custom_flags(flags as i32)
-        .open(source)
-        .map_err(|e| io("Opening", source, e))?;
-    let meta = input.metadata().map_err(|e| io("Reading", source, e))?;
-    if !meta.is_file() {
-        return Err(DriverError::invalid(format!(
-            "{} is not a regular file",
-            source.display()
-        )));
-    }
-    let mut output: File = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(dest)
-        .map_err(|e| io("Creating", dest, e))?;
-    let bytes = std::io::copy(&mut input, &mut output).map_err(|e| io("Copying to", dest, e))?;
-    output
-        .set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(|e| io("Setting mode of", dest, e))?;
-    Ok(bytes)
 }

@@ -1,6 +1,7 @@
 //! File sync (contract section 6): generated trees round-trip byte for byte with their
 //! modes, every escape is refused with its exact error and writes nothing, failed
-//! operations leave no half-written target, excludes, modes, post-upload commands.
+//! operations leave no half-written target, excludes, modes, post-upload commands, and
+//! set-uid/set-gid bits cleared both ways unless a request keeps them.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::symlink;
@@ -35,6 +36,7 @@ pub(super) const CHECKS: &[Check] = &[
     Check::new("sync_post_upload_commands", has_post_upload, post_upload_commands),
     Check::new("sync_no_half_written_target", has_sync_both, no_half_written),
     Check::new("sync_exclude_and_mode", has_sync_and_execute, exclude_and_mode),
+    Check::new("sync_clears_special_bits", has_sync_and_execute, clears_special_bits),
 ];
 
 fn has_post_upload(p: &crate::Profile) -> bool {
@@ -428,5 +430,50 @@ fn exclude_and_mode(ctx: &Ctx) -> Result<(), String> {
         )?;
         let mode = ctx.sh(&lease, &format!("stat -c %a '{dir}-single.txt'")).await?;
         ensure_eq(String::from_utf8_lossy(&mode).trim(), "640", "mode of the target")
+    })
+}
+
+/// A set-uid file and a set-gid directory lose those bits in both directions (a copy is
+/// written by a privileged host or worker: a kept bit would hand out its privilege).
+fn clears_special_bits(ctx: &Ctx) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let host = host_dir()?;
+    let source = host.path().join("bits");
+    let set = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| e.to_string())
+    };
+    std::fs::create_dir_all(source.join("g")).map_err(|e| e.to_string())?;
+    std::fs::write(source.join("su"), b"#!/bin/sh\n").map_err(|e| e.to_string())?;
+    set(&source.join("su"), 0o4755)?;
+    set(&source.join("g"), 0o2777)?;
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let dir = ctx.marker("bits");
+        ctx.runtime
+            .sync_in(&lease.id, &op("in", vec![SyncFile::directory(path_str(&source), &dir)]))
+            .await
+            .map_err(|e| format!("sync_in: {e}"))?;
+        let modes = ctx.sh(&lease, &format!("cd '{dir}' && stat -c '%a %n' su g")).await?;
+        ensure_eq(
+            String::from_utf8_lossy(&modes).as_ref(),
+            "755 su\n777 g\n",
+            "modes after sync in (special bits cleared)",
+        )?;
+        ctx.sh(&lease, &format!("cd '{dir}' && chmod 4755 su && chmod 2777 g"))
+            .await?;
+        let back = host.path().join("back");
+        ctx.runtime
+            .sync_out(&lease.id, &op("out", vec![SyncFile::directory(&dir, path_str(&back))]))
+            .await
+            .map_err(|e| format!("sync_out: {e}"))?;
+        let mode = |p: &Path| {
+            std::fs::symlink_metadata(p)
+                .map(|m| m.mode() & 0o7777)
+                .map_err(|e| e.to_string())
+        };
+        ensure_eq(
+            (mode(&back.join("su"))?, mode(&back.join("g"))?),
+            (0o755, 0o777),
+            "modes after sync out (special bits cleared)",
+        )
     })
 }

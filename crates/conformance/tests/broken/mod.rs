@@ -61,6 +61,9 @@ pub(crate) enum Fault {
     LooseWhileWriting,
     /// Class 5: the same on the host side of a sync out.
     LooseWhileWritingOut,
+    /// Class 5: copies set-uid, set-gid and sticky bits both ways as if every request
+    /// asked to keep them.
+    KeepsSpecialBits,
     /// Class 6: realize never returns.
     BlocksInRealize,
     /// Class 6: panics when asked to run a program that does not exist.
@@ -337,6 +340,7 @@ fn remove_empty_dirs(dir: &Path) {
 #[async_trait]
 impl FileSync for Faulty {
     async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let operations = &keeping_bits(operations, self.has(Fault::KeepsSpecialBits))[..];
         let files = || operations.iter().flat_map(|o| &o.files);
         let escaping = files().find(|f| f.target_path.starts_with("../"));
         match (self.fault, escaping) {
@@ -374,6 +378,7 @@ impl FileSync for Faulty {
         Ok(result)
     }
     async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let operations = &keeping_bits(operations, self.has(Fault::KeepsSpecialBits))[..];
         if self.has(Fault::LooseWhileWritingOut) {
             let files = operations.iter().flat_map(|o| &o.files);
             for file in files.filter(|f| f.kind == SyncKind::File && f.mode.is_some()) {
@@ -390,6 +395,18 @@ impl FileSync for Faulty {
             .sync_out(context, operations)
             .await
     }
+}
+
+/// `operations` with every entry keeping its special bits when `keep` (the
+/// [`Fault::KeepsSpecialBits`] fault), unchanged otherwise.
+fn keeping_bits(operations: &[SyncOperation], keep: bool) -> Vec<SyncOperation> {
+    let mut operations = operations.to_vec();
+    if keep {
+        for file in operations.iter_mut().flat_map(|o| o.files.iter_mut()) {
+            file.keep_special_bits = Some(true);
+        }
+    }
+    operations
 }
 
 #[async_trait]

@@ -248,6 +248,15 @@ pub(crate) fn typed_refusal(code: i64, message: &str) -> Option<DriverError> {
             limit,
         });
     }
+    if let Some(rest) = quoted("Sync out of \"", " bytes.")
+        && let Some((path, limit)) = rest.rsplit_once("\" exceeds the limit of ")
+        && let Ok(limit) = limit.parse::<u64>()
+    {
+        return Some(DriverError::SyncTooLarge {
+            path: path.to_owned(),
+            limit,
+        });
+    }
     if let Some(pattern) = quoted("Exclude pattern \"", "\" is not a valid glob.") {
         return Some(DriverError::InvalidGlob { pattern });
     }

@@ -6,13 +6,15 @@
 //! directory beside it (`.envrt-hold-<uuid>`, mode `0700`); once the worker has written
 //! every entry there, the host resolves every link of each tree with the shared resolver
 //! ([`envrt_runtime_core::tree::check_tree_links`], the local and Docker drivers' check),
-//! and only when all are inside are the entries renamed onto their targets. A refusal or a
-//! failure removes every hold directory and leaves the targets as they were.
+//! clears set-uid/set-gid/sticky bits the request did not keep and holds each tree to its
+//! byte bound ([`settle_tree`]), and only then are the entries renamed onto their targets.
+//! A refusal or a failure removes every hold directory and leaves the targets as they were.
 
 use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
+use envrt_runtime_core::archive::settle_tree;
 use envrt_runtime_core::sync::normalize_absolute;
 use envrt_runtime_core::tree::check_tree_links;
 use envrt_runtime_core::{DriverError, SyncKind, SyncOperation};
@@ -25,6 +27,8 @@ struct Held {
     source_shown: String,
     target_shown: String,
     kind: SyncKind,
+    keep_special_bits: bool,
+    max_bytes: u64,
 }
 
 /// The hold directories of one call.
@@ -67,6 +71,8 @@ impl Holds {
                     source_shown: file.source_path.clone(),
                     target_shown: file.target_path.clone(),
                     kind: file.kind,
+                    keep_special_bits: file.keep_special_bits.unwrap_or(false),
+                    max_bytes: file.byte_limit(),
                 });
                 file.target_path = written.to_string_lossy().into_owned();
             }
@@ -100,11 +106,15 @@ impl Holds {
     /// fails midway is reported). Hold directories are removed either way.
     pub(crate) fn commit(mut self) -> Result<(), DriverError> {
         let checked = self.entries.iter().try_for_each(|e| {
-            if e.kind == SyncKind::Directory && fs::symlink_metadata(&e.written).is_ok() {
-                check_tree_links(&e.written, &e.target, &e.source_shown, &e.target_shown)
-            } else {
-                Ok(())
+            if fs::symlink_metadata(&e.written).is_err() {
+                return Ok(());
             }
+            if e.kind == SyncKind::Directory {
+                check_tree_links(&e.written, &e.target, &e.source_shown, &e.target_shown)?;
+            }
+            // The worker is no more trusted than the command: special bits and the byte
+            // bound are enforced here again, on what it wrote.
+            settle_tree(&e.written, e.keep_special_bits, e.max_bytes, &e.source_shown)
         });
         let placed = checked.and_then(|()| self.entries.iter().try_for_each(place));
         self.discard();

@@ -47,6 +47,7 @@ impl DriverError {
             DriverError::SourceMissing { .. } => "source_missing",
             DriverError::SourceKind { .. } => "source_kind",
             DriverError::TreeTooDeep { .. } => "tree_too_deep",
+            DriverError::SyncTooLarge { .. } => "sync_too_large",
             DriverError::InvalidGlob { .. } => "invalid_glob",
             DriverError::InvalidInput { .. } => "invalid_input",
             DriverError::ResourceGone { .. } => "resource_gone",
