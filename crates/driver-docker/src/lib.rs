@@ -82,6 +82,7 @@ mod duplex;
 mod engine;
 mod exec;
 mod extract;
+mod hostkill;
 mod owner;
 mod process;
 mod realize;

@@ -249,6 +249,15 @@ pub(crate) async fn exit_code(engine: &Engine, exec_id: &str) -> Result<Option<i
     }
 }
 
+/// The host pid of the exec's own process, as the engine reports it, while it runs.
+pub(crate) async fn host_pid(engine: &Engine, exec_id: &str) -> Option<i32> {
+    let inspected = engine.retry(|| engine.docker.inspect_exec(exec_id)).await.ok()?;
+    inspected
+        .pid
+        .filter(|pid| *pid > 0 && inspected.running == Some(true))
+        .and_then(|pid| i32::try_from(pid).ok())
+}
+
 /// Whether the exec's own process is still running.
 pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, DriverError> {
     let inspected = engine
@@ -311,12 +320,27 @@ pub(crate) async fn kill_tree(
     grace: Duration,
     graceful: bool,
 ) -> Result<u64, DriverError> {
+    // From the host when it sees the container's processes (a local engine); from a
+    // second exec in the container only when it does not (a remote engine).
+    let from_host = crate::hostkill::sees(container);
+    let step = |mode: &'static str| async move {
+        if from_host {
+            let mode = match mode {
+                "term" => crate::hostkill::Mode::Term,
+                "kill" => crate::hostkill::Mode::Kill,
+                _ => crate::hostkill::Mode::List,
+            };
+            Ok(crate::hostkill::apply(container, target, mode))
+        } else {
+            killer(engine, container, mode, target).await
+        }
+    };
     if graceful {
         let deadline = Instant::now() + grace;
-        let mut left = killer(engine, container, "term", target).await?;
+        let mut left = step("term").await?;
         while left > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            left = killer(engine, container, "list", target).await?;
+            left = step("list").await?;
         }
         if left == 0 {
             return Ok(0);
@@ -324,10 +348,10 @@ pub(crate) async fn kill_tree(
     }
     let mut left = 0;
     for _ in 0..3 {
-        killer(engine, container, "kill", target).await?;
+        step("kill").await?;
         let deadline = Instant::now() + Duration::from_secs(1);
         loop {
-            left = killer(engine, container, "list", target).await?;
+            left = step("list").await?;
             if left == 0 || Instant::now() >= deadline {
                 break;
             }
