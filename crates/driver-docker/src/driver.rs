@@ -542,6 +542,17 @@ impl DestroyLease for DockerDriver {
 impl Execute for DockerDriver {
     async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
         let container = Self::container_of(context)?;
+        if let Some(user) = request.user.as_deref() {
+            match context.environment.as_ref() {
+                Some(environment) => EnvConfig::of(environment)?.check_user(user)?,
+                None => {
+                    return Err(DriverError::UserRefused {
+                        user: user.to_owned(),
+                        reason: crate::config::USER_NOT_ALLOWED.to_owned(),
+                    });
+                }
+            }
+        }
         let workspace = Self::workspace_of(context);
         crate::exec::execute(&self.engine, self.config.kill_grace, container, &workspace, request).await
     }
