@@ -181,7 +181,8 @@ impl Collector<'_> {
 struct KillOnDrop {
     engine: Engine,
     container: String,
-    exec_id: String,
+    /// The exec, once the engine made it.
+    exec_id: Option<String>,
     /// The command's tree, once the wrapper reported it.
     target: Option<process::Target>,
     armed: bool,
@@ -189,10 +190,11 @@ struct KillOnDrop {
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        if !self.armed {
+        let Some(exec_id) = self.exec_id.as_ref().filter(|_| self.armed) else {
+            // Not armed, or dropped before the engine made the exec: nothing runs.
             return;
-        }
-        let (container, exec_id) = (&self.container, &self.exec_id);
+        };
+        let container = &self.container;
         if let Some(target) = &self.target
             && crate::hostkill::sees(container)
         {
@@ -258,6 +260,15 @@ pub(crate) async fn execute(
     argv.extend(request.args.iter().cloned());
     let stdin = request.stdin.take().unwrap_or_default();
     let attach_stdin = !stdin.is_empty() || env.secret_count > 0;
+    // Armed before the exec is made: a call dropped while the start is under way still
+    // kills what the engine starts.
+    let mut guard = KillOnDrop {
+        engine: engine.clone(),
+        container: container.to_owned(),
+        exec_id: None,
+        target: None,
+        armed: true,
+    };
     let spawned = process::spawn_as(
         engine,
         container,
@@ -267,16 +278,10 @@ pub(crate) async fn execute(
         &cwd,
         request.user.as_deref(),
         attach_stdin,
+        &mut guard.exec_id,
     )
     .await?;
     let exec_id = spawned.exec_id;
-    let mut guard = KillOnDrop {
-        engine: engine.clone(),
-        container: container.to_owned(),
-        exec_id: exec_id.clone(),
-        target: None,
-        armed: true,
-    };
     let mut output = spawned.output;
     let mut input = spawned.input;
     let secret_lines = env.secret_lines;

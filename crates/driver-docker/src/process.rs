@@ -79,13 +79,15 @@ pub(crate) async fn spawn(
     secret_lines: usize,
     cwd: &str,
 ) -> Result<Spawned, DriverError> {
-    spawn_as(engine, container, argv, env, secret_lines, cwd, None, true).await
+    spawn_as(engine, container, argv, env, secret_lines, cwd, None, true, &mut None).await
 }
 
 /// [`spawn`] as `user` (the exec's `User`: `NAME`, `UID`, `NAME:GROUP` or `UID:GID`, as the
 /// container's `/etc/passwd` and `/etc/group` know them); the container's user when `None`.
 /// Without `attach_stdin` the command's stdin is `/dev/null` (the same end of input as an
 /// attached stdin closed at once, with one stream fewer for the engine to set up).
+/// `created` gets the exec's id as soon as the engine made it, before it is started (so a
+/// caller dropped while the start is under way still knows what to kill).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn spawn_as(
     engine: &Engine,
@@ -96,6 +98,7 @@ pub(crate) async fn spawn_as(
     cwd: &str,
     user: Option<&str>,
     attach_stdin: bool,
+    created: &mut Option<String>,
 ) -> Result<Spawned, DriverError> {
     // One command substitution (one fork) names both pipes.
     let report = "printf 'envrt-pid:%s %s\\n' \"$$\" \"$({ readlink -n /proc/$$/fd/1; printf ' '; readlink -n /proc/$$/fd/2; } 2>/dev/null)\" >&2";
@@ -121,14 +124,21 @@ pub(crate) async fn spawn_as(
         tty: Some(false),
         ..Default::default()
     };
-    start(engine, container, config, "starting a command").await
+    start(engine, container, config, "starting a command", created).await
 }
 
-async fn start(engine: &Engine, container: &str, config: ExecConfig, doing: &str) -> Result<Spawned, DriverError> {
+async fn start(
+    engine: &Engine,
+    container: &str,
+    config: ExecConfig,
+    doing: &str,
+    made: &mut Option<String>,
+) -> Result<Spawned, DriverError> {
     let created = engine
         .call(engine.docker.create_exec(container, config))
         .await
         .map_err(|e| exec_error(engine, container, doing, e))?;
+    *made = Some(created.id.clone());
     let options = StartExecOptions {
         detach: false,
         tty: false,
@@ -249,13 +259,23 @@ pub(crate) async fn exit_code(engine: &Engine, exec_id: &str) -> Result<Option<i
     }
 }
 
-/// The host pid of the exec's own process, as the engine reports it, while it runs.
+/// The host pid of the exec's own process, as the engine reports it once it runs (waiting
+/// up to the API timeout for a start still under way); `None` once it exited.
 pub(crate) async fn host_pid(engine: &Engine, exec_id: &str) -> Option<i32> {
-    let inspected = engine.retry(|| engine.docker.inspect_exec(exec_id)).await.ok()?;
-    inspected
-        .pid
-        .filter(|pid| *pid > 0 && inspected.running == Some(true))
-        .and_then(|pid| i32::try_from(pid).ok())
+    let deadline = Instant::now() + engine.api_timeout;
+    loop {
+        let inspected = engine.retry(|| engine.docker.inspect_exec(exec_id)).await.ok()?;
+        if inspected.running == Some(true) {
+            return inspected
+                .pid
+                .filter(|pid| *pid > 0)
+                .and_then(|pid| i32::try_from(pid).ok());
+        }
+        if inspected.exit_code.is_some() || Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Whether the exec's own process is still running.
@@ -388,7 +408,7 @@ pub(crate) async fn run_script(
         tty: Some(false),
         ..Default::default()
     };
-    let mut spawned = start(engine, container, config, doing).await?;
+    let mut spawned = start(engine, container, config, doing, &mut None).await?;
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let ceiling = Instant::now() + engine.patience();
     let mut deadline = Instant::now() + engine.api_timeout;
