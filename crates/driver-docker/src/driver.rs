@@ -290,6 +290,9 @@ impl DockerDriver {
                 .call(self.engine.docker.start_container(&id, None))
                 .await
                 .map_err(|e| self.engine.error("starting a container", e))?;
+            if let Some(at) = expiry {
+                crate::expiry::watch(&self.engine, &id, at).await;
+            }
             let owner = self.container_owner(&id, config, image_info.as_ref()).await?;
             // The workspace belongs to the configured user. With no-new-privileges, root
             // in an exec of a container whose user is not root has no capabilities, so

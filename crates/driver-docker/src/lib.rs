@@ -83,6 +83,7 @@ mod driver;
 mod duplex;
 mod engine;
 mod exec;
+mod expiry;
 mod extract;
 mod hostkill;
 mod owner;
