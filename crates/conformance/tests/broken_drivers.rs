@@ -79,6 +79,23 @@ fn leaks_a_host_descriptor_to_the_command() {
 }
 
 #[test]
+fn leaves_its_command_running_when_the_execute_is_dropped() {
+    let root = tempfile::tempdir().unwrap();
+    let suite = suite(Fault::LeavesCommandRunningOnDrop, root.path());
+    let outcome = suite.run_check("execute_drop_kills_tree");
+    let leaked = envrt_conformance::processes_with_marker(suite.marker_prefix());
+    // Clean up what the faulty driver leaked before asserting.
+    for pid in &leaked {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    let message = outcome.expect("registered").expect_err("a leaking driver passed");
+    assert!(message.starts_with("processes survived"), "{message}");
+    assert!(!leaked.is_empty());
+}
+
+#[test]
 fn drops_a_byte_of_stdin() {
     let message = failure_of(Fault::DropsStdinByte, "execute_stdin_roundtrip");
     assert!(message.contains("cat returned"), "{message}");
@@ -367,6 +384,7 @@ fn the_honest_driver_passes_the_same_checks() {
         "honesty_duplex_shape",
         "sync_in_refuses_parent_target",
         "execute_timeout_kills_tree",
+        "execute_drop_kills_tree",
         "execute_stdin_roundtrip",
         "lifecycle_driver_release_after_end",
         "lifecycle_ephemeral_release_frees_resource",

@@ -155,7 +155,13 @@ fn sdk_suite(root: &Path) -> Result<Suite, String> {
         .env
         .insert("ENVRT_FIXTURE_ROOT".into(), root.to_string_lossy().into_owned());
     let root = root.to_path_buf();
-    Suite::build(|| target_for(manifest, Some(root)))
+    Suite::build(|| async move {
+        Ok(target_for(manifest, Some(root)).await?.with_deviation(
+            "execute_drop_kills_tree",
+            "the SDK worker does not know the envrt.cancel extension the host sends for a dropped \
+             execute, so the command it started runs on until it ends by itself",
+        ))
+    })
 }
 
 fn external_suite(command: Option<&str>, manifest_path: &str) -> Result<Suite, String> {

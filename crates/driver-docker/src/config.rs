@@ -134,6 +134,9 @@ pub struct EnvConfig {
     pub read_only_root_fs: bool,
     /// Whether leases grant `duplexCommandStream`; true by default.
     pub duplex: bool,
+    /// Who a request's `user` may name besides [`EnvConfig::user`] (as written); empty by
+    /// default, so a request runs only as the configured user.
+    pub allowed_users: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -159,6 +162,8 @@ struct RawEnvConfig {
     read_only_root_fs: Option<bool>,
     #[serde(default)]
     duplex: Option<bool>,
+    #[serde(default)]
+    allowed_users: Vec<String>,
 }
 
 /// Every key a Docker environment's config may hold (JSON, camelCase).
@@ -231,6 +236,7 @@ impl EnvConfig {
             pids_limit: positive("pidsLimit", raw.pids_limit)?.unwrap_or(DEFAULT_PIDS_LIMIT),
             read_only_root_fs: raw.read_only_root_fs.unwrap_or(false),
             duplex: raw.duplex.unwrap_or(true),
+            allowed_users: raw.allowed_users,
         })
     }
 
@@ -266,6 +272,35 @@ impl EnvConfig {
     /// Parses the configuration of `environment`.
     pub fn of(environment: &Environment) -> Result<Self, DriverError> {
         Self::parse(&environment.config)
+    }
+}
+
+/// Refusal reason of a request `user` that is not `UID`, `UID:GID`, `NAME` or `NAME:GROUP`.
+pub(crate) const USER_FORM: &str = "the container takes UID, UID:GID, NAME or NAME:GROUP.";
+/// Refusal reason of a request `user` the environment does not allow.
+pub(crate) const USER_NOT_ALLOWED: &str = "the environment config \"allowedUsers\" does not list it.";
+
+impl EnvConfig {
+    /// Refuses a request's `user` that is malformed ([`USER_FORM`]) or neither the
+    /// configured `user` nor in `allowedUsers`, both as written ([`USER_NOT_ALLOWED`]).
+    pub(crate) fn check_user(&self, user: &str) -> Result<(), DriverError> {
+        let refused = |reason: &str| DriverError::UserRefused {
+            user: user.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let (name, group) = match user.split_once(':') {
+            Some((name, group)) => (name, Some(group)),
+            None => (user, None),
+        };
+        let well_formed =
+            |s: &str| !s.is_empty() && !s.contains(':') && !s.chars().any(|c| c.is_control() || c.is_whitespace());
+        if !well_formed(name) || !group.is_none_or(well_formed) {
+            return Err(refused(USER_FORM));
+        }
+        if self.user.as_deref() == Some(user) || self.allowed_users.iter().any(|u| u == user) {
+            return Ok(());
+        }
+        Err(refused(USER_NOT_ALLOWED))
     }
 }
 

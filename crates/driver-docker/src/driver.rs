@@ -290,6 +290,9 @@ impl DockerDriver {
                 .call(self.engine.docker.start_container(&id, None))
                 .await
                 .map_err(|e| self.engine.error("starting a container", e))?;
+            if let Some(at) = expiry {
+                crate::expiry::watch(&self.engine, &id, at).await;
+            }
             let owner = self.container_owner(&id, config, image_info.as_ref()).await?;
             // The workspace belongs to the configured user. With no-new-privileges, root
             // in an exec of a container whose user is not root has no capabilities, so
@@ -546,6 +549,17 @@ impl DestroyLease for DockerDriver {
 impl Execute for DockerDriver {
     async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
         let container = Self::container_of(context)?;
+        if let Some(user) = request.user.as_deref() {
+            match context.environment.as_ref() {
+                Some(environment) => EnvConfig::of(environment)?.check_user(user)?,
+                None => {
+                    return Err(DriverError::UserRefused {
+                        user: user.to_owned(),
+                        reason: crate::config::USER_NOT_ALLOWED.to_owned(),
+                    });
+                }
+            }
+        }
         let workspace = Self::workspace_of(context);
         crate::exec::execute(&self.engine, self.config.kill_grace, container, &workspace, request).await
     }

@@ -173,6 +173,75 @@ impl Collector<'_> {
     }
 }
 
+/// Kills the command's tree when the execute future is dropped before it finished (a
+/// cancelled call): from the host at once, inside `Drop`, when the host sees the
+/// container's processes, which needs no task of the async runtime (the CLI shuts its
+/// runtime down right after an interrupt); otherwise (a remote engine) from a task
+/// spawned on the runtime, which runs the in-container killer.
+struct KillOnDrop {
+    engine: Engine,
+    container: String,
+    /// The exec, once the engine made it.
+    exec_id: Option<String>,
+    /// The command's tree, once the wrapper reported it.
+    target: Option<process::Target>,
+    armed: bool,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let Some(exec_id) = self.exec_id.as_ref().filter(|_| self.armed) else {
+            // Not armed, or dropped before the engine made the exec: nothing runs.
+            return;
+        };
+        let container = &self.container;
+        if let Some(target) = &self.target
+            && crate::hostkill::sees(container)
+        {
+            let left = crate::hostkill::apply(container, target, crate::hostkill::Mode::Kill);
+            tracing::debug!(
+                container,
+                exec_id,
+                left,
+                "dropped execute: killed its tree from the host"
+            );
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(container, exec_id, "dropped execute: no runtime to kill its tree on");
+            return;
+        };
+        let engine = self.engine.clone();
+        let container = container.clone();
+        let exec_id = exec_id.clone();
+        let target = self.target.clone();
+        handle.spawn(async move {
+            let target = match target {
+                Some(target) => target,
+                // Dropped before the wrapper reported the pid: the exec's own pid is the
+                // session of the tree, as the host sees it.
+                None => match process::host_pid(&engine, &exec_id).await {
+                    Some(pid) if crate::hostkill::sees(&container) => {
+                        crate::hostkill::apply_host_session(&container, pid);
+                        return;
+                    }
+                    _ => {
+                        tracing::warn!(
+                            container,
+                            exec_id,
+                            "dropped execute: its pid is unknown, cannot kill its tree"
+                        );
+                        return;
+                    }
+                },
+            };
+            if let Err(error) = process::kill_tree(&engine, &container, &target, Duration::ZERO, false).await {
+                tracing::warn!(container, exec_id, %error, "dropped execute: could not kill its tree");
+            }
+        });
+    }
+}
+
 /// Runs `request` in `container` with `workspace` as the default cwd (relative cwds start
 /// there; absolute ones may name any directory of the container).
 pub(crate) async fn execute(
@@ -191,6 +260,15 @@ pub(crate) async fn execute(
     argv.extend(request.args.iter().cloned());
     let stdin = request.stdin.take().unwrap_or_default();
     let attach_stdin = !stdin.is_empty() || env.secret_count > 0;
+    // Armed before the exec is made: a call dropped while the start is under way still
+    // kills what the engine starts.
+    let mut guard = KillOnDrop {
+        engine: engine.clone(),
+        container: container.to_owned(),
+        exec_id: None,
+        target: None,
+        armed: true,
+    };
     let spawned = process::spawn_as(
         engine,
         container,
@@ -200,6 +278,7 @@ pub(crate) async fn execute(
         &cwd,
         request.user.as_deref(),
         attach_stdin,
+        &mut guard.exec_id,
     )
     .await?;
     let exec_id = spawned.exec_id;
@@ -241,6 +320,9 @@ pub(crate) async fn execute(
                 Some(Ok(frame)) => {
                     let item = collector.demux.feed(frame);
                     collector.deliver(item);
+                    if guard.target.is_none() {
+                        guard.target = collector.demux.target().cloned();
+                    }
                 }
                 Some(Err(e)) => {
                     stream_error = Some(e);
@@ -275,6 +357,7 @@ pub(crate) async fn execute(
     metadata.insert("execId".into(), exec_id.clone().into());
     if timed_out || exited_with_holders {
         collector.await_pid(&mut output, DRAIN).await;
+        guard.target = collector.demux.target().cloned();
         match collector.demux.target().cloned() {
             Some(target) => {
                 let survivors = process::kill_tree(engine, container, &target, kill_grace, timed_out).await?;
@@ -295,6 +378,8 @@ pub(crate) async fn execute(
         metadata.insert("pid".into(), pid.into());
     }
     let code = process::exit_code(engine, &exec_id).await?;
+    // Over: the command ended (or was killed) while the call was awaited.
+    guard.armed = false;
     let (exit_code, signal) = match code {
         Some(code) if timed_out && code > 128 => (None, Some(signal_name((code - 128) as i32))),
         None => (None, None),

@@ -67,7 +67,9 @@
 //! Environment config (JSON, camelCase): `image` (required), `user`, `workingDir`
 //! (default `/workspace`), `env`, `network` (default `none`), `memoryBytes`, `nanoCpus`,
 //! `pidsLimit`, `readOnlyRootFs` (default false; the workspace and `/tmp` then are
-//! volumes), `duplex` (default true; false withdraws `duplexCommandStream`).
+//! volumes), `duplex` (default true; false withdraws `duplexCommandStream`),
+//! `allowedUsers` (who a request's `user` may name besides the configured `user`; none by
+//! default).
 
 #![forbid(unsafe_code)]
 
@@ -81,6 +83,8 @@ mod driver;
 mod duplex;
 mod engine;
 mod exec;
+mod expiry;
+mod hostkill;
 mod owner;
 mod process;
 mod realize;

@@ -79,13 +79,15 @@ pub(crate) async fn spawn(
     secret_lines: usize,
     cwd: &str,
 ) -> Result<Spawned, DriverError> {
-    spawn_as(engine, container, argv, env, secret_lines, cwd, None, true).await
+    spawn_as(engine, container, argv, env, secret_lines, cwd, None, true, &mut None).await
 }
 
 /// [`spawn`] as `user` (the exec's `User`: `NAME`, `UID`, `NAME:GROUP` or `UID:GID`, as the
 /// container's `/etc/passwd` and `/etc/group` know them); the container's user when `None`.
 /// Without `attach_stdin` the command's stdin is `/dev/null` (the same end of input as an
 /// attached stdin closed at once, with one stream fewer for the engine to set up).
+/// `created` gets the exec's id as soon as the engine made it, before it is started (so a
+/// caller dropped while the start is under way still knows what to kill).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn spawn_as(
     engine: &Engine,
@@ -96,6 +98,7 @@ pub(crate) async fn spawn_as(
     cwd: &str,
     user: Option<&str>,
     attach_stdin: bool,
+    created: &mut Option<String>,
 ) -> Result<Spawned, DriverError> {
     // One command substitution (one fork) names both pipes.
     let report = "printf 'envrt-pid:%s %s\\n' \"$$\" \"$({ readlink -n /proc/$$/fd/1; printf ' '; readlink -n /proc/$$/fd/2; } 2>/dev/null)\" >&2";
@@ -121,14 +124,21 @@ pub(crate) async fn spawn_as(
         tty: Some(false),
         ..Default::default()
     };
-    start(engine, container, config, "starting a command").await
+    start(engine, container, config, "starting a command", created).await
 }
 
-async fn start(engine: &Engine, container: &str, config: ExecConfig, doing: &str) -> Result<Spawned, DriverError> {
+async fn start(
+    engine: &Engine,
+    container: &str,
+    config: ExecConfig,
+    doing: &str,
+    made: &mut Option<String>,
+) -> Result<Spawned, DriverError> {
     let created = engine
         .call(engine.docker.create_exec(container, config))
         .await
         .map_err(|e| exec_error(engine, container, doing, e))?;
+    *made = Some(created.id.clone());
     let options = StartExecOptions {
         detach: false,
         tty: false,
@@ -249,6 +259,25 @@ pub(crate) async fn exit_code(engine: &Engine, exec_id: &str) -> Result<Option<i
     }
 }
 
+/// The host pid of the exec's own process, as the engine reports it once it runs (waiting
+/// up to the API timeout for a start still under way); `None` once it exited.
+pub(crate) async fn host_pid(engine: &Engine, exec_id: &str) -> Option<i32> {
+    let deadline = Instant::now() + engine.api_timeout;
+    loop {
+        let inspected = engine.retry(|| engine.docker.inspect_exec(exec_id)).await.ok()?;
+        if inspected.running == Some(true) {
+            return inspected
+                .pid
+                .filter(|pid| *pid > 0)
+                .and_then(|pid| i32::try_from(pid).ok());
+        }
+        if inspected.exit_code.is_some() || Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Whether the exec's own process is still running.
 pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, DriverError> {
     let inspected = engine
@@ -311,12 +340,27 @@ pub(crate) async fn kill_tree(
     grace: Duration,
     graceful: bool,
 ) -> Result<u64, DriverError> {
+    // From the host when it sees the container's processes (a local engine); from a
+    // second exec in the container only when it does not (a remote engine).
+    let from_host = crate::hostkill::sees(container);
+    let step = |mode: &'static str| async move {
+        if from_host {
+            let mode = match mode {
+                "term" => crate::hostkill::Mode::Term,
+                "kill" => crate::hostkill::Mode::Kill,
+                _ => crate::hostkill::Mode::List,
+            };
+            Ok(crate::hostkill::apply(container, target, mode))
+        } else {
+            killer(engine, container, mode, target).await
+        }
+    };
     if graceful {
         let deadline = Instant::now() + grace;
-        let mut left = killer(engine, container, "term", target).await?;
+        let mut left = step("term").await?;
         while left > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            left = killer(engine, container, "list", target).await?;
+            left = step("list").await?;
         }
         if left == 0 {
             return Ok(0);
@@ -324,10 +368,10 @@ pub(crate) async fn kill_tree(
     }
     let mut left = 0;
     for _ in 0..3 {
-        killer(engine, container, "kill", target).await?;
+        step("kill").await?;
         let deadline = Instant::now() + Duration::from_secs(1);
         loop {
-            left = killer(engine, container, "list", target).await?;
+            left = step("list").await?;
             if left == 0 || Instant::now() >= deadline {
                 break;
             }
@@ -364,7 +408,7 @@ pub(crate) async fn run_script(
         tty: Some(false),
         ..Default::default()
     };
-    let mut spawned = start(engine, container, config, doing).await?;
+    let mut spawned = start(engine, container, config, doing, &mut None).await?;
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let ceiling = Instant::now() + engine.patience();
     let mut deadline = Instant::now() + engine.api_timeout;

@@ -1,6 +1,6 @@
-//! Lease expiry on Docker: the container carries its expiry and stops (and is removed) by
-//! itself at that time, with no host process involved, so a lease whose holder is gone
-//! still ends on time.
+//! Lease expiry on Docker: the container carries its expiry and stops (and is removed) at
+//! that time, by its own main process and (local engine) a detached host watchdog, so a
+//! lease whose holder is gone still ends on time.
 
 mod common;
 

@@ -26,7 +26,21 @@ fn as_user(user: &str, script: &str) -> ExecuteRequest {
 async fn commands_run_as_the_requested_user_and_an_unknown_one_is_refused() {
     let h = harness_or_skip!();
     common::bounded(120, async {
-        let lease = h.default_lease().await;
+        // Every user the test asks for is allowed (only the configured one is by default).
+        let allowed = [
+            "nobody",
+            "1234",
+            "1234:2345",
+            "root",
+            "envrt-no-such-user",
+            "nobody:envrt-no-such-group",
+        ];
+        let lease = h
+            .lease(
+                serde_json::json!({"allowedUsers": allowed}),
+                envrt_runtime_core::LeasePolicy::Ephemeral,
+            )
+            .await;
         for (user, expected) in [
             ("nobody", "65534\n"),
             ("1234", "1234\n"),

@@ -33,8 +33,9 @@ pub(crate) struct ExecArgs {
     #[arg(long, value_name = "DIR")]
     cwd: Option<String>,
     /// Run as this user of the environment (`NAME`, `UID`, `NAME:GROUP` or `UID:GID`):
-    /// docker takes what the image knows, the sandbox a numeric `UID[:GID]`, local only
-    /// as root and when the environment's `allowedUsers` lists it.
+    /// docker takes what the image knows when it is the environment's `user` or its
+    /// `allowedUsers` lists it, the sandbox a numeric `UID[:GID]`, local only as root and
+    /// when the environment's `allowedUsers` lists it.
     #[arg(short = 'u', long, value_name = "USER")]
     user: Option<String>,
     /// An environment variable for the command (repeatable).

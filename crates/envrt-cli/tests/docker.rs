@@ -267,3 +267,72 @@ fn a_container_leased_with_a_ttl_ends_at_expiry_after_its_holder_is_sigkilled() 
         format!("released {id} (expired): expired\ngc: 1 released, 0 failed\n")
     );
 }
+
+/// Processes of `container` (as the host sees them) whose command line contains `needle`.
+fn container_processes(container: &str, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let path = entry.path();
+        if !std::fs::read_to_string(path.join("cgroup")).is_ok_and(|c| c.contains(container)) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        if stat.rsplit(") ").next().is_some_and(|rest| rest.starts_with('Z')) {
+            continue;
+        }
+        let cmdline =
+            String::from_utf8_lossy(&std::fs::read(path.join("cmdline")).unwrap_or_default()).replace('\0', " ");
+        if cmdline.contains(needle) {
+            found.push(cmdline);
+        }
+    }
+    found
+}
+
+#[test]
+fn sigint_to_exec_on_a_held_lease_leaves_no_command_in_the_container() {
+    if !docker_ready() {
+        return;
+    }
+    let site = Site::new();
+    let acquired = site.run(&["lease", "acquire", "--env-id", "ctr", "--json"]);
+    assert!(
+        acquired.status.success(),
+        "{}",
+        String::from_utf8_lossy(&acquired.stderr)
+    );
+    let lease: serde_json::Value = serde_json::from_slice(&acquired.stdout).unwrap();
+    let id = lease["id"].as_str().unwrap().to_owned();
+    let container = site.containers().pop().expect("the lease's container");
+    let mut child = site
+        .command(&["exec", "--lease", &id, "--", "sleep", "301"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while container_processes(&container, "sleep 301").is_empty() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGINT).unwrap();
+    wait_bounded(&mut child);
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "envrt: interrupted by SIGINT\n"
+    );
+    // The contract's bound for a dropped execute.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !container_processes(&container, "sleep 301").is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(container_processes(&container, "sleep 301"), Vec::<String>::new());
+    let released = site.run(&["lease", "release", &id]);
+    assert!(
+        released.status.success(),
+        "{}",
+        String::from_utf8_lossy(&released.stderr)
+    );
+}

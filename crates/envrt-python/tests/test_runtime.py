@@ -264,3 +264,22 @@ async def test_cancelling_an_exec_stops_the_command_on_local(site_root: Path) ->
                 break
             await asyncio.sleep(0.05)
         assert _running_with(marker) == []
+
+
+async def test_an_exec_cancelled_by_wait_for_stops_the_command_on_docker(site_root: Path) -> None:
+    import asyncio
+
+    from conftest import get_site
+
+    site = get_site("docker", site_root)
+    async with await site.acquire() as lease:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(lease.exec(["sleep", "301"]), 1)
+        # The contract's bound for a dropped execute: 10 s.
+        for _ in range(100):
+            left = await lease.exec(["sh", "-c", "ps -o args | grep -x 'sleep 301' || true"])
+            if left.stdout == b"":
+                break
+            await asyncio.sleep(0.1)
+        assert left.stdout == b""
+        assert (await lease.exec(["echo", "ok"])).stdout == b"ok\n"

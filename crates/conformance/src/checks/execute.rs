@@ -22,6 +22,7 @@ pub(super) const CHECKS: &[Check] = &[
     Check::new("execute_stdout_stderr_apart", has_execute, streams_apart),
     Check::maybe("execute_timeout_kills_tree", has_execute, timeout_kills_tree),
     Check::maybe("execute_grandchild_holding_stdout", has_execute, grandchild_stdout),
+    Check::maybe("execute_drop_kills_tree", has_execute, drop_kills_tree),
     Check::new("execute_output_cap", has_execute, output_cap),
     Check::new("execute_output_tail", has_execute, output_tail),
     Check::new("execute_missing_program", has_execute, missing_program),
@@ -182,8 +183,13 @@ fn marked_loop(marker: &str) -> String {
 /// No process carrying `marker` is left (within a bounded moment: killing is
 /// asynchronous in the kernel); "not checked" when processes cannot be seen.
 async fn no_survivor(ctx: &Ctx, marker: &str) -> Result<Checked, String> {
+    no_survivor_within(ctx, marker, Duration::from_secs(5)).await
+}
+
+/// [`no_survivor`] within `bound`.
+async fn no_survivor_within(ctx: &Ctx, marker: &str, bound: Duration) -> Result<Checked, String> {
     let mut left = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..bound.as_millis() / 100 {
         left = match ctx.processes(marker) {
             Ok(left) => left,
             Err(why) => {
@@ -217,6 +223,44 @@ fn timeout_kills_tree(ctx: &Ctx) -> Result<Checked, String> {
             format!("partial output lost: {:?}", String::from_utf8_lossy(&result.stdout))
         })?;
         no_survivor(ctx, &marker).await
+    })
+}
+
+/// The contract's bound for a dropped execute's tree to be gone.
+const DROP_BOUND: Duration = Duration::from_secs(10);
+
+/// Dropping an execute future once its tree runs kills the whole tree within
+/// [`DROP_BOUND`].
+fn drop_kills_tree(ctx: &Ctx) -> Result<Checked, String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let marker = ctx.marker("dropped");
+        let script = format!("{l} & {l} & wait", l = marked_loop(&marker));
+        let request = ExecuteRequest::new("sh", ["-c".to_string(), script]);
+        let mut execute = Box::pin(ctx.exec(&lease, request));
+        // Until both loops run (when processes can be seen), else a moment.
+        let started = async {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while tokio::time::Instant::now() < deadline {
+                match ctx.processes(&marker) {
+                    Ok(seen) if seen.len() >= 2 => return true,
+                    Ok(_) => {}
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                        return true;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            false
+        };
+        tokio::select! {
+            result = &mut execute => {
+                return Err(format!("the command ended by itself before it was dropped: {result:?}"));
+            }
+            seen = started => ensure(seen, || "the command's processes never showed up".into())?,
+        }
+        drop(execute);
+        no_survivor_within(ctx, &marker, DROP_BOUND).await
     })
 }
 

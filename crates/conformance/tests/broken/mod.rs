@@ -81,6 +81,8 @@ pub(crate) enum Fault {
     /// Class 5: starts the command itself, passing it every descriptor the host program
     /// holds without close-on-exec.
     LeaksHostDescriptors,
+    /// Runs each command as a detached host process that a dropped execute leaves running.
+    LeavesCommandRunningOnDrop,
 }
 
 /// The local driver with one fault.
@@ -276,6 +278,36 @@ impl Execute for Faulty {
             }
             Fault::PanicsOnMissingProgram if request.command.contains("no-such-program") => {
                 panic!("the faulty driver cannot bear a missing program");
+            }
+            Fault::LeavesCommandRunningOnDrop => {
+                let mut child = std::process::Command::new("setsid")
+                    .arg(&request.command)
+                    .args(&request.args)
+                    .current_dir(workspace_of(context))
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .map_err(|e| DriverError::other(e.to_string()))?;
+                // Polled, never killed: dropping this future leaves the command running.
+                let status = loop {
+                    if let Some(status) = child.try_wait().map_err(|e| DriverError::other(e.to_string()))? {
+                        break status;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                };
+                let ending = envrt_runtime_core::execute::Ending {
+                    exit_code: status.code(),
+                    signal: None,
+                    timed_out: false,
+                };
+                let buffer = request.output_buffer();
+                return Ok(ExecuteResult::from_capped(
+                    ending,
+                    buffer.clone(),
+                    buffer,
+                    std::time::Duration::ZERO,
+                    Default::default(),
+                ));
             }
             Fault::SharesOneWorkspace => {
                 let first = self

@@ -1,0 +1,67 @@
+//! Expiry the command cannot evade, for a local engine: a detached host watchdog per
+//! expiring lease that kills the container's init at the expiry (the container then stops
+//! and, unless the policy keeps it, the engine removes it), whether or not the program
+//! that took the lease is still alive. The command cannot reach it: the watchdog is a host
+//! process outside the container's pid namespace. The in-container `sleep` stays as a
+//! second line (and the only one with a remote engine), but a command running as the
+//! container's user can stop that `sleep` with `SIGSTOP`.
+//!
+//! The watchdog is `/bin/sh` running [`SCRIPT`] in a process group of its own, with the
+//! container's full id and its init's host pid as arguments. Once a second it checks that
+//! this pid still is the container's (its cgroup names the container): when the container
+//! has stopped or is gone (a release or destroy), it exits, so no watchdog outlives its
+//! container by more than a second; the pid is checked once more right before the kill.
+
+use envrt_runtime_core::Timestamp;
+
+use crate::engine::Engine;
+
+/// `$1` the container's full id, `$2` its init's host pid, `$3` the expiry (epoch second).
+const SCRIPT: &str = r#"mine() { grep -q "$1" "/proc/$2/cgroup" 2>/dev/null; }
+while [ "$(date +%s)" -lt "$3" ]; do mine "$1" "$2" || exit 0; sleep 1; done
+mine "$1" "$2" && kill -KILL "$2"
+"#;
+
+/// The `$0` of every watchdog (visible in `ps`, followed by the container id).
+const NAME: &str = "envrt-docker-expiry";
+
+/// Starts the watchdog of `container` whose init has host pid `init_pid`, firing at the
+/// epoch second `at`. The child is not waited for: tokio reaps it once it exits, and once
+/// the driver's process is gone, whoever inherits it.
+pub(crate) fn start(container: &str, init_pid: i64, at: u64) -> std::io::Result<()> {
+    tokio::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg(NAME)
+        .arg(container)
+        .arg(init_pid.to_string())
+        .arg(at.to_string())
+        .process_group(0)
+        .env_clear()
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(false)
+        .spawn()
+        .map(drop)
+}
+
+/// With a local engine, starts the host watchdog that ends `container` at `at` even if its
+/// command stopped the in-container `sleep`; with a remote one the in-container `sleep`
+/// alone keeps the expiry.
+pub(crate) async fn watch(engine: &Engine, container: &str, at: Timestamp) {
+    let init = match engine.retry(|| engine.docker.inspect_container(container, None)).await {
+        Ok(inspected) => inspected.state.and_then(|s| s.pid).filter(|pid| *pid > 0),
+        Err(error) => {
+            tracing::warn!(container, %error, "cannot read the container's init pid for its expiry watchdog");
+            None
+        }
+    };
+    if let Some(pid) = init
+        && crate::hostkill::sees(container)
+        && let Err(error) = start(container, pid, at.0 / 1000)
+    {
+        tracing::warn!(container, %error, "cannot start the container's expiry watchdog");
+    }
+}
