@@ -27,8 +27,14 @@ use envrt_runtime_core::{DriverError, OutputStream};
 
 use crate::engine::Engine;
 
-/// The wrapper's `$0`, which is how `sh` names itself in "not found" messages.
+/// The wrapper's `$0`, which is how `sh` names itself in its own messages.
 const WRAPPER_NAME: &str = "envrt-exec";
+/// Run by the wrapper just before its `exec` (after the environment is in place, so the
+/// command's own `PATH` decides): a program that is not there gets the contract's text,
+/// `envrt: command not found: {program}`, and 127, instead of the shell's own wording. A
+/// name with a `/` is looked at as a path; a bare name as the shell would find it.
+const NOT_FOUND: &str = "case $1 in */*) [ -e \"$1\" ] || envrt_nf=1;; *) command -v -- \"$1\" >/dev/null 2>&1 || envrt_nf=1;; esac; \
+     if [ -n \"${envrt_nf:-}\" ]; then printf 'envrt: command not found: %s\\n' \"$1\" >&2; exit 127; fi";
 const MARKER: &[u8] = b"envrt-pid:";
 /// Longest first stderr line that is still looked at for the marker.
 const MARKER_MAX: usize = 160;
@@ -100,12 +106,12 @@ pub(crate) async fn spawn_as(
     // One command substitution (one fork) names both pipes.
     let report = "printf 'envrt-pid:%s %s\\n' \"$$\" \"$({ readlink -n /proc/$$/fd/1; printf ' '; readlink -n /proc/$$/fd/2; } 2>/dev/null)\" >&2";
     let script = if secret_lines == 0 {
-        format!("{report}; exec \"$@\"")
+        format!("{report}; {NOT_FOUND}; exec \"$@\"")
     } else {
         // `read` takes one byte at a time from a pipe, so the command's stdin is untouched.
         format!(
             "{report}; envrt_i=0; while [ \"$envrt_i\" -lt {secret_lines} ]; do IFS= read -r envrt_l || exit 125; \
-             eval \"$envrt_l\"; envrt_i=$((envrt_i + 1)); done; unset envrt_i envrt_l; exec \"$@\""
+             eval \"$envrt_l\"; envrt_i=$((envrt_i + 1)); done; unset envrt_i envrt_l; {NOT_FOUND}; exec \"$@\""
         )
     };
     let mut cmd = vec!["sh".to_owned(), "-c".to_owned(), script, WRAPPER_NAME.to_owned()];

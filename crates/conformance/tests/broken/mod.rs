@@ -75,6 +75,11 @@ pub(crate) enum Fault {
     /// Class 1: every lease's commands run in the workspace of the first lease that ran
     /// one (leases are not apart, so a pool hands out dirty leases).
     SharesOneWorkspace,
+    /// Class 2: a missing program is worded as a shell would (`{program}: command not
+    /// found`) instead of the contract's text, exit code 127 kept.
+    OwnNotFoundText,
+    /// Class 2: a missing cwd is refused in the driver's own words.
+    OwnMissingCwdText,
 }
 
 /// The local driver with one fault.
@@ -281,6 +286,23 @@ impl Execute for Faulty {
                 let mut shared = context.clone();
                 shared.lease.id = first;
                 return inner.execute(&shared, request).await;
+            }
+            Fault::OwnNotFoundText => {
+                let command = request.command.clone();
+                let mut result = inner.execute(context, request).await?;
+                if result.exit_code == Some(127) {
+                    result.stderr = format!("{command}: command not found\n").into_bytes();
+                }
+                return Ok(result);
+            }
+            Fault::OwnMissingCwdText => {
+                let cwd = request.cwd.clone().unwrap_or_default();
+                return inner.execute(context, request).await.map_err(|e| match e {
+                    DriverError::InvalidInput { .. } => {
+                        DriverError::invalid(format!("working directory {cwd:?} does not exist"))
+                    }
+                    other => other,
+                });
             }
             _ => {}
         }
