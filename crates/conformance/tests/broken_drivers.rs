@@ -423,3 +423,24 @@ fn a_missing_cwd_worded_by_the_driver_is_caught() {
     );
     honest_passes(&["execute_missing_cwd"]);
 }
+
+// A duplex channel carries stderr with stdout, in order (contract section 7).
+
+#[test]
+fn a_duplex_channel_that_drops_stderr_is_caught() {
+    let message = failure_of(Fault::DuplexDropsStderr, "duplex_stderr_in_order");
+    assert!(
+        message.starts_with("stdout and stderr read from the channel: expected \"out-1\\nerr-1\\n"),
+        "{message}"
+    );
+    assert!(message.ends_with("got \"out-1\\nout-2\\nout-3\\n\""), "{message}");
+}
+
+#[test]
+fn a_duplex_channel_that_holds_stderr_back_is_caught() {
+    let message = failure_of(Fault::DuplexStderrLast, "duplex_stderr_in_order");
+    assert!(
+        message.ends_with("got \"out-1\\nout-2\\nout-3\\nerr-1\\nerr-2\\n\""),
+        "{message}"
+    );
+}

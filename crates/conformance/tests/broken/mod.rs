@@ -3,6 +3,8 @@
 //! class the kit guards; each must make the check that guards it fail, naming it, while
 //! the honest local driver passes that check.
 
+mod duplex;
+
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -80,6 +82,10 @@ pub(crate) enum Fault {
     OwnNotFoundText,
     /// Class 2: a missing cwd is refused in the driver's own words.
     OwnMissingCwdText,
+    /// Class 3: a working duplex channel that drops the command's stderr.
+    DuplexDropsStderr,
+    /// Class 3: a working duplex channel that carries stderr only after all of stdout.
+    DuplexStderrLast,
 }
 
 /// The local driver with one fault.
@@ -141,7 +147,14 @@ impl EnvironmentDriver for Faulty {
     }
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
         let mut snapshot = self.inner.resolve_capabilities(input).await?;
-        if self.has(Fault::ClaimsDuplexButRefuses) || self.has(Fault::DuplexOwnRefusalText) {
+        if [
+            Fault::ClaimsDuplexButRefuses,
+            Fault::DuplexOwnRefusalText,
+            Fault::DuplexDropsStderr,
+            Fault::DuplexStderrLast,
+        ]
+        .contains(&self.fault)
+        {
             snapshot.duplex_command_stream = true;
         }
         Ok(snapshot)
@@ -166,6 +179,8 @@ impl EnvironmentDriver for Faulty {
             Fault::ClaimsDuplexButRefuses,
             Fault::DuplexNeverGranted,
             Fault::DuplexOwnRefusalText,
+            Fault::DuplexDropsStderr,
+            Fault::DuplexStderrLast,
         ];
         duplex.contains(&self.fault).then_some(self as _)
     }
@@ -392,9 +407,21 @@ impl FileSync for Faulty {
 impl DuplexChannels for Faulty {
     async fn open_duplex_channel(
         &self,
-        _context: &LeaseContext,
-        _command: &[String],
+        context: &LeaseContext,
+        command: &[String],
     ) -> Result<Box<dyn DuplexChannel>, DriverError> {
+        let stderr = match self.fault {
+            Fault::DuplexDropsStderr => Some(duplex::StderrFault::Dropped),
+            Fault::DuplexStderrLast => Some(duplex::StderrFault::AfterStdout),
+            _ => None,
+        };
+        if let Some(stderr) = stderr {
+            return Ok(Box::new(duplex::LocalChannel::open(
+                &workspace_of(context),
+                command,
+                stderr,
+            )?));
+        }
         if self.has(Fault::DuplexOwnRefusalText) {
             return Err(DriverError::other(format!(
                 "Environment driver \"{}\" does not support duplex channels.",
