@@ -53,8 +53,8 @@
 //! Each command runs in its own `bwrap` sandbox (see the `sandbox` module for the exact
 //! layout: read-only system dirs, a minimal `/etc`, private `/proc` and `/dev`,
 //! no network, own pid namespace, no capabilities) with the lease directory as the
-//! writable place at `/workspace` and the lease's own `/tmp` beside it (both kept across
-//! the lease's commands). `cwd` may be any absolute directory of the sandbox (the sandbox
+//! writable place at `/workspace` and the lease's own `/tmp` and `/var/tmp` beside it (all
+//! kept across the lease's commands; `/etc` holds the host's `os-release`). `cwd` may be any absolute directory of the sandbox (the sandbox
 //! is the boundary: `/tmp`, `/usr/bin`); one that does not exist there is refused with
 //! `cwd "{cwd}" is not a directory in the environment.` (the one text of every driver). Sync takes any absolute path of the
 //! sandbox too (marker `envrtFilesAnywhere`): inside `/workspace` the worker copies from
@@ -112,6 +112,7 @@ mod expiry;
 mod init;
 mod inventory;
 mod lease;
+mod lease_tmp;
 mod lifecycle;
 mod policy;
 mod rpc;
