@@ -27,6 +27,7 @@ fi
 
 bash scripts/start-dockerd.sh 120
 bash scripts/docker-test-image.sh
+bash scripts/docker-glibc-image.sh
 bash scripts/start-sshd.sh
 if [ ! -d crates/driver-plugin-sandbox/tests/fixtures/sdk-worker/node_modules/@paperclipai ]; then
     bash crates/driver-plugin-sandbox/scripts/install-sdk-fixture.sh

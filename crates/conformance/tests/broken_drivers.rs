@@ -432,3 +432,54 @@ fn pool_hands_out_leases_that_share_a_workspace() {
     assert!(message.contains("sees a file written in another lease"), "{message}");
     honest_passes(&[check]);
 }
+
+// One text per case on every driver (contract section 5).
+
+#[test]
+fn a_missing_program_worded_as_a_shell_would_is_caught() {
+    let message = failure_of(Fault::OwnNotFoundText, "execute_missing_program");
+    assert!(
+        message.starts_with("stderr: expected \"envrt: command not found: "),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("-no-such-program-0: command not found\\n\""),
+        "{message}"
+    );
+    honest_passes(&["execute_missing_program"]);
+}
+
+#[test]
+fn a_missing_cwd_worded_by_the_driver_is_caught() {
+    let message = failure_of(Fault::OwnMissingCwdText, "execute_missing_cwd");
+    assert!(
+        message.starts_with("refusal: expected \"Invalid input: cwd \\\""),
+        "{message}"
+    );
+    assert!(
+        message.contains("is not a directory in the environment.\", got \"Invalid input: working directory \\\""),
+        "{message}"
+    );
+    honest_passes(&["execute_missing_cwd"]);
+}
+
+// A duplex channel carries stderr with stdout, in order (contract section 7).
+
+#[test]
+fn a_duplex_channel_that_drops_stderr_is_caught() {
+    let message = failure_of(Fault::DuplexDropsStderr, "duplex_stderr_in_order");
+    assert!(
+        message.starts_with("stdout and stderr read from the channel: expected \"out-1\\nerr-1\\n"),
+        "{message}"
+    );
+    assert!(message.ends_with("got \"out-1\\nout-2\\nout-3\\n\""), "{message}");
+}
+
+#[test]
+fn a_duplex_channel_that_holds_stderr_back_is_caught() {
+    let message = failure_of(Fault::DuplexStderrLast, "duplex_stderr_in_order");
+    assert!(
+        message.ends_with("got \"out-1\\nout-2\\nout-3\\nerr-1\\nerr-2\\n\""),
+        "{message}"
+    );
+}

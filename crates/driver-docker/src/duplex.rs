@@ -2,7 +2,8 @@
 //!
 //! A pump task reads the exec's frames into a bounded queue (output that arrives before
 //! the first read waits there; when the queue is full the command is slowed down, nothing
-//! is dropped). stdout and stderr are delivered in arrival order on one stream. `stop`
+//! is dropped). The command's stderr is its stdout (one pipe), so the channel carries both
+//! in the order the command wrote them (contract section 7). `stop`
 //! and `close` kill the command's process tree the same way a timed-out `execute` does.
 
 use std::sync::Mutex as SyncMutex;
@@ -66,7 +67,7 @@ pub(crate) async fn open(
     if command.iter().any(|a| a.contains('\0')) {
         return Err(DriverError::invalid("The command or an argument contains a NUL byte."));
     }
-    let spawned = process::spawn(engine, container, command, Vec::new(), 0, workspace).await?;
+    let spawned = process::spawn_duplex(engine, container, command, workspace).await?;
     let (tx, rx) = mpsc::channel(QUEUE);
     let (target_tx, target_rx) = watch::channel(None);
     let (broken_tx, broken_rx) = watch::channel(false);

@@ -389,9 +389,7 @@ pub(crate) async fn execute(
         // The wrapper never ran: the engine could not start the exec at all.
         let text = String::from_utf8_lossy(&collector.stdout.clone().into_parts().0).into_owned();
         if text.contains("chdir to cwd") {
-            return Err(DriverError::invalid(format!(
-                "Working directory \"{cwd}\" does not exist in the container."
-            )));
+            return Err(DriverError::missing_cwd(request.cwd.as_deref().unwrap_or(&cwd)));
         }
         if let Some(user) = request.user.as_deref() {
             for (needle, reason) in [

@@ -27,8 +27,14 @@ use envrt_runtime_core::{DriverError, OutputStream};
 
 use crate::engine::Engine;
 
-/// The wrapper's `$0`, which is how `sh` names itself in "not found" messages.
+/// The wrapper's `$0`, which is how `sh` names itself in its own messages.
 const WRAPPER_NAME: &str = "envrt-exec";
+/// Run by the wrapper just before its `exec` (after the environment is in place, so the
+/// command's own `PATH` decides): a program that is not there gets the contract's text,
+/// `envrt: command not found: {program}`, and 127, instead of the shell's own wording. A
+/// name with a `/` is looked at as a path; a bare name as the shell would find it.
+const NOT_FOUND: &str = "case $1 in */*) [ -e \"$1\" ] || envrt_nf=1;; *) command -v -- \"$1\" >/dev/null 2>&1 || envrt_nf=1;; esac; \
+     if [ -n \"${envrt_nf:-}\" ]; then printf 'envrt: command not found: %s\\n' \"$1\" >&2; exit 127; fi";
 const MARKER: &[u8] = b"envrt-pid:";
 /// Longest first stderr line that is still looked at for the marker.
 const MARKER_MAX: usize = 160;
@@ -67,27 +73,41 @@ pub(crate) struct Spawned {
     pub(crate) input: InputSide,
 }
 
-/// Starts `argv` in `container` under the pid-reporting wrapper, attached to stdin,
-/// stdout and stderr. `env` goes into the exec's `Env`; the first `secret_lines` lines of
-/// stdin are shell assignments the wrapper evaluates (and exports) before it runs the
-/// command, so secret values never travel in the exec's create request.
-pub(crate) async fn spawn(
+/// Starts `argv` in `container` for a duplex channel, under the pid-reporting wrapper,
+/// attached to stdin and stdout, with the command's stderr on its stdout (one pipe, so the
+/// channel carries both in the order the command wrote them: contract section 7; only the
+/// wrapper's own lines stay on the exec's stderr).
+pub(crate) async fn spawn_duplex(
     engine: &Engine,
     container: &str,
     argv: &[String],
-    env: Vec<String>,
-    secret_lines: usize,
     cwd: &str,
 ) -> Result<Spawned, DriverError> {
-    spawn_as(engine, container, argv, env, secret_lines, cwd, None, true, &mut None).await
+    spawn_wrapped(
+        engine,
+        container,
+        argv,
+        Vec::new(),
+        0,
+        cwd,
+        None,
+        true,
+        " 2>&1",
+        &mut None,
+    )
+    .await
 }
 
-/// [`spawn`] as `user` (the exec's `User`: `NAME`, `UID`, `NAME:GROUP` or `UID:GID`, as the
+/// Starts `argv` in `container` under the pid-reporting wrapper, attached to stdout and
+/// stderr, as `user` (the exec's `User`: `NAME`, `UID`, `NAME:GROUP` or `UID:GID`, as the
 /// container's `/etc/passwd` and `/etc/group` know them); the container's user when `None`.
-/// Without `attach_stdin` the command's stdin is `/dev/null` (the same end of input as an
-/// attached stdin closed at once, with one stream fewer for the engine to set up).
-/// `created` gets the exec's id as soon as the engine made it, before it is started (so a
-/// caller dropped while the start is under way still knows what to kill).
+/// `env` goes into the exec's `Env`; the first `secret_lines` lines of stdin are shell
+/// assignments the wrapper evaluates (and exports) before it runs the command, so secret
+/// values never travel in the exec's create request. Without `attach_stdin` the command's
+/// stdin is `/dev/null` (the same end of input as an attached stdin closed at once, with
+/// one stream fewer for the engine to set up). `created` gets the exec's id as soon as the
+/// engine made it, before it is started (so a caller dropped while the start is under way
+/// still knows what to kill).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn spawn_as(
     engine: &Engine,
@@ -100,15 +120,44 @@ pub(crate) async fn spawn_as(
     attach_stdin: bool,
     created: &mut Option<String>,
 ) -> Result<Spawned, DriverError> {
+    spawn_wrapped(
+        engine,
+        container,
+        argv,
+        env,
+        secret_lines,
+        cwd,
+        user,
+        attach_stdin,
+        "",
+        created,
+    )
+    .await
+}
+
+/// The wrapper of [`spawn_as`] and [`spawn_duplex`]; `redirect` follows the final `exec`.
+#[allow(clippy::too_many_arguments)]
+async fn spawn_wrapped(
+    engine: &Engine,
+    container: &str,
+    argv: &[String],
+    env: Vec<String>,
+    secret_lines: usize,
+    cwd: &str,
+    user: Option<&str>,
+    attach_stdin: bool,
+    redirect: &str,
+    created: &mut Option<String>,
+) -> Result<Spawned, DriverError> {
     // One command substitution (one fork) names both pipes.
     let report = "printf 'envrt-pid:%s %s\\n' \"$$\" \"$({ readlink -n /proc/$$/fd/1; printf ' '; readlink -n /proc/$$/fd/2; } 2>/dev/null)\" >&2";
     let script = if secret_lines == 0 {
-        format!("{report}; exec \"$@\"")
+        format!("{report}; {NOT_FOUND}; exec \"$@\"{redirect}")
     } else {
         // `read` takes one byte at a time from a pipe, so the command's stdin is untouched.
         format!(
             "{report}; envrt_i=0; while [ \"$envrt_i\" -lt {secret_lines} ]; do IFS= read -r envrt_l || exit 125; \
-             eval \"$envrt_l\"; envrt_i=$((envrt_i + 1)); done; unset envrt_i envrt_l; exec \"$@\""
+             eval \"$envrt_l\"; envrt_i=$((envrt_i + 1)); done; unset envrt_i envrt_l; {NOT_FOUND}; exec \"$@\"{redirect}"
         )
     };
     let mut cmd = vec!["sh".to_owned(), "-c".to_owned(), script, WRAPPER_NAME.to_owned()];

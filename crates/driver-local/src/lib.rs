@@ -564,10 +564,7 @@ impl Execute for LocalDriver {
             Some(cwd) => self.resolve_cwd(&workspace, cwd)?,
         };
         if !cwd.is_dir() {
-            return Err(DriverError::invalid(format!(
-                "working directory {:?} does not exist in the lease workspace",
-                request.cwd.as_deref().unwrap_or_default()
-            )));
+            return Err(DriverError::missing_cwd(request.cwd.as_deref().unwrap_or_default()));
         }
         if let (Some(user), Some(identity)) = (request.user.as_deref(), identity) {
             user::check_reachable(user, &cwd, identity)?;

@@ -72,7 +72,7 @@ async fn cwd_outside_the_workspace_is_refused_and_nothing_runs() {
     let err = bounded(h.runtime.execute(&lease.id, request)).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "Invalid input: working directory \"missing\" does not exist in the lease workspace"
+        "Invalid input: cwd \"missing\" is not a directory in the environment."
     );
     h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     h.finish();

@@ -102,7 +102,7 @@ async fn users_cwds_and_a_kept_tmp_on_the_reference_worker() {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "Invalid input: cwd \"/envrt-nowhere\" is not a directory in the sandbox"
+        "Invalid input: cwd \"/envrt-nowhere\" is not a directory in the environment."
     );
     let mut request = ExecuteRequest::new("pwd", [""; 0]);
     request.cwd = Some("../x".into());

@@ -1,8 +1,10 @@
 //! Duplex channels: a command on an SSH session channel of its own, started through the
 //! same prologue as execute (allow-listed environment, watchdog, recorded process group).
-//! A pump task reads stdout and stderr, in arrival order, into a bounded queue (output
-//! that arrives before the first read waits there; a full queue slows the command, nothing
-//! is dropped). `close_input` half-closes the channel (EOF on the command's stdin); `stop`
+//! The command's stderr is its stdout (the prologue points fd 2 at fd 1), so the channel
+//! carries both in the order it wrote them (contract section 7). A pump task reads that
+//! and the session's own stderr (the prologue's messages, such as a missing program) into
+//! a bounded queue (output that arrives before the first read waits there; a full queue
+//! slows the command, nothing is dropped). `close_input` half-closes the channel (EOF on the command's stdin); `stop`
 //! kills the command's process group.
 
 use std::sync::Arc;

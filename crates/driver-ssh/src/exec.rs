@@ -159,9 +159,7 @@ pub(crate) async fn run(
         }
         if err_head.starts_with(CWD_MISSING) {
             guard.armed = false;
-            return Err(DriverError::invalid(format!(
-                "working directory {shown:?} does not exist in the lease workspace"
-            )));
+            return Err(DriverError::missing_cwd(&shown));
         }
     }
     let mut metadata = JsonMap::new();

@@ -105,7 +105,8 @@ pub(crate) const CWD_MISSING: &[u8] = b"envrt-ssh: cwd missing\n";
 /// channel's stdin to end: the host keeps it open until the command has ended, so its end
 /// means the channel is gone (the call was dropped, the host program died, the connection
 /// broke), and the feeder kills the command's whole group. With `stream` (duplex), the
-/// command reads the channel's stdin itself.
+/// command reads the channel's stdin itself, and its stderr is its stdout (one pipe, so
+/// the channel carries both in the order the command wrote them).
 fn prologue() -> String {
     format!(
         r#"w=$1 r=$2 c=$3 m=$4; shift 4
@@ -125,7 +126,7 @@ case $1 in
   *) command -v -- "$1" >/dev/null 2>&1 || nf=1 ;;
 esac
 if [ -n "${{nf:-}}" ]; then printf 'envrt: command not found: %s\n' "$1" >&2; exit 127; fi
-if [ "$m" = stream ]; then exec "$@"; fi
+if [ "$m" = stream ]; then exec "$@" 2>&1; fi
 mkfifo -m 600 "$r.in" || exit 125
 exec 3<&0
 {{ if [ "$m" -gt 0 ]; then head -c "$m"; fi >"$r.in"; rm -f "$r.in"; cat >/dev/null; kill -KILL -$$; }} <&3 >/dev/null 2>&1 &

@@ -82,7 +82,7 @@ async fn execute_reports_codes_output_env_and_missing_programs() {
     request.cwd = Some("missing".into());
     assert_eq!(
         rt.execute(&lease.id, request).await.unwrap_err().to_string(),
-        "Invalid input: working directory \"missing\" does not exist in the lease workspace"
+        "Invalid input: cwd \"missing\" is not a directory in the environment."
     );
     rt.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     assert!(

@@ -128,7 +128,8 @@ impl Drop for PtySession {
 }
 
 /// A full interactive round on `env_id`: raw mode while it runs, typed keys echoed, Enter
-/// as a newline, the command's exit code passed through, the terminal restored.
+/// as a newline, the command's stderr shown in order with its stdout, the command's exit
+/// code passed through, the terminal restored.
 fn interactive_round(dir: &Path, path_dir: Option<&Path>, env_id: &str) {
     let mut session = PtySession::start(dir, path_dir, &["shell", "--env-id", env_id]);
     let before = termios::tcgetattr(session.slave()).unwrap();
@@ -136,6 +137,9 @@ fn interactive_round(dir: &Path, path_dir: Option<&Path>, env_id: &str) {
     // A real Enter key sends CR.
     session.type_keys(b"echo pty-$((6*7))\r");
     session.expect("pty-42");
+    // What the command writes to stderr shows too, where it wrote it among its stdout.
+    session.type_keys(b"echo o-$((1+1)); echo e-$((1+2)) >&2; echo o-$((1+3))\r");
+    session.expect("o-2\r\ne-3\r\no-4");
     // While the session runs the terminal is raw (no canonical mode, no signals).
     let during = termios::tcgetattr(session.slave()).unwrap();
     assert!(!during.local_flags.contains(LocalFlags::ICANON));

@@ -311,6 +311,13 @@ impl DriverError {
             message: message.into(),
         }
     }
+
+    /// The one refusal of an execute `cwd` that is missing or not a directory, on every
+    /// driver (contract section 5): `Invalid input: cwd "{cwd}" is not a directory in the
+    /// environment.`, with `cwd` as the caller gave it.
+    pub fn missing_cwd(cwd: &str) -> Self {
+        DriverError::invalid(format!("cwd \"{cwd}\" is not a directory in the environment."))
+    }
 }
 
 /// A failure of a [`LeaseStore`](crate::LeaseStore).

@@ -1,7 +1,7 @@
-//! Duplex channels: a command started in the lease's sandbox with piped stdin and stdout.
-//! stdout bytes go out as `duplexChannel.data` frames (base64), then one
-//! `duplexChannel.exit` frame. stderr is not part of the channel: it is passed through to
-//! the worker's stderr (which the host logs). Channels are keyed by the exact pair
+//! Duplex channels: a command started in the lease's sandbox with piped stdin, and its
+//! stdout and stderr on one pipe (in the order it wrote them, as a terminal shows them:
+//! contract section 7). Its bytes go out as `duplexChannel.data` frames (base64), then one
+//! `duplexChannel.exit` frame. Channels are keyed by the exact pair
 //! (hostRouteId, workerSessionId); after a close nothing more is sent for the pair.
 
 use std::collections::HashMap;
@@ -112,22 +112,30 @@ impl Channels {
             return Err(RpcError::invalid_params("command must be a non-empty argv list"));
         }
         super::exec::check_argv(&params.command, &[])?;
+        let starting = |e| RpcError::from(DriverError::io("Starting bwrap", e));
+        // One pipe for stdout and stderr: the command's fds 1 and 2 share it, so what it
+        // writes to either comes out in the order it wrote it. The write ends live only in
+        // the child once the spawn returns, so the end of output is seen.
+        let (output_read, output_write) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| starting(std::io::Error::from(e)))?;
+        let stderr_write = output_write.try_clone().map_err(starting)?;
+        let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(output_read).map_err(starting)?;
         let (mut child, tracked) = sandbox
             .spawn(
                 &lease_dir,
                 WORKSPACE,
                 &[],
                 &params.command,
-                [Stdio::piped(), Stdio::piped(), Stdio::inherit()],
+                [Stdio::piped(), Stdio::from(output_write), Stdio::from(stderr_write)],
             )
-            .map_err(|e| RpcError::from(DriverError::io("Starting bwrap", e)))?;
+            .map_err(starting)?;
         let session = format!("dws-{}", uuid::Uuid::new_v4());
         let route = params.host_route_id.clone();
         let (input_tx, mut input_rx) = mpsc::unbounded_channel::<Input>();
         let kill = Arc::new(Notify::new());
         let closed = Arc::new(AtomicBool::new(false));
         let mut stdin = child.stdin.take();
-        let stdout = child.stdout.take();
+        let stdout = Some(stdout);
         // Writer: applies writes and the half-close in arrival order.
         tokio::spawn(async move {
             while let Some(input) = input_rx.recv().await {

@@ -142,9 +142,7 @@ pub(crate) fn check_cwd(lease_dir: &Path, cwd: Option<&str>) -> Result<String, D
     let cwd = cwd.unwrap_or(WORKSPACE);
     let resolved = resolve(lease_dir, cwd, true)?;
     if !resolved.host.is_dir() {
-        return Err(DriverError::invalid(format!(
-            "cwd \"{cwd}\" is not a directory in the lease workspace"
-        )));
+        return Err(DriverError::missing_cwd(cwd));
     }
     Ok(resolved.sandbox)
 }
@@ -316,9 +314,7 @@ pub(crate) async fn run(
             if status.code() == Some(1) && stderr.clone().into_parts().0.starts_with(b"bwrap: Can't chdir to ") =>
         {
             // bwrap could not enter the cwd: it is not a directory in the sandbox.
-            return Err(DriverError::invalid(format!(
-                "cwd \"{cwd}\" is not a directory in the sandbox"
-            )));
+            return Err(DriverError::missing_cwd(cwd));
         }
         (None, None) => {
             // Nothing reported: bwrap itself failed, or the sandbox was killed from outside.

@@ -2,8 +2,8 @@
 //! sandbox (`/.envrt-init --sandbox-init FD -- PROGRAM ARGS...`). It starts the program,
 //! waits for it, and writes `exit N` or `signal N` to the status pipe `FD`, so the worker
 //! can tell a signal death from an exit code (bwrap folds both into one exit status). A
-//! program that cannot be found is exit code 127 with `PROGRAM: command not found` on
-//! stderr, as in a shell.
+//! program that cannot be found is exit code 127 with `envrt: command not found: PROGRAM`
+//! on stderr (the contract's text, the same on every driver).
 
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
@@ -65,12 +65,12 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
     let mut child = match child {
         Ok(child) => child,
         Err(e) => {
-            let (code, what) = match e.kind() {
-                std::io::ErrorKind::NotFound => (127, "command not found".to_owned()),
-                std::io::ErrorKind::PermissionDenied => (126, "permission denied".to_owned()),
-                _ => (126, e.to_string()),
+            let (code, text) = match e.kind() {
+                std::io::ErrorKind::NotFound => (127, format!("envrt: command not found: {program}")),
+                std::io::ErrorKind::PermissionDenied => (126, format!("{program}: permission denied")),
+                _ => (126, format!("{program}: {e}")),
             };
-            eprintln!("{program}: {what}");
+            eprintln!("{text}");
             report(format!("exit {code}\n"));
             return ExitCode::from(code);
         }

@@ -34,15 +34,18 @@ impl Leases {
         Ok(leases)
     }
 
-    /// Removes every lease `/tmp` whose lease directory is gone (a worker killed between
-    /// the two removals).
+    /// Removes every lease `/tmp` and `/var/tmp` whose lease directory is gone (a worker
+    /// killed between the removals).
     fn sweep_tmp(&self) {
         let Ok(entries) = std::fs::read_dir(&self.root) else {
             return;
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(id) = name.to_str().and_then(|n| n.strip_prefix(super::sandbox::TMP_PREFIX)) else {
+            let Some(id) = name.to_str().and_then(|n| {
+                n.strip_prefix(super::sandbox::TMP_PREFIX)
+                    .or_else(|| n.strip_prefix(super::lease_tmp::VAR_TMP_PREFIX))
+            }) else {
                 continue;
             };
             if self.path_of(id).is_some_and(|dir| !dir.exists()) {

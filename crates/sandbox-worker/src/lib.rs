@@ -53,10 +53,10 @@
 //! Each command runs in its own `bwrap` sandbox (see the `sandbox` module for the exact
 //! layout: read-only system dirs, a minimal `/etc`, private `/proc` and `/dev`,
 //! no network, own pid namespace, no capabilities) with the lease directory as the
-//! writable place at `/workspace` and the lease's own `/tmp` beside it (both kept across
-//! the lease's commands). `cwd` may be any absolute directory of the sandbox (the sandbox
+//! writable place at `/workspace` and the lease's own `/tmp` and `/var/tmp` beside it (all
+//! kept across the lease's commands; `/etc` holds the host's `os-release`). `cwd` may be any absolute directory of the sandbox (the sandbox
 //! is the boundary: `/tmp`, `/usr/bin`); one that does not exist there is refused with
-//! `cwd "{cwd}" is not a directory in the sandbox`. Sync takes any absolute path of the
+//! `cwd "{cwd}" is not a directory in the environment.` (the one text of every driver). Sync takes any absolute path of the
 //! sandbox too (marker `envrtFilesAnywhere`): inside `/workspace` the worker copies from
 //! the host side (links read in sandbox terms), anywhere else `cp` copies inside a sandbox
 //! of the lease (see the `sync_sandboxed` module); nothing else of the host is ever
@@ -70,7 +70,7 @@
 //! carry `signal` exactly (bwrap alone folds a signal death into exit code 128+n). The
 //! environment is only what the request sets, plus `PATH` (default
 //! `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`) and `PWD` (set by bwrap).
-//! A missing program is exit code 127 with `PROGRAM: command not found` on stderr.
+//! A missing program is exit code 127 with `envrt: command not found: PROGRAM` on stderr.
 //! Timeout, stop and close send SIGTERM to every process of the sandbox, then after the
 //! grace SIGKILL its pid namespace; the reply is sent only once no process of it is left.
 //!
@@ -113,6 +113,7 @@ mod fds;
 mod init;
 mod inventory;
 mod lease;
+mod lease_tmp;
 mod lifecycle;
 mod policy;
 mod rpc;

@@ -3,9 +3,9 @@
 //!
 //! Layout inside the sandbox: `/usr` read-only, `/bin`, `/sbin`, `/lib*` as on the host
 //! (links into `/usr`, or read-only binds), a minimal read-only `/etc` (loader cache, users,
-//! groups, alternatives, name service, time zone), fresh `/proc`, minimal `/dev`, the
-//! lease's own `/tmp` (see `policy`), and the lease directory bound read-write at
-//! `/workspace` (the cwd by default).
+//! groups, alternatives, name service, time zone, os-release), fresh `/proc`, minimal
+//! `/dev`, the lease's own `/tmp` and `/var/tmp` (see `policy` and `lease_tmp`), and the
+//! lease directory bound read-write at `/workspace` (the cwd by default).
 //! Every namespace is unshared (user, pid, network, ipc, uts, cgroup), all capabilities are
 //! dropped, the command gets a new session and dies with the worker. On top of that the
 //! worker's policy (see the `policy` module) applies: an unprivileged sandbox user,
@@ -28,6 +28,7 @@ use tokio::process::{Child, Command};
 
 pub(crate) use super::exec::SpawnAs;
 use super::init::{INIT_FLAG, Reported, parse_report};
+pub(crate) use super::lease_tmp::{TMP_PREFIX, remove_lease_dir};
 use super::policy::{Policy, proc_options, tmpfs_options};
 use super::view::View;
 
@@ -53,6 +54,8 @@ const ETC_ALLOW: &[&str] = &[
     "/etc/hosts",
     "/etc/localtime",
     "/etc/mime.types",
+    // Often a link to ../usr/lib/os-release: the bind follows it (Inspect AI's tools read it).
+    "/etc/os-release",
 ];
 
 /// The `bwrap` binary and the worker-wide sandbox settings.
@@ -159,21 +162,13 @@ impl Sandbox {
     }
 
     /// The lease's own `/tmp` as `bwrap` reaches it, made on first use (mode `1777`, the
-    /// sandbox user's); `None` under `--fresh-tmp`.
+    /// sandbox user's), with its own `/var/tmp` beside it (`var_tmp`); `None` under
+    /// `--fresh-tmp`.
     fn lease_tmp(&self, lease_dir: &Path) -> std::io::Result<Option<PathBuf>> {
-        use std::os::unix::fs::PermissionsExt;
         if !self.policy.persistent_tmp {
             return Ok(None);
         }
-        let tmp = tmp_of(lease_dir);
-        match std::fs::create_dir(&tmp) {
-            Ok(()) => {
-                std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))?;
-                self.policy.hand_over(&tmp)?;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
+        let tmp = super::lease_tmp::make(&self.policy, lease_dir)?;
         Ok(Some(self.view.lease_dir(&tmp)))
     }
 
@@ -485,6 +480,7 @@ fn options(
     a.extend(["--proc".into(), "/proc".into()]);
     a.extend(proc_options.iter().cloned());
     a.extend(tmpfs_options(policy, tmp));
+    a.extend(super::lease_tmp::var_tmp_options(policy, tmp));
     a.extend([
         "--bind".into(),
         lease_dir.to_string_lossy().into_owned(),
@@ -493,29 +489,6 @@ fn options(
     // The sandbox's root (where /etc and the mount points live) is read-only too.
     a.extend(["--remount-ro".into(), "/".into()]);
     a
-}
-
-/// Name prefix of a lease's `/tmp` directory beside its lease directory.
-pub(crate) const TMP_PREFIX: &str = ".tmp-";
-
-/// The host directory behind a lease's `/tmp`: a sibling of the lease directory, so the
-/// workspace does not hold it.
-pub(crate) fn tmp_of(lease_dir: &Path) -> PathBuf {
-    let name = lease_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    lease_dir.with_file_name(format!("{TMP_PREFIX}{name}"))
-}
-
-/// Removes a lease directory and its `/tmp` (either may be gone already).
-pub(crate) fn remove_lease_dir(lease_dir: &Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(tmp_of(lease_dir)) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    std::fs::remove_dir_all(lease_dir)
 }
 
 fn find_in_path(name: &str) -> Option<PathBuf> {

@@ -72,7 +72,7 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
             method: "environmentExecute",
             params: exec(&lease, json!({"cwd": "/envrt-nowhere"})),
             code: -32602,
-            message: invalid("cwd \"/envrt-nowhere\" is not a directory in the sandbox"),
+            message: invalid("cwd \"/envrt-nowhere\" is not a directory in the environment."),
         },
         Case {
             name: "exec cwd climbing out of /workspace",
@@ -93,7 +93,7 @@ fn every_bad_request_gets_its_exact_error_and_writes_nothing_outside() {
             method: "environmentExecute",
             params: exec(&lease, json!({"cwd": "a-file"})),
             code: -32602,
-            message: invalid("cwd \"a-file\" is not a directory in the lease workspace"),
+            message: invalid("cwd \"a-file\" is not a directory in the environment."),
         },
         Case {
             name: "exec empty command",

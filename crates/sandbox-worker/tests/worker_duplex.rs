@@ -100,6 +100,25 @@ fn cat_round_trip_with_arbitrary_bytes_then_half_close_exits_zero() {
 }
 
 #[test]
+fn stderr_comes_out_of_the_channel_where_the_command_wrote_it() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    let script = "echo out-1; echo err-1 >&2; echo out-2; echo err-2 >&2; echo out-3";
+    let session = open(&mut w, &lease, "duplex-route-e", json!(["sh", "-c", script]));
+    let (exit, bytes) = collect_until_exit(&mut w, "duplex-route-e", &session);
+    assert_eq!(String::from_utf8_lossy(&bytes), "out-1\nerr-1\nout-2\nerr-2\nout-3\n");
+    assert_eq!(exit["params"]["exitCode"], 0);
+    // What the sandbox init says of a missing program is the channel's too.
+    let session = open(&mut w, &lease, "duplex-route-f", json!(["no-such-program-abc"]));
+    let (exit, bytes) = collect_until_exit(&mut w, "duplex-route-f", &session);
+    assert_eq!(
+        String::from_utf8_lossy(&bytes),
+        "envrt: command not found: no-such-program-abc\n"
+    );
+    assert_eq!(exit["params"]["exitCode"], 127);
+}
+
+#[test]
 fn exit_codes_come_through() {
     let mut w = Worker::ready();
     let lease = w.acquire();

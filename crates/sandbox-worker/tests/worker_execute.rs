@@ -157,7 +157,7 @@ fn missing_program_is_127_naming_it() {
     for program in ["definitely-not-a-program-xyz", "/workspace/nope/prog"] {
         let r = w.ok("environmentExecute", on_lease(&lease, json!({"command": program})));
         assert_eq!(r["exitCode"], 127, "{r}");
-        assert_eq!(r["stderr"], format!("{program}: command not found\n"));
+        assert_eq!(r["stderr"], format!("envrt: command not found: {program}\n"));
         assert_eq!(r["timedOut"], false);
     }
 }
@@ -416,7 +416,7 @@ fn cwd_is_any_sandbox_directory_but_never_dot_dot() {
         ),
         (
             -32602,
-            "Invalid input: cwd \"missing\" is not a directory in the lease workspace".into()
+            "Invalid input: cwd \"missing\" is not a directory in the environment.".into()
         )
     );
 }

@@ -58,6 +58,8 @@ fn host_files_outside_the_binds_cannot_be_read() {
         "sbin",
         "tmp",
         "usr",
+        // only /var/tmp, the lease's own
+        "var",
         "workspace",
     ];
     assert!(
@@ -102,6 +104,33 @@ fn only_the_workspace_is_writable_and_it_is_the_lease_directory() {
     // No capabilities inside.
     let r = run(&mut w, &lease, "grep CapEff /proc/self/status");
     assert_eq!(r["stdout"], "CapEff:\t0000000000000000\n");
+}
+
+#[test]
+fn os_release_is_the_hosts_and_var_tmp_is_the_leases_own() {
+    let mut w = Worker::ready();
+    let lease = w.acquire();
+    // The host's /etc/os-release (often a link into /usr/lib) reads as the file itself.
+    let host = std::fs::read_to_string("/etc/os-release").unwrap();
+    let r = run(&mut w, &lease, "cat /etc/os-release");
+    assert_eq!(
+        (r["exitCode"].clone(), r["stdout"].as_str().unwrap()),
+        (json!(0), host.as_str()),
+        "{r}"
+    );
+    // /var/tmp is writable, kept across the lease's commands, and apart from /tmp.
+    let r = run(&mut w, &lease, "ls -A /var; echo kept > /var/tmp/marker && ls -A /tmp");
+    assert_eq!(r["stdout"], "tmp\n", "{r}");
+    let r = run(&mut w, &lease, "cat /var/tmp/marker; stat -c %a /var/tmp");
+    assert_eq!(r["stdout"], "kept\n1777\n", "{r}");
+    let host_side = w.root.path().join(format!(".vartmp-{lease}"));
+    assert_eq!(std::fs::read_to_string(host_side.join("marker")).unwrap(), "kept\n");
+    let other = w.acquire();
+    let r = run(&mut w, &other, "cat /var/tmp/marker");
+    assert_ne!(r["exitCode"], 0, "another lease has another /var/tmp: {r}");
+    // It goes with the lease.
+    w.ok("environmentDestroyLease", json!({"providerLeaseId": lease}));
+    assert!(!host_side.exists(), "{} left behind", host_side.display());
 }
 
 #[test]

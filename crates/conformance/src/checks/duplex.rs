@@ -1,5 +1,6 @@
 //! Duplex channels (contract section 7): either the round trip works or the exact refusal
-//! comes (the refusal side is in the honesty checks).
+//! comes (the refusal side is in the honesty checks). A channel carries the command's
+//! stderr with its stdout, in the order the command wrote them.
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ pub(super) const CHECKS: &[Check] = &[
     Check::new("duplex_exit_code", has_duplex_granted, exit_code),
     Check::new("duplex_late_reader_loses_nothing", has_duplex_granted, late_reader),
     Check::new("duplex_close_is_idempotent", has_duplex_granted, close_idempotent),
+    Check::new("duplex_stderr_in_order", has_duplex_granted, stderr_in_order),
 ];
 
 fn has_half_close(p: &crate::Profile) -> bool {
@@ -157,5 +159,24 @@ fn close_idempotent(ctx: &Ctx) -> Result<(), String> {
         ensure(channel.write(b"late").await.is_err(), || {
             "write after close succeeded".into()
         })
+    })
+}
+
+/// What the command writes to stderr comes out of the channel too, between its stdout
+/// writes exactly where it wrote it (one stream, as a terminal shows it).
+fn stderr_in_order(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let script = "echo out-1; echo err-1 >&2; echo out-2; echo err-2 >&2; echo out-3";
+        let channel = open(ctx, &lease, &["sh", "-c", script]).await?;
+        let expected = "out-1\nerr-1\nout-2\nerr-2\nout-3\n";
+        let exit = wait_exit(channel.as_ref()).await;
+        let got = read_up_to(channel.as_ref(), expected.len()).await;
+        let _ = channel.close().await;
+        ensure_eq(exit?, Some(0), "exit code")?;
+        ensure_eq(
+            String::from_utf8_lossy(&got?).as_ref(),
+            expected,
+            "stdout and stderr read from the channel",
+        )
     })
 }

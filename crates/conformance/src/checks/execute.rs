@@ -1,6 +1,6 @@
 //! Execute (contract section 5) on real commands: argv, stdin bytes, exit codes, env,
-//! timeouts with no survivor, grandchildren holding stdout, caps, missing programs, env
-//! isolation, secrets, concurrency.
+//! timeouts with no survivor, grandchildren holding stdout, caps, missing programs and
+//! cwds (one text each on every driver), env isolation, secrets, concurrency.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -26,6 +26,7 @@ pub(super) const CHECKS: &[Check] = &[
     Check::new("execute_output_cap", has_execute, output_cap),
     Check::new("execute_output_tail", has_execute, output_tail),
     Check::new("execute_missing_program", has_execute, missing_program),
+    Check::new("execute_missing_cwd", has_execute, missing_cwd),
     Check::new("execute_signal_reported", has_execute, signal_reported),
     Check::new("execute_env_isolation", has_execute, env_isolation),
     Check::new("execute_secrets_absent", has_execute, secrets_absent),
@@ -345,15 +346,47 @@ fn workspace_metadata(ctx: &Ctx) -> Result<(), String> {
     })
 }
 
+/// A program that does not exist, by bare name and by path: exit code 127 and, on stderr,
+/// exactly the contract's `envrt: command not found: {program}` line, on every driver.
 fn missing_program(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
         let name = ctx.marker("no-such-program");
-        let result = ctx.exec(&lease, ExecuteRequest::new(name.clone(), ["x"])).await?;
-        ensure_eq(result.exit_code, Some(127), "exit code")?;
-        let stderr = String::from_utf8_lossy(&result.stderr);
-        ensure(stderr.contains(&name), || {
-            format!("stderr does not name the program: {stderr:?}")
-        })
+        for program in [name.clone(), format!("./{name}-dir/{name}")] {
+            let result = ctx.exec(&lease, ExecuteRequest::new(program.clone(), ["x"])).await?;
+            ensure_eq(result.exit_code, Some(127), &format!("exit code of {program}"))?;
+            ensure_eq(
+                String::from_utf8_lossy(&result.stderr).into_owned(),
+                format!("envrt: command not found: {program}\n"),
+                "stderr",
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// An execute `cwd` that does not exist, or names a file, is refused with the one text of
+/// every driver, naming the cwd as given, and runs nothing.
+fn missing_cwd(ctx: &Ctx) -> Result<(), String> {
+    ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        let file = ctx.marker("cwd-file");
+        ctx.sh(&lease, &format!("echo x > '{file}'")).await?;
+        let missing = ctx.marker("no-such-dir");
+        for cwd in [missing.clone(), format!("{missing}/deeper"), file] {
+            let mut request = ExecuteRequest::new("pwd", Vec::<String>::new());
+            request.cwd = Some(cwd.clone());
+            let error = ctx
+                .runtime
+                .execute(&lease.id, request)
+                .await
+                .err()
+                .ok_or(format!("cwd {cwd} accepted"))?;
+            ensure_eq(
+                error.to_string(),
+                format!("Invalid input: cwd \"{cwd}\" is not a directory in the environment."),
+                "refusal",
+            )?;
+        }
+        Ok(())
     })
 }
 

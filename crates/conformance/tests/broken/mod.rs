@@ -3,6 +3,8 @@
 //! class the kit guards; each must make the check that guards it fail, naming it, while
 //! the honest local driver passes that check.
 
+mod duplex;
+
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -83,6 +85,15 @@ pub(crate) enum Fault {
     LeaksHostDescriptors,
     /// Runs each command as a detached host process that a dropped execute leaves running.
     LeavesCommandRunningOnDrop,
+    /// Class 2: a missing program is worded as a shell would (`{program}: command not
+    /// found`) instead of the contract's text, exit code 127 kept.
+    OwnNotFoundText,
+    /// Class 2: a missing cwd is refused in the driver's own words.
+    OwnMissingCwdText,
+    /// Class 3: a working duplex channel that drops the command's stderr.
+    DuplexDropsStderr,
+    /// Class 3: a working duplex channel that carries stderr only after all of stdout.
+    DuplexStderrLast,
 }
 
 /// The local driver with one fault.
@@ -144,7 +155,14 @@ impl EnvironmentDriver for Faulty {
     }
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
         let mut snapshot = self.inner.resolve_capabilities(input).await?;
-        if self.has(Fault::ClaimsDuplexButRefuses) || self.has(Fault::DuplexOwnRefusalText) {
+        if [
+            Fault::ClaimsDuplexButRefuses,
+            Fault::DuplexOwnRefusalText,
+            Fault::DuplexDropsStderr,
+            Fault::DuplexStderrLast,
+        ]
+        .contains(&self.fault)
+        {
             snapshot.duplex_command_stream = true;
         }
         Ok(snapshot)
@@ -169,6 +187,8 @@ impl EnvironmentDriver for Faulty {
             Fault::ClaimsDuplexButRefuses,
             Fault::DuplexNeverGranted,
             Fault::DuplexOwnRefusalText,
+            Fault::DuplexDropsStderr,
+            Fault::DuplexStderrLast,
         ];
         duplex.contains(&self.fault).then_some(self as _)
     }
@@ -321,6 +341,23 @@ impl Execute for Faulty {
                 return inner.execute(&shared, request).await;
             }
             Fault::LeaksHostDescriptors => return leaky_execute(context, &request),
+            Fault::OwnNotFoundText => {
+                let command = request.command.clone();
+                let mut result = inner.execute(context, request).await?;
+                if result.exit_code == Some(127) {
+                    result.stderr = format!("{command}: command not found\n").into_bytes();
+                }
+                return Ok(result);
+            }
+            Fault::OwnMissingCwdText => {
+                let cwd = request.cwd.clone().unwrap_or_default();
+                return inner.execute(context, request).await.map_err(|e| match e {
+                    DriverError::InvalidInput { .. } => {
+                        DriverError::invalid(format!("working directory {cwd:?} does not exist"))
+                    }
+                    other => other,
+                });
+            }
             _ => {}
         }
         inner.execute(context, request).await
@@ -445,9 +482,21 @@ fn keeping_bits(operations: &[SyncOperation], keep: bool) -> Vec<SyncOperation> 
 impl DuplexChannels for Faulty {
     async fn open_duplex_channel(
         &self,
-        _context: &LeaseContext,
-        _command: &[String],
+        context: &LeaseContext,
+        command: &[String],
     ) -> Result<Box<dyn DuplexChannel>, DriverError> {
+        let stderr = match self.fault {
+            Fault::DuplexDropsStderr => Some(duplex::StderrFault::Dropped),
+            Fault::DuplexStderrLast => Some(duplex::StderrFault::AfterStdout),
+            _ => None,
+        };
+        if let Some(stderr) = stderr {
+            return Ok(Box::new(duplex::LocalChannel::open(
+                &workspace_of(context),
+                command,
+                stderr,
+            )?));
+        }
         if self.has(Fault::DuplexOwnRefusalText) {
             return Err(DriverError::other(format!(
                 "Environment driver \"{}\" does not support duplex channels.",
