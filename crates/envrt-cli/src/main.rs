@@ -9,6 +9,8 @@
 mod app;
 mod caps;
 mod cp;
+mod cp_merge;
+mod cp_progress;
 mod doctor;
 mod doctor_ssh;
 mod error;
@@ -79,6 +81,11 @@ pub(crate) struct Target {
     /// named after the key.
     #[arg(long, value_name = "KEY")]
     pub(crate) driver: Option<String>,
+}
+
+/// `1 file`, `2 files`: a count with its noun in the right number.
+pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn main() -> ExitCode {
