@@ -23,7 +23,10 @@ use envrt::files::EntryKind;
 use envrt::{DriverError, RuntimeError, SyncFile, SyncKind, SyncOperation, SyncResult};
 
 use crate::app::App;
-use crate::cp_merge::{merge_host, merge_lease, not_a_directory, staging_name};
+use crate::cp_merge::{
+    cannot_look, content_form, join_shown, lease_basename, merge_host, merge_lease, missing_directory, not_a_directory,
+    staging_name,
+};
 use crate::cp_progress::{Measure, Progress, tree_size};
 use crate::error::CliError;
 use envrt::config::Paths;
@@ -152,39 +155,6 @@ fn stdin_file() -> Result<(tempfile::TempDir, String), CliError> {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).map_err(failed)?;
     let text = host_absolute(&path.to_string_lossy())?;
     Ok((dir, text))
-}
-
-/// `SRC/.` (or `.`): the source names its directory's content. The path without the `/.`.
-fn content_form(path: &str) -> Option<&str> {
-    if path == "." {
-        return Some(".");
-    }
-    path.strip_suffix("/.").map(|p| if p.is_empty() { "/" } else { p })
-}
-
-/// The last component of a lease path, unless it is none of a name (`/`, `.`, `..`).
-fn lease_basename(path: &str) -> Option<&str> {
-    let name = path.trim_end_matches('/').rsplit('/').next()?;
-    (!name.is_empty() && name != "." && name != "..").then_some(name)
-}
-
-/// `base/name`, for a path as the user wrote it or a lease path.
-fn join_shown(base: &str, name: &str) -> String {
-    format!("{}/{name}", base.trim_end_matches('/'))
-}
-
-/// A lease path that cannot be looked at is not merged into blindly.
-fn cannot_look(shown: &str) -> CliError {
-    CliError::Usage(format!(
-        "envrt: cannot look at \"{shown}\" in the lease (it runs no sh probe), so envrt cp does not merge into it; pass --replace to replace it whole"
-    ))
-}
-
-/// A file SRC to a missing DST that ends in `/`.
-fn missing_directory(shown: &str) -> CliError {
-    CliError::Usage(format!(
-        "envrt: \"{shown}\" does not exist: a destination ending in / must be an existing directory"
-    ))
 }
 
 /// One copy: the two paths, the options, and the names the user wrote (for errors).

@@ -21,6 +21,39 @@ use envrt::{EnvironmentRuntime, ExecuteRequest};
 
 use crate::error::CliError;
 
+/// `SRC/.` (or `.`): the source names its directory's content. The path without the `/.`.
+pub(crate) fn content_form(path: &str) -> Option<&str> {
+    if path == "." {
+        return Some(".");
+    }
+    path.strip_suffix("/.").map(|p| if p.is_empty() { "/" } else { p })
+}
+
+/// The last component of a lease path, unless it is none of a name (`/`, `.`, `..`).
+pub(crate) fn lease_basename(path: &str) -> Option<&str> {
+    let name = path.trim_end_matches('/').rsplit('/').next()?;
+    (!name.is_empty() && name != "." && name != "..").then_some(name)
+}
+
+/// `base/name`, for a path as the user wrote it or a lease path.
+pub(crate) fn join_shown(base: &str, name: &str) -> String {
+    format!("{}/{name}", base.trim_end_matches('/'))
+}
+
+/// A lease path that cannot be looked at is not merged into blindly.
+pub(crate) fn cannot_look(shown: &str) -> CliError {
+    CliError::Usage(format!(
+        "envrt: cannot look at \"{shown}\" in the lease (it runs no sh probe), so envrt cp does not merge into it; pass --replace to replace it whole"
+    ))
+}
+
+/// A file SRC to a missing DST that ends in `/`.
+pub(crate) fn missing_directory(shown: &str) -> CliError {
+    CliError::Usage(format!(
+        "envrt: \"{shown}\" does not exist: a destination ending in / must be an existing directory"
+    ))
+}
+
 /// A name for a staging directory no one else uses.
 pub(crate) fn staging_name() -> String {
     let nanos = std::time::SystemTime::now()
