@@ -529,7 +529,7 @@ pub(crate) async fn run(paths: &Paths, args: CpArgs) -> Result<u8, CliError> {
     drop(staged);
     if !args.quiet {
         let (files, bytes) = totals(&result);
-        eprintln!(
+        crate::say!(
             "copied {}, {}: {} → {}",
             crate::plural(files, "file", "files"),
             crate::plural(bytes, "byte", "bytes"),

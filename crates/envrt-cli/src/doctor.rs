@@ -194,9 +194,9 @@ pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
             (false, false) => "absent ",
         };
         let need = if check.required { "" } else { " (optional)" };
-        println!("{mark} {}{need}: {}", check.name, check.detail);
+        crate::out!("{mark} {}{need}: {}", check.name, check.detail);
         if let (false, Some(fix)) = (check.ok, &check.fix) {
-            println!("        fix: {fix}");
+            crate::out!("        fix: {fix}");
         }
         missing_required |= check.required && !check.ok;
     }

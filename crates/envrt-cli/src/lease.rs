@@ -144,9 +144,9 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                 )
                 .await?;
             if args.json {
-                println!("{}", to_json(&lease));
+                crate::out!("{}", to_json(&lease));
             } else {
-                println!("{}", lease.id);
+                crate::out!("{}", lease.id);
             }
             Ok(0)
         }
@@ -161,7 +161,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
             };
             let leases = app.runtime.leases(&filter).await?;
             if args.json {
-                println!("{}", to_json(&leases));
+                crate::out!("{}", to_json(&leases));
             } else {
                 print_table(&leases);
             }
@@ -170,13 +170,13 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
         LeaseCommand::Release(args) => {
             app.existing_lease(&args.id).await?;
             let lease = app.runtime.release_lease(&args.id, args.status).await?;
-            println!("{} {}", lease.id, lease.status);
+            crate::out!("{} {}", lease.id, lease.status);
             Ok(0)
         }
         LeaseCommand::Destroy { id } => {
             app.existing_lease(&id).await?;
             let lease = app.runtime.destroy_lease(&id).await?;
-            println!("{} {} (destroyed)", lease.id, lease.status);
+            crate::out!("{} {} (destroyed)", lease.id, lease.status);
             Ok(0)
         }
     }
@@ -217,7 +217,7 @@ fn print_table(leases: &[Lease]) {
     }
     for row in std::iter::once(&header).chain(&rows) {
         let line: Vec<String> = row.iter().zip(widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        println!("{}", line.join("  ").trim_end());
+        crate::out!("{}", line.join("  ").trim_end());
     }
 }
 
@@ -255,20 +255,21 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
         let now = envrt::Timestamp::now();
         for lease in app.runtime.leases(&filter).await? {
             if lease.status == LeaseStatus::Active && lease.expires_at.is_some_and(|at| at <= now) {
-                println!("would release {} (expired)", lease.id);
+                crate::out!("would release {} (expired)", lease.id);
             }
         }
     } else {
         let report = app.runtime.release_expired().await?;
         for lease in &report.released {
             done += 1;
-            println!("released {} (expired): {}", lease.id, lease.status);
+            crate::out!("released {} (expired): {}", lease.id, lease.status);
         }
         for failure in &report.failures {
             failures += 1;
-            eprintln!(
+            crate::say!(
                 "envrt: gc could not release {} (expired): {}",
-                failure.lease_id, failure.error
+                failure.lease_id,
+                failure.error
             );
         }
     }
@@ -284,7 +285,7 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
             GcAction::RetryCleanup => "clean-up failed earlier".to_owned(),
         };
         if args.dry_run {
-            println!("would release {} ({why})", lease.id);
+            crate::out!("would release {} ({why})", lease.id);
             continue;
         }
         let status = match action {
@@ -311,11 +312,11 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
                     app.runtime.store().put_lease(&ended).await?;
                 }
                 done += 1;
-                println!("released {} ({why}): {}", lease.id, ended.status);
+                crate::out!("released {} ({why}): {}", lease.id, ended.status);
             }
             Err(e) => {
                 failures += 1;
-                eprintln!("envrt: gc could not release {} ({why}): {e}", lease.id);
+                crate::say!("envrt: gc could not release {} ({why}): {e}", lease.id);
             }
         }
     }
@@ -328,24 +329,24 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
                 let item = &orphan.item;
                 let lease = item.lease_id.as_deref().unwrap_or("-");
                 if args.dry_run {
-                    println!("would remove orphan {} {} (lease {lease})", item.kind, item.id);
+                    crate::out!("would remove orphan {} {} (lease {lease})", item.kind, item.id);
                 } else {
                     done += 1;
-                    println!("removed orphan {} {} (lease {lease})", item.kind, item.id);
+                    crate::out!("removed orphan {} {} (lease {lease})", item.kind, item.id);
                 }
             }
             for (driver, error) in &report.failures {
                 failures += 1;
-                eprintln!("envrt: gc could not reconcile driver \"{driver}\": {error}");
+                crate::say!("envrt: gc could not reconcile driver \"{driver}\": {error}");
             }
         }
         Err(e) => {
             failures += 1;
-            eprintln!("envrt: gc could not reconcile: {e}");
+            crate::say!("envrt: gc could not reconcile: {e}");
         }
     }
     if !args.dry_run {
-        println!("gc: {done} released, {failures} failed");
+        crate::out!("gc: {done} released, {failures} failed");
     }
     Ok(if failures == 0 { 0 } else { 1 })
 }
@@ -368,11 +369,11 @@ async fn kill_leftovers(app: &App, lease: &Lease) -> bool {
     match recovery.kill_leftovers(lease).await {
         Ok(0) => true,
         Ok(killed) => {
-            println!("killed {killed} processes left running in lease {}", lease.id);
+            crate::out!("killed {killed} processes left running in lease {}", lease.id);
             true
         }
         Err(e) => {
-            eprintln!("envrt: gc could not kill what lease {} left running: {e}", lease.id);
+            crate::say!("envrt: gc could not kill what lease {} left running: {e}", lease.id);
             false
         }
     }

@@ -6,6 +6,9 @@
 //! own outcomes: 0 success, 1 a failure (driver, store, I/O), 2 a refusal or a usage error
 //! (the runtime's exact refusal text, or the argument that is wrong, on stderr).
 
+#[macro_use]
+mod output;
+
 mod app;
 mod caps;
 mod cp;
@@ -103,7 +106,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("envrt: cannot start the async runtime: {e}");
+            say!("envrt: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -111,9 +114,11 @@ fn main() -> ExitCode {
     // Stdin readers may still sit in a blocking read; do not wait for them.
     runtime.shutdown_background();
     match outcome {
+        // The reader of stdout quit: as a shell reports `ls | head`.
+        Ok(0) if output::stdout_closed() => ExitCode::from(141),
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            eprintln!("{error}");
+            say!("{error}");
             ExitCode::from(error.exit_code())
         }
     }

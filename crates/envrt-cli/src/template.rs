@@ -94,9 +94,9 @@ pub(crate) async fn run(paths: &Paths, command: TemplateCommand) -> Result<u8, C
             app.existing_lease(&args.lease).await?;
             let template = app.runtime.capture_template(&args.lease, args.label.as_deref()).await?;
             if args.json {
-                println!("{}", to_json(&template));
+                crate::out!("{}", to_json(&template));
             } else {
-                println!("{}", template.id);
+                crate::out!("{}", template.id);
             }
             Ok(0)
         }
@@ -107,7 +107,7 @@ pub(crate) async fn run(paths: &Paths, command: TemplateCommand) -> Result<u8, C
             }
             let templates = app.runtime.templates(&environment, &company).await?;
             if args.json {
-                println!("{}", to_json(&templates));
+                crate::out!("{}", to_json(&templates));
             } else {
                 print_table(&templates);
             }
@@ -123,7 +123,7 @@ pub(crate) async fn run(paths: &Paths, command: TemplateCommand) -> Result<u8, C
                 .delete_template(&environment, &company, &args.template)
                 .await?
             {
-                println!("{} deleted", args.template);
+                crate::out!("{} deleted", args.template);
                 Ok(0)
             } else {
                 Err(RuntimeError::TemplateNotFound {
@@ -155,11 +155,11 @@ async fn setup(app: &App, args: SetupArgs) -> Result<u8, CliError> {
     let outcome = async {
         let code = run_session(app, &lease.id, &args, &mut interrupts).await?;
         if code != 0 {
-            eprintln!("envrt: the setup session exited with {code}; nothing was captured");
+            crate::say!("envrt: the setup session exited with {code}; nothing was captured");
             return Ok(code);
         }
         let template = app.runtime.capture_template(&lease.id, args.label.as_deref()).await?;
-        println!("{}", template.id);
+        crate::out!("{}", template.id);
         Ok(0)
     }
     .await;
@@ -224,7 +224,7 @@ fn print_table(templates: &[TemplateRef]) {
     }
     let line = |cells: [&str; 5]| {
         let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        println!("{}", text.join("  ").trim_end());
+        crate::out!("{}", text.join("  ").trim_end());
     };
     line(header);
     for row in &rows {
