@@ -255,14 +255,14 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
         let now = envrt::Timestamp::now();
         for lease in app.runtime.leases(&filter).await? {
             if lease.status == LeaseStatus::Active && lease.expires_at.is_some_and(|at| at <= now) {
-                crate::out!("would release {} (expired)", lease.id);
+                crate::out!("would release lease {} (it expired)", lease.id);
             }
         }
     } else {
         let report = app.runtime.release_expired().await?;
         for lease in &report.released {
             done += 1;
-            crate::out!("released {} (expired): {}", lease.id, lease.status);
+            crate::out!("released lease {} (it expired)", lease.id);
         }
         for failure in &report.failures {
             failures += 1;
@@ -281,11 +281,11 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
             continue;
         };
         let why = match action {
-            GcAction::HolderGone(pid) => format!("holder {pid} is gone"),
-            GcAction::RetryCleanup => "clean-up failed earlier".to_owned(),
+            GcAction::HolderGone(pid) => format!("its holder, pid {pid}, is gone"),
+            GcAction::RetryCleanup => "retrying a clean-up that failed earlier".to_owned(),
         };
         if args.dry_run {
-            crate::out!("would release {} ({why})", lease.id);
+            crate::out!("would release lease {} ({why})", lease.id);
             continue;
         }
         let status = match action {
@@ -312,11 +312,11 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
                     app.runtime.store().put_lease(&ended).await?;
                 }
                 done += 1;
-                crate::out!("released {} ({why}): {}", lease.id, ended.status);
+                crate::out!("released lease {} ({why})", lease.id);
             }
             Err(e) => {
                 failures += 1;
-                crate::say!("envrt: gc could not release {} ({why}): {e}", lease.id);
+                crate::say!("envrt: gc could not release lease {} ({why}): {e}", lease.id);
             }
         }
     }
@@ -369,7 +369,11 @@ async fn kill_leftovers(app: &App, lease: &Lease) -> bool {
     match recovery.kill_leftovers(lease).await {
         Ok(0) => true,
         Ok(killed) => {
-            crate::out!("killed {killed} processes left running in lease {}", lease.id);
+            crate::out!(
+                "killed {} left running in lease {}",
+                crate::plural(killed as u64, "process", "processes"),
+                lease.id
+            );
             true
         }
         Err(e) => {
