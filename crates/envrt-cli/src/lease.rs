@@ -22,6 +22,14 @@ pub(crate) enum LeaseCommand {
     Acquire(AcquireArgs),
     /// List leases (active and pending clean-up; --all for every one).
     List(ListArgs),
+    /// Show one lease: its fields, environment, driver, capabilities, expiry and holder.
+    Show {
+        /// The lease id.
+        id: String,
+        /// JSON: `{lease, driver, capabilities, holder}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Release a lease.
     Release(ReleaseArgs),
     /// Destroy a lease's resource whatever its policy.
@@ -167,6 +175,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
             }
             Ok(0)
         }
+        LeaseCommand::Show { id, json } => crate::lease_show::show(&app, &id, json).await,
         LeaseCommand::Release(args) => {
             app.existing_lease(&args.id).await?;
             let lease = app.runtime.release_lease(&args.id, args.status).await?;

@@ -20,6 +20,7 @@ mod error;
 mod exec;
 mod isolation;
 mod lease;
+mod lease_show;
 mod shell;
 mod template;
 

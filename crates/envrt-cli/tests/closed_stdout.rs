@@ -43,6 +43,8 @@ fn listing_commands_exit_quietly_when_stdout_is_closed() {
         &["lease", "list"],
         &["lease", "list", "--all"],
         &["lease", "list", "--json"],
+        &["lease", "show", &id],
+        &["lease", "show", &id, "--json"],
         &["template", "list"],
         &["template", "list", "--json"],
         &["doctor"],
