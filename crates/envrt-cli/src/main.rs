@@ -72,7 +72,7 @@ enum Command {
     /// The nine-key capability matrix of the configured environments.
     Caps(caps::CapsArgs),
     /// Check the Docker engine, bwrap, the worker binaries and the lease store.
-    Doctor,
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Which environment an operation targets.
@@ -135,6 +135,6 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Template(command) => template::run(&paths, command).await,
         Command::Gc(args) => lease::gc(&paths, args).await,
         Command::Caps(args) => caps::run(&paths, args).await,
-        Command::Doctor => doctor::run(&paths).await,
+        Command::Doctor(args) => doctor::run(&paths, args).await,
     }
 }

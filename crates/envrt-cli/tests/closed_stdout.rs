@@ -48,6 +48,7 @@ fn listing_commands_exit_quietly_when_stdout_is_closed() {
         &["template", "list"],
         &["template", "list", "--json"],
         &["doctor"],
+        &["doctor", "--json"],
         &["gc"],
         &["lease", "acquire", "--detached"],
     ];
