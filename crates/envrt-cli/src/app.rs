@@ -148,7 +148,7 @@ impl App {
     /// lease stays `pending_cleanup` for `envrt gc`) but does not change the exit code.
     pub(crate) async fn release_own(&self, lease: &Lease, status: LeaseStatus) {
         if let Err(e) = self.runtime.release_lease(&lease.id, status).await {
-            eprintln!("envrt: releasing lease {} failed: {e}", lease.id);
+            crate::say!("envrt: releasing lease {} failed: {e}", lease.id);
         }
     }
 }

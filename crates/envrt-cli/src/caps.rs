@@ -60,12 +60,12 @@ pub(crate) async fn run(paths: &Paths, args: CapsArgs) -> Result<u8, CliError> {
         });
     }
     if args.json {
-        println!(
+        crate::out!(
             "{}",
             serde_json::to_string_pretty(&columns).unwrap_or_else(|_| "[]".into())
         );
     } else {
-        print!("{}", table(&columns));
+        crate::output::write(table(&columns).as_bytes());
     }
     Ok(0)
 }

@@ -30,9 +30,9 @@ async fn store_check(paths: &Paths) -> Check {
                     required: true,
                     ok: true,
                     detail: format!(
-                        "{} ({} leases, {active} active)",
+                        "{} ({}, {active} active)",
                         paths.database().display(),
-                        leases.len()
+                        crate::plural(leases.len() as u64, "lease", "leases")
                     ),
                     fix: None,
                 }
@@ -109,7 +109,17 @@ fn binary_check(binary: &'static str, name: &'static str, required: bool, fix: &
     }
 }
 
-pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
+/// `envrt doctor [--json]`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DoctorArgs {
+    /// JSON: `{ok, checks: [{name, required, ok, detail, fix}]}` (`fix` null when none;
+    /// `ok` false when a required check failed, as the exit code 1 says).
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn run(paths: &Paths, args: DoctorArgs) -> Result<u8, CliError> {
+    let json = args.json;
     // The configuration must load for anything else to mean something.
     let config = Config::load(paths)?;
     let mut checks = vec![store_check(paths).await];
@@ -186,7 +196,23 @@ pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
             });
         }
     }
-    let mut missing_required = false;
+    let missing_required = checks.iter().any(|c| c.required && !c.ok);
+    if json {
+        let checks: Vec<serde_json::Value> = checks
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "name": c.name, "required": c.required, "ok": c.ok, "detail": c.detail, "fix": c.fix,
+                })
+            })
+            .collect();
+        let document = serde_json::json!({"ok": !missing_required, "checks": checks});
+        crate::out!(
+            "{}",
+            serde_json::to_string_pretty(&document).unwrap_or_else(|_| "null".into())
+        );
+        return Ok(if missing_required { 1 } else { 0 });
+    }
     for check in &checks {
         let mark = match (check.ok, check.required) {
             (true, _) => "ok     ",
@@ -194,11 +220,10 @@ pub(crate) async fn run(paths: &Paths) -> Result<u8, CliError> {
             (false, false) => "absent ",
         };
         let need = if check.required { "" } else { " (optional)" };
-        println!("{mark} {}{need}: {}", check.name, check.detail);
+        crate::out!("{mark} {}{need}: {}", check.name, check.detail);
         if let (false, Some(fix)) = (check.ok, &check.fix) {
-            println!("        fix: {fix}");
+            crate::out!("        fix: {fix}");
         }
-        missing_required |= check.required && !check.ok;
     }
     Ok(if missing_required { 1 } else { 0 })
 }

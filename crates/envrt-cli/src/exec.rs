@@ -306,7 +306,7 @@ pub(crate) async fn run(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
     let json = args.json;
     let outcome = run_exec(paths, args).await;
     if json && let Err(error) = &outcome {
-        println!("{}", error.to_json());
+        crate::out!("{}", error.to_json());
     }
     outcome
 }
@@ -402,12 +402,12 @@ async fn run_on(
         result = app.runtime.execute(lease_id, request) => result?,
         signal = interrupts.next() => {
             // Dropping the execute future stops the command; the caller releases the lease.
-            eprintln!("envrt: interrupted by {}", envrt::core::execute::signal_name(signal));
+            crate::say!("envrt: interrupted by {}", envrt::core::execute::signal_name(signal));
             return Ok((128 + signal) as u8);
         }
     };
     if json {
-        println!("{}", result_json(&result));
+        crate::out!("{}", result_json(&result));
         return Ok(0);
     }
     for (stream, captured) in [
@@ -419,19 +419,19 @@ async fn run_on(
         }
     }
     for note in printer.notes() {
-        eprintln!("{note}");
+        crate::say!("{note}");
     }
     if tail {
         let cap = args.max_output.unwrap_or(envrt::core::execute::DEFAULT_OUTPUT_LIMIT);
         for (name, cut) in [("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)] {
             if cut {
-                eprintln!("envrt: {name} was cut to its last {cap} bytes (--max-output --keep tail)");
+                crate::say!("envrt: {name} was cut to its last {cap} bytes (--max-output --keep tail)");
             }
         }
     }
     if result.timed_out {
         let secs = timeout.map(|t| t.as_secs_f64()).unwrap_or_default();
-        eprintln!("envrt: the command timed out after {secs} s and was killed");
+        crate::say!("envrt: the command timed out after {secs} s and was killed");
     }
     Ok(exit_code_of(&result))
 }

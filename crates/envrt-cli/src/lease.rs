@@ -22,6 +22,14 @@ pub(crate) enum LeaseCommand {
     Acquire(AcquireArgs),
     /// List leases (active and pending clean-up; --all for every one).
     List(ListArgs),
+    /// Show one lease: its fields, environment, driver, capabilities, expiry and holder.
+    Show {
+        /// The lease id.
+        id: String,
+        /// JSON: `{lease, driver, capabilities, holder}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Release a lease.
     Release(ReleaseArgs),
     /// Destroy a lease's resource whatever its policy.
@@ -144,9 +152,9 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                 )
                 .await?;
             if args.json {
-                println!("{}", to_json(&lease));
+                crate::out!("{}", to_json(&lease));
             } else {
-                println!("{}", lease.id);
+                crate::out!("{}", lease.id);
             }
             Ok(0)
         }
@@ -161,22 +169,23 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
             };
             let leases = app.runtime.leases(&filter).await?;
             if args.json {
-                println!("{}", to_json(&leases));
+                crate::out!("{}", to_json(&leases));
             } else {
                 print_table(&leases);
             }
             Ok(0)
         }
+        LeaseCommand::Show { id, json } => crate::lease_show::show(&app, &id, json).await,
         LeaseCommand::Release(args) => {
             app.existing_lease(&args.id).await?;
             let lease = app.runtime.release_lease(&args.id, args.status).await?;
-            println!("{} {}", lease.id, lease.status);
+            crate::out!("{} {}", lease.id, lease.status);
             Ok(0)
         }
         LeaseCommand::Destroy { id } => {
             app.existing_lease(&id).await?;
             let lease = app.runtime.destroy_lease(&id).await?;
-            println!("{} {} (destroyed)", lease.id, lease.status);
+            crate::out!("{} {} (destroyed)", lease.id, lease.status);
             Ok(0)
         }
     }
@@ -217,7 +226,7 @@ fn print_table(leases: &[Lease]) {
     }
     for row in std::iter::once(&header).chain(&rows) {
         let line: Vec<String> = row.iter().zip(widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        println!("{}", line.join("  ").trim_end());
+        crate::out!("{}", line.join("  ").trim_end());
     }
 }
 
@@ -255,20 +264,21 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
         let now = envrt::Timestamp::now();
         for lease in app.runtime.leases(&filter).await? {
             if lease.status == LeaseStatus::Active && lease.expires_at.is_some_and(|at| at <= now) {
-                println!("would release {} (expired)", lease.id);
+                crate::out!("would release lease {} (it expired)", lease.id);
             }
         }
     } else {
         let report = app.runtime.release_expired().await?;
         for lease in &report.released {
             done += 1;
-            println!("released {} (expired): {}", lease.id, lease.status);
+            crate::out!("released lease {} (it expired)", lease.id);
         }
         for failure in &report.failures {
             failures += 1;
-            eprintln!(
+            crate::say!(
                 "envrt: gc could not release {} (expired): {}",
-                failure.lease_id, failure.error
+                failure.lease_id,
+                failure.error
             );
         }
     }
@@ -280,11 +290,11 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
             continue;
         };
         let why = match action {
-            GcAction::HolderGone(pid) => format!("holder {pid} is gone"),
-            GcAction::RetryCleanup => "clean-up failed earlier".to_owned(),
+            GcAction::HolderGone(pid) => format!("its holder, pid {pid}, is gone"),
+            GcAction::RetryCleanup => "retrying a clean-up that failed earlier".to_owned(),
         };
         if args.dry_run {
-            println!("would release {} ({why})", lease.id);
+            crate::out!("would release lease {} ({why})", lease.id);
             continue;
         }
         let status = match action {
@@ -311,11 +321,11 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
                     app.runtime.store().put_lease(&ended).await?;
                 }
                 done += 1;
-                println!("released {} ({why}): {}", lease.id, ended.status);
+                crate::out!("released lease {} ({why})", lease.id);
             }
             Err(e) => {
                 failures += 1;
-                eprintln!("envrt: gc could not release {} ({why}): {e}", lease.id);
+                crate::say!("envrt: gc could not release lease {} ({why}): {e}", lease.id);
             }
         }
     }
@@ -328,24 +338,24 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
                 let item = &orphan.item;
                 let lease = item.lease_id.as_deref().unwrap_or("-");
                 if args.dry_run {
-                    println!("would remove orphan {} {} (lease {lease})", item.kind, item.id);
+                    crate::out!("would remove orphan {} {} (lease {lease})", item.kind, item.id);
                 } else {
                     done += 1;
-                    println!("removed orphan {} {} (lease {lease})", item.kind, item.id);
+                    crate::out!("removed orphan {} {} (lease {lease})", item.kind, item.id);
                 }
             }
             for (driver, error) in &report.failures {
                 failures += 1;
-                eprintln!("envrt: gc could not reconcile driver \"{driver}\": {error}");
+                crate::say!("envrt: gc could not reconcile driver \"{driver}\": {error}");
             }
         }
         Err(e) => {
             failures += 1;
-            eprintln!("envrt: gc could not reconcile: {e}");
+            crate::say!("envrt: gc could not reconcile: {e}");
         }
     }
     if !args.dry_run {
-        println!("gc: {done} released, {failures} failed");
+        crate::out!("gc: {done} released, {failures} failed");
     }
     Ok(if failures == 0 { 0 } else { 1 })
 }
@@ -368,11 +378,15 @@ async fn kill_leftovers(app: &App, lease: &Lease) -> bool {
     match recovery.kill_leftovers(lease).await {
         Ok(0) => true,
         Ok(killed) => {
-            println!("killed {killed} processes left running in lease {}", lease.id);
+            crate::out!(
+                "killed {} left running in lease {}",
+                crate::plural(killed as u64, "process", "processes"),
+                lease.id
+            );
             true
         }
         Err(e) => {
-            eprintln!("envrt: gc could not kill what lease {} left running: {e}", lease.id);
+            crate::say!("envrt: gc could not kill what lease {} left running: {e}", lease.id);
             false
         }
     }

@@ -6,15 +6,21 @@
 //! own outcomes: 0 success, 1 a failure (driver, store, I/O), 2 a refusal or a usage error
 //! (the runtime's exact refusal text, or the argument that is wrong, on stderr).
 
+#[macro_use]
+mod output;
+
 mod app;
 mod caps;
 mod cp;
+mod cp_merge;
+mod cp_progress;
 mod doctor;
 mod doctor_ssh;
 mod error;
 mod exec;
 mod isolation;
 mod lease;
+mod lease_show;
 mod shell;
 mod template;
 
@@ -66,7 +72,7 @@ enum Command {
     /// The nine-key capability matrix of the configured environments.
     Caps(caps::CapsArgs),
     /// Check the Docker engine, bwrap, the worker binaries and the lease store.
-    Doctor,
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Which environment an operation targets.
@@ -79,6 +85,11 @@ pub(crate) struct Target {
     /// named after the key.
     #[arg(long, value_name = "KEY")]
     pub(crate) driver: Option<String>,
+}
+
+/// `1 file`, `2 files`: a count with its noun in the right number.
+pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn main() -> ExitCode {
@@ -96,7 +107,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("envrt: cannot start the async runtime: {e}");
+            say!("envrt: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -104,9 +115,11 @@ fn main() -> ExitCode {
     // Stdin readers may still sit in a blocking read; do not wait for them.
     runtime.shutdown_background();
     match outcome {
+        // The reader of stdout quit: as a shell reports `ls | head`.
+        Ok(0) if output::stdout_closed() => ExitCode::from(141),
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            eprintln!("{error}");
+            say!("{error}");
             ExitCode::from(error.exit_code())
         }
     }
@@ -122,6 +135,6 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Template(command) => template::run(&paths, command).await,
         Command::Gc(args) => lease::gc(&paths, args).await,
         Command::Caps(args) => caps::run(&paths, args).await,
-        Command::Doctor => doctor::run(&paths).await,
+        Command::Doctor(args) => doctor::run(&paths, args).await,
     }
 }

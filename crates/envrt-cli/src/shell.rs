@@ -156,6 +156,11 @@ pub(crate) async fn session(
         exit = channel.wait() => Ok(exit),
         signal = interrupts.next() => Err(signal),
     };
+    if ended.is_err() {
+        // A signal (a closed terminal's SIGHUP, a SIGTERM) ends the session now: the
+        // command is stopped first, so the output below ends instead of waiting for it.
+        let _ = channel.stop().await;
+    }
     // Drain what the command wrote before it exited, then free the channel.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), output).await;
     input.abort();
@@ -173,8 +178,7 @@ pub(crate) async fn session(
         },
         Ok(Err(e)) => Err(CliError::Runtime(e.into())),
         Err(signal) => {
-            let _ = channel.stop().await;
-            eprintln!("envrt: interrupted by {}", envrt::core::execute::signal_name(signal));
+            crate::say!("envrt: interrupted by {}", envrt::core::execute::signal_name(signal));
             Ok((128 + signal) as u8)
         }
     }

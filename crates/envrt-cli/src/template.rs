@@ -94,43 +94,63 @@ pub(crate) async fn run(paths: &Paths, command: TemplateCommand) -> Result<u8, C
             app.existing_lease(&args.lease).await?;
             let template = app.runtime.capture_template(&args.lease, args.label.as_deref()).await?;
             if args.json {
-                println!("{}", to_json(&template));
+                crate::out!("{}", to_json(&template));
             } else {
-                println!("{}", template.id);
+                crate::out!("{}", template.id);
             }
             Ok(0)
         }
         TemplateCommand::List(args) => {
-            let environment = app.environment_id(&args.target).await?;
-            if let Some(driver) = app.environment_driver(&environment).await? {
-                app.check_driver(&driver)?;
+            let environments = match scoped(&args.target) {
+                true => {
+                    let environment = app.environment_id(&args.target).await?;
+                    if let Some(driver) = app.environment_driver(&environment).await? {
+                        app.check_driver(&driver)?;
+                    }
+                    vec![environment]
+                }
+                false => template_environments(&app).await?,
+            };
+            let mut templates = Vec::new();
+            for environment in &environments {
+                templates.extend(app.runtime.templates(environment, &company).await?);
             }
-            let templates = app.runtime.templates(&environment, &company).await?;
+            envrt_lease_ids(&app, &mut templates).await?;
             if args.json {
-                println!("{}", to_json(&templates));
+                crate::out!("{}", to_json(&templates));
             } else {
                 print_table(&templates);
             }
             Ok(0)
         }
         TemplateCommand::Delete(args) => {
-            let environment = app.environment_id(&args.target).await?;
-            if let Some(driver) = app.environment_driver(&environment).await? {
-                app.check_driver(&driver)?;
+            let environments = match scoped(&args.target) {
+                true => {
+                    let environment = app.environment_id(&args.target).await?;
+                    if let Some(driver) = app.environment_driver(&environment).await? {
+                        app.check_driver(&driver)?;
+                    }
+                    vec![environment]
+                }
+                false => template_environments(&app).await?,
+            };
+            for environment in &environments {
+                if app
+                    .runtime
+                    .delete_template(environment, &company, &args.template)
+                    .await?
+                {
+                    crate::out!("{} deleted", args.template);
+                    return Ok(0);
+                }
             }
-            if app
-                .runtime
-                .delete_template(&environment, &company, &args.template)
-                .await?
-            {
-                println!("{} deleted", args.template);
-                Ok(0)
-            } else {
-                Err(RuntimeError::TemplateNotFound {
+            match (scoped(&args.target), environments.into_iter().next()) {
+                (true, Some(environment)) => Err(RuntimeError::TemplateNotFound {
                     id: args.template,
                     environment_id: environment,
                 }
-                .into())
+                .into()),
+                _ => Err(not_found_anywhere(&args.template, &company)),
             }
         }
         TemplateCommand::Setup(args) => setup(&app, args).await,
@@ -155,11 +175,11 @@ async fn setup(app: &App, args: SetupArgs) -> Result<u8, CliError> {
     let outcome = async {
         let code = run_session(app, &lease.id, &args, &mut interrupts).await?;
         if code != 0 {
-            eprintln!("envrt: the setup session exited with {code}; nothing was captured");
+            crate::say!("envrt: the setup session exited with {code}; nothing was captured");
             return Ok(code);
         }
         let template = app.runtime.capture_template(&lease.id, args.label.as_deref()).await?;
-        println!("{}", template.id);
+        crate::out!("{}", template.id);
         Ok(0)
     }
     .await;
@@ -202,6 +222,63 @@ async fn run_session(
     }
 }
 
+/// Whether `--env-id` or `--driver` names the environment; without them `list` and
+/// `delete` look at every environment.
+fn scoped(target: &Target) -> bool {
+    target.env_id.is_some() || target.driver.is_some()
+}
+
+/// A template id no environment of the tenant knows.
+fn not_found_anywhere(id: &str, company: &str) -> CliError {
+    CliError::Usage(format!(
+        "Template \"{id}\" was not found in any environment of tenant \"{company}\"."
+    ))
+}
+
+/// The environments `list` and `delete` look at without `--env-id`: every one the store
+/// knows (configured, or used with `--driver`) that is not archived and whose driver was
+/// set up and keeps templates. Template ids are unique, so a delete finds its one.
+async fn template_environments(app: &App) -> Result<Vec<String>, CliError> {
+    let mut ids = Vec::new();
+    for environment in app.runtime.store().list_environments().await? {
+        if environment.status == envrt::EnvironmentStatus::Archived || app.check_driver(&environment.driver).is_err() {
+            continue;
+        }
+        if app
+            .runtime
+            .driver(&environment.driver)
+            .is_some_and(|d| d.as_templates().is_some())
+        {
+            ids.push(environment.id);
+        }
+    }
+    Ok(ids)
+}
+
+/// A driver may record the lease a template came from by its own id (the sandbox
+/// worker's); the listing shows envrt's lease id instead, found by provider lease id.
+async fn envrt_lease_ids(app: &App, templates: &mut [TemplateRef]) -> Result<(), CliError> {
+    if templates.is_empty() {
+        return Ok(());
+    }
+    let leases = app.runtime.leases(&envrt::LeaseFilter::default()).await?;
+    for template in templates {
+        let Some(source) = template.source_lease_id.clone() else {
+            continue;
+        };
+        if leases.iter().any(|l| l.id == source) {
+            continue;
+        }
+        if let Some(lease) = leases
+            .iter()
+            .find(|l| l.provider_lease_id.as_deref() == Some(source.as_str()) && l.company_id == template.company_id)
+        {
+            template.source_lease_id = Some(lease.id.clone());
+        }
+    }
+    Ok(())
+}
+
 fn print_table(templates: &[TemplateRef]) {
     let rows: Vec<[String; 5]> = templates
         .iter()
@@ -224,7 +301,7 @@ fn print_table(templates: &[TemplateRef]) {
     }
     let line = |cells: [&str; 5]| {
         let text: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        println!("{}", text.join("  ").trim_end());
+        crate::out!("{}", text.join("  ").trim_end());
     };
     line(header);
     for row in &rows {

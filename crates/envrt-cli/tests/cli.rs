@@ -234,13 +234,16 @@ fn gc_cleans_up_after_a_killed_holder() {
     let dry = s.run(&["gc", "--dry-run"]);
     assert_eq!(
         dry.stdout_text(),
-        format!("would release {id} (holder {} is gone)\n", holder.id())
+        format!("would release lease {id} (its holder, pid {}, is gone)\n", holder.id())
     );
     let gc = s.run(&["gc"]);
     assert_eq!(gc.code, Some(0), "{}", gc.stderr);
     let text = gc.stdout_text();
     assert!(
-        text.contains(&format!("released {id} (holder {} is gone): failed", holder.id())),
+        text.contains(&format!(
+            "released lease {id} (its holder, pid {}, is gone)",
+            holder.id()
+        )),
         "{text}"
     );
     assert!(text.ends_with("gc: 1 released, 0 failed\n"), "{text}");

@@ -208,7 +208,10 @@ fn gc_removes_the_container_of_a_killed_holder_and_orphans() {
     );
     let id = lease["id"].as_str().unwrap();
     assert!(
-        text.contains(&format!("released {id} (holder {} is gone): failed", holder.id())),
+        text.contains(&format!(
+            "released lease {id} (its holder, pid {}, is gone)",
+            holder.id()
+        )),
         "{text}"
     );
     assert!(
@@ -264,7 +267,7 @@ fn a_container_leased_with_a_ttl_ends_at_expiry_after_its_holder_is_sigkilled() 
     let gc = site.run(&["gc"]);
     assert_eq!(
         String::from_utf8_lossy(&gc.stdout),
-        format!("released {id} (expired): expired\ngc: 1 released, 0 failed\n")
+        format!("released lease {id} (it expired)\ngc: 1 released, 0 failed\n")
     );
 }
 

@@ -96,7 +96,7 @@ fn a_lease_acquired_with_a_ttl_ends_on_time_after_its_holder_is_sigkilled() {
     assert_eq!(gc.code, Some(0), "{}", gc.stderr);
     assert_eq!(
         gc.stdout_text(),
-        format!("released {id} (expired): expired\ngc: 1 released, 0 failed\n")
+        format!("released lease {id} (it expired)\ngc: 1 released, 0 failed\n")
     );
     assert_eq!(s.leases_json()[0]["status"], "expired");
 }
@@ -116,7 +116,7 @@ fn exec_with_a_ttl_is_killed_at_expiry_even_when_envrt_was_sigkilled() {
     let dry = s.run(&["gc", "--dry-run"]);
     assert_eq!(
         dry.stdout_text(),
-        format!("would release {} (expired)\n", lease["id"].as_str().unwrap())
+        format!("would release lease {} (it expired)\n", lease["id"].as_str().unwrap())
     );
     assert_eq!(s.run(&["gc"]).code, Some(0));
     assert_eq!(s.leases_json()[0]["status"], "expired");

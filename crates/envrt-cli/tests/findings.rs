@@ -80,7 +80,7 @@ fn cp_refuses_to_put_a_file_over_a_directory_or_a_read_only_file_on_either_side(
     };
     sh("mkdir -p d && echo keep > d/inside && echo old > ro && chmod 0444 ro && echo new > f");
     std::fs::write(s.path().join("f"), b"host file").unwrap();
-    // host → lease
+    // host → lease (with --replace: a file SRC is then exactly DST)
     for (target, expected) in [
         (
             "d",
@@ -89,13 +89,27 @@ fn cp_refuses_to_put_a_file_over_a_directory_or_a_read_only_file_on_either_side(
         ("ro", "is a read-only file: envrt cp does not replace it"),
     ] {
         let dst = format!("lease:{id}:{target}");
-        let out = s.run(&["cp", "-q", "f", &dst]);
+        let out = s.run(&["cp", "-q", "--replace", "f", &dst]);
         assert_eq!(
             (out.code, out.stderr.clone()),
             (Some(2), format!("envrt: \"{dst}\" {expected}\n"))
         );
     }
     assert_eq!(sh("cat d/inside ro"), "keep\nold\n", "nothing replaced");
+    // Without --replace a file over a directory lands inside it; a read-only file is
+    // still refused.
+    let out = s.run(&["cp", "-q", "f", &format!("lease:{id}:d")]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let dst = format!("lease:{id}:ro");
+    let out = s.run(&["cp", "-q", "f", &dst]);
+    assert_eq!(
+        (out.code, out.stderr.clone()),
+        (
+            Some(2),
+            format!("envrt: \"{dst}\" is a read-only file: envrt cp does not replace it\n")
+        )
+    );
+    assert_eq!(sh("cat d/inside d/f ro"), "keep\nhost fileold\n");
     // lease → host
     std::fs::create_dir(s.path().join("hd")).unwrap();
     std::fs::write(s.path().join("hd/inside"), b"keep").unwrap();
@@ -109,7 +123,7 @@ fn cp_refuses_to_put_a_file_over_a_directory_or_a_read_only_file_on_either_side(
         ),
         ("hro", "is a read-only file: envrt cp does not replace it"),
     ] {
-        let out = s.run(&["cp", "-q", &src, target]);
+        let out = s.run(&["cp", "-q", "--replace", &src, target]);
         assert_eq!(
             (out.code, out.stderr.clone()),
             (Some(2), format!("envrt: \"{target}\" {expected}\n"))
@@ -117,10 +131,14 @@ fn cp_refuses_to_put_a_file_over_a_directory_or_a_read_only_file_on_either_side(
     }
     assert_eq!(std::fs::read(s.path().join("hd/inside")).unwrap(), b"keep");
     assert_eq!(std::fs::read(s.path().join("hro")).unwrap(), b"old");
-    // A writable file and a directory over a directory are still replaced, as before.
+    // Without --replace a file over a directory lands inside it.
+    let out = s.run(&["cp", "-q", &src, "hd"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(std::fs::read(s.path().join("hd/f")).unwrap(), b"new\n");
+    // With --replace a writable file and a directory over a directory are replaced.
     let out = s.run(&["cp", "-q", &src, "plain"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let out = s.run(&["cp", "-q", &format!("lease:{id}:d"), "hd"]);
+    let out = s.run(&["cp", "-q", "--replace", &format!("lease:{id}:d"), "hd"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(std::fs::read(s.path().join("hd/inside")).unwrap(), b"keep\n");
     assert_eq!(s.run(&["lease", "release", &id]).code, Some(0));
@@ -134,7 +152,7 @@ fn cp_reads_stdin_and_writes_stdout_with_a_dash() {
     let dst = format!("lease:{id}:sub/from-stdin");
     let put = s.run_with(&["cp", "-", &dst], Some(&data));
     assert_eq!(put.code, Some(0), "{}", put.stderr);
-    assert_eq!(put.stderr, format!("copied 1 files, 70000 bytes: - → {dst}\n"));
+    assert_eq!(put.stderr, format!("copied 1 file, 70000 bytes: - → {dst}\n"));
     let listing = s.run(&[
         "exec",
         "--lease",

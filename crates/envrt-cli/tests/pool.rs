@@ -198,7 +198,7 @@ fn gc_releases_the_pool_leases_of_a_host_that_was_sigkilled() {
     let text = gc.stdout_text();
     for lease in &leases {
         let line = format!(
-            "released {} (holder {pid} is gone): failed",
+            "released lease {} (its holder, pid {pid}, is gone)",
             lease["id"].as_str().unwrap()
         );
         assert!(text.contains(&line), "{text}");

@@ -80,7 +80,7 @@ fn gc_cleans_up_after_a_killed_holder_on_the_sandbox() {
     assert_eq!(
         gc.stdout_text(),
         format!(
-            "released {id} (holder {} is gone): failed\ngc: 1 released, 0 failed\n",
+            "released lease {id} (its holder, pid {}, is gone)\ngc: 1 released, 0 failed\n",
             holder.id()
         )
     );
@@ -173,7 +173,7 @@ fn a_sandbox_lease_with_a_ttl_ends_at_expiry_after_its_holder_is_sigkilled() {
     assert_eq!(gc.code, Some(0), "{}", gc.stderr);
     assert_eq!(
         gc.stdout_text(),
-        format!("released {id} (expired): expired\ngc: 1 released, 0 failed\n")
+        format!("released lease {id} (it expired)\ngc: 1 released, 0 failed\n")
     );
     assert!(!dir.exists(), "the sandbox directory outlived gc");
 }

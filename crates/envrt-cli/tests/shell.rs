@@ -239,13 +239,14 @@ fn cp_shows_progress_on_a_terminal_and_nothing_with_quiet() {
     let target = format!("lease:{id}:data.txt");
 
     let mut shown = PtySession::start(dir.path(), None, &["cp", "data.txt", &target]);
-    shown.expect(&format!("copied 1 files, 5 bytes: data.txt → {target}"));
+    shown.expect(&format!("copied 1 file, 5 bytes: data.txt → {target}"));
     assert_eq!(shown.wait(), Some(0));
     let text = String::from_utf8_lossy(&shown.seen).into_owned();
-    let progress = format!("\r\x1b[2K| copying data.txt → {target} (0.0 s)");
+    // The size of a host source is known: the line shows it.
+    let progress = format!("\r\x1b[2K| copying data.txt → {target} 5 B (0.0 s)");
     assert!(text.starts_with(&progress), "{text:?}");
     // The progress line is cleared before the summary.
-    assert!(text.contains("\r\x1b[2Kcopied 1 files"), "{text:?}");
+    assert!(text.contains("\r\x1b[2Kcopied 1 file"), "{text:?}");
 
     let mut quiet = PtySession::start(dir.path(), None, &["cp", "--quiet", "data.txt", &target]);
     assert_eq!(quiet.wait(), Some(0));

@@ -50,7 +50,7 @@ fn a_template_round_trip_through_the_cli() {
     for args in [
         vec!["exec", "--template", template.as_str(), "--", "true"],
         vec!["lease", "acquire", "--detached", "--template", template.as_str()],
-        vec!["template", "delete", template.as_str()],
+        vec!["template", "delete", template.as_str(), "--env-id", "local"],
     ] {
         let out = s.run(&args);
         assert_eq!(out.code, Some(2), "envrt {args:?}");

@@ -192,8 +192,10 @@ fi
 echo "$k $l $r$w $a $m""#;
 
 /// Whether `path` lies inside what the lease's driver declares it accepts (checked
-/// lexically against the lease's workspace). `false` when that cannot be told.
-async fn in_declared_scope(runtime: &EnvironmentRuntime, lease_id: &str, path: &str) -> bool {
+/// lexically against the lease's workspace). `false` when that cannot be told. A path
+/// outside it gets the driver's own refusal from any sync, so a caller that could not
+/// [`probe`] it can tell that case from a lease that runs no probe.
+pub async fn in_declared_scope(runtime: &EnvironmentRuntime, lease_id: &str, path: &str) -> bool {
     let Ok(Some(lease)) = runtime.lease(lease_id).await else {
         return false;
     };
