@@ -239,13 +239,8 @@ fn gc_cleans_up_after_a_killed_holder() {
     let gc = s.run(&["gc"]);
     assert_eq!(gc.code, Some(0), "{}", gc.stderr);
     let text = gc.stdout_text();
-    assert!(
-        text.contains(&format!(
-            "released lease {id} (its holder, pid {}, is gone)",
-            holder.id()
-        )),
-        "{text}"
-    );
+    let line = format!("released lease {id} (its holder, pid {}, is gone)", holder.id());
+    assert!(text.contains(&line), "{text}");
     assert!(text.ends_with("gc: 1 released, 0 failed\n"), "{text}");
     assert!(!workspace.exists(), "the workspace is still there");
     assert_eq!(survivors(&mark), Vec::<u32>::new(), "the holder's command survived gc");
