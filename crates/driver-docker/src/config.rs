@@ -167,7 +167,7 @@ struct RawEnvConfig {
 }
 
 /// Every key a Docker environment's config may hold (JSON, camelCase).
-pub(crate) const KNOWN_CONFIG_KEYS: [&str; 10] = [
+pub(crate) const KNOWN_CONFIG_KEYS: [&str; 11] = [
     "image",
     "user",
     "workingDir",
@@ -178,6 +178,7 @@ pub(crate) const KNOWN_CONFIG_KEYS: [&str; 10] = [
     "pidsLimit",
     "readOnlyRootFs",
     "duplex",
+    "allowedUsers",
 ];
 
 /// Refuses a Docker environment config key the driver does not know (a misspelled

@@ -1,5 +1,4 @@
-//! [`DockerDriver`]: connection, the lease life cycle (a container per lease), capability
-//! resolution, and the optional groups' entry points.
+//! [`DockerDriver`]: connection, the lease life cycle (a container per lease), capabilities, optional groups.
 
 use std::collections::HashMap;
 

@@ -22,7 +22,15 @@ async fn a_configuration_the_worker_rejects_narrows_the_lease() {
     let runtime = runtime_with(driver.clone()).await;
     let mut broken = Environment::new("env-broken", "Broken", "sandbox");
     broken.config = json!({"broken": true}).as_object().cloned().unwrap();
-    runtime.put_environment(broken).await.unwrap();
+    // A configuration the worker rejects is refused when it is stored ...
+    let refused = runtime.put_environment(broken.clone()).await.unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "Invalid input: sandbox environment config: broken is set"
+    );
+    // ... and one that reached the store another way (stored before the check existed,
+    // or by another program) still narrows its leases honestly.
+    runtime.store().put_environment(&broken).await.unwrap();
 
     let good = acquire(&runtime).await;
     let bad = runtime
@@ -60,13 +68,14 @@ async fn a_configuration_the_worker_rejects_narrows_the_lease() {
         "Sandbox lease does not grant the duplex command stream capability."
     );
 
-    // Each configuration is asked about once, however often a snapshot is taken.
+    // Each configuration is asked about once, however often a snapshot is taken (the two
+    // checks when the environments were stored are the other two calls).
     for _ in 0..3 {
         bounded("again", runtime.resolve_capabilities(&bad.id)).await.unwrap();
         bounded("again", runtime.resolve_capabilities(&good.id)).await.unwrap();
     }
     let stats = bounded("stats", driver.call("test.stats", json!({}))).await.unwrap();
-    assert_eq!(stats["calls"]["environmentValidateConfig"], 2, "{stats}");
+    assert_eq!(stats["calls"]["environmentValidateConfig"], 4, "{stats}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

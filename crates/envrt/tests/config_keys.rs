@@ -10,7 +10,7 @@
 use envrt::config::{Assembly, Paths};
 use envrt::{Environment, JsonMap, RuntimeBuilder};
 
-const DOCKER_KEYS: &str = "`image`, `user`, `workingDir`, `env`, `network`, `memoryBytes`, `nanoCpus`, `pidsLimit`, `readOnlyRootFs`, `duplex`";
+const DOCKER_KEYS: &str = "`image`, `user`, `workingDir`, `env`, `network`, `memoryBytes`, `nanoCpus`, `pidsLimit`, `readOnlyRootFs`, `duplex`, `allowedUsers`";
 const SSH_KEYS: &str =
     "`host`, `port`, `user`, `key`, `knownHosts`, `known_hosts`, `acceptNewHostKey`, `accept_new_host_key`";
 

@@ -82,7 +82,7 @@ fn protocol_errors_have_the_sdk_texts_and_do_not_break_the_worker() {
             "environmentValidateConfig",
             json!({"driverKey": "sandbox", "config": {"a": 1}})
         ),
-        json!({"ok": true, "normalizedConfig": {"a": 1}})
+        json!({"ok": false, "errors": ["unknown field `a`, there are no fields"]})
     );
     assert_eq!(
         w.ok(
