@@ -44,7 +44,7 @@ pub(crate) fn open_config(
     driver: Option<String>,
 ) -> PyResult<Bound<'_, PyAny>> {
     let paths = Paths::resolve(config.as_deref(), state_dir.as_deref()).map_err(config_error)?;
-    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+    crate::rt::future_into_py(py, async move {
         let assembly = Assembly::open(&paths, driver.as_deref()).await.map_err(config_error)?;
         let ttls = assembly
             .config

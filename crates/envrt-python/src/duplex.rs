@@ -28,7 +28,7 @@ impl NativeDuplex {
     /// Writes bytes to the command's stdin.
     fn write<'py>(&self, py: Python<'py>, data: Vec<u8>) -> PyResult<Bound<'py, PyAny>> {
         let channel = self.channel.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             channel.write(&data).await.map_err(|e| runtime_error(e.into()))
         })
     }
@@ -36,7 +36,7 @@ impl NativeDuplex {
     /// The next output chunk, or `None` once output has ended.
     fn read<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let channel = self.channel.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let chunk = channel.read().await.map_err(|e| runtime_error(e.into()))?;
             Ok(chunk.map(Bytes))
         })
@@ -45,7 +45,7 @@ impl NativeDuplex {
     /// Closes the command's stdin (EOF).
     fn close_input<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let channel = self.channel.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             channel.close_input().await.map_err(|e| runtime_error(e.into()))
         })
     }
@@ -53,24 +53,26 @@ impl NativeDuplex {
     /// Stops the command.
     fn stop<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let channel = self.channel.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            channel.stop().await.map_err(|e| runtime_error(e.into()))
-        })
+        crate::rt::future_into_py(
+            py,
+            async move { channel.stop().await.map_err(|e| runtime_error(e.into())) },
+        )
     }
 
     /// Closes the channel and frees everything; idempotent.
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let channel = self.channel.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            channel.close().await.map_err(|e| runtime_error(e.into()))
-        })
+        crate::rt::future_into_py(
+            py,
+            async move { channel.close().await.map_err(|e| runtime_error(e.into())) },
+        )
     }
 
     /// Waits for the end: `(exit_code, transport_closed)`; the exit code is `None` when
     /// the host ended the channel.
     fn wait<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let channel = self.channel.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let exit = channel.wait().await.map_err(|e| runtime_error(e.into()))?;
             Ok((exit.exit_code, exit.transport_closed))
         })

@@ -17,6 +17,10 @@ pub(crate) fn runtime_error(error: RuntimeError) -> PyErr {
 /// A Python exception of `kind` with `message` (for failures that are not a
 /// [`RuntimeError`], such as a driver that cannot be set up).
 pub(crate) fn native(kind: &str, message: &str, os: Option<&str>) -> PyErr {
+    if crate::rt::is_shut_down() {
+        // The interpreter is finalizing: a lazy exception needs no GIL.
+        return pyo3::exceptions::PyRuntimeError::new_err(message.to_owned());
+    }
     Python::attach(|py| {
         let made = py
             .import("envrt._errors")

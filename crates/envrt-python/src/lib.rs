@@ -16,6 +16,7 @@ mod config;
 mod duplex;
 mod errors;
 mod result;
+mod rt;
 mod runtime;
 mod transfer;
 
@@ -26,5 +27,8 @@ fn _envrt(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<duplex::NativeDuplex>()?;
     module.add_function(wrap_pyfunction!(runtime::build_runtime, module)?)?;
     module.add_function(wrap_pyfunction!(config::open_config, module)?)?;
+    module.add_function(wrap_pyfunction!(rt::shutdown, module)?)?;
+    module.setattr("_shutdown", module.getattr("shutdown")?)?;
+    rt::register(module)?;
     Ok(())
 }

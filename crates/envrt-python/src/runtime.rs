@@ -65,7 +65,7 @@ pub(crate) fn build_runtime(
         };
         builder = builder.sandbox_plugin(manifest, options);
     }
-    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+    crate::rt::future_into_py(py, async move {
         if let Some(path) = database {
             let store = envrt::SqliteStore::open(&path)
                 .await
@@ -127,7 +127,7 @@ impl NativeRuntime {
             environment.status = envrt::EnvironmentStatus::Archived;
         }
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             runtime.put_environment(environment).await.map_err(runtime_error)
         })
     }
@@ -156,7 +156,7 @@ impl NativeRuntime {
         request.metadata = from_json(&metadata)?;
         request.requested_expires_at = ttl.map(seconds).transpose()?.map(|d| Timestamp::now().after(d));
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let lease = runtime.acquire_lease(request).await.map_err(runtime_error)?;
             Ok(to_json(&lease))
         })
@@ -165,7 +165,7 @@ impl NativeRuntime {
     /// The stored lease as JSON, or `None`.
     fn lease<'py>(&self, py: Python<'py>, lease_id: String) -> PyResult<Bound<'py, PyAny>> {
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let lease = runtime.lease(&lease_id).await.map_err(runtime_error)?;
             Ok(lease.map(|l| to_json(&l)))
         })
@@ -188,7 +188,7 @@ impl NativeRuntime {
             ..Default::default()
         };
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let leases = runtime.leases(&filter).await.map_err(runtime_error)?;
             Ok(to_json(&leases))
         })
@@ -226,6 +226,9 @@ impl NativeRuntime {
         request.user = user;
         if let Some(callback) = on_output {
             request.sink = Some(Arc::new(move |stream: OutputStream, chunk: &[u8]| {
+                if crate::rt::is_shut_down() {
+                    return;
+                }
                 Python::attach(|py| {
                     let name = match stream {
                         OutputStream::Stdout => "stdout",
@@ -238,7 +241,7 @@ impl NativeRuntime {
             }));
         }
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let result = runtime.execute(&lease_id, request).await.map_err(runtime_error)?;
             Ok(ExecResult::new(result))
         })
@@ -247,7 +250,7 @@ impl NativeRuntime {
     /// One file of the lease, as bytes.
     fn read_file<'py>(&self, py: Python<'py>, lease_id: String, path: String) -> PyResult<Bound<'py, PyAny>> {
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             Ok(Bytes(transfer::read_file(&runtime, &lease_id, &path).await?))
         })
     }
@@ -263,7 +266,7 @@ impl NativeRuntime {
         mode: Option<u32>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             transfer::write_file(&runtime, &lease_id, &path, data, mode).await
         })
     }
@@ -273,7 +276,7 @@ impl NativeRuntime {
     fn sync_in<'py>(&self, py: Python<'py>, lease_id: String, operations: String) -> PyResult<Bound<'py, PyAny>> {
         let operations: Vec<SyncOperation> = from_json(&operations)?;
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let result = runtime.sync_in(&lease_id, &operations).await.map_err(runtime_error)?;
             Ok(to_json(&result))
         })
@@ -283,7 +286,7 @@ impl NativeRuntime {
     fn sync_out<'py>(&self, py: Python<'py>, lease_id: String, operations: String) -> PyResult<Bound<'py, PyAny>> {
         let operations: Vec<SyncOperation> = from_json(&operations)?;
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let result = runtime.sync_out(&lease_id, &operations).await.map_err(runtime_error)?;
             Ok(to_json(&result))
         })
@@ -292,7 +295,7 @@ impl NativeRuntime {
     /// Opens a duplex channel to `argv`.
     fn open_duplex<'py>(&self, py: Python<'py>, lease_id: String, argv: Vec<String>) -> PyResult<Bound<'py, PyAny>> {
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let channel = runtime
                 .open_duplex_channel(&lease_id, &argv)
                 .await
@@ -306,7 +309,7 @@ impl NativeRuntime {
     fn release<'py>(&self, py: Python<'py>, lease_id: String, status: &str) -> PyResult<Bound<'py, PyAny>> {
         let status = word::<LeaseStatus>(status, "lease status")?;
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let lease = runtime.release_lease(&lease_id, status).await.map_err(runtime_error)?;
             Ok(to_json(&lease))
         })
@@ -315,7 +318,7 @@ impl NativeRuntime {
     /// Destroys the lease's resource; returns the lease.
     fn destroy<'py>(&self, py: Python<'py>, lease_id: String) -> PyResult<Bound<'py, PyAny>> {
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let lease = runtime.destroy_lease(&lease_id).await.map_err(runtime_error)?;
             Ok(to_json(&lease))
         })
@@ -325,7 +328,7 @@ impl NativeRuntime {
     /// registered.
     fn capabilities<'py>(&self, py: Python<'py>, lease_id: String) -> PyResult<Bound<'py, PyAny>> {
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let snapshot = runtime.resolve_capabilities(&lease_id).await.map_err(runtime_error)?;
             Ok(snapshot.map(|s| to_json(&s)))
         })
@@ -334,7 +337,7 @@ impl NativeRuntime {
     /// An environment's capability snapshot before any lease, as JSON.
     fn environment_capabilities<'py>(&self, py: Python<'py>, environment_id: String) -> PyResult<Bound<'py, PyAny>> {
         let runtime = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::rt::future_into_py(py, async move {
             let snapshot = runtime
                 .environment_capabilities(&environment_id)
                 .await
