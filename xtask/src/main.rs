@@ -3,6 +3,8 @@
 mod bench;
 mod ci;
 mod conformance;
+#[cfg(test)]
+mod layers;
 mod python;
 mod soak;
 mod stress;
