@@ -97,8 +97,10 @@
 //!
 //! # Leases
 //!
-//! Acquire creates the lease directory, seen as `/workspace` inside the sandbox. Release
-//! stops the lease's running work and keeps its files (`state: "stopped"`, resumable);
+//! Acquire creates the lease directory, seen as `/workspace` inside the sandbox, and (a
+//! worker running as root) claims the lease's own host uid, recorded as the directory's
+//! owner (see the `uids` module). Release stops the lease's running work, gives the uid
+//! back and keeps its files (`state: "stopped"`, resumable: resume claims a uid again);
 //! destroy also deletes them (`state: "destroyed"`). Both are idempotent; an unknown or
 //! malformed id gives `null`. Resume of a lease whose directory is gone answers
 //! `providerLeaseId: null`.

@@ -347,6 +347,11 @@ fn another_host_user_cannot_read_the_variables_of_a_sandboxed_command_or_open_it
             ),
         );
     }
+    // What the init holds (read as root): nothing of the request, only the PWD bwrap sets.
+    assert_eq!(
+        std::fs::read(format!("/proc/{init}/environ")).unwrap(),
+        b"PWD=/workspace\0"
+    );
     end(&mut w, "environmentReleaseLease", &a);
     let done = w.wait_response(running);
     assert!(done.get("result").is_some(), "{done}");
