@@ -167,6 +167,13 @@ impl SandboxError {
         }
     }
 
+    /// Whether the same call may succeed later unchanged: only a worker that is down and
+    /// restarting ([`SandboxError::WorkerRestarting`], whose text names the wait) is; the
+    /// driver returns it as the retryable [`DriverError::Unavailable`].
+    pub fn retryable(&self) -> bool {
+        self.retry_after().is_some()
+    }
+
     /// The short reason a worker that ended with this error is down, for
     /// [`SandboxError::WorkerRestarting`]: the exit status without the stderr excerpt
     /// (that is logged), or the first line of any other error.
@@ -366,8 +373,17 @@ mod tests {
         );
         assert_eq!(e.code(), Some(-32000));
         assert_eq!(e.retry_after(), Some(std::time::Duration::from_millis(750)));
+        assert!(e.retryable());
         let d: DriverError = e.clone().into();
         assert_eq!(d.kind(), "unavailable");
+        assert!(d.retryable());
+        let exited = SandboxError::WorkerExited {
+            code: Some(1),
+            signal: None,
+            stderr: String::new(),
+        };
+        assert!(!exited.retryable());
+        assert!(!DriverError::from(exited).retryable());
         assert_eq!(SandboxError::of(&d), Some(&e));
         let d: DriverError = SandboxError::RouteBusy.into();
         assert_eq!(d.to_string(), "DUPLEX_CHANNEL_ROUTE_BUSY");
