@@ -332,7 +332,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
         expiries: Default::default(),
     });
     worker.expiries.rearm(&worker.sandbox, &worker.leases.root);
-    let mut stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+    let mut stdin = rpc::line_reader(tokio::io::stdin(), config.max_line);
     loop {
         let line = match rpc::read_line(&mut stdin, config.max_line).await {
             Ok(Line::Eof) | Err(_) => break,
@@ -342,7 +342,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
                 } else {
                     code::INVALID_REQUEST
                 };
-                out.respond(id.as_ref(), Err(RpcError { code, message })).await;
+                out.respond(id.as_ref(), Err(RpcError::new(code, message))).await;
                 continue;
             }
             Ok(Line::Text(text)) => text,
@@ -363,10 +363,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
                 }
             }
             HostMessage::Invalid(error) => {
-                let error = RpcError {
-                    code: error.code,
-                    message: error.message,
-                };
+                let error = RpcError::new(error.code, error.message);
                 out.respond(None, Err(error)).await;
             }
             HostMessage::Request {
@@ -399,10 +396,7 @@ fn parse<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError
 /// the next line is read; everything else runs on its own task.
 async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: Value, invocation: Option<String>) {
     if !worker.serves(&method) {
-        let error = RpcError {
-            code: code::METHOD_NOT_FOUND,
-            message: format!("Unknown method: {method}"),
-        };
+        let error = RpcError::new(code::METHOD_NOT_FOUND, format!("Unknown method: {method}"));
         worker.out.respond(Some(&id), Err(error)).await;
         return;
     }
@@ -436,7 +430,7 @@ async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: V
             tokio::spawn(async move {
                 let result = pending
                     .await
-                    .unwrap_or_else(|_| Err(RpcError::worker(DriverError::ChannelClosed.to_string())));
+                    .unwrap_or_else(|_| Err(RpcError::from(DriverError::ChannelClosed)));
                 worker.out.respond(Some(&id), result.map(|()| Value::Null)).await;
             });
         }
@@ -545,13 +539,13 @@ async fn handle(
         methods::DUPLEX_STOP => worker.channels.stop(parse(method, params)?),
         methods::DUPLEX_CLOSE => Ok(worker.channels.close(parse(method, params)?)),
         m if template::handles(m) => template::handle(worker, m, params).await,
-        other if known_not_implemented(other) => Err(RpcError {
-            code: code::METHOD_NOT_IMPLEMENTED,
-            message: format!("{other} is not implemented by this plugin"),
-        }),
-        other => Err(RpcError {
-            code: code::METHOD_NOT_FOUND,
-            message: format!("Unknown method: {other}"),
-        }),
+        other if known_not_implemented(other) => Err(RpcError::new(
+            code::METHOD_NOT_IMPLEMENTED,
+            format!("{other} is not implemented by this plugin"),
+        )),
+        other => Err(RpcError::new(
+            code::METHOD_NOT_FOUND,
+            format!("Unknown method: {other}"),
+        )),
     }
 }
