@@ -110,6 +110,8 @@ fn start_tty(request: &SpawnRequest, shim: &Path, size: Winsize) -> io::Result<S
     command.stdout(Stdio::from(slave.try_clone()?));
     command.stderr(Stdio::from(slave));
     let child = command.spawn()?;
+    let pid = child.id() as i32;
+    wait_for_terminal(pid);
     // Our copies of the slave are closed now (moved into the Command, dropped with it), so
     // the master reads EOF (EIO) once the session's last holder closes it.
     drop(command);
@@ -117,7 +119,7 @@ fn start_tty(request: &SpawnRequest, shim: &Path, size: Winsize) -> io::Result<S
     let reader = master.try_clone()?;
     let writer = master.try_clone()?;
     Ok(Started {
-        pid: child.id() as i32,
+        pid,
         outputs: vec![(Stream::Tty, reader)],
         stdin: Some(writer),
         master: Some(master),
@@ -137,6 +139,30 @@ pub fn tty_exec(argv: &[String]) -> io::Error {
         return error.into();
     }
     Command::new(&argv[0]).args(&argv[1..]).exec()
+}
+
+/// Fields 5 to 8 of `/proc/PID/stat` (pgrp, session, tty_nr, tpgid) and the state.
+fn stat_fields(pid: i32) -> Option<(String, Vec<i64>)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = rest.next()?.to_owned();
+    let numbers = rest.take(5).filter_map(|f| f.parse().ok()).collect();
+    Some((state, numbers))
+}
+
+/// Waits until the shim has made the terminal its controlling terminal with its own group in
+/// the foreground (then it `exec`s at once), so that a `^C` written right after spawn
+/// reaches the process. The child is unreaped meanwhile (the caller holds the table), so
+/// its `/proc` entry stays; a shim that died (state Z) ends the wait.
+fn wait_for_terminal(pid: i32) {
+    for _ in 0..10_000 {
+        match stat_fields(pid) {
+            Some((state, fields)) if state == "Z" || fields.len() < 5 => return,
+            Some((_, fields)) if fields[1] == pid as i64 && fields[4] == pid as i64 => return,
+            Some(_) => std::thread::sleep(std::time::Duration::from_micros(200)),
+            None => return,
+        }
+    }
 }
 
 /// The start time (field 22 of `/proc/PID/stat`, clock ticks since boot).
