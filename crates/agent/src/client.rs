@@ -13,8 +13,8 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::proto::{
-    AgentInfo, Chunk, Frame, Offsets, Op, ProcessInfo, Reply, Request, Response, SpawnRequest, Status, Stream, VERSION,
-    json_frame, read_frame, write_frame,
+    AgentInfo, Chunk, Frame, MAX_FRAME, Offsets, Op, ProcessInfo, Reply, Request, Response, SpawnRequest, Status,
+    Stream, VERSION, json_frame, read_frame, write_frame,
 };
 
 /// Why a call failed.
@@ -45,6 +45,9 @@ pub enum Event {
     /// The process ended and every byte was delivered.
     Exit(ProcessInfo),
 }
+
+/// The most stdin bytes in one request (base64 makes them 4/3 as many, well under a frame).
+const STDIN_PIECE: usize = 512 * 1024;
 
 enum Waiter {
     Once(oneshot::Sender<Result<Reply, ClientError>>),
@@ -188,8 +191,16 @@ impl Client {
     }
 
     async fn send(&self, id: u64, op: Op) -> Result<(), ClientError> {
+        let frame = json_frame(&Request { id, op });
+        if frame.len() - 4 > MAX_FRAME {
+            lock(&self.waiters).remove(&id);
+            return Err(ClientError::Refused(format!(
+                "frame of {} bytes is outside the bound of 1 to {MAX_FRAME} bytes",
+                frame.len() - 4
+            )));
+        }
         self.tx
-            .send(json_frame(&Request { id, op }))
+            .send(frame)
             .await
             .map_err(|_| ClientError::Broken("the connection closed".to_owned()))
     }
@@ -237,10 +248,20 @@ impl Client {
         }
     }
 
-    /// Writes to stdin (or the terminal).
+    /// Writes to stdin (or the terminal), in pieces that fit a frame.
     pub async fn write_stdin(&self, process: u64, bytes: &[u8]) -> Result<(), ClientError> {
-        let data = base64::engine::general_purpose::STANDARD.encode(bytes);
-        self.done(Op::WriteStdin { process, data }).await
+        for piece in bytes.chunks(STDIN_PIECE) {
+            let data = base64::engine::general_purpose::STANDARD.encode(piece);
+            self.done(Op::WriteStdin { process, data }).await?;
+        }
+        if bytes.is_empty() {
+            self.done(Op::WriteStdin {
+                process,
+                data: String::new(),
+            })
+            .await?;
+        }
+        Ok(())
     }
 
     /// Ends stdin.

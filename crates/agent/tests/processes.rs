@@ -169,9 +169,15 @@ async fn stdin_round_trips_and_close_gives_eof() {
         let info = client.spawn(request).await.unwrap();
         client.write_stdin(info.id, b"hello\n").await.unwrap();
         client.write_stdin(info.id, &[0, 255, b'x']).await.unwrap();
+        // More than one frame holds: the client splits it (and cat never blocks on its
+        // output, which the agent drains whether anyone reads or not).
+        let big: Vec<u8> = (0..3 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+        client.write_stdin(info.id, &big).await.unwrap();
         client.close_stdin(info.id).await.unwrap();
         let (bytes, exit) = collect(&client, info.id, Offsets::default()).await;
-        assert_eq!(bytes[&Stream::Stdout], b"hello\n\0\xffx");
+        let mut expected = b"hello\n\0\xffx".to_vec();
+        expected.extend_from_slice(&big);
+        assert_eq!(bytes[&Stream::Stdout], expected);
         assert_eq!(exit.unwrap().status, Status::Exited { code: 0 });
     })
     .await;

@@ -14,7 +14,7 @@ use envrt_agent::proto::{Offsets, ProcessInfo, SpawnRequest, Stream};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-/// A running agent; SIGTERMed (which kills its processes) when dropped.
+/// A running agent; SIGTERMed when dropped, which SIGKILLs its process groups and ends it.
 pub struct AgentProc {
     pub child: Child,
     pub socket: PathBuf,
@@ -37,7 +37,6 @@ pub async fn start(args: &[&str]) -> AgentProc {
         .arg(&socket)
         .args(args)
         .stdout(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .expect("start envrt-agent");
     let stdout = child.stdout.take().expect("stdout");
@@ -56,6 +55,18 @@ pub async fn start(args: &[&str]) -> AgentProc {
 impl AgentProc {
     pub async fn client(&self) -> Client {
         Client::connect(&self.socket).await.expect("connect to the agent")
+    }
+
+    /// SIGTERMs the agent and waits for its exit status.
+    pub async fn stop(mut self) -> std::process::ExitStatus {
+        if let Some(pid) = self
+            .child
+            .id()
+            .and_then(|pid| rustix::process::Pid::from_raw(pid as i32))
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        self.child.wait().await.expect("the agent's exit status")
     }
 
     pub fn pid(&self) -> i32 {
