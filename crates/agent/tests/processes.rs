@@ -109,11 +109,6 @@ async fn a_full_buffer_drops_the_oldest_bytes_counts_them_and_refuses_their_offs
     .await;
 }
 
-fn proc_state(pid: i32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    Some(stat[stat.rfind(')')? + 2..].split(' ').next()?.to_owned())
-}
-
 #[tokio::test]
 async fn a_signal_by_name_reaches_the_whole_group_and_is_reported() {
     bounded(30, async {
@@ -122,17 +117,16 @@ async fn a_signal_by_name_reaches_the_whole_group_and_is_reported() {
         let info = client.spawn(sh("sleep 100 & echo $!; sleep 100")).await.unwrap();
         let mut output = client.output(info.id, Offsets::default()).await.unwrap();
         let background: i32 = read_until(&mut output, "\n").await.trim().parse().unwrap();
+        let background_fd = common::pidfd(background);
         let signalled = client.signal(info.id, "SIGTERM").await.unwrap();
         assert_eq!(signalled.pid, info.pid);
-        // Wait ends once every holder of the output (the background sleep too) closed it.
         assert_eq!(
             client.wait(info.id, None).await.unwrap(),
             Status::Signalled { signal: 15 }
         );
         assert!(
-            matches!(proc_state(background).as_deref(), None | Some("Z")),
-            "the background sleep {background} survived: {:?}",
-            proc_state(background)
+            common::all_end(vec![background_fd]).await,
+            "the background sleep {background} survived"
         );
         assert_eq!(
             client.info(info.id).await.unwrap().status,

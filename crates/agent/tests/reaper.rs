@@ -67,30 +67,13 @@ async fn sigterm_kills_every_process_group_and_ends_the_agent() {
         let info = client.spawn(sh("sleep 100 & echo $!; sleep 100")).await.unwrap();
         let mut output = client.output(info.id, Offsets::default()).await.unwrap();
         let background: i32 = common::read_until(&mut output, "\n").await.trim().parse().unwrap();
-        let pidfds: Vec<_> = [info.pid, background]
-            .into_iter()
-            .map(|pid| {
-                let pid = rustix::process::Pid::from_raw(pid).unwrap();
-                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap()
-            })
-            .collect();
+        let pidfds = vec![common::pidfd(info.pid), common::pidfd(background)];
         let status = agent.stop().await;
         assert!(status.success(), "the agent ended with {status}");
-        // A pidfd turns readable when its process ends: both must, without anyone else's help.
-        let ended = tokio::task::spawn_blocking(move || {
-            let mut fds: Vec<_> = pidfds
-                .iter()
-                .map(|fd| rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN))
-                .collect();
-            let bound = rustix::event::Timespec { tv_sec: 20, tv_nsec: 0 };
-            while fds.iter().any(|fd| fd.revents().is_empty()) {
-                if rustix::event::poll(&mut fds, Some(&bound)).unwrap() == 0 {
-                    return false;
-                }
-            }
-            true
-        });
-        assert!(ended.await.unwrap(), "a process of the agent survived its SIGTERM");
+        assert!(
+            common::all_end(pidfds).await,
+            "a process of the agent survived its SIGTERM"
+        );
     })
     .await;
 }

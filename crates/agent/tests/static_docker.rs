@@ -57,7 +57,8 @@ fn build_static() -> PathBuf {
     let file = std::process::Command::new("file").arg(dir.join("envrt-agent")).output();
     if let Ok(file) = file {
         let text = String::from_utf8_lossy(&file.stdout);
-        assert!(text.contains("statically linked"), "not a static binary: {text}");
+        let is_static = text.contains("statically linked") || text.contains("static-pie linked");
+        assert!(is_static, "not a static binary: {text}");
     }
     dir
 }

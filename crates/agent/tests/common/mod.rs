@@ -136,3 +136,28 @@ pub fn refused<T: std::fmt::Debug>(result: Result<T, ClientError>) -> String {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// A pidfd for `pid`: it turns readable when that process ends, child of ours or not.
+pub fn pidfd(pid: i32) -> std::os::fd::OwnedFd {
+    let pid = rustix::process::Pid::from_raw(pid).expect("a positive pid");
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).expect("pidfd_open")
+}
+
+/// Whether every process behind `pidfds` ends within 20 s (a bound, not a timing claim).
+pub async fn all_end(pidfds: Vec<std::os::fd::OwnedFd>) -> bool {
+    tokio::task::spawn_blocking(move || {
+        let mut fds: Vec<_> = pidfds
+            .iter()
+            .map(|fd| rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN))
+            .collect();
+        let bound = rustix::event::Timespec { tv_sec: 20, tv_nsec: 0 };
+        while fds.iter().any(|fd| fd.revents().is_empty()) {
+            if rustix::event::poll(&mut fds, Some(&bound)).expect("poll") == 0 {
+                return false;
+            }
+        }
+        true
+    })
+    .await
+    .expect("the poll task")
+}
