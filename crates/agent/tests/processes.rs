@@ -275,3 +275,43 @@ async fn the_same_idempotency_key_returns_the_same_process_and_a_different_reque
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_reader_that_stops_reading_never_blocks_the_process_and_is_refused_when_overtaken() {
+    bounded(60, async {
+        let agent = start(&[]).await;
+        let client = agent.client().await;
+        // 16 MiB: far more than the channels and the socket buffer can hold for a stalled reader.
+        let mut request = sh("head -c 16777216 /dev/zero");
+        request.keep = Some(1024);
+        let info = client.spawn(request).await.unwrap();
+        // A reader that reads nothing until the process is done.
+        let mut stalled = client.output(info.id, Offsets::default()).await.unwrap();
+        assert_eq!(client.wait(info.id, None).await.unwrap(), Status::Exited { code: 0 });
+        let written = 16 * 1024 * 1024;
+        let first = written - 1024;
+        let last = loop {
+            match stalled.next().await {
+                Some(Ok(envrt_agent::client::Event::Chunk(_))) => continue,
+                other => break other,
+            }
+        };
+        let text = match last {
+            Some(Err(envrt_agent::client::ClientError::Refused(text))) => text,
+            other => panic!("expected the overtaken reader to be refused, got {other:?}"),
+        };
+        // Overtaken while it was stalled: the text names where it was and what was held then.
+        let words: Vec<&str> = text.split(' ').collect();
+        let at: u64 = words[1].parse().unwrap();
+        let held: u64 = words[words.len() - 4].parse().unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "offset {at} of process {}'s stdout is no longer held: the first offset still held is {held} ({held} bytes dropped)",
+                info.id
+            )
+        );
+        assert!(at < held && held <= first, "{text}");
+    })
+    .await;
+}
