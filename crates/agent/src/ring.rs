@@ -79,7 +79,16 @@ impl Ring {
         self.check(offset)?;
         let from = (offset - self.start) as usize;
         let to = (from + max).min(self.buf.len());
-        Ok(self.buf.range(from..to).copied().collect())
+        // Two slice copies, not a byte-by-byte walk: replay is the bulk path.
+        let (front, back) = self.buf.as_slices();
+        let mut out = Vec::with_capacity(to - from);
+        if from < front.len() {
+            out.extend_from_slice(&front[from..to.min(front.len())]);
+        }
+        if to > front.len() {
+            out.extend_from_slice(&back[from.saturating_sub(front.len())..to - front.len()]);
+        }
+        Ok(out)
     }
 }
 
@@ -100,5 +109,20 @@ mod tests {
         ring.push(b"0123456789");
         assert_eq!((ring.start(), ring.end()), (11, 15));
         assert_eq!(ring.read(12, 2), Ok(b"78".to_vec()));
+    }
+
+    #[test]
+    fn a_read_across_the_rings_wrap_point_returns_the_bytes_in_order() {
+        let mut ring = Ring::new(8);
+        for round in 0u8..50 {
+            ring.push(&[round, round, round]);
+            let end = ring.end();
+            let expected: Vec<u8> = (ring.start()..end).map(|offset| (offset / 3) as u8).collect();
+            assert_eq!(ring.read(ring.start(), 100), Ok(expected.clone()));
+            assert_eq!(
+                ring.read(ring.start() + 1, 4),
+                Ok(expected[1..5.min(expected.len())].to_vec())
+            );
+        }
     }
 }

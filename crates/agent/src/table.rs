@@ -533,3 +533,30 @@ async fn pump(agent: Arc<Agent>, id: u64, stream: Stream, fd: pipe::Receiver) {
     }
     agent.output_closed(id);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pid_whose_start_time_changed_is_never_signalled() {
+        let agent = Agent::new(Config::default());
+        let request = SpawnRequest {
+            argv: vec!["sleep".into(), "100".into()],
+            ..SpawnRequest::default()
+        };
+        let info = agent.spawn(request).unwrap();
+        // As if the pid had been reused by another process started later.
+        agent.lock().procs.get_mut(&info.id).unwrap().start_time += 1;
+        assert_eq!(
+            agent.signal(info.id, rustix::process::Signal::KILL).unwrap_err(),
+            format!(
+                "process {} (pid {}) is gone: its pid now names another process",
+                info.id, info.pid
+            )
+        );
+        assert!(spawn::start_time(info.pid).is_some(), "the process was not signalled");
+        agent.lock().procs.get_mut(&info.id).unwrap().start_time -= 1;
+        agent.signal(info.id, rustix::process::Signal::KILL).unwrap();
+    }
+}
