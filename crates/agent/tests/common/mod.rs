@@ -32,7 +32,9 @@ pub async fn bounded<F: Future<Output = T>, T>(secs: u64, fut: F) -> T {
 pub async fn start(args: &[&str]) -> AgentProc {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let socket = dir.path().join("lease").join("agent.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_envrt-agent"))
+    // ENVRT_AGENT_BIN runs the tests against another build (the static release one, say).
+    let binary = std::env::var("ENVRT_AGENT_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_envrt-agent").to_owned());
+    let mut child = Command::new(binary)
         .arg("--socket")
         .arg(&socket)
         .args(args)
