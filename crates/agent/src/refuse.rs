@@ -71,6 +71,10 @@ pub(crate) fn nul(what: &str) -> String {
     format!("{what} contains a NUL byte")
 }
 
+pub(crate) fn env_name(name: &str) -> String {
+    format!("environment variable name {name:?} is empty or holds '=' or a NUL byte")
+}
+
 pub(crate) fn keep(keep: u64) -> String {
     format!("keep of {keep} bytes is outside the bound of 1 to {MAX_KEEP} bytes")
 }

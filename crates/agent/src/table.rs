@@ -151,26 +151,26 @@ pub(crate) fn parse_signal(text: &str) -> Result<rustix::process::Signal, String
 }
 
 fn check_request(request: &SpawnRequest) -> Result<u64, String> {
-    let Some(program) = request.argv.first() else {
+    if request.argv.is_empty() {
         return Err(refuse::empty_argv());
-    };
+    }
     if request.argv.len() > MAX_ARGS {
         return Err(refuse::too_many_args(request.argv.len()));
     }
     if request.argv.iter().any(|arg| arg.contains('\0')) {
         return Err(refuse::nul("argv"));
     }
-    if request
-        .env
-        .iter()
-        .any(|(k, v)| k.contains('\0') || v.contains('\0') || k.contains('=') || k.is_empty())
-    {
-        return Err(refuse::nul("env (or a name is empty or holds '=') "));
+    for (name, value) in &request.env {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(refuse::env_name(name));
+        }
+        if value.contains('\0') {
+            return Err(refuse::nul(&format!("the value of {name}")));
+        }
     }
     if request.cwd.as_deref().is_some_and(|cwd| cwd.contains('\0')) {
         return Err(refuse::nul("cwd"));
     }
-    let _ = program;
     let keep = request.keep.unwrap_or(DEFAULT_KEEP);
     if keep == 0 || keep > MAX_KEEP {
         return Err(refuse::keep(keep));

@@ -134,6 +134,24 @@ async fn bad_spawn_requests_are_refused() {
         assert_eq!(refused(client.spawn(cmd(&[])).await), "argv is empty");
         assert_eq!(refused(client.spawn(cmd(&["a\0b"])).await), "argv contains a NUL byte");
         let mut request = cmd(&["true"]);
+        request.env.insert("A=B".to_owned(), "x".to_owned());
+        assert_eq!(
+            refused(client.spawn(request).await),
+            "environment variable name \"A=B\" is empty or holds '=' or a NUL byte"
+        );
+        let mut request = cmd(&["true"]);
+        request.env.insert("A".to_owned(), "x\0y".to_owned());
+        assert_eq!(
+            refused(client.spawn(request).await),
+            "the value of A contains a NUL byte"
+        );
+        let mut request = cmd(&["true"]);
+        request.cwd = Some("/nonexistent-dir".to_owned());
+        assert_eq!(
+            refused(client.spawn(request).await),
+            "cannot start \"true\": No such file or directory (os error 2)"
+        );
+        let mut request = cmd(&["true"]);
         request.keep = Some(0);
         assert_eq!(
             refused(client.spawn(request).await),
@@ -174,6 +192,23 @@ async fn bad_spawn_requests_are_refused() {
         assert!(
             client.list().await.unwrap().is_empty(),
             "no refused request left a process"
+        );
+        // Hostile but well-formed: the largest timeouts do not break the agent.
+        let mut request = cmd(&["sleep", "100"]);
+        request.timeout_ms = Some(u64::MAX);
+        let info = client.spawn(request).await.unwrap();
+        let wait = Op::Wait {
+            process: info.id,
+            timeout_ms: Some(u64::MAX),
+        };
+        let waiting = client.request(wait);
+        let killed = async {
+            client.signal(info.id, "KILL").await.unwrap();
+        };
+        let (status, ()) = tokio::join!(waiting, killed);
+        assert_eq!(
+            status.unwrap(),
+            envrt_agent::proto::Reply::Status(envrt_agent::proto::Status::Signalled { signal: 9 })
         );
     })
     .await;
