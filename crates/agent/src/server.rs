@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use tokio::net::unix::pipe;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -16,7 +15,7 @@ use crate::proto::{
     Frame, Op, Reply, Request, Response, Status, VERSION, chunk_frame, json_frame, read_frame, write_frame,
 };
 use crate::refuse;
-use crate::table::{Agent, Next, parse_signal};
+use crate::table::{Agent, Next, StdinPipe, parse_signal};
 
 /// The most requests one connection may have in flight (each `output` stream is one).
 pub const MAX_IN_FLIGHT: usize = 256;
@@ -152,7 +151,9 @@ async fn handle(agent: &Arc<Agent>, request: u64, op: Op, tx: &mpsc::Sender<Vec<
     }
 }
 
-async fn write_all(fd: &pipe::Sender, mut rest: &[u8]) -> Result<(), String> {
+async fn write_all(stdin: &StdinPipe, mut rest: &[u8]) -> Result<(), String> {
+    let _in_order = stdin.order.lock().await;
+    let fd = &stdin.fd;
     while !rest.is_empty() {
         fd.writable().await.map_err(|error| format!("writing stdin: {error}"))?;
         match fd.try_write(rest) {

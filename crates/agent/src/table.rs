@@ -51,7 +51,7 @@ struct Proc {
     open_outputs: usize,
     reaped: Option<Status>,
     stdin_piped: bool,
-    stdin: Option<Arc<pipe::Sender>>,
+    stdin: Option<Arc<StdinPipe>>,
     master: Option<Arc<OwnedFd>>,
     changed: watch::Sender<()>,
 }
@@ -90,8 +90,15 @@ pub struct Agent {
 }
 
 /// Where `write_stdin` writes and whether it is the terminal.
+/// A process's stdin (the pipe, or the terminal's master) and the lock that keeps one
+/// request's bytes together when several write at once.
+pub(crate) struct StdinPipe {
+    pub(crate) fd: pipe::Sender,
+    pub(crate) order: tokio::sync::Mutex<()>,
+}
+
 pub(crate) struct StdinTarget {
-    pub(crate) fd: Arc<pipe::Sender>,
+    pub(crate) fd: Arc<StdinPipe>,
     pub(crate) tty: bool,
 }
 
@@ -265,7 +272,12 @@ impl Agent {
         let (changed, _) = watch::channel(());
         // The unchecked constructors take a terminal's master as well as a pipe.
         let stdin = match started.stdin.map(pipe::Sender::from_owned_fd_unchecked).transpose() {
-            Ok(stdin) => stdin.map(Arc::new),
+            Ok(stdin) => stdin.map(|fd| {
+                Arc::new(StdinPipe {
+                    fd,
+                    order: tokio::sync::Mutex::new(()),
+                })
+            }),
             Err(_) => None,
         };
         let mut proc = Proc {

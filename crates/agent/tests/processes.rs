@@ -315,3 +315,24 @@ async fn a_reader_that_stops_reading_never_blocks_the_process_and_is_refused_whe
     })
     .await;
 }
+
+#[tokio::test]
+async fn concurrent_stdin_writes_each_arrive_whole() {
+    bounded(60, async {
+        let agent = start(&[]).await;
+        let (one, two) = (agent.client().await, agent.client().await);
+        let mut request = cmd(&["cat"]);
+        request.stdin = StdinMode::Piped;
+        let info = one.spawn(request).await.unwrap();
+        let (a, b) = (vec![b'a'; 300 * 1024], vec![b'b'; 300 * 1024]);
+        let (first, second) = tokio::join!(one.write_stdin(info.id, &a), two.write_stdin(info.id, &b));
+        first.unwrap();
+        second.unwrap();
+        one.close_stdin(info.id).await.unwrap();
+        let (bytes, _) = collect(&one, info.id, Offsets::default()).await;
+        let out = &bytes[&Stream::Stdout];
+        let runs = 1 + out.windows(2).filter(|pair| pair[0] != pair[1]).count();
+        assert_eq!((out.len(), runs), (600 * 1024, 2), "the two writes interleaved");
+    })
+    .await;
+}
