@@ -21,6 +21,8 @@ use crate::util::{cargo, root};
 /// on purpose.
 const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ("envrt-runtime-core", &[], &[]),
+    // The in-lease supervisor stands alone: drivers will speak its protocol, not link it.
+    ("envrt-agent", &[], &[]),
     ("envrt-plugin-protocol", &["envrt-runtime-core"], &[]),
     ("envrt-store-sqlite", &["envrt-runtime-core"], &[]),
     ("envrt-driver-local", &["envrt-runtime-core"], &[]),
