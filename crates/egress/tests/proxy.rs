@@ -357,3 +357,96 @@ net_test!(the_proxy_serves_a_unix_socket, |srv| {
         (403, refused("host \"other.test\" is not in the allow list"))
     );
 });
+
+net_test!(a_silent_tunnel_and_a_missing_client_hello_are_closed, |srv| {
+    let limits = Limits {
+        idle_timeout: Duration::from_secs(1),
+        hello_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let w = world(&srv, default_policy(), limits).await;
+    // No ClientHello: the proxy gives up and closes (with the alert).
+    let (mut s, a) = servers::connect(w.addr, "tls.test:443").await;
+    assert_eq!(a.status, 200);
+    let mut got = Vec::new();
+    let end = tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut got)).await;
+    assert_eq!(end.expect("not closed").unwrap(), 7, "{got:?}");
+    // An established tunnel that then passes nothing is closed too.
+    let (s, _) = servers::connect(w.addr, "tls.test:443").await;
+    let name = rustls::pki_types::ServerName::try_from("tls.test").unwrap();
+    let mut tls = servers::tls_client(&w.tls.cert).connect(name, s).await.unwrap();
+    let mut rest = Vec::new();
+    let end = tokio::time::timeout(Duration::from_secs(60), tls.read_to_end(&mut rest)).await;
+    assert!(end.is_ok(), "an idle tunnel stayed open");
+});
+
+/// Reads one response on `s` to its end, returning the body's byte count.
+async fn drain<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> usize {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).await.unwrap(), 1);
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0;
+    loop {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return total,
+            Ok(n) => total += n,
+        }
+    }
+}
+
+/// Not a test of speed (nothing is asserted about time): prints MiB/s of a 128 MiB download
+/// direct and through the proxy, plain HTTP and TLS. Run with `--ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn measure_a_download_direct_and_through_the_proxy() {
+    let Some(net) = Net::new() else { return };
+    net.run(|srv| async move {
+        const N: usize = 128 * 1024 * 1024;
+        let w = world(&srv, allow(&["web.test", "tls.test:443"]), Limits::default()).await;
+        let path = format!("/bytes/{N}");
+        let mib = |n: usize, t: std::time::Instant| n as f64 / 1048576.0 / t.elapsed().as_secs_f64();
+        for round in 0..3 {
+            let t = std::time::Instant::now();
+            let mut s = tokio::net::TcpStream::connect(format!("{SRV}:80")).await.unwrap();
+            let req = format!("GET {path} HTTP/1.1\r\nHost: web.test\r\nConnection: close\r\n\r\n");
+            s.write_all(req.as_bytes()).await.unwrap();
+            let n = drain(&mut s).await;
+            assert_eq!(n, N);
+            let direct = mib(n, t);
+            let t = std::time::Instant::now();
+            let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+            let req = format!("GET http://web.test{path} HTTP/1.1\r\nHost: web.test\r\nConnection: close\r\n\r\n");
+            s.write_all(req.as_bytes()).await.unwrap();
+            let n = drain(&mut s).await;
+            assert_eq!(n, N);
+            let proxied = mib(n, t);
+            let name = rustls::pki_types::ServerName::try_from("tls.test").unwrap();
+            let t = std::time::Instant::now();
+            let s = tokio::net::TcpStream::connect(format!("{SRV}:443")).await.unwrap();
+            let mut tls = servers::tls_client(&w.tls.cert).connect(name.clone(), s).await.unwrap();
+            let req = format!("GET {path} HTTP/1.1\r\nHost: tls.test\r\nConnection: close\r\n\r\n");
+            tls.write_all(req.as_bytes()).await.unwrap();
+            let n = drain(&mut tls).await;
+            assert_eq!(n, N);
+            let tls_direct = mib(n, t);
+            let t = std::time::Instant::now();
+            let (s, _) = servers::connect(w.addr, "tls.test:443").await;
+            let mut tls = servers::tls_client(&w.tls.cert).connect(name, s).await.unwrap();
+            tls.write_all(req.as_bytes()).await.unwrap();
+            let n = drain(&mut tls).await;
+            assert_eq!(n, N);
+            let tls_proxied = mib(n, t);
+            println!(
+                "round {round}: http direct {direct:.0} MiB/s, via proxy {proxied:.0} MiB/s ({:.2}x); \
+                 https direct {tls_direct:.0} MiB/s, via CONNECT {tls_proxied:.0} MiB/s ({:.2}x)",
+                proxied / direct,
+                tls_proxied / tls_direct
+            );
+        }
+    });
+}
