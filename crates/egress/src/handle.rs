@@ -221,5 +221,38 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>) -> Result<Resp
         .await
         .map_err(|e| Refused::bad_gateway(format!("upstream {addr}: {e}")))?;
     strip_hop(resp.headers_mut());
-    Ok(resp.map(BodyExt::boxed))
+    let policy = shared.policy.subscribe();
+    Ok(resp.map(|body| cut_on_update(body, policy, target, addr)))
+}
+
+/// The upstream body, passed on frame by frame until it ends or a policy update denies the
+/// request's target (then the body ends early and hyper closes the client's connection).
+fn cut_on_update(
+    mut body: Incoming,
+    mut policy: tokio::sync::watch::Receiver<Arc<Policy>>,
+    target: Target,
+    addr: SocketAddr,
+) -> Body {
+    type Frame = Result<hyper::body::Frame<Bytes>, hyper::Error>;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Frame>(4);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                frame = body.frame() => match frame {
+                    None => return,
+                    Some(f) => if tx.send(f).await.is_err() { return },
+                },
+                changed = policy.changed() => {
+                    if changed.is_err() { return; }
+                    let now = policy.borrow_and_update().clone();
+                    if let Err(r) = target.allowed(&now, addr) {
+                        tracing::info!("egress proxy: response from {addr} cut by a policy update: {r}");
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let frames = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|f| (f, rx)) });
+    http_body_util::StreamBody::new(frames).boxed()
 }

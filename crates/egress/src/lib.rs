@@ -74,8 +74,9 @@
 //!   `envrt egress: bad request: WHAT\n`; unreachable or unresolvable hosts `502`
 //!   `envrt egress: WHAT\n`.
 //! - [`EgressProxy::update_policy`] swaps the policy: new connections and DNS answers use it
-//!   at once, and every open tunnel the new policy denies (name, port or the connected
-//!   address) is closed.
+//!   at once, and every open tunnel and every plain-HTTP response still streaming that the
+//!   new policy denies (name, port or the connected address) is cut. Plain-HTTP requests on
+//!   a kept-alive client connection are each judged under the policy in force.
 //!
 //! Bounds ([`Limits`], defaults in brackets): client connections including tunnels (1024;
 //! more get `503` with [`too_many_connections_text`], `envrt egress: too many connections
@@ -102,9 +103,8 @@
 //! - No HTTP/2 to the proxy, no `https://` absolute URIs (use CONNECT), no non-TLS CONNECT
 //!   (ssh or other protocols through the proxy are refused), no TLS ClientHello split over
 //!   more than [`Limits::max_hello_bytes`].
-//! - Plain-HTTP requests are judged one by one; a live update does not cut a plain-HTTP
-//!   response already streaming. The upstream resolver speaks UDP only (no TCP fallback
-//!   for truncated answers) to one server, without a cache.
+//! - The upstream resolver speaks UDP only (no TCP fallback for truncated answers) to one
+//!   server, without a cache.
 //! - A raw-address CONNECT to an address the stub returned for an allowed name is judged as a
 //!   raw address (clients that honour the proxy send names).
 //! - Domain fronting (an HTTP `Host` inside TLS that differs from the SNI) cannot be seen

@@ -450,3 +450,27 @@ fn measure_a_download_direct_and_through_the_proxy() {
         }
     });
 }
+
+net_test!(a_live_update_cuts_a_plain_response_it_denies, |srv| {
+    let w = world(&srv, default_policy(), Limits::default()).await;
+    const N: usize = 1024 * 1024 * 1024;
+    let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    let req = format!("GET http://web.test/bytes/{N} HTTP/1.1\r\nHost: web.test\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut first = vec![0u8; 64 * 1024];
+    let mut got = s.read(&mut first).await.unwrap();
+    assert!(got > 0);
+    w.proxy.update_policy(allow(&["tls.test:443"]));
+    let mut buf = vec![0u8; 256 * 1024];
+    let cut = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got += n,
+            }
+        }
+    })
+    .await;
+    assert!(cut.is_ok(), "the response was not cut");
+    assert!(got < N / 2, "{got} of {N} bytes arrived after the cut");
+});
