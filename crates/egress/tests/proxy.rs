@@ -12,7 +12,7 @@ use envrt_egress::{Egress, EgressProxy, Limits, Policy, Resolver};
 use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
 use support::servers::{self, Dns, Tls};
-use support::{Net, SRV, SRV_PRIVATE, Srv};
+use support::{Net, SRV, SRV_PRIVATE, SRV6, Srv};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Everything a test talks to.
@@ -29,6 +29,7 @@ const HOSTS: &[(&str, &str)] = &[
     ("other.test", SRV),
     ("rebind.test", SRV_PRIVATE),
     ("meta.test", "169.254.169.254"),
+    ("web6.test", SRV6),
 ];
 
 fn allow(entries: &[&str]) -> Policy {
@@ -41,6 +42,7 @@ async fn world(srv: &Srv, policy: Policy, limits: Limits) -> World {
     servers::http_server(srv.tcp(&format!("{SRV}:80")));
     servers::http_server(srv.tcp(&format!("{SRV}:8080")));
     servers::http_server(srv.tcp(&format!("{SRV_PRIVATE}:80")));
+    servers::http_server(srv.tcp(&format!("[{SRV6}]:80")));
     let tls = servers::tls_server(srv.tcp(&format!("{SRV}:443")), &["tls.test", "other.test"]);
     let dns = servers::dns_server(srv.udp(&format!("{SRV}:53")), HOSTS);
     let resolver = Resolver::new(format!("{SRV}:53").parse().unwrap(), Duration::from_secs(5));
@@ -473,4 +475,37 @@ net_test!(a_live_update_cuts_a_plain_response_it_denies, |srv| {
     .await;
     assert!(cut.is_ok(), "the response was not cut");
     assert!(got < N / 2, "{got} of {N} bytes arrived after the cut");
+});
+
+net_test!(ipv6_targets_follow_the_same_rules, |srv| {
+    let w = world(&srv, allow(&["web6.test", "[2001:db8:77::/64]:80"]), Limits::default()).await;
+    // A name with only an AAAA record is reached at the address the proxy resolved.
+    let a = servers::get(w.addr, "http://web6.test/", "web6.test").await;
+    assert_eq!((a.status, a.body.as_str()), (200, "hello from web6.test"));
+    let url = format!("http://[{SRV6}]/");
+    let a = servers::get(w.addr, &url, &format!("[{SRV6}]")).await;
+    assert_eq!((a.status, a.body), (200, format!("hello from [{SRV6}]")));
+    let (_, a) = servers::connect(w.addr, &format!("[{SRV6}]:443")).await;
+    assert_eq!(
+        (a.status, a.body),
+        (403, refused(&format!("port 443 is not allowed for host \"{SRV6}\"")))
+    );
+    let (_, a) = servers::connect(w.addr, "[2001:db8:78::2]:80").await;
+    assert_eq!(
+        (a.status, a.body),
+        (403, refused("address 2001:db8:78::2 is not in the allow list"))
+    );
+    w.proxy.update_policy(Policy::new(Egress::Open, &[]).unwrap());
+    for (target, text) in [
+        ("[fd00::1]:443", "address fd00::1 is in the unique-local range fc00::/7"),
+        ("[fe80::1]:443", "address fe80::1 is in the link-local range fe80::/10"),
+        ("[::1]:443", "address ::1 is in the loopback range ::1/128"),
+        (
+            "[fd00:ec2::254]:80",
+            "address fd00:ec2::254 is in the cloud metadata range fd00:ec2::254/128",
+        ),
+    ] {
+        let (_, a) = servers::connect(w.addr, target).await;
+        assert_eq!((a.status, a.body), (403, refused(text)), "{target}");
+    }
 });

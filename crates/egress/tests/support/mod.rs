@@ -18,6 +18,8 @@ pub const SRV: &str = "198.51.100.2";
 pub const CLI: &str = "198.51.100.1";
 /// The server side's private address (for rebinding and explicit-CIDR checks).
 pub const SRV_PRIVATE: &str = "10.200.77.2";
+/// The server side's IPv6 address (documentation range, on the veth only).
+pub const SRV6: &str = "2001:db8:77::2";
 
 /// Two namespaces and the veth between them.
 pub struct Net {
@@ -73,6 +75,8 @@ impl Net {
             for a in mine {
                 ip(&["-n", ns, "addr", "add", &format!("{a}/24"), "dev", dev])?;
             }
+            let v6 = if ns == s { SRV6 } else { "2001:db8:77::1" };
+            ip(&["-n", ns, "addr", "add", &format!("{v6}/64"), "dev", dev, "nodad"])?;
             ip(&["-n", ns, "link", "set", dev, "up"])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::rdata::A;
+use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
@@ -134,6 +134,9 @@ pub fn dns_server(u: std::net::UdpSocket, map: &[(&str, &str)]) -> Dns {
             match map.get(&name) {
                 Some(IpAddr::V4(v4)) if query.query_type() == RecordType::A => {
                     r.add_answer(Record::from_rdata(query.name().clone(), 60, RData::A(A(*v4))));
+                }
+                Some(IpAddr::V6(v6)) if query.query_type() == RecordType::AAAA => {
+                    r.add_answer(Record::from_rdata(query.name().clone(), 60, RData::AAAA(AAAA(*v6))));
                 }
                 Some(_) => {}
                 None => {
