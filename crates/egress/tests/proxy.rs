@@ -401,48 +401,90 @@ async fn drain<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> usize {
     }
 }
 
+/// Runs `serve` forever on its own thread and runtime inside namespace `ns` (a by-hand
+/// measurement only: the thread ends with the test process).
+fn spawn_in<T: Send + 'static, Fut: std::future::Future<Output = ()> + 'static>(
+    ns: String,
+    serve: impl FnOnce(std::sync::mpsc::Sender<T>) -> Fut + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(serve(tx));
+    });
+    rx.recv().unwrap()
+}
+
 /// Not a test of speed (nothing is asserted about time): prints MiB/s of a 128 MiB download
-/// direct and through the proxy, plain HTTP and TLS. Run with `--ignored --nocapture`.
+/// direct and through the proxy, plain HTTP and TLS, with the servers, the proxy and the
+/// client each on a thread of its own. Run with `--ignored --nocapture`.
 #[test]
 #[ignore = "a measurement, run by hand"]
 fn measure_a_download_direct_and_through_the_proxy() {
     let Some(net) = Net::new() else { return };
-    net.run(|srv| async move {
+    let cert = spawn_in(net.srv.clone(), |tx| async move {
+        let l = |a: String| {
+            let l = std::net::TcpListener::bind(&a).unwrap();
+            l.set_nonblocking(true).unwrap();
+            l
+        };
+        servers::http_server(l(format!("{SRV}:80")));
+        let tls = servers::tls_server(l(format!("{SRV}:443")), &["tls.test"]);
+        let _dns = servers::dns_server(
+            {
+                let u = std::net::UdpSocket::bind(format!("{SRV}:53")).unwrap();
+                u.set_nonblocking(true).unwrap();
+                u
+            },
+            HOSTS,
+        );
+        tx.send(tls.cert).unwrap();
+        std::future::pending::<()>().await;
+    });
+    let proxy_addr = spawn_in(net.cli.clone(), |tx| async move {
+        let resolver = Resolver::new(format!("{SRV}:53").parse().unwrap(), Duration::from_secs(5));
+        let proxy = EgressProxy::new(allow(&["web.test", "tls.test:443"]), resolver, Limits::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        tx.send(listener.local_addr().unwrap()).unwrap();
+        let _ = proxy.serve_tcp(listener).await;
+    });
+    net.run(move |_| async move {
         const N: usize = 128 * 1024 * 1024;
-        let w = world(&srv, allow(&["web.test", "tls.test:443"]), Limits::default()).await;
         let path = format!("/bytes/{N}");
         let mib = |n: usize, t: std::time::Instant| n as f64 / 1048576.0 / t.elapsed().as_secs_f64();
+        let name = rustls::pki_types::ServerName::try_from("tls.test").unwrap();
+        let client = servers::tls_client(&cert);
         for round in 0..3 {
             let t = std::time::Instant::now();
             let mut s = tokio::net::TcpStream::connect(format!("{SRV}:80")).await.unwrap();
             let req = format!("GET {path} HTTP/1.1\r\nHost: web.test\r\nConnection: close\r\n\r\n");
             s.write_all(req.as_bytes()).await.unwrap();
-            let n = drain(&mut s).await;
-            assert_eq!(n, N);
-            let direct = mib(n, t);
+            assert_eq!(drain(&mut s).await, N);
+            let direct = mib(N, t);
             let t = std::time::Instant::now();
-            let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+            let mut s = tokio::net::TcpStream::connect(proxy_addr).await.unwrap();
             let req = format!("GET http://web.test{path} HTTP/1.1\r\nHost: web.test\r\nConnection: close\r\n\r\n");
             s.write_all(req.as_bytes()).await.unwrap();
-            let n = drain(&mut s).await;
-            assert_eq!(n, N);
-            let proxied = mib(n, t);
-            let name = rustls::pki_types::ServerName::try_from("tls.test").unwrap();
+            assert_eq!(drain(&mut s).await, N);
+            let proxied = mib(N, t);
+            let req = format!("GET {path} HTTP/1.1\r\nHost: tls.test\r\nConnection: close\r\n\r\n");
             let t = std::time::Instant::now();
             let s = tokio::net::TcpStream::connect(format!("{SRV}:443")).await.unwrap();
-            let mut tls = servers::tls_client(&w.tls.cert).connect(name.clone(), s).await.unwrap();
-            let req = format!("GET {path} HTTP/1.1\r\nHost: tls.test\r\nConnection: close\r\n\r\n");
+            let mut tls = client.connect(name.clone(), s).await.unwrap();
             tls.write_all(req.as_bytes()).await.unwrap();
-            let n = drain(&mut tls).await;
-            assert_eq!(n, N);
-            let tls_direct = mib(n, t);
+            assert_eq!(drain(&mut tls).await, N);
+            let tls_direct = mib(N, t);
             let t = std::time::Instant::now();
-            let (s, _) = servers::connect(w.addr, "tls.test:443").await;
-            let mut tls = servers::tls_client(&w.tls.cert).connect(name, s).await.unwrap();
+            let (s, _) = servers::connect(proxy_addr, "tls.test:443").await;
+            let mut tls = client.connect(name.clone(), s).await.unwrap();
             tls.write_all(req.as_bytes()).await.unwrap();
-            let n = drain(&mut tls).await;
-            assert_eq!(n, N);
-            let tls_proxied = mib(n, t);
+            assert_eq!(drain(&mut tls).await, N);
+            let tls_proxied = mib(N, t);
             println!(
                 "round {round}: http direct {direct:.0} MiB/s, via proxy {proxied:.0} MiB/s ({:.2}x); \
                  https direct {tls_direct:.0} MiB/s, via CONNECT {tls_proxied:.0} MiB/s ({:.2}x)",
