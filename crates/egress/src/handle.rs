@@ -222,22 +222,30 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>) -> Result<Resp
         .map_err(|e| Refused::bad_gateway(format!("upstream {addr}: {e}")))?;
     strip_hop(resp.headers_mut());
     let policy = shared.policy.subscribe();
-    Ok(resp.map(|body| cut_on_update(body, policy, target, addr)))
+    let idle = shared.limits.idle_timeout;
+    Ok(resp.map(|body| cut_on_update(body, policy, target, addr, idle)))
 }
 
 /// The upstream body, passed on frame by frame until it ends or a policy update denies the
-/// request's target (then the body ends early and hyper closes the client's connection).
+/// request's target, the upstream passes nothing for the idle time, or the client is gone
+/// (then the body ends early and hyper closes the client's connection).
 fn cut_on_update(
     mut body: Incoming,
     mut policy: tokio::sync::watch::Receiver<Arc<Policy>>,
     target: Target,
     addr: SocketAddr,
+    idle: std::time::Duration,
 ) -> Body {
     type Frame = Result<hyper::body::Frame<Bytes>, hyper::Error>;
     let (tx, rx) = tokio::sync::mpsc::channel::<Frame>(4);
     tokio::spawn(async move {
         loop {
             tokio::select! {
+                () = tx.closed() => return,
+                () = tokio::time::sleep(idle) => {
+                    tracing::info!("egress proxy: response from {addr} idle for {idle:?}, cut");
+                    return;
+                },
                 frame = body.frame() => match frame {
                     None => return,
                     Some(f) => if tx.send(f).await.is_err() { return },

@@ -82,10 +82,12 @@
 //! more get `503` with [`too_many_connections_text`], `envrt egress: too many connections
 //! (the limit is N)\n`, without their request being read); headers per request or response
 //! (64; more get hyper's `431`); head bytes (16 KiB); time to send a request head (30 s);
-//! tunnel idle time (300 s); ClientHello bytes (32 KiB) and time (10 s); upstream connect
-//! time (10 s); DNS queries in flight plus DNS TCP connections (256 together); DNS messages
-//! ([`MAX_QUERY`], 4096 bytes); addresses kept per name ([`MAX_ADDRESSES`]). Bodies are
-//! streamed, never buffered whole.
+//! tunnel and forwarded-response idle time (300 s); ClientHello bytes (32 KiB) and time
+//! (10 s); upstream connect time (10 s); DNS queries in flight plus DNS TCP connections (256
+//! together); DNS messages ([`MAX_QUERY`], 4096 bytes); addresses kept per name
+//! ([`MAX_ADDRESSES`]). Bodies are streamed, never buffered whole. A connection over the
+//! bound is answered without its request being parsed (what it sent is read and dropped, at
+//! most 64 KiB within 5 s, so that the close does not reset the answer away).
 //!
 //! # The DNS stub ([`DnsStub`])
 //!

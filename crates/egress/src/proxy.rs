@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
@@ -136,7 +136,7 @@ impl EgressProxy {
 }
 
 /// A fixed answer (no request is read) to a connection over the bound, then close.
-async fn refuse_overflow<I: AsyncWrite + Unpin>(mut io: I, limit: usize) {
+async fn refuse_overflow<I: AsyncRead + AsyncWrite + Unpin>(mut io: I, limit: usize) {
     let body = too_many_connections_text(limit);
     let head = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
@@ -145,7 +145,18 @@ async fn refuse_overflow<I: AsyncWrite + Unpin>(mut io: I, limit: usize) {
     let write = async {
         io.write_all(head.as_bytes()).await?;
         io.write_all(body.as_bytes()).await?;
-        io.shutdown().await
+        io.shutdown().await?;
+        // Read (and drop) what the client sent, at most 64 KiB, so that closing with unread
+        // bytes does not reset the connection before the client reads the answer.
+        let mut sink = [0u8; 4096];
+        let mut left = 64 * 1024usize;
+        while left > 0 {
+            match io.read(&mut sink).await? {
+                0 => break,
+                n => left = left.saturating_sub(n),
+            }
+        }
+        Ok::<(), std::io::Error>(())
     };
     let _ = tokio::time::timeout(Duration::from_secs(5), write).await;
 }

@@ -317,6 +317,13 @@ net_test!(connections_over_the_bound_get_the_exact_text, |srv| {
     let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
     let a = servers::read_answer(&mut s).await;
     assert_eq!((a.status, a.body), (503, envrt_egress::too_many_connections_text(2)));
+    // A client that sent its request first still reads the whole answer.
+    let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    s.write_all(b"GET http://web.test/ HTTP/1.1\r\nHost: web.test\r\n\r\n")
+        .await
+        .unwrap();
+    let a = servers::read_answer(&mut s).await;
+    assert_eq!((a.status, a.body), (503, envrt_egress::too_many_connections_text(2)));
     assert_eq!(
         envrt_egress::too_many_connections_text(2),
         "envrt egress: too many connections (the limit is 2)\n"
