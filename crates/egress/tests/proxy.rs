@@ -83,6 +83,13 @@ net_test!(an_allowed_name_is_reachable_over_http_and_https, |srv| {
     let a = servers::get_on(&mut tls, "tls.test", "/").await;
     assert_eq!((a.status, a.body.as_str()), (200, "hello from tls.test"));
     assert_eq!(w.tls.handshakes.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Resolved once (one A and one AAAA query), not again at connect time.
+    assert_eq!(w.dns.count("tls.test"), 2, "{:?}", w.dns.names());
+    // A redirect to a host the policy denies is handed back, never followed by the proxy.
+    let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    let a = servers::get_on(&mut s, "web.test", "http://web.test/redirect").await;
+    assert_eq!(a.status, 302);
+    assert_eq!(w.dns.count("other.test"), 0, "{:?}", w.dns.names());
 });
 
 net_test!(an_unlisted_name_is_refused_and_never_resolved, |srv| {
@@ -342,6 +349,12 @@ net_test!(header_count_and_header_time_are_bounded, |srv| {
     s.write_all(format!("GET http://web.test/ HTTP/1.1\r\nHost: web.test\r\n{extra}\r\n").as_bytes())
         .await
         .unwrap();
+    assert_eq!(servers::read_answer(&mut s).await.status, 431);
+    // One header longer than the head bound.
+    let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    let long = "v".repeat(20 * 1024);
+    let req = format!("GET http://web.test/ HTTP/1.1\r\nHost: web.test\r\nx-long: {long}\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
     assert_eq!(servers::read_answer(&mut s).await.status, 431);
     // A client that sends nothing is closed by the proxy (the read ends, no timing asserted).
     let mut idle = tokio::net::TcpStream::connect(w.addr).await.unwrap();

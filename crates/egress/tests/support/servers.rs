@@ -33,6 +33,13 @@ async fn service(req: Request<hyper::body::Incoming>) -> Result<Response<Body>, 
         resp.headers_mut().insert("content-length", (chunks * 64 * 1024).into());
         return Ok(resp);
     }
+    if req.uri().path() == "/redirect" {
+        let mut resp = Response::new(Full::new(Bytes::new()).boxed());
+        *resp.status_mut() = hyper::StatusCode::FOUND;
+        resp.headers_mut()
+            .insert("location", "http://other.test/".parse().unwrap());
+        return Ok(resp);
+    }
     let host = req
         .headers()
         .get("host")
