@@ -351,3 +351,29 @@ fn grants_over_none_and_under_open() {
     );
     assert!(open.lease_policy(Some(&allow(&["0.0.0.0/0"]))).is_err());
 }
+
+#[test]
+fn a_section_round_trips_through_toml() {
+    let text = r#"[environment.network]
+egress = "open"
+allow = ["10.200.0.0/16:80", "[fd00::/8]:443", "*.example.com"]
+grantable = ["api.github.com:443"]
+"#;
+    let net = toml_net(text).unwrap();
+    // Serialized (JSON here: the workspace's toml has no serializer) to the same shape.
+    let json = serde_json::to_value(&net).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "egress": "open",
+            "allow": ["10.200.0.0/16:80", "[fd00::/8]:443", "*.example.com"],
+            "grantable": ["api.github.com:443"],
+        })
+    );
+    let back: NetworkConfig = serde_json::from_value(json).unwrap();
+    assert_eq!(back, net);
+    let policy: Policy = toml::from_str("egress = \"allow\"\nallow = [\"pypi.org:443\"]\n").unwrap();
+    assert_eq!(policy, allow(&["pypi.org:443"]));
+    let e = toml::from_str::<Policy>("egress = \"allow\"\ngrantable = [\"x.org\"]\n").unwrap_err();
+    assert!(e.to_string().contains("unknown field `grantable`"), "{e}");
+}
