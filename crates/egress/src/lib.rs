@@ -66,7 +66,11 @@
 //!   most [`Limits::max_hello_bytes`] within [`Limits::hello_timeout`]) whose server name is
 //!   the CONNECT host (a raw-address CONNECT must carry no server name); only then are the
 //!   bytes sent upstream. A mismatch, a missing name or non-TLS bytes get a fatal TLS
-//!   `access_denied` alert and a close (the 200 has already been sent, so no HTTP status).
+//!   `access_denied` alert and a close (the 200 has already been sent, so no HTTP status);
+//!   the log says why (`the TLS server name "x" does not match the CONNECT host "y"`, `the
+//!   ClientHello names no server, but CONNECT named "y"`, `the ClientHello is longer than N
+//!   bytes`, `no whole ClientHello arrived`, `the tunnel does not start with a TLS
+//!   ClientHello (...)`).
 //! - A plain request's `Host` header must name the URI's host and port.
 //! - Refusals are `403` with the body `envrt egress: refused: REASON\n` (REASON a
 //!   [`Refusal`] text, or `host "x" resolves only to denied addresses (REFUSAL)`, or `the

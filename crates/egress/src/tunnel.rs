@@ -28,13 +28,20 @@ pub(crate) enum HelloRefusal {
     #[error("no whole ClientHello arrived")]
     Incomplete,
     /// SNI names another host than CONNECT did.
-    #[error("the TLS server name {sni:?} does not match the CONNECT host {host:?}")]
+    #[error("{}", mismatch_text(sni.as_deref(), host))]
     Mismatch {
         /// What the ClientHello names (None: no SNI).
         sni: Option<String>,
         /// What CONNECT named.
         host: String,
     },
+}
+
+fn mismatch_text(sni: Option<&str>, host: &str) -> String {
+    match sni {
+        Some(s) => format!("the TLS server name \"{s}\" does not match the CONNECT host \"{host}\""),
+        None => format!("the ClientHello names no server, but CONNECT named \"{host}\""),
+    }
 }
 
 /// Reads one ClientHello from `client` (at most `max` bytes), returning the bytes read and
@@ -151,3 +158,7 @@ pub(crate) async fn run<C>(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "tunnel_tests.rs"]
+mod tests;
