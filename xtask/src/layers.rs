@@ -28,6 +28,7 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ("envrt-driver-local", &["envrt-runtime-core"], &[]),
     ("envrt-driver-docker", &["envrt-runtime-core"], &[]),
     ("envrt-driver-ssh", &["envrt-runtime-core"], &[]),
+    ("envrt-egress", &[], &[]),
     (
         "envrt-driver-plugin-sandbox",
         &["envrt-runtime-core", "envrt-plugin-protocol"],
