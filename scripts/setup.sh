@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up of everything the tests need on a fresh Debian machine:
-# Debian packages (docker.io with its tini init, bubblewrap, busybox-static), a running
+# Debian packages (docker.io with its tini init, bubblewrap, busybox-static, iproute2), a running
 # Docker engine, the local test image, the npm fixture of the plugin SDK interop test, and
 # the test sshd of the ssh driver (scripts/start-sshd.sh), the Python virtual
 # environment with the envrt package and inspect-ai (python-venv.sh), and the SWE-ReX
@@ -15,6 +15,8 @@ command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 if ! [ -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then need+=(busybox-static); fi
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
+# The egress proxy's tests build their test hosts from network namespaces and veth pairs.
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 if ((${#need[@]})); then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2
