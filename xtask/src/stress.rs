@@ -123,7 +123,12 @@ pub(crate) fn run_stress(args: &[String]) -> Result<(), String> {
         test.args(["test", "--all-features", "--no-fail-fast"])
             .args(&selection)
             .env("CARGO_TERM_COLOR", "never");
-        for required in ["ENVRT_REQUIRE_DOCKER", "ENVRT_REQUIRE_SANDBOX", "ENVRT_REQUIRE_SSH"] {
+        for required in [
+            "ENVRT_REQUIRE_DOCKER",
+            "ENVRT_REQUIRE_SANDBOX",
+            "ENVRT_REQUIRE_SSH",
+            "ENVRT_REQUIRE_NETWORK",
+        ] {
             if std::env::var_os(required).is_none() {
                 test.env(required, "1");
             }
