@@ -17,6 +17,7 @@ mod cp_progress;
 mod doctor;
 mod doctor_ssh;
 mod error;
+mod gc_report;
 mod exec;
 mod isolation;
 mod lease;
