@@ -121,6 +121,9 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             say!("{error}");
+            if let Some(hint) = error.hint() {
+                say!("{hint}");
+            }
             ExitCode::from(error.exit_code())
         }
     }
