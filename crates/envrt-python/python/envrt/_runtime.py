@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Literal, Mapping, Seq
 
 from . import _envrt
 from ._envrt import ExecResult
+from ._errors import EnvrtError
 
 OutputCallback = Callable[[str, bytes], Any]
 """``on_output(stream, chunk)``: ``stream`` is ``"stdout"`` or ``"stderr"``."""
@@ -66,6 +67,16 @@ def _operations(items: Iterable[SyncOperation | SyncFile]) -> str:
     if loose:
         ops.insert(0, SyncOperation(loose).to_contract())
     return json.dumps(ops)
+
+
+def _skipped_driver_error(error: EnvrtError, skipped: Mapping[str, str]) -> EnvrtError:
+    """A driver the configuration enables but that could not be set up (a missing sandbox
+    worker) is refused by the facade as not registered; say why instead, as the CLI does."""
+    if error.kind == "driver_not_registered":
+        for key, why in skipped.items():
+            if str(error) == f'Environment driver "{key}" is not registered in the environment runtime yet.':
+                return EnvrtError(f'Environment driver "{key}" could not be set up: {why}', "unavailable")
+    return error
 
 
 class Runtime:
@@ -211,9 +222,12 @@ class Runtime:
         environment_id = environment_id or self.default_environment or "local"
         if ttl is None:
             ttl = self.default_ttls.get(environment_id)
-        text = await self._native.acquire(
-            environment_id, company or self.company, run_id, policy, ttl, json.dumps(dict(metadata or {}))
-        )
+        try:
+            text = await self._native.acquire(
+                environment_id, company or self.company, run_id, policy, ttl, json.dumps(dict(metadata or {}))
+            )
+        except EnvrtError as error:
+            raise _skipped_driver_error(error, self.skipped_drivers) from error
         return Lease(self, json.loads(text))
 
     async def leases(self, environment_id: str | None = None, statuses: Sequence[str] = ()) -> list["Lease"]:
