@@ -96,9 +96,8 @@ async def test_text_editor_creates_and_edits_a_file(tools_sample) -> None:
     assert (on_disk.returncode, on_disk.stdout) == (0, "one\ndeux\n"), on_disk
     listing = await editor(command="view", path="/tmp")
     assert "/tmp/edited.txt" in str(listing), listing
-    if kind == "sandbox":
-        viewed = await editor(command="view", path="/tmp/edited.txt")
-        assert "     1\tone\n     2\tdeux" in str(viewed), viewed
+    viewed = await editor(command="view", path="/tmp/edited.txt")
+    assert "     1\tone\n     2\tdeux" in str(viewed), viewed
 
 
 async def test_bash_session_keeps_its_shell_between_calls(tools_sample) -> None:
