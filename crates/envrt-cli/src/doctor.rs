@@ -109,6 +109,34 @@ fn binary_check(binary: &'static str, name: &'static str, required: bool, fix: &
     }
 }
 
+/// The reference sandbox worker: `[sandbox] worker` when the file sets it (only that path),
+/// else where envrt looks for it; the detail of a missing one is the library's text (which
+/// binary, where it looked, how to set it).
+fn worker_check(configured: Option<&std::path::Path>, required: bool) -> Check {
+    match envrt::config::locate_reference_worker(configured) {
+        Ok(path) => Check {
+            name: "sandbox worker",
+            required,
+            ok: true,
+            detail: match configured {
+                Some(_) => format!("{} (set by [sandbox] worker in envrt.toml)", path.display()),
+                None => path.display().to_string(),
+            },
+            fix: None,
+        },
+        Err(message) => Check {
+            name: "sandbox worker",
+            required,
+            ok: false,
+            detail: message,
+            fix: Some(match configured {
+                Some(_) => "build it (cargo build -p envrt-sandbox-worker) where [sandbox] worker in envrt.toml says, or correct that path".into(),
+                None => "cargo build -p envrt-sandbox-worker, then put it next to envrt or on PATH, or set [sandbox] worker in envrt.toml".into(),
+            }),
+        },
+    }
+}
+
 /// `envrt doctor [--json]`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct DoctorArgs {
@@ -145,22 +173,10 @@ pub(crate) async fn run(paths: &Paths, args: DoctorArgs) -> Result<u8, CliError>
             "install bubblewrap (apt-get install bubblewrap)",
         ));
         let configured_plugin = !config.plugins.is_empty();
-        checks.push(match envrt::config::reference_worker() {
-            Some(path) => Check {
-                name: "sandbox worker",
-                required: sandbox && !configured_plugin,
-                ok: true,
-                detail: path.display().to_string(),
-                fix: None,
-            },
-            None => Check {
-                name: "sandbox worker",
-                required: sandbox && !configured_plugin,
-                ok: false,
-                detail: "`envrt-sandbox-worker` is neither next to envrt nor on PATH".into(),
-                fix: Some("cargo build -p envrt-sandbox-worker, then put it next to envrt or on PATH".into()),
-            },
-        });
+        checks.push(worker_check(
+            config.sandbox_worker.as_deref(),
+            sandbox && !configured_plugin,
+        ));
         // What each environment enforces (information, never a failure).
         for environment in &config.environments {
             checks.push(Check {
@@ -186,7 +202,13 @@ pub(crate) async fn run(paths: &Paths, args: DoctorArgs) -> Result<u8, CliError>
                 fix,
             });
         }
-        for skip in app.skipped.iter().filter(|s| s.key != "docker" && s.key != "local") {
+        // A missing reference worker is the sandbox worker check's, said once.
+        let reference = |key: &str| key == "sandbox" && !configured_plugin;
+        for skip in app
+            .skipped
+            .iter()
+            .filter(|s| s.key != "docker" && s.key != "local" && !reference(&s.key))
+        {
             checks.push(Check {
                 name: "plugin worker",
                 required: true,

@@ -73,6 +73,18 @@ impl CliError {
         })
     }
 
+    /// A line printed after the error's own text, when there is one: after an unknown
+    /// driver key (the contract's exact text, kept as it is), the keys envrt knows.
+    pub(crate) fn hint(&self) -> Option<String> {
+        match self {
+            CliError::Runtime(RuntimeError::DriverNotRegistered { .. }) => Some(format!(
+                "envrt: known drivers: {} (a [[plugin]] in envrt.toml adds its own)",
+                envrt::known_drivers().join(", ")
+            )),
+            _ => None,
+        }
+    }
+
     /// 2 for refusals and usage errors, 1 for failures.
     pub(crate) fn exit_code(&self) -> u8 {
         match self {

@@ -14,6 +14,7 @@ use envrt::{Lease, LeaseFilter, LeasePolicy, LeaseStatus};
 use crate::Target;
 use crate::app::App;
 use crate::error::CliError;
+use crate::gc_report::{GcReport, Reason};
 use envrt::config::Paths;
 
 #[derive(Debug, Subcommand)]
@@ -92,6 +93,10 @@ pub(crate) struct GcArgs {
     /// Say what would be done, do nothing.
     #[arg(long)]
     dry_run: bool,
+    /// One JSON document `{ok, dryRun, leases, orphans, errors, released, failed}` instead
+    /// of the lines.
+    #[arg(long)]
+    json: bool,
 }
 
 fn parse_policy(s: &str) -> Result<LeasePolicy, String> {
@@ -230,20 +235,12 @@ fn print_table(leases: &[Lease]) {
     }
 }
 
-/// What gc does with one lease.
-#[derive(Debug, PartialEq, Eq)]
-enum GcAction {
-    /// Active, holder gone: release as failed.
-    HolderGone(u32),
-    /// A clean-up failed earlier: release again.
-    RetryCleanup,
-}
-
-fn gc_action(lease: &Lease) -> Option<GcAction> {
+/// What gc does with one lease that has not expired.
+fn gc_action(lease: &Lease) -> Option<Reason> {
     match lease.status {
-        LeaseStatus::PendingCleanup => Some(GcAction::RetryCleanup),
+        LeaseStatus::PendingCleanup => Some(Reason::RetryCleanup),
         LeaseStatus::Active => match Holder::from_metadata(&lease.metadata) {
-            Some(h) if !h.is_alive() => Some(GcAction::HolderGone(h.pid)),
+            Some(h) if !h.is_alive() => Some(Reason::HolderGone(h.pid)),
             _ => None,
         },
         _ => None,
@@ -256,55 +253,48 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
         statuses: vec![LeaseStatus::Active, LeaseStatus::PendingCleanup],
         ..Default::default()
     };
-    let mut failures = 0;
-    let mut done = 0;
+    let mut report = GcReport::new(args.json, args.dry_run);
     // Expired leases first: their driver already ended them (or ends them now); the store
     // records them `expired`, whether or not their holder lives.
     if args.dry_run {
         let now = envrt::Timestamp::now();
         for lease in app.runtime.leases(&filter).await? {
             if lease.status == LeaseStatus::Active && lease.expires_at.is_some_and(|at| at <= now) {
-                crate::out!("would release lease {} (it expired)", lease.id);
+                report.lease(&lease.id, Reason::Expired, None);
             }
         }
     } else {
-        let report = app.runtime.release_expired().await?;
-        for lease in &report.released {
-            done += 1;
-            crate::out!("released lease {} (it expired)", lease.id);
+        let expired = app.runtime.release_expired().await?;
+        for lease in &expired.released {
+            report.lease(&lease.id, Reason::Expired, Some(Ok(())));
         }
-        for failure in &report.failures {
-            failures += 1;
-            crate::say!(
-                "envrt: gc could not release {} (expired): {}",
-                failure.lease_id,
-                failure.error
-            );
+        for failure in &expired.failures {
+            report.lease(&failure.lease_id, Reason::Expired, Some(Err(failure.error.to_string())));
         }
     }
     for lease in app.runtime.leases(&filter).await? {
         if args.dry_run && lease.expires_at.is_some_and(|at| at <= envrt::Timestamp::now()) {
             continue;
         }
-        let Some(action) = gc_action(&lease) else {
+        let Some(reason) = gc_action(&lease) else {
             continue;
-        };
-        let why = match action {
-            GcAction::HolderGone(pid) => format!("its holder, pid {pid}, is gone"),
-            GcAction::RetryCleanup => "retrying a clean-up that failed earlier".to_owned(),
         };
         if args.dry_run {
-            crate::out!("would release lease {} ({why})", lease.id);
+            report.lease(&lease.id, reason, None);
             continue;
         }
-        let status = match action {
-            GcAction::HolderGone(_) => LeaseStatus::Failed,
-            GcAction::RetryCleanup => LeaseStatus::Released,
+        let status = match reason {
+            Reason::RetryCleanup => LeaseStatus::Released,
+            _ => LeaseStatus::Failed,
         };
-        if let GcAction::HolderGone(_) = action
-            && !kill_leftovers(&app, &lease).await
-        {
-            failures += 1;
+        if let Reason::HolderGone(_) = reason {
+            match kill_leftovers(&app, &lease).await {
+                Ok(killed) => report.killed(&lease.id, killed),
+                Err(e) => report.failure(format!(
+                    "envrt: gc could not kill what lease {} left running: {e}",
+                    lease.id
+                )),
+            }
         }
         let released = match app.check_driver_of(&lease).await {
             Ok(()) => app
@@ -316,80 +306,53 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
         };
         match released {
             Ok(mut ended) => {
-                if matches!(action, GcAction::HolderGone(_)) && ended.failure_reason.is_none() {
+                if matches!(reason, Reason::HolderGone(_)) && ended.failure_reason.is_none() {
                     ended.failure_reason = Some("holder_gone".into());
                     app.runtime.store().put_lease(&ended).await?;
                 }
-                done += 1;
-                crate::out!("released lease {} ({why})", lease.id);
+                report.lease(&lease.id, reason, Some(Ok(())));
             }
-            Err(e) => {
-                failures += 1;
-                crate::say!("envrt: gc could not release lease {} ({why}): {e}", lease.id);
-            }
+            Err(e) => report.lease(&lease.id, reason, Some(Err(e.to_string()))),
         }
     }
     // What each driver really holds against the store: the containers, workspaces or
     // sandboxes no lease keeps (a crash between making one and recording its lease, a lost
     // record) are removed.
     match app.runtime.reconcile(args.dry_run).await {
-        Ok(report) => {
-            for orphan in &report.orphans {
+        Ok(reconciled) => {
+            for orphan in &reconciled.orphans {
                 let item = &orphan.item;
-                let lease = item.lease_id.as_deref().unwrap_or("-");
-                if args.dry_run {
-                    crate::out!("would remove orphan {} {} (lease {lease})", item.kind, item.id);
-                } else {
-                    done += 1;
-                    crate::out!("removed orphan {} {} (lease {lease})", item.kind, item.id);
-                }
+                report.orphan(&item.kind.to_string(), &item.id, item.lease_id.as_deref());
             }
-            for (driver, error) in &report.failures {
-                failures += 1;
-                crate::say!("envrt: gc could not reconcile driver \"{driver}\": {error}");
+            for (driver, error) in &reconciled.failures {
+                report.failure(format!("envrt: gc could not reconcile driver \"{driver}\": {error}"));
             }
         }
-        Err(e) => {
-            failures += 1;
-            crate::say!("envrt: gc could not reconcile: {e}");
-        }
+        Err(e) => report.failure(format!("envrt: gc could not reconcile: {e}")),
     }
-    if !args.dry_run {
-        crate::out!("gc: {done} released, {failures} failed");
-    }
-    Ok(if failures == 0 { 0 } else { 1 })
+    Ok(report.finish())
 }
 
 /// A dead holder's commands outlive it (the driver's process table died with the holder):
 /// its driver's recovery group kills them before the release removes their resources.
-/// Whether that worked (a failure is reported on stderr).
-async fn kill_leftovers(app: &App, lease: &Lease) -> bool {
+/// How many it killed.
+async fn kill_leftovers(app: &App, lease: &Lease) -> Result<u64, String> {
     let environment = match &lease.environment_id {
         Some(id) => app.runtime.environment(id).await.ok().flatten(),
         None => None,
     };
     let key = envrt::core::model::resolve_driver_key(lease, environment.as_ref());
     let Some(driver) = app.runtime.driver(key) else {
-        return true;
+        return Ok(0);
     };
     let Some(recovery) = driver.as_recovery() else {
-        return true;
+        return Ok(0);
     };
-    match recovery.kill_leftovers(lease).await {
-        Ok(0) => true,
-        Ok(killed) => {
-            crate::out!(
-                "killed {} left running in lease {}",
-                crate::plural(killed as u64, "process", "processes"),
-                lease.id
-            );
-            true
-        }
-        Err(e) => {
-            crate::say!("envrt: gc could not kill what lease {} left running: {e}", lease.id);
-            false
-        }
-    }
+    recovery
+        .kill_leftovers(lease)
+        .await
+        .map(|killed| killed as u64)
+        .map_err(|e| e.to_string())
 }
 
 impl App {

@@ -18,6 +18,7 @@ mod doctor;
 mod doctor_ssh;
 mod error;
 mod exec;
+mod gc_report;
 mod isolation;
 mod lease;
 mod lease_show;
@@ -120,6 +121,9 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             say!("{error}");
+            if let Some(hint) = error.hint() {
+                say!("{hint}");
+            }
             ExitCode::from(error.exit_code())
         }
     }

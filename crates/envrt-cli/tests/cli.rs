@@ -111,7 +111,8 @@ fn refusals_print_the_exact_contract_text() {
     assert_eq!(driver.code, Some(2));
     assert_eq!(
         driver.stderr,
-        "Environment driver \"martian\" is not registered in the environment runtime yet.\n"
+        "Environment driver \"martian\" is not registered in the environment runtime yet.\n\
+         envrt: known drivers: local, docker, ssh, sandbox (a [[plugin]] in envrt.toml adds its own)\n"
     );
     let lease = s.run(&["exec", "--lease", "no-such-lease", "--", "true"]);
     assert_eq!(lease.code, Some(2));

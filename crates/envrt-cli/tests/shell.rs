@@ -257,3 +257,50 @@ fn cp_shows_progress_on_a_terminal_and_nothing_with_quiet() {
     }
     assert_eq!(String::from_utf8_lossy(&quiet.seen), "");
 }
+
+#[test]
+fn cp_out_of_a_lease_shows_bytes_of_the_known_total_and_a_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("out")).unwrap();
+    let envrt = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(dir.path())
+            .env("ENVRT_STATE_DIR", dir.path().join("state"))
+            .env_remove("ENVRT_CONFIG")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let id = envrt(&["lease", "acquire"]);
+    envrt(&[
+        "exec",
+        "--lease",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "mkdir src && head -c 8192 /dev/zero > src/f",
+    ]);
+    let source = format!("lease:{id}:src");
+
+    let mut shown = PtySession::start(dir.path(), None, &["cp", &source, "out"]);
+    shown.expect(&format!("copied 1 file, 8192 bytes: {source} → out"));
+    assert_eq!(shown.wait(), Some(0));
+    let text = String::from_utf8_lossy(&shown.seen).into_owned();
+    // The lease's size is known (its du -sk, in KiB): the first frame shows the bytes
+    // landed so far of that total and the rate (an ETA joins once a rate is measured).
+    let first = format!("\r\x1b[2K| copying {source} → out ");
+    assert!(text.starts_with(&first), "{text:?}");
+    // `DONE of TOTAL, RATE/s[, ETA N s] (ELAPSED s)`; how far the copy got when the first
+    // frame was drawn is not pinned.
+    let frame = text[first.len()..].split('\r').next().unwrap();
+    let (done, rest) = frame.split_once(" of ").unwrap_or_else(|| panic!("{frame:?}"));
+    let (total, rest) = rest.split_once(", ").unwrap_or_else(|| panic!("{frame:?}"));
+    assert!(done.ends_with(" B") || done.ends_with(" KiB"), "{frame:?}");
+    assert!(total.ends_with(" KiB") && total != "0 B", "{frame:?}");
+    assert!(rest.contains("/s") && rest.ends_with(" s)"), "{frame:?}");
+    assert_eq!(std::fs::read(dir.path().join("out/src/f")).unwrap().len(), 8192);
+    envrt(&["lease", "release", &id]);
+}

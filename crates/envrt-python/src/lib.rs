@@ -20,6 +20,24 @@ mod rt;
 mod runtime;
 mod transfer;
 
+/// Adds `dir` to the directories searched for the reference sandbox worker
+/// `envrt-sandbox-worker` (after the interpreter's own directory, before `PATH`): the
+/// package adds its own directory, where its wheel installs the worker.
+#[pyfunction]
+fn add_worker_search_dir(dir: std::path::PathBuf) {
+    envrt::config::add_worker_search_dir(dir);
+}
+
+/// Where the reference sandbox worker is found, `configured` (`[sandbox] worker`) when
+/// given; raises `envrt_error` kind `unavailable` with the text saying which binary, where
+/// it looked and how to set it.
+#[pyfunction]
+#[pyo3(signature = (configured=None))]
+fn locate_sandbox_worker(configured: Option<std::path::PathBuf>) -> PyResult<std::path::PathBuf> {
+    envrt::config::locate_reference_worker(configured.as_deref())
+        .map_err(|message| errors::native("unavailable", &message, None))
+}
+
 #[pymodule]
 fn _envrt(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<runtime::NativeRuntime>()?;
@@ -28,6 +46,8 @@ fn _envrt(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(runtime::build_runtime, module)?)?;
     module.add_function(wrap_pyfunction!(config::open_config, module)?)?;
     module.add_function(wrap_pyfunction!(rt::shutdown, module)?)?;
+    module.add_function(wrap_pyfunction!(add_worker_search_dir, module)?)?;
+    module.add_function(wrap_pyfunction!(locate_sandbox_worker, module)?)?;
     module.setattr("_shutdown", module.getattr("shutdown")?)?;
     rt::register(module)?;
     Ok(())

@@ -1,4 +1,4 @@
-"""Inspect AI's injected tools (``text_editor``, ``bash_session``) through the ``envrt``
+"""Inspect AI's injected tools (``text_editor``, ``bash_session``, ``exec_remote``) through the ``envrt``
 provider: Inspect detects the OS (``/etc/os-release``, glibc), unpacks its tools binary into
 ``/var/tmp`` and runs it through the provider's exec. On the sandbox (the worker binds the
 host's os-release and gives each lease its own ``/var/tmp``) and on the Docker image that
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from inspect_ai.tool import bash_session, text_editor
+from inspect_ai.util._sandbox.events import SandboxEnvironmentProxy
 from inspect_ai.util._store import Store, _subtask_store
 from inspect_ai.util._sandbox.context import (
     sandbox_default_context_var,
@@ -96,9 +97,8 @@ async def test_text_editor_creates_and_edits_a_file(tools_sample) -> None:
     assert (on_disk.returncode, on_disk.stdout) == (0, "one\ndeux\n"), on_disk
     listing = await editor(command="view", path="/tmp")
     assert "/tmp/edited.txt" in str(listing), listing
-    if kind == "sandbox":
-        viewed = await editor(command="view", path="/tmp/edited.txt")
-        assert "     1\tone\n     2\tdeux" in str(viewed), viewed
+    viewed = await editor(command="view", path="/tmp/edited.txt")
+    assert "     1\tone\n     2\tdeux" in str(viewed), viewed
 
 
 async def test_bash_session_keeps_its_shell_between_calls(tools_sample) -> None:
@@ -113,3 +113,20 @@ async def test_bash_session_keeps_its_shell_between_calls(tools_sample) -> None:
     await session(action="type_submit", input="cd /tmp && X=41")
     answer = await session(action="type_submit", input='echo "$((X + 1)) $PWD"')
     assert "42 /tmp" in str(answer), answer
+
+
+async def test_exec_remote_runs_a_command_through_the_tools_server(tools_sample) -> None:
+    """exec_remote starts the command from the tools server in one exec and polls it from
+    the next ones: the process must outlive the exec that started it."""
+    kind, provider = tools_sample
+    # As in an eval, the sample's sandbox is the provider behind Inspect's recording proxy.
+    environment = SandboxEnvironmentProxy(provider)
+    command = ["sh", "-c", "echo out; echo err >&2; exit 3"]
+    if kind == "sandbox":
+        # SANDBOX_NO_SERVER: the started process (and its server) ends with the exec that
+        # started it, so every poll that follows (Inspect retries them) finds no such job.
+        with pytest.raises(RuntimeError, match=r"^No job found with pid \d+$"):
+            await environment.exec_remote(command, stream=False)
+        return
+    result = await environment.exec_remote(command, stream=False)
+    assert (result.returncode, result.stdout, result.stderr) == (3, "out\n", "err\n"), result

@@ -156,6 +156,49 @@ async def test_sync_in_and_out_move_trees(site, tmp_path: Path) -> None:
     assert (out / "nested" / "c.txt").read_text() == "made\n"
 
 
+def _tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def test_sync_out_merges_into_a_host_directory_and_sync_in_will_not_replace_one(site, tmp_path: Path) -> None:
+    """Like cp -r and docker cp (and envrt cp): what the user did not name is not deleted;
+    replace=True is the contract's whole replacement."""
+    host = tmp_path / "hostdir"
+    (host / "sub").mkdir(parents=True)
+    (host / "precious.txt").write_text("mine")
+    (host / "sub" / "mine.txt").write_text("m")
+    (tmp_path / "a-file").write_text("f")
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.txt").write_text("A")
+    async with await site.acquire() as lease:
+        made = await lease.exec(["sh", "-c", "mkdir -p d/sub dest && echo new > d/new.txt && echo n > d/sub/n.txt && echo old > dest/old.txt"])
+        assert made.exit_code == 0, made.stderr
+        await lease.sync_out(envrt.SyncFile("d", str(host)))
+        assert _tree(host) == {"new.txt": "new\n", "precious.txt": "mine", "sub/mine.txt": "m", "sub/n.txt": "n\n"}
+        assert [p.name for p in host.iterdir() if p.name.startswith(".envrt-sync-")] == []
+        with pytest.raises(envrt.EnvrtValueError) as over_file:
+            await lease.sync_out(envrt.SyncFile("d", str(tmp_path / "a-file")))
+        assert str(over_file.value) == (
+            f'envrt: "{tmp_path / "a-file"}" exists and is not a directory: sync_out does not replace it; '
+            "pass SyncFile(..., replace=True) to replace it"
+        )
+        await lease.sync_out(envrt.SyncFile("d", str(host), replace=True))
+        assert _tree(host) == {"new.txt": "new\n", "sub/n.txt": "n\n"}
+
+        with pytest.raises(envrt.EnvrtValueError) as refused:
+            await lease.sync_in(envrt.SyncFile(str(source), "dest"))
+        assert str(refused.value) == (
+            'envrt: "dest" already exists in the lease and sync_in would replace it whole; '
+            "pass SyncFile(..., replace=True) to replace it, or sync into a path that does not exist"
+        )
+        assert await lease.read_file("dest/old.txt", text=True) == "old\n"
+        await lease.sync_in(envrt.SyncFile(str(source), "fresh"))
+        await lease.sync_in(envrt.SyncFile(str(source), "dest", replace=True))
+        listed = await lease.exec(["ls", "dest", "fresh"])
+        assert listed.stdout == b"dest:\na.txt\n\nfresh:\na.txt\n", listed
+
+
 async def test_duplex_is_an_async_stream_where_granted(site) -> None:
     async with await site.acquire() as lease:
         capabilities = await lease.capabilities()

@@ -85,6 +85,17 @@ impl Default for RuntimeBuilder {
     }
 }
 
+/// The driver keys this build of envrt knows without any plugin: those the builder
+/// registers by itself ([`RuntimeBuilder::enabled_drivers`]), then `sandbox` (the reference
+/// worker, run when an environment uses it) with the `plugin-sandbox` feature. A
+/// `[[plugin]]` adds its own keys. The CLI lists these after a mistyped driver key.
+pub fn known_drivers() -> Vec<&'static str> {
+    let mut keys = RuntimeBuilder::enabled_drivers().to_vec();
+    #[cfg(feature = "plugin-sandbox")]
+    keys.push(envrt_driver_plugin_sandbox::DEFAULT_DRIVER_KEY);
+    keys
+}
+
 impl RuntimeBuilder {
     /// A builder with every enabled driver at its default configuration and an in-memory
     /// store.
@@ -375,6 +386,9 @@ mod tests {
         assert_eq!(keys.contains(&"local"), cfg!(feature = "local"));
         assert_eq!(keys.contains(&"docker"), cfg!(feature = "docker"));
         assert!(!keys.contains(&"sandbox"));
+        let known = known_drivers();
+        assert_eq!(&known[..keys.len()], keys);
+        assert_eq!(known.contains(&"sandbox"), cfg!(feature = "plugin-sandbox"));
     }
 
     #[test]

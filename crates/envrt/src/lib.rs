@@ -51,7 +51,7 @@ mod builder;
 pub mod config;
 pub mod files;
 
-pub use builder::{BuildError, RuntimeBuilder, SkippedDriver};
+pub use builder::{BuildError, RuntimeBuilder, SkippedDriver, known_drivers};
 
 /// The core crate: the driver trait, the facade, capabilities, errors and the data model.
 pub use envrt_runtime_core as core;

@@ -14,6 +14,9 @@ live two-way channels, through one asyncio API backed by the Rust runtime.
 The Inspect AI sandbox provider registers as ``"envrt"`` (see ``envrt._inspect``).
 """
 
+import os as _os
+
+from . import _envrt
 from ._envrt import ExecResult
 from ._errors import (
     EnvrtError,
@@ -28,6 +31,19 @@ from ._errors import (
     EnvrtValueError,
 )
 from ._runtime import DuplexStream, Lease, Runtime, SyncFile, SyncOperation
+
+# The wheel installs the reference sandbox worker beside this file: a ``driver = "sandbox"``
+# environment without ``[[plugin]]`` finds it there (after ``[sandbox] worker`` in
+# envrt.toml, before PATH).
+_envrt.add_worker_search_dir(_os.path.dirname(_os.path.abspath(__file__)))
+
+
+def sandbox_worker(configured: str | _os.PathLike[str] | None = None) -> str:
+    """Where the reference sandbox worker ``envrt-sandbox-worker`` is: ``configured`` (as
+    ``[sandbox] worker``) when given, else next to the interpreter, in this package, on
+    ``PATH``. Raises :class:`EnvrtError` (kind ``unavailable``) saying which binary, where
+    it looked and how to set it."""
+    return _os.fspath(_envrt.locate_sandbox_worker(None if configured is None else _os.fspath(configured)))
 
 __all__ = [
     "DuplexStream",
@@ -46,4 +62,5 @@ __all__ = [
     "Runtime",
     "SyncFile",
     "SyncOperation",
+    "sandbox_worker",
 ]

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
+import shutil
+import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Iterable, Literal, Mapping, Sequence, overload
 
 from . import _envrt
 from ._envrt import ExecResult
+from ._errors import EnvrtError, EnvrtValueError
 
 OutputCallback = Callable[[str, bytes], Any]
 """``on_output(stream, chunk)``: ``stream`` is ``"stdout"`` or ``"stderr"``."""
@@ -27,6 +31,10 @@ class SyncFile:
     mode: int | None = None
     exclude: Sequence[str] = ()
     follow_symlinks: bool | None = None
+    replace: bool = False
+    """A directory that already exists at ``target`` is replaced whole (the contract's
+    sync). By default it is not: ``sync_out`` merges into it (as ``cp -r`` and ``docker cp``
+    do, deleting nothing the copy does not name) and ``sync_in`` refuses it."""
 
     def to_contract(self) -> dict[str, Any]:
         out: dict[str, Any] = {"sourcePath": self.source, "targetPath": self.target, "kind": self.kind}
@@ -66,6 +74,98 @@ def _operations(items: Iterable[SyncOperation | SyncFile]) -> str:
     if loose:
         ops.insert(0, SyncOperation(loose).to_contract())
     return json.dumps(ops)
+
+
+def _files(items: Iterable[SyncOperation | SyncFile]) -> list[SyncFile]:
+    out: list[SyncFile] = []
+    for item in items:
+        out.extend([item] if isinstance(item, SyncFile) else item.files)
+    return out
+
+
+class _MergeOut:
+    """``sync_out`` of a directory into an existing host directory without deleting what is
+    there: the tree lands complete in a fresh staging directory inside the target (same
+    filesystem), then each entry is moved into place by one ``rename`` (a file of the same
+    name is replaced, a directory of the same name merged into). A failed transfer leaves
+    the target as it was."""
+
+    def __init__(self, items: Sequence[SyncOperation | SyncFile]) -> None:
+        self.items: list[SyncOperation | SyncFile] = []
+        self._staged: list[tuple[str, str]] = []
+        for item in items:
+            if isinstance(item, SyncFile):
+                self.items.append(self._stage(item))
+            else:
+                self.items.append(
+                    SyncOperation([self._stage(f) for f in item.files], item.operation_id, item.post_upload_commands)
+                )
+
+    def _stage(self, file: SyncFile) -> SyncFile:
+        target = os.path.abspath(file.target)
+        if file.kind != "directory" or file.replace or not os.path.lexists(target):
+            return file
+        if os.path.islink(target) or not os.path.isdir(target):
+            raise EnvrtValueError(
+                f'envrt: "{file.target}" exists and is not a directory: sync_out does not replace it; '
+                "pass SyncFile(..., replace=True) to replace it",
+                "invalid_input",
+            )
+        staging = os.path.join(target, f".envrt-sync-{os.getpid()}-{time.time_ns()}")
+        self._staged.append((staging, target))
+        return dataclasses.replace(file, target=staging)
+
+    def __enter__(self) -> "_MergeOut":
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        for staging, target in self._staged:
+            if exc_type is None and os.path.isdir(staging):
+                _move_into(staging, target)
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _move_into(source: str, target: str, check: bool = True) -> None:
+    """Moves every entry of ``source`` into the directory ``target``, merging directories.
+    A directory over a non-directory (or the reverse) is refused before anything moves."""
+    if check:
+        _check_merge(source, target)
+    for name in os.listdir(source):
+        src, dst = os.path.join(source, name), os.path.join(target, name)
+        if _real_dir(src) and _real_dir(dst):
+            _move_into(src, dst, check=False)
+        else:
+            os.replace(src, dst)
+
+
+def _real_dir(path: str) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
+def _check_merge(source: str, target: str) -> None:
+    for name in os.listdir(source):
+        src, dst = os.path.join(source, name), os.path.join(target, name)
+        if _real_dir(src) and _real_dir(dst):
+            _check_merge(src, dst)
+        elif _real_dir(src) and os.path.lexists(dst):
+            raise EnvrtValueError(
+                f'envrt: "{dst}" exists and is not a directory: a copied directory does not replace it',
+                "invalid_input",
+            )
+        elif _real_dir(dst):
+            raise EnvrtValueError(
+                f'envrt: "{dst}" is a directory: a copied file of that name does not replace it', "invalid_input"
+            )
+
+
+def _skipped_driver_error(error: EnvrtError, skipped: Mapping[str, str]) -> EnvrtError:
+    """A driver the configuration enables but that could not be set up (a missing sandbox
+    worker) is refused by the facade as not registered; say why instead, as the CLI does."""
+    if error.kind == "driver_not_registered":
+        for key, why in skipped.items():
+            if str(error) == f'Environment driver "{key}" is not registered in the environment runtime yet.':
+                return EnvrtError(f'Environment driver "{key}" could not be set up: {why}', "unavailable")
+    return error
 
 
 class Runtime:
@@ -211,9 +311,12 @@ class Runtime:
         environment_id = environment_id or self.default_environment or "local"
         if ttl is None:
             ttl = self.default_ttls.get(environment_id)
-        text = await self._native.acquire(
-            environment_id, company or self.company, run_id, policy, ttl, json.dumps(dict(metadata or {}))
-        )
+        try:
+            text = await self._native.acquire(
+                environment_id, company or self.company, run_id, policy, ttl, json.dumps(dict(metadata or {}))
+            )
+        except EnvrtError as error:
+            raise _skipped_driver_error(error, self.skipped_drivers) from error
         return Lease(self, json.loads(text))
 
     async def leases(self, environment_id: str | None = None, statuses: Sequence[str] = ()) -> list["Lease"]:
@@ -318,12 +421,43 @@ class Lease:
         await self.runtime._native.write_file(self.id, path, raw, mode)
 
     async def sync_in(self, *items: SyncOperation | SyncFile) -> list[dict[str, Any]]:
-        """Copies host files and trees into the lease; returns per-operation counts."""
+        """Copies host files and trees into the lease; returns per-operation counts. A
+        directory whose target already exists in the lease is refused
+        (:class:`EnvrtValueError`, nothing is copied) unless it says ``replace=True``: the
+        sync would replace that directory whole."""
+        for file in _files(items):
+            if file.kind == "directory" and not file.replace:
+                await self._refuse_existing(file.target)
         return json.loads(await self.runtime._native.sync_in(self.id, _operations(items)))["operations"]
 
     async def sync_out(self, *items: SyncOperation | SyncFile) -> list[dict[str, Any]]:
-        """Copies files and trees of the lease to the host; returns per-operation counts."""
-        return json.loads(await self.runtime._native.sync_out(self.id, _operations(items)))["operations"]
+        """Copies files and trees of the lease to the host; returns per-operation counts. A
+        directory copied to a host directory that already exists is merged into it (files
+        of the same name are replaced, nothing else there is touched) unless it says
+        ``replace=True``; over an existing host path that is not a directory it is refused."""
+        with _MergeOut(items) as merge:
+            return json.loads(await self.runtime._native.sync_out(self.id, _operations(merge.items)))["operations"]
+
+    async def _refuse_existing(self, target: str) -> None:
+        probe = 'if [ -e "$1" ] || [ -L "$1" ]; then echo exists; else echo missing; fi'
+        try:
+            seen = await self.exec(["sh", "-c", probe, "sh", target])
+            answer = seen.stdout.decode().strip() if seen.exit_code == 0 else ""
+        except EnvrtError:
+            answer = ""
+        if answer == "missing":
+            return
+        if answer == "exists":
+            raise EnvrtValueError(
+                f'envrt: "{target}" already exists in the lease and sync_in would replace it whole; '
+                "pass SyncFile(..., replace=True) to replace it, or sync into a path that does not exist",
+                "invalid_input",
+            )
+        raise EnvrtValueError(
+            f'envrt: cannot look at "{target}" in the lease (it runs no sh probe), so sync_in does not '
+            "replace it; pass SyncFile(..., replace=True) to replace it whole",
+            "invalid_input",
+        )
 
     async def open_duplex(self, argv: Sequence[str]) -> "DuplexStream":
         """Starts ``argv`` with a live two-way byte channel (needs ``duplexCommandStream``)."""
