@@ -47,6 +47,10 @@ pub(crate) fn run_pytest() -> Result<bool, String> {
     // The sandbox worker for the sandbox driver, the CLI for connection().
     worker.args(["build", "--quiet", "--bin", "envrt-sandbox-worker", "--bin", "envrt"]);
     run(worker)?;
+    // The package looks for the worker in its own directory first, where a wheel carries
+    // it (crates/envrt-python/build-wheel.sh); put the one just built there, as develop.sh
+    // does, so the tests see the layout users get.
+    place_worker_beside_the_package(&package)?;
 
     let mut develop = Command::new(venv.join("bin/maturin"));
     develop
@@ -67,6 +71,19 @@ pub(crate) fn run_pytest() -> Result<bool, String> {
         ok &= run_local_checks_as_nobody(&python, &package)?;
     }
     Ok(ok)
+}
+
+/// Copies `target/debug/envrt-sandbox-worker` to `python/envrt/` (git ignores it there).
+/// The old file is removed first, so a worker still running from it is not disturbed.
+fn place_worker_beside_the_package(package: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let built = target_dir().join("debug/envrt-sandbox-worker");
+    let beside = package.join("python/envrt/envrt-sandbox-worker");
+    let _ = std::fs::remove_file(&beside);
+    std::fs::copy(&built, &beside)
+        .map_err(|e| format!("cannot copy {} to {}: {e}", built.display(), beside.display()))?;
+    std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("cannot make {} executable: {e}", beside.display()))
 }
 
 fn is_root() -> bool {
