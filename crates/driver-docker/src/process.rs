@@ -327,13 +327,37 @@ pub(crate) async fn host_pid(engine: &Engine, exec_id: &str) -> Option<i32> {
     }
 }
 
-/// Whether the exec's own process is still running.
-pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, DriverError> {
+/// What the engine says of an exec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ExecState {
+    /// Not running and no exit code: not started yet. The engine answers the start
+    /// request (the attach's `101`) before it marks the exec running, so right after
+    /// [`spawn_as`] returns (longer under load) an exec that will run looks like this; so
+    /// does one whose start the engine refused (its stream then ends).
+    Starting,
+    /// Its own process runs.
+    Running,
+    /// Over, with the exit code the engine recorded.
+    Exited(i64),
+}
+
+/// The exec's state, by one inspect.
+pub(crate) async fn state(engine: &Engine, exec_id: &str) -> Result<ExecState, DriverError> {
     let inspected = engine
         .retry(|| engine.docker.inspect_exec(exec_id))
         .await
         .map_err(|e| engine.error("inspecting a command", e))?;
-    Ok(inspected.running == Some(true))
+    Ok(match (inspected.running, inspected.exit_code) {
+        (Some(true), _) => ExecState::Running,
+        (_, Some(code)) => ExecState::Exited(code),
+        (_, None) => ExecState::Starting,
+    })
+}
+
+/// Whether the exec has not exited yet: its own process runs, or the engine is still
+/// starting it ([`ExecState::Starting`], which is not an exit).
+pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, DriverError> {
+    Ok(!matches!(state(engine, exec_id).await?, ExecState::Exited(_)))
 }
 
 /// The killer script: `$1` is `term`, `kill` or `list`, `$2` the command's pid, `$3` and
