@@ -10,6 +10,7 @@ use envrt_runtime_core::PathScope;
 use envrt_runtime_core::execute::signal_name;
 use envrt_runtime_core::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 
+use crate::dropkill::KillOnDrop;
 use crate::engine::Engine;
 use crate::process::{self, Demux, OutputFrames};
 
@@ -170,75 +171,6 @@ impl Collector<'_> {
             }
         }
         self.demux.pid()
-    }
-}
-
-/// Kills the command's tree when the execute future is dropped before it finished (a
-/// cancelled call): from the host at once, inside `Drop`, when the host sees the
-/// container's processes, which needs no task of the async runtime (the CLI shuts its
-/// runtime down right after an interrupt); otherwise (a remote engine) from a task
-/// spawned on the runtime, which runs the in-container killer.
-struct KillOnDrop {
-    engine: Engine,
-    container: String,
-    /// The exec, once the engine made it.
-    exec_id: Option<String>,
-    /// The command's tree, once the wrapper reported it.
-    target: Option<process::Target>,
-    armed: bool,
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let Some(exec_id) = self.exec_id.as_ref().filter(|_| self.armed) else {
-            // Not armed, or dropped before the engine made the exec: nothing runs.
-            return;
-        };
-        let container = &self.container;
-        if let Some(target) = &self.target
-            && crate::hostkill::sees(container)
-        {
-            let left = crate::hostkill::apply(container, target, crate::hostkill::Mode::Kill);
-            tracing::debug!(
-                container,
-                exec_id,
-                left,
-                "dropped execute: killed its tree from the host"
-            );
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(container, exec_id, "dropped execute: no runtime to kill its tree on");
-            return;
-        };
-        let engine = self.engine.clone();
-        let container = container.clone();
-        let exec_id = exec_id.clone();
-        let target = self.target.clone();
-        handle.spawn(async move {
-            let target = match target {
-                Some(target) => target,
-                // Dropped before the wrapper reported the pid: the exec's own pid is the
-                // session of the tree, as the host sees it.
-                None => match process::host_pid(&engine, &exec_id).await {
-                    Some(pid) if crate::hostkill::sees(&container) => {
-                        crate::hostkill::apply_host_session(&container, pid);
-                        return;
-                    }
-                    _ => {
-                        tracing::warn!(
-                            container,
-                            exec_id,
-                            "dropped execute: its pid is unknown, cannot kill its tree"
-                        );
-                        return;
-                    }
-                },
-            };
-            if let Err(error) = process::kill_tree(&engine, &container, &target, Duration::ZERO, false).await {
-                tracing::warn!(container, exec_id, %error, "dropped execute: could not kill its tree");
-            }
-        });
     }
 }
 
