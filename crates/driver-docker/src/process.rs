@@ -309,18 +309,17 @@ pub(crate) async fn exit_code(engine: &Engine, exec_id: &str) -> Result<Option<i
 }
 
 /// The host pid of the exec's own process, as the engine reports it once it runs (waiting
-/// up to the API timeout for a start still under way); `None` once it exited.
+/// up to the API timeout for a start still under way); `None` once it exited. The engine
+/// marks an exec running before it has started its process: until then the pid is 0.
 pub(crate) async fn host_pid(engine: &Engine, exec_id: &str) -> Option<i32> {
     let deadline = Instant::now() + engine.api_timeout;
     loop {
         let inspected = engine.retry(|| engine.docker.inspect_exec(exec_id)).await.ok()?;
-        if inspected.running == Some(true) {
-            return inspected
-                .pid
-                .filter(|pid| *pid > 0)
-                .and_then(|pid| i32::try_from(pid).ok());
+        let running = inspected.running == Some(true);
+        if let Some(pid) = inspected.pid.filter(|pid| running && *pid > 0) {
+            return i32::try_from(pid).ok();
         }
-        if inspected.exit_code.is_some() || Instant::now() >= deadline {
+        if (!running && inspected.exit_code.is_some()) || Instant::now() >= deadline {
             return None;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
