@@ -31,6 +31,10 @@ pub(crate) struct KillOnDrop {
     pub(crate) exec_id: Option<String>,
     /// The command's tree, once the wrapper reported it.
     pub(crate) target: Option<Target>,
+    /// The exec's attach stream, dropped only after the kill (a field drops after
+    /// [`Drop::drop`]): closing it makes the engine kill the exec's own process and mark
+    /// the exec exited, and the session of an exited exec is no longer found by its pid.
+    pub(crate) output: Option<crate::process::OutputFrames>,
     pub(crate) armed: bool,
 }
 

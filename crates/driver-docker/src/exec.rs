@@ -199,6 +199,7 @@ pub(crate) async fn execute(
         container: container.to_owned(),
         exec_id: None,
         target: None,
+        output: None,
         armed: true,
     };
     let spawned = process::spawn_as(
@@ -214,7 +215,10 @@ pub(crate) async fn execute(
     )
     .await?;
     let exec_id = spawned.exec_id;
-    let mut output = spawned.output;
+    // Held by the guard, which drops it only after its kill: the engine kills the exec's
+    // own process (not its tree) when the attach connection closes, and an exec it ended
+    // that way before the guard asked for its pid is one whose tree cannot be found.
+    let output = guard.output.insert(spawned.output);
     let mut input = spawned.input;
     let secret_lines = env.secret_lines;
     // Written beside the reader so a command that writes before it reads cannot deadlock;
@@ -288,7 +292,7 @@ pub(crate) async fn execute(
     metadata.insert("containerId".into(), container.into());
     metadata.insert("execId".into(), exec_id.clone().into());
     if timed_out || exited_with_holders {
-        collector.await_pid(&mut output, DRAIN).await;
+        collector.await_pid(output, DRAIN).await;
         guard.target = collector.demux.target().cloned();
         match collector.demux.target().cloned() {
             Some(target) => {
@@ -298,14 +302,14 @@ pub(crate) async fn execute(
             }
             None => tracing::warn!(container, exec_id, "command's pid unknown, cannot kill its tree"),
         }
-        collector.drain(&mut output, DRAIN).await;
+        collector.drain(output, DRAIN).await;
     }
     let tail = collector.demux.flush();
     collector.deliver(tail);
     if let Some(writer) = &writer {
         writer.abort();
     }
-    drop(output);
+    guard.output = None;
     if let Some(pid) = collector.demux.pid() {
         metadata.insert("pid".into(), pid.into());
     }
