@@ -175,9 +175,9 @@ async fn an_execute_not_yet_marked_running_is_not_taken_for_an_exited_one() {
             .execute(&lease.id, ExecuteRequest::new("sh", ["-c", "sleep 1; echo done"]))
             .await
             .unwrap();
+        // Taken for exited at the first look (100 ms), it was killed before its echo.
         assert_eq!((r.exit_code, r.signal.as_deref()), (Some(0), None));
         assert_eq!(r.stdout, b"done\n");
-        assert!(!r.metadata.contains_key("killedTree"), "{:?}", r.metadata);
     })
     .await;
     h.finish().await;
