@@ -58,12 +58,6 @@ fn main() {
                 "execute_signal_reported",
                 "the Engine API reports a command killed by signal n as exit code 128+n, \
                  indistinguishable from `exit 128+n`; only timeouts report the signal",
-            )
-            .with_deviation(
-                "duplex_stderr_in_order",
-                "open defect: under load a Docker duplex channel's wait now and then reports no exit \
-                 code after the command ended (seen once in two full runs since stderr joined stdout); \
-                 the order of stdout and stderr itself is checked by tests/duplex.rs",
             ))
     });
     match built {

@@ -86,3 +86,12 @@ pub(crate) fn remove(dir: &Path) -> Result<(), DriverError> {
         Err(e) => Err(io_error("remove", dir, e)),
     }
 }
+
+/// Removes the lease directory a failed acquire made, if it made one.
+pub(crate) fn remove_made(dir: Option<&Path>) {
+    if let Some(dir) = dir
+        && let Err(error) = remove(dir)
+    {
+        tracing::warn!(%error, "removing a failed acquire's workspace directory failed");
+    }
+}

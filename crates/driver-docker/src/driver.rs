@@ -269,14 +269,14 @@ impl DockerDriver {
         let created = match created {
             Ok(created) => created,
             Err(e) if is_not_found(&e) => {
-                remove_made(bind_dir.as_deref());
+                crate::bind::remove_made(bind_dir.as_deref());
                 return Err(DriverError::invalid(format!(
                     "Docker image \"{}\" is not present on the engine at {} (the driver never pulls images).",
                     image, self.engine.address
                 )));
             }
             Err(e) => {
-                remove_made(bind_dir.as_deref());
+                crate::bind::remove_made(bind_dir.as_deref());
                 return Err(self.engine.error("creating a container", e));
             }
         };
@@ -311,19 +311,10 @@ impl DockerDriver {
             Err(error) => {
                 // Nothing of a failed acquire is left behind.
                 let _ = self.remove(&id).await;
-                remove_made(bind_dir.as_deref());
+                crate::bind::remove_made(bind_dir.as_deref());
                 Err(error)
             }
         }
-    }
-}
-
-/// Removes the lease directory a failed acquire made, if it made one.
-fn remove_made(dir: Option<&std::path::Path>) {
-    if let Some(dir) = dir
-        && let Err(error) = crate::bind::remove(dir)
-    {
-        tracing::warn!(%error, "removing a failed acquire's workspace directory failed");
     }
 }
 
@@ -508,6 +499,10 @@ impl ResumeLease for DockerDriver {
                 Err(e) if is_not_found(&e) => return Ok(None),
                 Err(e) => return Err(self.engine.error("starting a container", e)),
             }
+        }
+        // Started again (a new init), or resumed by a driver that never watched it.
+        if let Some(at) = context.lease.expires_at.filter(|at| *at > Timestamp::now()) {
+            crate::expiry::watch(&self.engine, &id, at).await;
         }
         let name = context
             .lease

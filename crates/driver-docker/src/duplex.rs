@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit};
 
 use crate::engine::Engine;
-use crate::process::{self, Demux, InputSide, Target};
+use crate::process::{self, Demux, ExecState, InputSide, Target};
 
 /// Chunks held before the command is slowed down.
 const QUEUE: usize = 64;
@@ -48,6 +48,8 @@ pub(crate) struct DockerChannel {
     output: Mutex<mpsc::Receiver<Vec<u8>>>,
     target: watch::Receiver<Option<Target>>,
     transport_broken: watch::Receiver<bool>,
+    /// Set once the exec's output stream ended (the pump read all of it, or it broke).
+    output_ended: watch::Receiver<bool>,
     pump: JoinHandle<()>,
     state: SyncMutex<State>,
     closed: Notify,
@@ -71,8 +73,11 @@ pub(crate) async fn open(
     let (tx, rx) = mpsc::channel(QUEUE);
     let (target_tx, target_rx) = watch::channel(None);
     let (broken_tx, broken_rx) = watch::channel(false);
+    let (ended_tx, ended_rx) = watch::channel(false);
     let mut output = spawned.output;
     let pump = tokio::spawn(async move {
+        // Told on every way out, the caller's read going away included.
+        let _ended = Ended(ended_tx);
         let mut demux = Demux::default();
         while let Some(frame) = output.next().await {
             let frame = match frame {
@@ -107,6 +112,7 @@ pub(crate) async fn open(
         output: Mutex::new(rx),
         target: target_rx,
         transport_broken: broken_rx,
+        output_ended: ended_rx,
         pump,
         state: SyncMutex::new(State::default()),
         closed: Notify::new(),
@@ -210,8 +216,8 @@ impl DuplexChannel for DockerChannel {
                     transport_closed: false,
                 });
             }
-            let running = match process::is_running(&s.engine, &s.exec_id).await {
-                Ok(running) => running,
+            let exec = match process::state(&s.engine, &s.exec_id).await {
+                Ok(exec) => exec,
                 Err(_) if *self.transport_broken.borrow() => {
                     return Ok(DuplexExit {
                         exit_code: None,
@@ -220,8 +226,15 @@ impl DuplexChannel for DockerChannel {
                 }
                 Err(e) => return Err(e),
             };
-            if !running {
-                let code = process::exit_code(&s.engine, &s.exec_id).await?;
+            let over = match exec {
+                ExecState::Exited(code) => Some(Some(code)),
+                // Not started, and its stream is over: the engine never started it.
+                ExecState::Starting if *self.output_ended.borrow() => Some(None),
+                // Running, or not started yet (the engine answers the start before it
+                // marks the exec running): not an exit.
+                ExecState::Starting | ExecState::Running => None,
+            };
+            if let Some(code) = over {
                 let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 let exit = DuplexExit {
                     exit_code: if state.stopped { None } else { code.map(|c| c as i32) },
@@ -236,6 +249,15 @@ impl DuplexChannel for DockerChannel {
             }
             delay = (delay * 2).min(MAX_POLL);
         }
+    }
+}
+
+/// Sends `true` when dropped: the pump is over.
+struct Ended(watch::Sender<bool>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let _ = self.0.send(true);
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use bollard::errors::Error as BollardError;
-use bollard::{API_DEFAULT_VERSION, Docker};
+use bollard::{API_DEFAULT_VERSION, ClientVersion, Docker};
 use envrt_runtime_core::DriverError;
 
 use crate::config::DockerConfig;
@@ -30,11 +30,27 @@ pub(crate) struct Engine {
     pub(crate) docker: Docker,
     pub(crate) address: String,
     pub(crate) api_timeout: Duration,
+    /// bollard's own whole-request bound, in seconds (the transfer timeout).
+    client_timeout: u64,
     /// Bound on the liveness ping asked when a request is slow (the longer of the connect
     /// and API timeouts).
     ping_timeout: Duration,
     /// Longest a single request is waited for while the engine still answers pings.
     patience: Duration,
+}
+
+/// A client of the engine at `address` speaking `version`; `None` for an address of no
+/// supported kind. Makes no request.
+fn client(address: &str, timeout: u64, version: &ClientVersion) -> Option<Result<Docker, BollardError>> {
+    if let Some(path) = address.strip_prefix("unix://") {
+        Some(Docker::connect_with_unix(path, timeout, version))
+    } else if address.starts_with('/') {
+        Some(Docker::connect_with_unix(address, timeout, version))
+    } else if address.starts_with("tcp://") || address.starts_with("http://") {
+        Some(Docker::connect_with_http(address, timeout, version))
+    } else {
+        None
+    }
 }
 
 /// What a failed request says about the engine.
@@ -98,18 +114,12 @@ impl Engine {
         // bollard's own timeout is whole seconds and bounds every request until its
         // response head (an upload's whole body): the transfer bound, the longest one.
         let client_timeout = config.transfer_timeout.as_secs().max(1);
-        let docker = if let Some(path) = address.strip_prefix("unix://") {
-            Docker::connect_with_unix(path, client_timeout, API_DEFAULT_VERSION)
-        } else if address.starts_with('/') {
-            Docker::connect_with_unix(&address, client_timeout, API_DEFAULT_VERSION)
-        } else if address.starts_with("tcp://") || address.starts_with("http://") {
-            Docker::connect_with_http(&address, client_timeout, API_DEFAULT_VERSION)
-        } else {
+        let Some(docker) = client(&address, client_timeout, API_DEFAULT_VERSION) else {
             return Err(DriverError::invalid(format!(
                 "Docker host \"{address}\" is not supported: use unix:///path, tcp://host:port or http://host:port."
             )));
-        }
-        .map_err(|e| unreachable(Some(Box::new(e))))?;
+        };
+        let docker = docker.map_err(|e| unreachable(Some(Box::new(e))))?;
         // The engine may speak an older API than bollard's default: negotiate (one
         // GET /version, which doubles as the ping), bounded; a connection that could not
         // be made or broke (not an absent engine) is tried again within the bound.
@@ -135,11 +145,25 @@ impl Engine {
         Ok(Engine {
             docker,
             address,
+            client_timeout,
             api_timeout: config.api_timeout,
             // A loaded engine answers a ping slowly too: as long as a request may take.
             ping_timeout: config.connect_timeout.max(config.api_timeout),
             patience: config.transfer_timeout.max(config.api_timeout),
         })
+    }
+
+    /// The same engine through a client of its own (no connection shared with this one),
+    /// speaking the version this one negotiated: for work done on another async runtime
+    /// than the one this client's connections live on (a dropped execute's kill).
+    pub(crate) fn detached(&self) -> Result<Engine, BollardError> {
+        let version = self.docker.client_version();
+        let docker = client(&self.address, self.client_timeout, &version).ok_or_else(|| {
+            BollardError::UnsupportedURISchemeError {
+                uri: self.address.clone(),
+            }
+        })??;
+        Ok(Engine { docker, ..self.clone() })
     }
 
     /// Runs one control request, sent once. When it has no answer within the API

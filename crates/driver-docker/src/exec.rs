@@ -10,6 +10,7 @@ use envrt_runtime_core::PathScope;
 use envrt_runtime_core::execute::signal_name;
 use envrt_runtime_core::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 
+use crate::dropkill::KillOnDrop;
 use crate::engine::Engine;
 use crate::process::{self, Demux, OutputFrames};
 
@@ -173,75 +174,6 @@ impl Collector<'_> {
     }
 }
 
-/// Kills the command's tree when the execute future is dropped before it finished (a
-/// cancelled call): from the host at once, inside `Drop`, when the host sees the
-/// container's processes, which needs no task of the async runtime (the CLI shuts its
-/// runtime down right after an interrupt); otherwise (a remote engine) from a task
-/// spawned on the runtime, which runs the in-container killer.
-struct KillOnDrop {
-    engine: Engine,
-    container: String,
-    /// The exec, once the engine made it.
-    exec_id: Option<String>,
-    /// The command's tree, once the wrapper reported it.
-    target: Option<process::Target>,
-    armed: bool,
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let Some(exec_id) = self.exec_id.as_ref().filter(|_| self.armed) else {
-            // Not armed, or dropped before the engine made the exec: nothing runs.
-            return;
-        };
-        let container = &self.container;
-        if let Some(target) = &self.target
-            && crate::hostkill::sees(container)
-        {
-            let left = crate::hostkill::apply(container, target, crate::hostkill::Mode::Kill);
-            tracing::debug!(
-                container,
-                exec_id,
-                left,
-                "dropped execute: killed its tree from the host"
-            );
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(container, exec_id, "dropped execute: no runtime to kill its tree on");
-            return;
-        };
-        let engine = self.engine.clone();
-        let container = container.clone();
-        let exec_id = exec_id.clone();
-        let target = self.target.clone();
-        handle.spawn(async move {
-            let target = match target {
-                Some(target) => target,
-                // Dropped before the wrapper reported the pid: the exec's own pid is the
-                // session of the tree, as the host sees it.
-                None => match process::host_pid(&engine, &exec_id).await {
-                    Some(pid) if crate::hostkill::sees(&container) => {
-                        crate::hostkill::apply_host_session(&container, pid);
-                        return;
-                    }
-                    _ => {
-                        tracing::warn!(
-                            container,
-                            exec_id,
-                            "dropped execute: its pid is unknown, cannot kill its tree"
-                        );
-                        return;
-                    }
-                },
-            };
-            if let Err(error) = process::kill_tree(&engine, &container, &target, Duration::ZERO, false).await {
-                tracing::warn!(container, exec_id, %error, "dropped execute: could not kill its tree");
-            }
-        });
-    }
-}
-
 /// Runs `request` in `container` with `workspace` as the default cwd (relative cwds start
 /// there; absolute ones may name any directory of the container).
 pub(crate) async fn execute(
@@ -267,6 +199,7 @@ pub(crate) async fn execute(
         container: container.to_owned(),
         exec_id: None,
         target: None,
+        output: None,
         armed: true,
     };
     let spawned = process::spawn_as(
@@ -282,7 +215,10 @@ pub(crate) async fn execute(
     )
     .await?;
     let exec_id = spawned.exec_id;
-    let mut output = spawned.output;
+    // Held by the guard, which drops it only after its kill: the engine kills the exec's
+    // own process (not its tree) when the attach connection closes, and an exec it ended
+    // that way before the guard asked for its pid is one whose tree cannot be found.
+    let output = guard.output.insert(spawned.output);
     let mut input = spawned.input;
     let secret_lines = env.secret_lines;
     // Written beside the reader so a command that writes before it reads cannot deadlock;
@@ -356,7 +292,7 @@ pub(crate) async fn execute(
     metadata.insert("containerId".into(), container.into());
     metadata.insert("execId".into(), exec_id.clone().into());
     if timed_out || exited_with_holders {
-        collector.await_pid(&mut output, DRAIN).await;
+        collector.await_pid(output, DRAIN).await;
         guard.target = collector.demux.target().cloned();
         match collector.demux.target().cloned() {
             Some(target) => {
@@ -366,14 +302,14 @@ pub(crate) async fn execute(
             }
             None => tracing::warn!(container, exec_id, "command's pid unknown, cannot kill its tree"),
         }
-        collector.drain(&mut output, DRAIN).await;
+        collector.drain(output, DRAIN).await;
     }
     let tail = collector.demux.flush();
     collector.deliver(tail);
     if let Some(writer) = &writer {
         writer.abort();
     }
-    drop(output);
+    guard.output = None;
     if let Some(pid) = collector.demux.pid() {
         metadata.insert("pid".into(), pid.into());
     }

@@ -11,6 +11,8 @@
 //! this pid still is the container's (its cgroup names the container): when the container
 //! has stopped or is gone (a release or destroy), it exits, so no watchdog outlives its
 //! container by more than a second; the pid is checked once more right before the kill.
+//! Acquire starts it; resume starts it again when the container's init has no watchdog (a
+//! reused lease's container is stopped at release, and started with a new init at resume).
 
 use envrt_runtime_core::Timestamp;
 
@@ -47,9 +49,26 @@ pub(crate) fn start(container: &str, init_pid: i64, at: u64) -> std::io::Result<
         .map(drop)
 }
 
-/// With a local engine, starts the host watchdog that ends `container` at `at` even if its
-/// command stopped the in-container `sleep`; with a remote one the in-container `sleep`
-/// alone keeps the expiry.
+/// Whether a watchdog of `container` whose init has host pid `init_pid` already runs (a
+/// lease resumed again while its container kept running keeps its one watchdog).
+fn watched(container: &str, init_pid: i64) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let pid = init_pid.to_string();
+    entries.flatten().any(|entry| {
+        std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.len() > 5 && args[3] == NAME.as_bytes() && args[4] == container.as_bytes() && args[5] == pid.as_bytes()
+        })
+    })
+}
+
+/// With a local engine, makes sure a host watchdog ends `container` at `at` even if its
+/// command stopped the in-container `sleep`: starts one unless one already watches the
+/// container's current init (a resumed lease whose container was stopped and started
+/// again has a new init, which no watchdog watches yet). With a remote engine the
+/// in-container `sleep` alone keeps the expiry.
 pub(crate) async fn watch(engine: &Engine, container: &str, at: Timestamp) {
     let init = match engine.retry(|| engine.docker.inspect_container(container, None)).await {
         Ok(inspected) => inspected.state.and_then(|s| s.pid).filter(|pid| *pid > 0),
@@ -60,6 +79,7 @@ pub(crate) async fn watch(engine: &Engine, container: &str, at: Timestamp) {
     };
     if let Some(pid) = init
         && crate::hostkill::sees(container)
+        && !watched(container, pid)
         && let Err(error) = start(container, pid, at.0 / 1000)
     {
         tracing::warn!(container, %error, "cannot start the container's expiry watchdog");

@@ -80,6 +80,7 @@ mod archive;
 mod bind;
 mod config;
 mod driver;
+mod dropkill;
 mod duplex;
 mod engine;
 mod exec;

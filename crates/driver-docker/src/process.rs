@@ -309,31 +309,54 @@ pub(crate) async fn exit_code(engine: &Engine, exec_id: &str) -> Result<Option<i
 }
 
 /// The host pid of the exec's own process, as the engine reports it once it runs (waiting
-/// up to the API timeout for a start still under way); `None` once it exited.
+/// up to the API timeout for a start still under way); `None` once it exited. The engine
+/// marks an exec running before it has started its process: until then the pid is 0.
 pub(crate) async fn host_pid(engine: &Engine, exec_id: &str) -> Option<i32> {
     let deadline = Instant::now() + engine.api_timeout;
     loop {
         let inspected = engine.retry(|| engine.docker.inspect_exec(exec_id)).await.ok()?;
-        if inspected.running == Some(true) {
-            return inspected
-                .pid
-                .filter(|pid| *pid > 0)
-                .and_then(|pid| i32::try_from(pid).ok());
+        let running = inspected.running == Some(true);
+        if let Some(pid) = inspected.pid.filter(|pid| running && *pid > 0) {
+            return i32::try_from(pid).ok();
         }
-        if inspected.exit_code.is_some() || Instant::now() >= deadline {
+        if (!running && inspected.exit_code.is_some()) || Instant::now() >= deadline {
             return None;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-/// Whether the exec's own process is still running.
-pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, DriverError> {
+/// What the engine says of an exec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ExecState {
+    /// Not running and no exit code: not started yet. The engine answers the start
+    /// request (the attach's `101`) before it marks the exec running, so right after
+    /// [`spawn_as`] returns (longer under load) an exec that will run looks like this; so
+    /// does one whose start the engine refused (its stream then ends).
+    Starting,
+    /// Its own process runs.
+    Running,
+    /// Over, with the exit code the engine recorded.
+    Exited(i64),
+}
+
+/// The exec's state, by one inspect.
+pub(crate) async fn state(engine: &Engine, exec_id: &str) -> Result<ExecState, DriverError> {
     let inspected = engine
         .retry(|| engine.docker.inspect_exec(exec_id))
         .await
         .map_err(|e| engine.error("inspecting a command", e))?;
-    Ok(inspected.running == Some(true))
+    Ok(match (inspected.running, inspected.exit_code) {
+        (Some(true), _) => ExecState::Running,
+        (_, Some(code)) => ExecState::Exited(code),
+        (_, None) => ExecState::Starting,
+    })
+}
+
+/// Whether the exec has not exited yet: its own process runs, or the engine is still
+/// starting it ([`ExecState::Starting`], which is not an exit).
+pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, DriverError> {
+    Ok(!matches!(state(engine, exec_id).await?, ExecState::Exited(_)))
 }
 
 /// The killer script: `$1` is `term`, `kill` or `list`, `$2` the command's pid, `$3` and
@@ -502,33 +525,6 @@ pub(crate) async fn run_repeatable_script(
             other => return other,
         }
     }
-}
-
-/// Go `os.FileMode`'s symlink and directory bits in the engine's path stat.
-const GO_MODE_SYMLINK: u32 = 1 << 27;
-const GO_MODE_DIR: u32 = 1 << 31;
-
-/// Whether every one of `paths` is an existing directory (not a link), by the engine's
-/// path stat: a request each, a few milliseconds, instead of a `mkdir -p` exec in the
-/// container (~100 ms on a loaded host). `false` whenever a stat cannot tell.
-pub(crate) async fn all_directories(engine: &Engine, container: &str, paths: &[&str]) -> bool {
-    for path in paths {
-        let options = bollard::query_parameters::ContainerArchiveInfoOptionsBuilder::default()
-            .path(path)
-            .build();
-        match engine
-            .retry(|| {
-                engine
-                    .docker
-                    .get_container_archive_info(container, Some(options.clone()))
-            })
-            .await
-        {
-            Ok(stat) if stat.file_mode & GO_MODE_SYMLINK == 0 && stat.file_mode & GO_MODE_DIR != 0 => {}
-            _ => return false,
-        }
-    }
-    true
 }
 
 #[cfg(test)]

@@ -232,7 +232,7 @@ pub(crate) async fn sync_in(
         };
         let parents: Vec<&str> = plan.entries.iter().map(|e| e.parent.as_str()).collect();
         // Parents that already exist (by the engine's path stats) need no `mkdir` exec.
-        if !parents.is_empty() && !crate::process::all_directories(&driver.engine, container, &parents).await {
+        if !parents.is_empty() && !all_directories(&driver.engine, container, &parents).await {
             let (_, stderr, code) = run_script(
                 &driver.engine,
                 container,
@@ -318,4 +318,31 @@ pub(crate) async fn sync_in(
         results.push(result);
     }
     Ok(SyncResult { operations: results })
+}
+
+/// Go `os.FileMode`'s symlink and directory bits in the engine's path stat.
+const GO_MODE_SYMLINK: u32 = 1 << 27;
+const GO_MODE_DIR: u32 = 1 << 31;
+
+/// Whether every one of `paths` is an existing directory (not a link), by the engine's
+/// path stat: a request each, a few milliseconds, instead of a `mkdir -p` exec in the
+/// container (~100 ms on a loaded host). `false` whenever a stat cannot tell.
+async fn all_directories(engine: &crate::engine::Engine, container: &str, paths: &[&str]) -> bool {
+    for path in paths {
+        let options = bollard::query_parameters::ContainerArchiveInfoOptionsBuilder::default()
+            .path(path)
+            .build();
+        match engine
+            .retry(|| {
+                engine
+                    .docker
+                    .get_container_archive_info(container, Some(options.clone()))
+            })
+            .await
+        {
+            Ok(stat) if stat.file_mode & GO_MODE_SYMLINK == 0 && stat.file_mode & GO_MODE_DIR != 0 => {}
+            _ => return false,
+        }
+    }
+    true
 }

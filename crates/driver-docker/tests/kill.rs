@@ -1,6 +1,6 @@
 //! Ending a command's processes against a real engine: a dropped execute future kills
 //! its whole tree (also when the async runtime shuts down right after, as the CLI's
-//! SIGINT path does), and a command that fills the container's pids limit is still
+//! SIGINT path does, and also before the wrapper's pid report was read), and a command that fills the container's pids limit is still
 //! killed at its timeout, from outside the container.
 
 mod common;
@@ -120,6 +120,55 @@ fn dropping_an_execute_kills_its_tree_when_the_runtime_shuts_down_right_after() 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let left = gone_within_bound(&container, &format!("sleep {n}")).await;
+        let h = common::harness().await.unwrap();
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", "-v", &container])
+            .output();
+        h.finish().await;
+        assert_eq!(left, Vec::<String>::new());
+    });
+}
+
+#[test]
+fn dropping_an_execute_before_its_pid_report_was_read_kills_it_when_the_runtime_shuts_down_right_after() {
+    let n = unique();
+    let needle = format!("sleep {n}");
+    let container = {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let made = runtime.block_on(async {
+            let h = common::harness().await?;
+            let lease = h.default_lease().await;
+            let container = lease.provider_lease_id.clone().unwrap();
+            let request = ExecuteRequest::new("sleep", [n.to_string()]);
+            let mut execute = Box::pin(h.runtime.execute(&lease.id, request));
+            // Polled only while nothing of the command is in the container: once its
+            // wrapper (whose arguments name the command) shows, it is dropped without
+            // another poll, so the wrapper's pid report is never read.
+            while host_processes(&container, &needle).is_empty() {
+                assert!(
+                    futures::FutureExt::now_or_never(execute.as_mut()).is_none(),
+                    "the command ended"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            drop(execute);
+            h.abandon();
+            Some(container)
+        });
+        // As the CLI does after an interrupt: no task of this runtime runs again.
+        runtime.shutdown_background();
+        match made {
+            Some(made) => made,
+            None => return,
+        }
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let left = gone_within_bound(&container, &needle).await;
         let h = common::harness().await.unwrap();
         let _ = std::process::Command::new("docker")
             .args(["rm", "-f", "-v", &container])

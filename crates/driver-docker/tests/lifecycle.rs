@@ -269,3 +269,51 @@ async fn the_recorded_owner_is_the_users_ids_and_the_engine_makes_the_workspace(
     .await;
     h.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_bound_runtime_refuses_another_tenants_acquire_before_any_container_is_made() {
+    use std::sync::Arc;
+
+    use envrt_runtime_core::{AcquireRequest, Environment, EnvironmentRuntime, LeaseFilter, MemoryStore, PoolSpec};
+
+    let h = harness_or_skip!();
+    common::bounded(120, async {
+        let store = Arc::new(MemoryStore::new());
+        let bound = Arc::new(EnvironmentRuntime::with_store(store.clone()).for_tenant("acme"));
+        bound.register_driver(h.driver.clone());
+        let mut config = serde_json::Map::new();
+        config.insert("image".into(), common::image().into());
+        bound
+            .put_environment(Environment::new("ctr", "Docker", "docker").with_config(config))
+            .await
+            .unwrap();
+        let refused = bound
+            .acquire_lease(AcquireRequest::new("ctr", "other"))
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, RuntimeError::TenantMismatch { .. }), "{refused:?}");
+        assert_eq!(refused.kind(), "tenant_mismatch");
+        assert_eq!(
+            refused.to_string(),
+            "Tenant \"other\" is not this runtime's tenant \"acme\"."
+        );
+        // Nor can a warm pool make such leases in the background.
+        let pool = bound.start_pool(PoolSpec::new("ctr", "other", 1)).unwrap_err();
+        assert_eq!(
+            pool.to_string(),
+            "Tenant \"other\" is not this runtime's tenant \"acme\"."
+        );
+        // No lease row (an operator's runtime on the same store sees every tenant), no
+        // container, per the driver and per the engine.
+        let operator = EnvironmentRuntime::with_store(store.clone());
+        assert!(operator.leases(&LeaseFilter::default()).await.unwrap().is_empty());
+        assert_eq!(h.driver.managed_containers().await.unwrap(), Vec::new());
+        assert_eq!(common::cli_containers(&h.run), Vec::<String>::new());
+        // The runtime's own tenant still acquires.
+        let own = bound.acquire_lease(AcquireRequest::new("ctr", "acme")).await.unwrap();
+        assert_eq!(common::cli_containers(&h.run).len(), 1);
+        bound.destroy_lease(&own.id).await.unwrap();
+    })
+    .await;
+    h.finish().await;
+}

@@ -293,7 +293,6 @@ fn container_processes(container: &str, needle: &str) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "open defect: a SIGINT that lands after the command started but before the driver read its pid leaves it running (the kill is then a spawned task the CLI's runtime shutdown drops)"]
 fn sigint_to_exec_on_a_held_lease_leaves_no_command_in_the_container() {
     if !docker_ready() {
         return;

@@ -52,6 +52,15 @@ pub enum RuntimeError {
         /// The lease id.
         id: String,
     },
+    /// An acquire (or a warm pool) on a runtime bound to a tenant named another tenant's
+    /// `company_id`; refused before any driver is touched, so no lease is made.
+    #[error("Tenant \"{company_id}\" is not this runtime's tenant \"{tenant}\".")]
+    TenantMismatch {
+        /// The tenant the request named.
+        company_id: String,
+        /// The tenant the runtime is bound to.
+        tenant: String,
+    },
     /// No environment with this id is known to the runtime.
     #[error("Environment \"{id}\" was not found.")]
     EnvironmentNotFound {

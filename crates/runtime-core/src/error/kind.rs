@@ -16,6 +16,7 @@ impl RuntimeError {
             RuntimeError::DuplexNotGranted { .. } => "duplex_not_granted",
             RuntimeError::LeaseNotFound { .. } => "lease_not_found",
             RuntimeError::EnvironmentNotFound { .. } => "environment_not_found",
+            RuntimeError::TenantMismatch { .. } => "tenant_mismatch",
             RuntimeError::LeaseNotActive { .. } => "lease_not_active",
             RuntimeError::LeaseGone { .. } => "lease_gone",
             RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",

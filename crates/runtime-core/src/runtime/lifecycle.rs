@@ -100,6 +100,7 @@ impl EnvironmentRuntime {
     /// ready lease when a warm pool matches the request (see [`start_pool`](Self::start_pool)).
     pub async fn acquire_lease(&self, request: AcquireRequest) -> Result<Lease, RuntimeError> {
         traced("acquire_lease", "", async {
+            self.check_tenant(&request.company_id)?;
             if let Some(lease) = self.pools.take(&request) {
                 // The same checks as a fresh acquire, so a pool never outlives its rules (a
                 // template deleted since the lease was made refuses it too).
@@ -150,6 +151,7 @@ impl EnvironmentRuntime {
     /// Acquires a new lease through the driver, never from a pool.
     pub(super) async fn acquire_fresh(&self, request: AcquireRequest) -> Result<Lease, RuntimeError> {
         {
+            self.check_tenant(&request.company_id)?;
             let (environment, driver) = self.check_acquirable(&request.environment_id).await?;
             if let Some(requested) = request.requested_expires_at
                 && requested <= Timestamp::now()

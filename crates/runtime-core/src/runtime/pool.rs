@@ -165,6 +165,7 @@ impl EnvironmentRuntime {
         if spec.size == 0 {
             return Err(DriverError::invalid("a lease pool needs a size of at least 1").into());
         }
+        self.check_tenant(&spec.company_id)?;
         let key = PoolKey::of_spec(&spec);
         let pool = Arc::new(Pool {
             spec,
