@@ -257,6 +257,7 @@ def test_error_kinds_pick_python_classes() -> None:
         ("source_missing", None): FileNotFoundError,
         ("io", "not_found"): FileNotFoundError,
         ("io", "permission_denied"): PermissionError,
+        ("tenant_mismatch", None): PermissionError,
         ("source_kind", "is_a_directory"): IsADirectoryError,
         ("source_kind", "not_a_directory"): NotADirectoryError,
         ("lease_expired", None): TimeoutError,
@@ -270,6 +271,19 @@ def test_error_kinds_pick_python_classes() -> None:
         assert (str(error), error.kind) == ("exact text", kind)
     plain = from_native("store", "disk full", None)
     assert type(plain) is envrt.EnvrtError
+
+
+async def test_a_runtime_refuses_to_acquire_for_another_tenant(tmp_path: Path) -> None:
+    runtime = await envrt.Runtime.create(local_root=tmp_path / "leases", database=tmp_path / "leases.db", company="acme")
+    with pytest.raises(PermissionError) as refused:
+        await runtime.acquire("local", company="globex")
+    assert (str(refused.value), refused.value.kind) == (
+        'Tenant "globex" is not this runtime\'s tenant "acme".',
+        "tenant_mismatch",
+    )
+    assert await runtime.leases() == []
+    async with await runtime.acquire("local") as lease:
+        assert (await lease.exec(["echo", "ok"])).stdout == b"ok\n"
 
 
 def _running_with(marker: str) -> list[int]:

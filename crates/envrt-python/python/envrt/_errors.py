@@ -10,7 +10,8 @@ kind (or the operating-system cause)    also an instance of
 ======================================  =====================================
 ``source_missing``, ``file_not_found``  :class:`FileNotFoundError`
 ``path_outside_workspace``, EACCES,
-``permission_denied``                   :class:`PermissionError`
+``permission_denied``,
+``tenant_mismatch``                     :class:`PermissionError`
 ``source_kind`` (a file was expected),
 ``is_a_directory``                      :class:`IsADirectoryError`
 ``source_kind`` (a directory expected)  :class:`NotADirectoryError`
@@ -92,6 +93,7 @@ _BY_KIND = {
     "is_a_directory": EnvrtIsADirectoryError,
     "user_refused": EnvrtUserRefusedError,
     "path_outside_workspace": EnvrtPermissionError,
+    "tenant_mismatch": EnvrtPermissionError,
     "lease_expired": EnvrtTimeoutError,
     "lease_not_found": EnvrtLookupError,
     "environment_not_found": EnvrtLookupError,
