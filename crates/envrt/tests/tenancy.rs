@@ -79,6 +79,35 @@ async fn another_tenant_gets_not_found_for_every_operation_on_a_lease_and_leaves
     not_found(id, "resume", other.resume_lease(id).await);
     not_found(id, "release", other.release_lease(id, LeaseStatus::Released).await);
     not_found(id, "destroy", other.destroy_lease(id).await);
+    // Templates are the tenant's too: listing or deleting them for another tenant is
+    // refused before the driver looks.
+    let template = acme.capture_template(id, Some("base")).await.unwrap();
+    for (what, refused) in [
+        (
+            "templates",
+            other.templates("dev", "acme").await.map(|_| ()).unwrap_err(),
+        ),
+        (
+            "delete_template",
+            other
+                .delete_template("dev", "acme", &template.id)
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+        ),
+    ] {
+        assert!(
+            matches!(refused, RuntimeError::TenantMismatch { .. }),
+            "{what}: {refused:?}"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "Tenant \"acme\" is not this runtime's tenant \"other\".",
+            "{what}"
+        );
+    }
+    assert!(other.templates("dev", "other").await.unwrap().is_empty());
+    assert_eq!(acme.templates("dev", "acme").await.unwrap(), vec![template.clone()]);
     assert!(!other.supports_sync(id).await);
     assert_eq!(other.lease(id).await.unwrap(), None);
     assert!(other.leases(&LeaseFilter::default()).await.unwrap().is_empty());
@@ -100,4 +129,5 @@ async fn another_tenant_gets_not_found_for_every_operation_on_a_lease_and_leaves
         Some("acme".to_owned())
     );
     acme.release_lease(id, LeaseStatus::Released).await.unwrap();
+    assert!(acme.delete_template("dev", "acme", &template.id).await.unwrap());
 }

@@ -24,9 +24,11 @@ impl EnvironmentRuntime {
     }
 
     /// Every template of an environment for tenant `company_id`, oldest first. Refused
-    /// with `Environment driver "{key}" does not support templates.` when its driver has
-    /// none.
+    /// with `Tenant "{company_id}" is not this runtime's tenant "{tenant}".` on a runtime
+    /// bound to another tenant, and with `Environment driver "{key}" does not support
+    /// templates.` when its driver has none.
     pub async fn templates(&self, environment_id: &str, company_id: &str) -> Result<Vec<TemplateRef>, RuntimeError> {
+        self.check_tenant(company_id)?;
         let environment = self.known_environment(environment_id).await?;
         let driver = self.registered(&environment.driver)?;
         let templates = gate_driver(&environment.driver, driver.as_ref(), Operation::ListTemplates, |d| {
@@ -36,7 +38,8 @@ impl EnvironmentRuntime {
     }
 
     /// Deletes a template of an environment and tenant; `Ok(false)` when there is none by
-    /// that id (idempotent). Refused with `Environment driver "{key}" does not support
+    /// that id (idempotent). Refused first on a runtime bound to another tenant (as
+    /// [`templates`](Self::templates)), then with `Environment driver "{key}" does not support
     /// template deletion.` when its driver has no templates group.
     pub async fn delete_template(
         &self,
@@ -44,6 +47,7 @@ impl EnvironmentRuntime {
         company_id: &str,
         template_id: &str,
     ) -> Result<bool, RuntimeError> {
+        self.check_tenant(company_id)?;
         let environment = self.known_environment(environment_id).await?;
         let driver = self.registered(&environment.driver)?;
         let templates = gate_driver(&environment.driver, driver.as_ref(), Operation::DeleteTemplate, |d| {
