@@ -3,12 +3,15 @@
 mod bench;
 mod ci;
 mod conformance;
+mod drivers;
 mod python;
 mod soak;
 mod stress;
 mod testlog;
 #[cfg(test)]
 mod tidy;
+#[cfg(test)]
+mod tidy_drivers;
 mod util;
 
 use std::process::ExitCode;

@@ -95,6 +95,10 @@ impl DriverDescriptor for DockerDescriptor {
         true
     }
 
+    fn doctor_sets_up(&self) -> bool {
+        true
+    }
+
     async fn build(
         &self,
         settings: &(dyn Any + Send + Sync),
@@ -139,7 +143,7 @@ mod tests {
     fn read(section: serde_json::Value) -> Result<DockerConfig, String> {
         let sections = BTreeMap::from([("docker".to_owned(), section)]);
         let context = SettingsContext {
-            state_dir: "/state".as_ref(),
+            state_dir: Some("/state".as_ref()),
             config_dir: None,
         };
         DESCRIPTOR

@@ -27,7 +27,8 @@ impl DriverConfig for LocalConfig {
     const KEY: &'static str = DRIVER_KEY;
 }
 
-/// `[local]`: `root` (lease workspaces; default `<state dir>/workspaces`) and `paths`
+/// `[local]`: `root` (lease workspaces; default `<state dir>/workspaces` in an
+/// `envrt.toml`, else the driver's own default) and `paths`
 /// (`"workspace"`, the default, or `"host"`).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -71,7 +72,9 @@ impl DriverDescriptor for LocalDescriptor {
         let section: Section = read_section(sections, "local")?;
         Ok(Box::new(LocalConfig {
             path_scope: path_scope(section.paths.as_ref())?,
-            root: Some(section.root.unwrap_or_else(|| context.state_dir.join("workspaces"))),
+            root: section
+                .root
+                .or_else(|| context.state_dir.map(|dir| dir.join("workspaces"))),
             ..Default::default()
         }))
     }
@@ -114,7 +117,7 @@ mod tests {
     fn read(text: serde_json::Value) -> Result<LocalConfig, String> {
         let sections = BTreeMap::from([("local".to_owned(), text)]);
         let context = SettingsContext {
-            state_dir: "/state".as_ref(),
+            state_dir: Some("/state".as_ref()),
             config_dir: None,
         };
         DESCRIPTOR

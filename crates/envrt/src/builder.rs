@@ -167,6 +167,30 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Configures the driver `key` from `section`, its settings in the form of its
+    /// `envrt.toml` section (a JSON object; the first section the descriptor owns), read by
+    /// its descriptor with the file's exact refusals. The error names a key this build
+    /// does not know, with the known ones, or is the descriptor's refusal.
+    pub fn configure_section(mut self, key: &str, section: &serde_json::Value) -> Result<Self, String> {
+        let Some(descriptor) = crate::registry::descriptors().iter().find(|d| d.key() == key) else {
+            return Err(format!(
+                "unknown driver \"{key}\"; this build knows {}",
+                crate::known_drivers().join(", ")
+            ));
+        };
+        let mut sections = BTreeMap::new();
+        if let Some(name) = descriptor.sections().first() {
+            sections.insert((*name).to_owned(), section.clone());
+        }
+        let context = envrt_runtime_core::descriptor::SettingsContext {
+            state_dir: None,
+            config_dir: None,
+        };
+        let settings = descriptor.settings(&sections, &context)?;
+        self.settings.insert(descriptor.key(), Arc::from(settings));
+        Ok(self)
+    }
+
     /// Settings read from `envrt.toml` for the driver `key`.
     #[cfg(feature = "config")]
     pub(crate) fn settings(mut self, key: &'static str, settings: Arc<dyn Any + Send + Sync>) -> Self {

@@ -40,8 +40,9 @@ pub trait DriverConfig: Any + Send + Sync + Clone {
 /// Where an `envrt.toml` is and where its state goes, for reading a descriptor's sections.
 #[derive(Debug, Clone, Copy)]
 pub struct SettingsContext<'a> {
-    /// The state directory (`--state-dir`).
-    pub state_dir: &'a Path,
+    /// The state directory (`--state-dir`) of an `envrt.toml`; `None` for settings a
+    /// program gives without a file (the Python package's `Runtime.create`).
+    pub state_dir: Option<&'a Path>,
     /// The directory of the configuration file, when there is one (relative paths in the
     /// file resolve against it).
     pub config_dir: Option<&'a Path>,
@@ -230,6 +231,12 @@ pub trait DriverDescriptor: Send + Sync + 'static {
 
     /// `(setting, value)` rows of what `environment` enforces on its commands.
     fn isolation(&self, environment: &Environment) -> Vec<(String, String)>;
+
+    /// Whether `envrt doctor` sets this driver up even when no environment uses it, to
+    /// report its readiness (false by default).
+    fn doctor_sets_up(&self) -> bool {
+        false
+    }
 
     /// Extra `envrt doctor` checks (none by default).
     async fn doctor(&self, context: &DoctorContext<'_>) -> Vec<DoctorCheck> {

@@ -14,7 +14,7 @@ live two-way channels, through one asyncio API backed by the Rust runtime.
 The Inspect AI sandbox provider registers as ``"envrt"`` (see ``envrt._inspect``).
 """
 
-from ._envrt import ExecResult
+from ._envrt import ExecResult, known_drivers
 from ._errors import (
     EnvrtError,
     EnvrtFileNotFoundError,
@@ -30,6 +30,7 @@ from ._errors import (
 from ._runtime import DuplexStream, Lease, Runtime, SyncFile, SyncOperation
 
 __all__ = [
+    "known_drivers",
     "DuplexStream",
     "EnvrtError",
     "EnvrtFileNotFoundError",

@@ -322,7 +322,7 @@ impl Config {
     /// (the error is its message, without the file name).
     fn from_file(file: File, paths: &Paths) -> Result<Config, String> {
         let context = SettingsContext {
-            state_dir: &paths.state_dir,
+            state_dir: Some(&paths.state_dir),
             config_dir: paths.config.as_deref().and_then(Path::parent),
         };
         let mut drivers = BTreeMap::new();
