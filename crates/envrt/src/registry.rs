@@ -17,8 +17,6 @@ static DRIVERS: &[&dyn DriverDescriptor] = &[
     &envrt_driver_ssh::DESCRIPTOR,
     #[cfg(feature = "plugin-sandbox")]
     &envrt_driver_plugin_sandbox::DESCRIPTOR,
-    #[cfg(feature = "refuse")]
-    &envrt_driver_refuse::DESCRIPTOR,
 ];
 
 /// Every driver descriptor this build enables, in registration order.
