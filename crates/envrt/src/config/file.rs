@@ -402,6 +402,7 @@ mod tests {
         assert_eq!(keys, known);
     }
 
+    #[cfg(all(feature = "docker", feature = "plugin-sandbox"))]
     #[test]
     fn a_full_file_parses_with_driver_config_as_json() {
         let file = Config::parse(

@@ -29,6 +29,7 @@ mod duration;
 mod file;
 
 pub use assemble::{Assembly, open_store};
+#[cfg(any(feature = "docker", feature = "plugin-sandbox"))]
 pub use compat::*;
 pub use duration::{DurationError, parse_duration};
 pub use envrt_runtime_core::descriptor::find_in_path;
