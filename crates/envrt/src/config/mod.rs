@@ -29,7 +29,8 @@ mod duration;
 mod file;
 
 pub use assemble::{Assembly, open_store};
-#[cfg(any(feature = "docker", feature = "plugin-sandbox"))]
+// Empty in a build without those drivers.
+#[allow(unused_imports, unreachable_pub)]
 pub use compat::*;
 pub use duration::{DurationError, parse_duration};
 pub use envrt_runtime_core::descriptor::find_in_path;
