@@ -4,6 +4,8 @@ mod bench;
 mod ci;
 mod conformance;
 mod drivers;
+#[cfg(test)]
+mod layers;
 mod python;
 mod soak;
 mod stress;

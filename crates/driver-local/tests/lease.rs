@@ -7,7 +7,9 @@ use std::os::unix::fs::PermissionsExt;
 
 use common::{Harness, bounded, marker, survivors, unique_sleep};
 use envrt_driver_local::{LocalConfig, LocalDriver};
-use envrt_runtime_core::{EnvironmentDriver, ExecuteRequest, LeasePolicy, LeaseStatus, RuntimeError, WorkspaceRequest};
+use envrt_runtime_core::{
+    EnvironmentDriver, ExecuteRequest, LeasePolicy, LeaseStatus, RuntimeError, UnsupportedOperation, WorkspaceRequest,
+};
 
 #[tokio::test]
 async fn acquire_creates_a_private_workspace_and_release_removes_it_idempotently() {
@@ -141,7 +143,13 @@ async fn capabilities_are_honest_and_duplex_is_refused_with_the_exact_text() {
         Err(e) => e,
         Ok(_) => panic!("duplex must be refused"),
     };
-    assert!(matches!(err, RuntimeError::DuplexUnsupported { .. }));
+    assert!(matches!(
+        err,
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Duplex,
+            ..
+        }
+    ));
     assert_eq!(
         err.to_string(),
         "Environment driver \"local\" does not support duplex channels."

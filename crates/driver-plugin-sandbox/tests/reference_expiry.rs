@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use envrt_driver_plugin_sandbox::SandboxOptions;
 use envrt_runtime_core::{
     AcquireRequest, EnvironmentRuntime, ExecuteRequest, Lease, LeaseStatus, RuntimeError, Timestamp,
+    UnsupportedOperation,
 };
 use host_common::*;
 
@@ -215,7 +216,13 @@ async fn a_worker_that_attests_no_expiry_is_refused_with_the_exact_text() {
     let mut request = AcquireRequest::new("env-1", "co-1");
     request.requested_expires_at = Some(Timestamp::now().after(Duration::from_secs(600)));
     let error = runtime.acquire_lease(request).await.unwrap_err();
-    assert!(matches!(error, RuntimeError::ExpiryUnsupported { .. }));
+    assert!(matches!(
+        error,
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Expiry,
+            ..
+        }
+    ));
     assert_eq!(
         error.to_string(),
         format!("Environment driver \"{}\" does not support lease expiry.", {

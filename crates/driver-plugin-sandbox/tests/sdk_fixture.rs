@@ -130,7 +130,13 @@ async fn execute_streams_execute_log_chunks_to_the_sink() {
     };
     assert_eq!(joined(OutputStream::Stdout), result.stdout);
     assert_eq!(joined(OutputStream::Stderr), result.stderr);
-    assert!(seen.len() >= 3, "chunks arrive while the command runs: {seen:?}");
+    // How the bytes of one stream are cut into chunks is up to the pipe and the load (a
+    // busy machine delivers `out1` and `out2` as one); that they arrive while the command
+    // runs is shown below, by a command that waits for the sink.
+    assert!(
+        seen.iter().all(|(_, chunk)| !chunk.is_empty()),
+        "no empty chunk reaches the sink: {seen:?}"
+    );
 
     // proof that chunks arrive while the command runs: it finishes only after the sink
     // has seen its first line and created the marker it waits for

@@ -109,10 +109,14 @@ pub(crate) fn runtime_exit_code(error: &RuntimeError) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envrt::UnsupportedOperation;
 
     #[test]
     fn refusals_and_usage_are_2_failures_are_1() {
-        let refusal = CliError::Runtime(RuntimeError::DuplexUnsupported { key: "local".into() });
+        let refusal = CliError::Runtime(RuntimeError::Unsupported {
+            key: "local".into(),
+            operation: UnsupportedOperation::Duplex,
+        });
         assert_eq!(refusal.exit_code(), 2);
         assert_eq!(
             refusal.to_string(),
@@ -141,7 +145,10 @@ mod tests {
 
     #[test]
     fn json_errors_carry_kind_message_and_exit_code() {
-        let refusal = CliError::Runtime(RuntimeError::DuplexUnsupported { key: "local".into() });
+        let refusal = CliError::Runtime(RuntimeError::Unsupported {
+            key: "local".into(),
+            operation: UnsupportedOperation::Duplex,
+        });
         assert_eq!(
             refusal.to_json(),
             serde_json::json!({"error": {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use envrt::core::TemplateRef;
 use envrt::sqlite::holder::Holder;
-use envrt::{ExecuteRequest, LeasePolicy, LeaseStatus, RuntimeError};
+use envrt::{ExecuteRequest, LeasePolicy, LeaseStatus, RuntimeError, UnsupportedOperation};
 
 use crate::Target;
 use crate::app::App;
@@ -202,9 +202,13 @@ async fn run_session(
     };
     match app.runtime.open_duplex_channel(lease_id, &argv).await {
         Ok(channel) => crate::shell::session(Arc::from(channel), !args.no_raw, interrupts).await,
-        Err(RuntimeError::DuplexUnsupported { .. } | RuntimeError::DuplexNotGranted { .. })
-            if !args.argv.is_empty() =>
-        {
+        Err(
+            RuntimeError::Unsupported {
+                operation: UnsupportedOperation::Duplex,
+                ..
+            }
+            | RuntimeError::DuplexNotGranted { .. },
+        ) if !args.argv.is_empty() => {
             let request = ExecuteRequest::new(argv[0].clone(), argv[1..].iter().cloned());
             let result = app.runtime.execute(lease_id, request).await?;
             use std::io::Write;
@@ -213,11 +217,15 @@ async fn run_session(
             // Killed (no exit code) counts as a failed setup.
             Ok(result.exit_code.map_or(1, |code| (code & 0xff) as u8))
         }
-        Err(e @ (RuntimeError::DuplexUnsupported { .. } | RuntimeError::DuplexNotGranted { .. })) => {
-            Err(CliError::Usage(format!(
-                "{e} An interactive setup needs a duplex channel; give the setup as a command: envrt template setup -- sh -c '…'"
-            )))
-        }
+        Err(
+            e @ (RuntimeError::Unsupported {
+                operation: UnsupportedOperation::Duplex,
+                ..
+            }
+            | RuntimeError::DuplexNotGranted { .. }),
+        ) => Err(CliError::Usage(format!(
+            "{e} An interactive setup needs a duplex channel; give the setup as a command: envrt template setup -- sh -c '…'"
+        ))),
         Err(e) => Err(e.into()),
     }
 }

@@ -66,7 +66,7 @@ pub use envrt_runtime_core::{
     DuplexChannel, DuplexExit, EnvValue, Environment, EnvironmentDriver, EnvironmentRuntime, EnvironmentStatus,
     ExecuteRequest, ExecuteResult, JsonMap, Lease, LeaseFilter, LeasePolicy, LeaseStatus, LeaseStore, MemoryStore,
     OutputKeep, OutputSink, OutputStream, RuntimeError, Secret, StoreError, SyncFile, SyncKind, SyncOperation,
-    SyncResult, Timestamp,
+    SyncResult, Timestamp, UnsupportedOperation,
 };
 
 /// The local driver: commands run as processes on this host, one private workspace per

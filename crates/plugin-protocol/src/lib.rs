@@ -11,6 +11,9 @@
 //! - [`line`](mod@line): the one line parser, with the two classifications built on it (what a host
 //!   reads from a worker, and what a worker reads from a host, with the SDK's exact
 //!   parse-error texts);
+//! - [`reader`]: the one bounded line reader both sides read the other's stream with;
+//! - [`error_data`]: a worker refusal's stable kind and fields, carried in the error's
+//!   `data` beside its text, and the code each refusal is answered with;
 //! - [`methods`], [`notifications`], [`codes`]: every name and number, each listed once;
 //! - [`handshake`], [`environment`], [`setup`], [`duplex`], [`login`]: typed params and
 //!   results of every environment, duplex and login verb (the SDK's and envrt's
@@ -28,18 +31,22 @@ pub mod dataplane;
 pub mod duplex;
 pub mod envelope;
 pub mod environment;
+pub mod error_data;
 pub mod handshake;
 pub mod line;
 pub mod login;
 pub mod methods;
 pub mod notifications;
+pub mod reader;
 pub mod setup;
 
 pub use envelope::{
     ErrorObject, Invocation, InvocationScope, Request, RequestId, error_response_line, notification_line, request_line,
     response_line,
 };
+pub use error_data::ErrorData;
 pub use line::{HostMessage, Incoming, LineError};
+pub use reader::{LineRead, LineReader};
 
 /// The JSON-RPC version string carried by every message.
 pub const JSONRPC_VERSION: &str = "2.0";

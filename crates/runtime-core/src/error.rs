@@ -4,6 +4,9 @@
 use std::error::Error as StdError;
 
 mod kind;
+mod unsupported;
+
+pub use unsupported::UnsupportedOperation;
 
 /// A boxed error source.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -25,41 +28,16 @@ pub enum RuntimeError {
         /// The environment's name.
         name: String,
     },
-    /// The driver has no resume operation (or the lease's snapshot denies `reusableLeases`).
-    #[error("Environment driver \"{key}\" does not support lease resume.")]
-    ResumeUnsupported {
+    /// The driver lacks an optional operation's group, or the lease's snapshot denies the
+    /// capability the operation needs: one variant for every such refusal (object_store's
+    /// `NotImplemented` shape), its text derived from [`UnsupportedOperation`]'s row, e.g.
+    /// `Environment driver "local" does not support duplex channels.`.
+    #[error("Environment driver \"{key}\" does not support {operation}.")]
+    Unsupported {
         /// The driver key.
         key: String,
-    },
-    /// The driver has no destroy operation.
-    #[error("Environment driver \"{key}\" does not support lease destroy.")]
-    DestroyUnsupported {
-        /// The driver key.
-        key: String,
-    },
-    /// The driver has no workspace realization.
-    #[error("Environment driver \"{key}\" does not support workspace realization.")]
-    RealizeUnsupported {
-        /// The driver key.
-        key: String,
-    },
-    /// The driver has no execute operation.
-    #[error("Environment driver \"{key}\" does not support command execution.")]
-    ExecuteUnsupported {
-        /// The driver key.
-        key: String,
-    },
-    /// The driver has no native file sync (or the lease's snapshot denies that direction).
-    #[error("Environment driver \"{key}\" does not support native file sync.")]
-    SyncUnsupported {
-        /// The driver key.
-        key: String,
-    },
-    /// The driver has no duplex channels.
-    #[error("Environment driver \"{key}\" does not support duplex channels.")]
-    DuplexUnsupported {
-        /// The driver key.
-        key: String,
+        /// What it does not support.
+        operation: UnsupportedOperation,
     },
     /// The lease's effective snapshot lacks `duplexCommandStream`, or resolving it failed.
     #[error("Sandbox lease does not grant the duplex command stream capability.")]
@@ -94,13 +72,6 @@ pub enum RuntimeError {
         /// The lease id.
         id: String,
     },
-    /// An acquire asked for an expiry the driver cannot guarantee (it attested none, or a
-    /// later one); the lease was released again (fail closed).
-    #[error("Environment driver \"{key}\" does not support lease expiry.")]
-    ExpiryUnsupported {
-        /// The driver key.
-        key: String,
-    },
     /// The lease is past its expiry; no operation but release and destroy is taken.
     #[error("Lease \"{id}\" expired at {expires_at}.")]
     LeaseExpired {
@@ -108,25 +79,6 @@ pub enum RuntimeError {
         id: String,
         /// When it expired.
         expires_at: crate::model::Timestamp,
-    },
-    /// `capture_template` on a driver without the templates group.
-    #[error("Environment driver \"{key}\" does not support template capture.")]
-    TemplateCaptureUnsupported {
-        /// The driver key.
-        key: String,
-    },
-    /// `delete_template` on a driver without the templates group.
-    #[error("Environment driver \"{key}\" does not support template deletion.")]
-    TemplateDeleteUnsupported {
-        /// The driver key.
-        key: String,
-    },
-    /// `templates` (listing), or an acquire from a template, on a driver without the
-    /// templates group.
-    #[error("Environment driver \"{key}\" does not support templates.")]
-    TemplatesUnsupported {
-        /// The driver key.
-        key: String,
     },
     /// An acquire names a template its environment's driver does not have (never
     /// captured, or deleted).

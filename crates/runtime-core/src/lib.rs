@@ -51,7 +51,7 @@ pub use driver::{
     FileSync, InventoryItem, LeaseContext, LeaseGrant, PathScope, RealizeWorkspace, RealizedWorkspace, Recovery,
     ReleaseInput, ResumeLease, WorkspaceRequest,
 };
-pub use error::{DriverError, RuntimeError, StoreError};
+pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};
 pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputKeep, OutputSink, OutputStream};
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
 pub use runtime::{

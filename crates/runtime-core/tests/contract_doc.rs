@@ -4,8 +4,11 @@
 
 use std::path::Path;
 
+use envrt_runtime_core::UnsupportedOperation;
+
 /// The `#[error("...")]` literals of `src/error.rs`, unescaped, leaving out those that only
-/// forward another error's text (`transparent`, `{message}`, `{context}: {source}`).
+/// forward another error's text (`transparent`, `{message}`, `{context}: {source}`); the
+/// one `{operation}` template is expanded to every row of its table.
 fn error_texts() -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let source = std::fs::read_to_string(root.join("src/error.rs")).expect("read src/error.rs");
@@ -17,6 +20,15 @@ fn error_texts() -> Vec<String> {
             Some(literal.replace("\\\"", "\""))
         })
         .filter(|text| text != "{message}" && text != "{context}: {source}")
+        .flat_map(
+            |text| match text.contains("{operation}") && text.starts_with("Environment driver") {
+                true => UnsupportedOperation::ALL
+                    .iter()
+                    .map(|operation| text.replace("{operation}", operation.words()))
+                    .collect(),
+                false => vec![text],
+            },
+        )
         .collect()
 }
 

@@ -63,7 +63,13 @@ async fn a_driver_that_cannot_bound_the_lease_is_refused_and_its_resource_ended(
             error.to_string(),
             "Environment driver \"probe\" does not support lease expiry."
         );
-        assert!(matches!(error, RuntimeError::ExpiryUnsupported { .. }));
+        assert!(matches!(
+            error,
+            RuntimeError::Unsupported {
+                operation: UnsupportedOperation::Expiry,
+                ..
+            }
+        ));
         assert_eq!(error.kind(), "expiry_unsupported");
         assert_eq!(
             driver.calls(ends_with),
@@ -84,7 +90,16 @@ async fn a_failed_clean_up_after_the_refusal_is_kept_for_retry() {
         .acquire_lease(request(Duration::from_secs(600)))
         .await
         .unwrap_err();
-    assert!(matches!(error, RuntimeError::ExpiryUnsupported { .. }), "{error}");
+    assert!(
+        matches!(
+            error,
+            RuntimeError::Unsupported {
+                operation: UnsupportedOperation::Expiry,
+                ..
+            }
+        ),
+        "{error}"
+    );
     let filter = LeaseFilter {
         statuses: vec![LeaseStatus::PendingCleanup],
         ..Default::default()

@@ -88,12 +88,48 @@ async fn every_missing_method_has_its_exact_refusal_and_never_reaches_the_driver
     for (error, text) in &cases {
         assert_eq!(error.to_string(), *text);
     }
-    assert!(matches!(cases[0].0, RuntimeError::ResumeUnsupported { .. }));
-    assert!(matches!(cases[1].0, RuntimeError::DestroyUnsupported { .. }));
-    assert!(matches!(cases[2].0, RuntimeError::RealizeUnsupported { .. }));
-    assert!(matches!(cases[3].0, RuntimeError::ExecuteUnsupported { .. }));
-    assert!(matches!(cases[4].0, RuntimeError::SyncUnsupported { .. }));
-    assert!(matches!(cases[6].0, RuntimeError::DuplexUnsupported { .. }));
+    assert!(matches!(
+        cases[0].0,
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Resume,
+            ..
+        }
+    ));
+    assert!(matches!(
+        cases[1].0,
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Destroy,
+            ..
+        }
+    ));
+    assert!(matches!(
+        cases[2].0,
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Realize,
+            ..
+        }
+    ));
+    assert!(matches!(
+        cases[3].0,
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Execute,
+            ..
+        }
+    ));
+    assert!(matches!(
+        cases[4].0,
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Sync,
+            ..
+        }
+    ));
+    assert!(matches!(
+        cases[6].0,
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Duplex,
+            ..
+        }
+    ));
     assert_eq!(driver.operation_calls(), before, "a refusal reached the driver");
     assert!(!runtime.supports_sync(id).await);
 }
@@ -172,7 +208,13 @@ async fn a_missing_duplex_method_is_reported_before_the_capability_refusal() {
         .await
         .err()
         .unwrap();
-    assert!(matches!(err, RuntimeError::DuplexUnsupported { .. }));
+    assert!(matches!(
+        err,
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Duplex,
+            ..
+        }
+    ));
     assert_eq!(driver.calls("resolve_capabilities"), 0);
 }
 
@@ -221,7 +263,10 @@ async fn a_failing_capability_resolution_fails_closed() {
     // Sync and resume fail closed too.
     assert!(matches!(
         runtime.sync_in(&lease.id, &[]).await.unwrap_err(),
-        RuntimeError::SyncUnsupported { .. }
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Sync,
+            ..
+        }
     ));
     assert_eq!(driver.calls("sync_in"), 0);
     // Granted again: the channel opens and echoes.

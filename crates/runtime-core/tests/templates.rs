@@ -186,7 +186,13 @@ async fn drivers_without_templates_are_refused_with_the_exact_texts() {
         acquire.to_string(),
         "Environment driver \"plain\" does not support templates."
     );
-    assert!(matches!(acquire, RuntimeError::TemplatesUnsupported { .. }));
+    assert!(matches!(
+        acquire,
+        RuntimeError::Unsupported {
+            operation: UnsupportedOperation::Templates,
+            ..
+        }
+    ));
     assert_eq!(plain.operation_calls(), calls, "no refusal reached the driver");
 }
 

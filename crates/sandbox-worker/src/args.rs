@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use envrt_runtime_core::execute::DEFAULT_OUTPUT_LIMIT;
 
+use super::uids::{self, Ids};
 use super::{MAX_LINE, policy};
 
 /// The usage line.
-const USAGE: &str = "usage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N] [--no-duplex] [--sandbox-uid N] [--sandbox-gid N] [--fresh-tmp] [--tmp-size BYTES] [--shm-size BYTES] [--max-processes N] [--max-memory BYTES] [--max-line-bytes N]";
+const USAGE: &str = "usage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N] [--no-duplex] [--sandbox-uids BASE:COUNT] [--sandbox-uid N] [--sandbox-gid N] [--fresh-tmp] [--tmp-size BYTES] [--shm-size BYTES] [--max-processes N] [--max-memory BYTES] [--max-line-bytes N]";
 
 /// What the command line chose.
 #[derive(Debug)]
@@ -43,6 +44,7 @@ pub(super) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
         max_line: MAX_LINE,
     };
     let root = rustix::process::geteuid().is_root();
+    let mut chose_range = false;
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
         match flag.as_str() {
@@ -66,8 +68,31 @@ pub(super) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
                         "{flag}: only a worker running as root can choose the sandbox identity"
                     ));
                 }
-                let (uid, gid) = config.policy.identity.unwrap_or((0, 0));
-                config.policy.identity = Some(if flag == "--sandbox-uid" { (id, gid) } else { (uid, id) });
+                let (uid, gid) = match config.policy.ids {
+                    Ids::Fixed(uid, gid) => (uid, gid),
+                    Ids::Range { .. } if chose_range => {
+                        return Err("--sandbox-uids excludes --sandbox-uid and --sandbox-gid".to_owned());
+                    }
+                    _ => (policy::DEFAULT_SANDBOX_ID, policy::DEFAULT_SANDBOX_ID),
+                };
+                config.policy.ids = if flag == "--sandbox-uid" {
+                    Ids::Fixed(id, gid)
+                } else {
+                    Ids::Fixed(uid, id)
+                };
+            }
+            "--sandbox-uids" => {
+                let ids = uids::parse_range(&value()?)?;
+                if !root {
+                    return Err(format!(
+                        "{flag}: only a worker running as root can choose the sandbox identity"
+                    ));
+                }
+                if matches!(config.policy.ids, Ids::Fixed(..)) {
+                    return Err("--sandbox-uids excludes --sandbox-uid and --sandbox-gid".to_owned());
+                }
+                chose_range = true;
+                config.policy.ids = ids;
             }
             "--tmp-size" => config.policy.tmp_bytes = number(&flag, &value()?)?,
             "--fresh-tmp" => config.policy.persistent_tmp = false,
@@ -153,8 +178,38 @@ mod tests {
                     .map(String::from),
             )
             .unwrap();
-            assert_eq!(c.policy.identity, Some((1234, 5678)));
+            assert_eq!(c.policy.ids, Ids::Fixed(1234, 5678));
+            let gid_only = |args: &[&str]| parse_args(args.iter().map(|a| a.to_string())).map(|c| c.policy.ids);
+            assert_eq!(gid_only(&["--sandbox-gid", "7"]), Ok(Ids::Fixed(65534, 7)));
+            assert_eq!(
+                gid_only(&["--sandbox-uids", "3000000:5"]),
+                Ok(Ids::Range {
+                    base: 3000000,
+                    count: 5
+                })
+            );
+            assert_eq!(
+                parse_args(std::iter::empty()).unwrap().policy.ids,
+                Ids::Range {
+                    base: uids::DEFAULT_BASE,
+                    count: uids::DEFAULT_COUNT
+                }
+            );
+            for both in [
+                ["--sandbox-uids", "3000000:5", "--sandbox-uid", "5"],
+                ["--sandbox-gid", "5", "--sandbox-uids", "3000000:5"],
+            ] {
+                assert_eq!(
+                    gid_only(&both).unwrap_err(),
+                    "--sandbox-uids excludes --sandbox-uid and --sandbox-gid"
+                );
+            }
         } else {
+            assert_eq!(parse_args(std::iter::empty()).unwrap().policy.ids, Ids::Own);
+            assert_eq!(
+                parse_args(["--sandbox-uids".to_string(), "3000000:5".to_string()].into_iter()).unwrap_err(),
+                "--sandbox-uids: only a worker running as root can choose the sandbox identity"
+            );
             assert_eq!(
                 parse_args(["--sandbox-uid".to_string(), "1".to_string()].into_iter()).unwrap_err(),
                 "--sandbox-uid: only a worker running as root can choose the sandbox identity"

@@ -299,7 +299,7 @@ impl Channels {
 }
 
 fn closed_error() -> RpcError {
-    RpcError::worker(DriverError::ChannelClosed.to_string())
+    RpcError::from(DriverError::ChannelClosed)
 }
 
 #[derive(Clone)]

@@ -37,6 +37,14 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
         eprintln!("envrt sandbox init: {e}");
         return ExitCode::from(126);
     }
+    // The init holds the command's variables: not dumpable, so no process (not even one of
+    // its own uid, such as the command) may ptrace it or read its memory through /proc.
+    // The command, once started, is dumpable again (execve resets it); its own host uid
+    // keeps other leases and other host users from it.
+    if let Err(e) = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable) {
+        eprintln!("envrt sandbox init: cannot make itself non-dumpable: {e}");
+        return ExitCode::from(126);
+    }
     let env = match env_fd.map(|n| read_env(n)).transpose() {
         Ok(env) => env.unwrap_or_default(),
         Err(e) => {

@@ -12,6 +12,7 @@ use envrt_runtime_core::sync::confine_to_workspace;
 
 use super::policy::Policy;
 use super::sandbox::WORKSPACE;
+use super::uids::{Ids, Owner};
 
 /// Prefix of every provider lease id this worker mints.
 const LEASE_PREFIX: &str = "sbx-";
@@ -63,19 +64,29 @@ impl Leases {
             .mode(0o755)
             .create(&dir)
             .map_err(|e| DriverError::io(format!("Creating lease directory {}", dir.display()), e))?;
-        // The sandboxed command runs as the policy's user: the workspace is its own.
-        self.policy
-            .hand_over(&dir)
-            .map_err(|e| DriverError::io(format!("Handing over lease directory {}", dir.display()), e))?;
+        // The sandboxed command runs as the lease's user: the workspace is its own.
+        if let Err(e) = self.policy.ids.claim(&dir, true) {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
+        }
         Ok((id, dir))
     }
 
-    /// Hands a lease directory whose owner is not the sandbox user (made by a worker that
-    /// ran sandboxes as root) over to that user, tree and all.
+    /// The host user of the lease directory `dir` (claiming one when it has none).
+    pub(crate) fn owner(&self, dir: &Path) -> Result<Owner, DriverError> {
+        self.policy.ids.owner_of(dir)
+    }
+
+    /// Hands a lease directory whose owner is not the lease's sandbox user (made by a
+    /// worker that ran sandboxes as root or as another user, or released) over to that
+    /// user, tree and all; with per-lease uids, the lease keeps the uid it holds (a worker
+    /// restarted over the same root finds it again) or claims a free one.
     pub(crate) fn adopt(&self, dir: &Path) -> Result<(), DriverError> {
         use std::os::unix::fs::MetadataExt;
-        let Some((uid, _)) = self.policy.identity else {
-            return Ok(());
+        let (uid, gid) = match self.policy.ids {
+            Ids::Own => return Ok(()),
+            Ids::Range { .. } => return self.policy.ids.claim(dir, false).map(|_| ()),
+            Ids::Fixed(uid, gid) => (uid, gid),
         };
         let owner = std::fs::symlink_metadata(dir)
             .map_err(|e| DriverError::io(format!("Reading lease directory {}", dir.display()), e))?
@@ -83,9 +94,14 @@ impl Leases {
         if owner == uid {
             return Ok(());
         }
-        self.policy
+        Owner(Some((uid, gid)))
             .hand_over_tree(dir)
             .map_err(|e| DriverError::io(format!("Handing over lease directory {}", dir.display()), e))
+    }
+
+    /// Gives back the uid of a released lease (see [`Ids::give_back`]).
+    pub(crate) fn give_back(&self, dir: &Path) -> Result<(), DriverError> {
+        self.policy.ids.give_back(dir)
     }
 
     /// The directory of a well-formed lease id, whether or not it exists.
@@ -169,24 +185,14 @@ pub(crate) struct Beneath {
 
 impl Beneath {
     /// Opens `parts` below `lease_dir`, creating missing directories when `create` gives
-    /// the policy (which owns what is created).
-    pub(crate) fn open(lease_dir: &Path, parts: &[String], create: Option<&Policy>) -> std::io::Result<Beneath> {
+    /// the lease's owner (which owns what is created).
+    pub(crate) fn open(lease_dir: &Path, parts: &[String], create: Option<Owner>) -> std::io::Result<Beneath> {
         let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY;
         let mut fd = rustix::fs::open(lease_dir, flags, Mode::empty())?;
         for part in parts {
-            if let Some(policy) = create {
+            if let Some(owner) = create {
                 match rustix::fs::mkdirat(&fd, part.as_str(), Mode::from_raw_mode(0o755)) {
-                    Ok(()) => {
-                        if let Some((uid, gid)) = policy.identity {
-                            rustix::fs::chownat(
-                                &fd,
-                                part.as_str(),
-                                Some(rustix::fs::Uid::from_raw(uid)),
-                                Some(rustix::fs::Gid::from_raw(gid)),
-                                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                            )?;
-                        }
-                    }
+                    Ok(()) => owner.chown_at(&fd, part.as_str())?,
                     Err(rustix::io::Errno::EXIST) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -237,7 +243,7 @@ pub(crate) fn open_parent(
     lease_dir: &Path,
     given: &str,
     resolved: &Resolved,
-    create: Option<&Policy>,
+    create: Option<Owner>,
 ) -> Result<(Beneath, Option<String>), DriverError> {
     let mut parts = components_below_workspace(&resolved.sandbox);
     let name = parts.pop();
@@ -363,8 +369,11 @@ mod tests {
         // ...then the sandbox swaps in a link to a host directory.
         std::fs::remove_dir(lease.join("d")).unwrap();
         symlink(outside.path(), lease.join("d")).unwrap();
-        let policy = Policy::default();
-        for create in [Some(&policy), None] {
+        let owner = Owner(Some((
+            rustix::process::geteuid().as_raw(),
+            rustix::process::getegid().as_raw(),
+        )));
+        for create in [Some(owner), None] {
             let err = open_parent(lease, "d/sub/x", &resolved, create).unwrap_err();
             assert_eq!(err.to_string(), "Path \"d/sub/x\" is outside the lease workspace.");
         }
@@ -376,16 +385,7 @@ mod tests {
         // Without links, missing directories are created and entries are reached through
         // the opened descriptor.
         std::fs::remove_file(lease.join("d")).unwrap();
-        let (parent, last) = open_parent(
-            lease,
-            "d/sub/x",
-            &resolved,
-            Some(&Policy {
-                identity: None,
-                ..Policy::default()
-            }),
-        )
-        .unwrap();
+        let (parent, last) = open_parent(lease, "d/sub/x", &resolved, Some(Owner(None))).unwrap();
         assert_eq!(last.as_deref(), Some("x"));
         std::fs::write(parent.join("x"), "in").unwrap();
         assert_eq!(std::fs::read_to_string(lease.join("d/sub/x")).unwrap(), "in");

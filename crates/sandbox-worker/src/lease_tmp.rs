@@ -1,12 +1,13 @@
 //! The lease's own `/tmp` and `/var/tmp` directories: siblings of the lease directory
-//! (`.tmp-<lease>` and `.vartmp-<lease>`), made on first use (mode `1777`, the sandbox
-//! user's), kept across the lease's commands and removed with the lease directory; fresh
+//! (`.tmp-<lease>` and `.vartmp-<lease>`), made on first use (mode `1777`, the lease's
+//! sandbox user's), kept across the lease's commands and removed with the lease directory; fresh
 //! tmpfs mounts under `--fresh-tmp`. Programs that keep files in `/var/tmp` across
 //! commands find it (Inspect AI injects its tools there).
 
 use std::path::{Path, PathBuf};
 
 use super::policy::Policy;
+use super::uids::Owner;
 
 /// Name prefix of a lease's `/tmp` directory beside its lease directory.
 pub(crate) const TMP_PREFIX: &str = ".tmp-";
@@ -71,14 +72,14 @@ pub(crate) fn var_tmp_options(policy: &Policy, tmp: Option<&Path>) -> Vec<String
 
 /// Makes the lease's `/tmp` and `/var/tmp` directories if they are not there yet; returns
 /// the `/tmp` one.
-pub(crate) fn make(policy: &Policy, lease_dir: &Path) -> std::io::Result<PathBuf> {
+pub(crate) fn make(owner: Owner, lease_dir: &Path) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tmp_of(lease_dir);
     for dir in [tmp.clone(), var_tmp_of(lease_dir)] {
         match std::fs::create_dir(&dir) {
             Ok(()) => {
                 std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777))?;
-                policy.hand_over(&dir)?;
+                owner.hand_over(&dir)?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),

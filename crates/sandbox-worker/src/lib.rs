@@ -21,9 +21,18 @@
 //!   advertised nor served (`-32601`), so the host refuses them before calling.
 //!
 //! Hardening flags (not in the short usage line; defaults in the `policy` module):
-//! - `--sandbox-uid N`, `--sandbox-gid N` (worker running as root only): the host user
-//!   `bwrap` and the command run as (default 65534 / 65534); `--sandbox-uid 0
-//!   --sandbox-gid 0` restores running sandboxes as the host's root (unsafe);
+//! - `--sandbox-uids BASE:COUNT` (worker running as root only; default
+//!   `2100000000:65536`): the range of host uids the leases' sandboxes run as, one uid
+//!   (gid the same number) per lease, so no two leases share a host user, a process limit
+//!   or `/proc` access (see the `uids` module); inside, the command is uid/gid 65534. A
+//!   range holding uid 0, 65534, 65535 or 4294967295, or an id of `/etc/passwd` or
+//!   `/etc/group`, is refused at start (exit status 2, the reason on stderr); acquire
+//!   with every uid of the range held is refused with
+//!   `No sandbox uid is free: all {count} uids from {base} are held by leases.`;
+//! - `--sandbox-uid N`, `--sandbox-gid N` (worker running as root only; not with
+//!   `--sandbox-uids`): one fixed host user for every lease instead (either alone takes
+//!   65534 for the other); `--sandbox-uid 0 --sandbox-gid 0` restores running sandboxes
+//!   as the host's root (unsafe);
 //! - `--fresh-tmp`: a fresh tmpfs `/tmp` for every command instead of the lease's own
 //!   `/tmp`, which otherwise lives beside the lease directory (`.tmp-<lease id>`) and is
 //!   kept across the lease's commands;
@@ -88,8 +97,10 @@
 //!
 //! # Leases
 //!
-//! Acquire creates the lease directory, seen as `/workspace` inside the sandbox. Release
-//! stops the lease's running work and keeps its files (`state: "stopped"`, resumable);
+//! Acquire creates the lease directory, seen as `/workspace` inside the sandbox, and (a
+//! worker running as root) claims the lease's own host uid, recorded as the directory's
+//! owner (see the `uids` module). Release stops the lease's running work, gives the uid
+//! back and keeps its files (`state: "stopped"`, resumable: resume claims a uid again);
 //! destroy also deletes them (`state: "destroyed"`). Both are idempotent; an unknown or
 //! malformed id gives `null`. Resume of a lease whose directory is gone answers
 //! `providerLeaseId: null`.
@@ -119,6 +130,7 @@ mod policy;
 mod rpc;
 mod sandbox;
 mod template;
+mod uids;
 mod user;
 mod view;
 
@@ -209,9 +221,14 @@ pub fn main() -> ExitCode {
         }
     };
     dataplane::adopt_inherited_sockets(!config.no_data_plane);
-    if config.policy.identity == Some((0, 0)) {
+    if config.policy.ids == uids::Ids::Fixed(0, 0) {
         // uid 0 in the sandbox is the host's root: the old, unsafe layout, on request only
-        config.policy.identity = None;
+        config.policy.ids = uids::Ids::Own;
+    }
+    let read = |file: &str| std::fs::read_to_string(file).unwrap_or_default();
+    if let Err(message) = config.policy.ids.check(&read("/etc/passwd"), &read("/etc/group")) {
+        eprintln!("envrt-sandbox-worker: {message}");
+        return ExitCode::from(2);
     }
     let leases = match Leases::open(config.root.clone(), config.policy.clone()) {
         Ok(l) => l,
@@ -239,7 +256,7 @@ pub fn main() -> ExitCode {
     // before any thread starts (it may enter a private mount namespace)
     let view = std::env::current_exe()
         .map_err(|e| format!("envrt-sandbox-worker: cannot find its own binary: {e}"))
-        .and_then(|exe| view::View::prepare(&leases.root, &exe, config.policy.identity));
+        .and_then(|exe| view::View::prepare(&leases.root, &exe, config.policy.ids.representative()));
     let view = match view {
         Ok(v) => v,
         Err(message) => {
@@ -315,7 +332,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
         expiries: Default::default(),
     });
     worker.expiries.rearm(&worker.sandbox, &worker.leases.root);
-    let mut stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+    let mut stdin = rpc::line_reader(tokio::io::stdin(), config.max_line);
     loop {
         let line = match rpc::read_line(&mut stdin, config.max_line).await {
             Ok(Line::Eof) | Err(_) => break,
@@ -325,7 +342,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
                 } else {
                     code::INVALID_REQUEST
                 };
-                out.respond(id.as_ref(), Err(RpcError { code, message })).await;
+                out.respond(id.as_ref(), Err(RpcError::new(code, message))).await;
                 continue;
             }
             Ok(Line::Text(text)) => text,
@@ -346,10 +363,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
                 }
             }
             HostMessage::Invalid(error) => {
-                let error = RpcError {
-                    code: error.code,
-                    message: error.message,
-                };
+                let error = RpcError::new(error.code, error.message);
                 out.respond(None, Err(error)).await;
             }
             HostMessage::Request {
@@ -382,10 +396,7 @@ fn parse<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError
 /// the next line is read; everything else runs on its own task.
 async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: Value, invocation: Option<String>) {
     if !worker.serves(&method) {
-        let error = RpcError {
-            code: code::METHOD_NOT_FOUND,
-            message: format!("Unknown method: {method}"),
-        };
+        let error = RpcError::new(code::METHOD_NOT_FOUND, format!("Unknown method: {method}"));
         worker.out.respond(Some(&id), Err(error)).await;
         return;
     }
@@ -419,7 +430,7 @@ async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: V
             tokio::spawn(async move {
                 let result = pending
                     .await
-                    .unwrap_or_else(|_| Err(RpcError::worker(DriverError::ChannelClosed.to_string())));
+                    .unwrap_or_else(|_| Err(RpcError::from(DriverError::ChannelClosed)));
                 worker.out.respond(Some(&id), result.map(|()| Value::Null)).await;
             });
         }
@@ -528,13 +539,13 @@ async fn handle(
         methods::DUPLEX_STOP => worker.channels.stop(parse(method, params)?),
         methods::DUPLEX_CLOSE => Ok(worker.channels.close(parse(method, params)?)),
         m if template::handles(m) => template::handle(worker, m, params).await,
-        other if known_not_implemented(other) => Err(RpcError {
-            code: code::METHOD_NOT_IMPLEMENTED,
-            message: format!("{other} is not implemented by this plugin"),
-        }),
-        other => Err(RpcError {
-            code: code::METHOD_NOT_FOUND,
-            message: format!("Unknown method: {other}"),
-        }),
+        other if known_not_implemented(other) => Err(RpcError::new(
+            code::METHOD_NOT_IMPLEMENTED,
+            format!("{other} is not implemented by this plugin"),
+        )),
+        other => Err(RpcError::new(
+            code::METHOD_NOT_FOUND,
+            format!("Unknown method: {other}"),
+        )),
     }
 }

@@ -134,6 +134,10 @@ pub(super) fn end(worker: &Worker, method: &str, params: Value) -> Result<Value,
     // its channels send their exit frames. Destroy also removes the directory.
     worker.expiries.forget(&dir);
     worker.sandbox.kill_lease(&dir);
+    if method == methods::RELEASE_LEASE && dir.exists() {
+        // a released lease holds no host uid: a resume claims one again
+        worker.leases.give_back(&dir)?;
+    }
     if method == methods::DESTROY_LEASE {
         match super::sandbox::remove_lease_dir(&dir) {
             Ok(()) => {}
@@ -166,7 +170,7 @@ pub(super) fn realize(worker: &Worker, params: Value) -> Result<Value, RpcError>
     lease::Beneath::open(
         &dir,
         &lease::components_below_workspace(&resolved.sandbox),
-        Some(&worker.leases.policy),
+        Some(worker.leases.owner(&dir)?),
     )
     .map_err(|e| lease::beneath_error(wanted, e))?;
     let metadata = JsonMap::from_iter([("remoteCwd".into(), json!(resolved.sandbox))]);

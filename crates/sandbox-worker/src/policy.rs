@@ -3,8 +3,9 @@
 //! process and memory limits; and the `bwrap` options that apply them.
 //!
 //! Defaults (each a worker flag, see the module docs of [`super`]):
-//! - a worker running as root starts `bwrap` as uid/gid 65534 (`nobody`), so the sandbox's
-//!   user namespace maps the command to an unprivileged host user: host-owned files under
+//! - a worker running as root starts `bwrap` as the lease's own unprivileged host user (a
+//!   uid of its own from `--sandbox-uids`, see the `uids` module), so the sandbox's user
+//!   namespace maps the command to an unprivileged host user: host-owned files under
 //!   `/proc/sys` and elsewhere are not writable even where a mount is; the lease directory
 //!   is owned by that user so the workspace stays writable;
 //! - read-only: `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus`, `/proc/fs`;
@@ -23,6 +24,8 @@
 //!   the command starts, soft and hard.
 
 use std::path::Path;
+
+use super::uids::Ids;
 
 /// `/proc` paths bound read-only from the host (as container runtimes do).
 const PROC_READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"];
@@ -45,7 +48,7 @@ const PROC_MASKED: &[&str] = &[
     "/proc/scsi",
 ];
 
-/// The unprivileged identity a root worker runs sandboxes as by default.
+/// The fixed identity `--sandbox-uid` or `--sandbox-gid` alone completes (`nobody`).
 pub(crate) const DEFAULT_SANDBOX_ID: u32 = 65534;
 /// Default size of the `/tmp` tmpfs.
 pub(crate) const DEFAULT_TMP_BYTES: u64 = 256 * 1024 * 1024;
@@ -59,9 +62,9 @@ pub(crate) const DEFAULT_MAX_MEMORY: u64 = 8 * 1024 * 1024 * 1024;
 /// The settings every sandbox of a worker gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Policy {
-    /// Host uid and gid `bwrap` (and so the command) runs as; `None` keeps the worker's
-    /// own (the only choice for a worker that is not root).
-    pub(crate) identity: Option<(u32, u32)>,
+    /// Host uid and gid `bwrap` (and so the command) runs as: a uid per lease, one for
+    /// all, or the worker's own (the only choice for a worker that is not root).
+    pub(crate) ids: Ids,
     /// Size of the `/tmp` tmpfs in bytes (with a fresh `/tmp` per command only).
     pub(crate) tmp_bytes: u64,
     /// Keep each lease's `/tmp` across its commands (the default), rather than a fresh
@@ -78,9 +81,7 @@ pub(crate) struct Policy {
 impl Default for Policy {
     fn default() -> Self {
         Policy {
-            identity: rustix::process::geteuid()
-                .is_root()
-                .then_some((DEFAULT_SANDBOX_ID, DEFAULT_SANDBOX_ID)),
+            ids: Ids::default(),
             tmp_bytes: DEFAULT_TMP_BYTES,
             persistent_tmp: true,
             shm_bytes: DEFAULT_SHM_BYTES,
@@ -94,39 +95,6 @@ impl Policy {
     /// The limits argument of the sandbox init (`NPROC:AS`).
     pub(crate) fn limits_arg(&self) -> String {
         format!("{}:{}", self.max_processes, self.max_memory)
-    }
-
-    /// Changes the owner of `path` (not following a link) to the sandbox identity, so the
-    /// command can write what the worker created for it. Nothing to do without one.
-    pub(crate) fn hand_over(&self, path: &Path) -> std::io::Result<()> {
-        let Some((uid, gid)) = self.identity else {
-            return Ok(());
-        };
-        rustix::fs::chownat(
-            rustix::fs::CWD,
-            path,
-            Some(rustix::fs::Uid::from_raw(uid)),
-            Some(rustix::fs::Gid::from_raw(gid)),
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )?;
-        Ok(())
-    }
-
-    /// [`Policy::hand_over`] for a whole tree (iterative: no recursion on deep trees).
-    pub(crate) fn hand_over_tree(&self, root: &Path) -> std::io::Result<()> {
-        if self.identity.is_none() {
-            return Ok(());
-        }
-        let mut stack = vec![root.to_path_buf()];
-        while let Some(path) = stack.pop() {
-            self.hand_over(&path)?;
-            if std::fs::symlink_metadata(&path)?.is_dir() {
-                for entry in std::fs::read_dir(&path)? {
-                    stack.push(entry?.path());
-                }
-            }
-        }
-        Ok(())
     }
 }
 

@@ -1,12 +1,16 @@
-//! JSON-RPC 2.0 framing for the worker side: bounded line reading and the single stdout
-//! writer. Classification, error codes and line shapes come from `envrt-plugin-protocol`.
+//! JSON-RPC 2.0 framing for the worker side: what the protocol's bounded line reader's
+//! lines mean here, and the single stdout writer. Classification, the line reader, error
+//! codes, structured refusals and line shapes come from `envrt-plugin-protocol`.
 
 use envrt_plugin_protocol::codes as code;
+use envrt_plugin_protocol::error_data;
 use envrt_plugin_protocol::line::dropped_request_id;
-use envrt_plugin_protocol::{ErrorObject, RequestId, error_response_line, notification_line, response_line};
+use envrt_plugin_protocol::{
+    ErrorObject, LineRead, LineReader, RequestId, error_response_line, notification_line, response_line,
+};
 use envrt_runtime_core::DriverError;
 use serde_json::Value;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 /// An error answered to one request.
@@ -14,43 +18,36 @@ use tokio::sync::mpsc;
 pub(crate) struct RpcError {
     pub(crate) code: i64,
     pub(crate) message: String,
+    /// The structured refusal (`{kind, fields}`), for an error that has one.
+    pub(crate) data: Option<Value>,
 }
 
 impl RpcError {
-    pub(crate) fn invalid_params(message: impl Into<String>) -> Self {
+    /// An error with a code and a text and no structured part.
+    pub(crate) fn new(code: i64, message: impl Into<String>) -> Self {
         RpcError {
-            code: code::INVALID_PARAMS,
+            code,
             message: message.into(),
+            data: None,
         }
     }
 
+    pub(crate) fn invalid_params(message: impl Into<String>) -> Self {
+        RpcError::new(code::INVALID_PARAMS, message)
+    }
+
     pub(crate) fn worker(message: impl Into<String>) -> Self {
-        RpcError {
-            code: code::WORKER_ERROR,
-            message: message.into(),
-        }
+        RpcError::new(code::WORKER_ERROR, message)
     }
 }
 
 impl From<DriverError> for RpcError {
-    /// Bad input (paths, globs, cwds, escapes) is `-32602`; everything else `-32002`. The
-    /// message is the runtime-core `Display` text, so the host can show it unchanged.
+    /// The protocol's answer to a driver error ([`error_data::refusal`]): its code, its
+    /// runtime-core `Display` text (so the host can show it unchanged) and its structured
+    /// kind and fields.
     fn from(error: DriverError) -> Self {
-        let code = match &error {
-            DriverError::PathOutsideWorkspace { .. }
-            | DriverError::EntryEscapesTarget { .. }
-            | DriverError::PostUploadCwd { .. }
-            | DriverError::InvalidGlob { .. }
-            | DriverError::TreeTooDeep { .. }
-            | DriverError::SyncTooLarge { .. }
-            | DriverError::InvalidInput { .. }
-            | DriverError::UserRefused { .. } => code::INVALID_PARAMS,
-            _ => code::WORKER_ERROR,
-        };
-        RpcError {
-            code,
-            message: error.to_string(),
-        }
+        let ErrorObject { code, message, data } = error_data::refusal(&error);
+        RpcError { code, message, data }
     }
 }
 
@@ -66,58 +63,30 @@ pub(crate) enum Line {
     Eof,
 }
 
-/// How much of a dropped line is kept to find its id.
-const HEAD_BYTES: usize = 256;
-
-/// Reads one line of at most `max` bytes; a longer line is consumed and dropped.
-pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> std::io::Result<Line> {
-    let mut buf = Vec::new();
-    let mut overflow = false;
-    let mut head = Vec::new();
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            if buf.is_empty() && !overflow {
-                return Ok(Line::Eof);
-            }
-            break;
-        }
-        let (chunk, found) = match available.iter().position(|b| *b == b'\n') {
-            Some(i) => (&available[..i], Some(i + 1)),
-            None => (available, None),
-        };
-        if !overflow {
-            if buf.len() + chunk.len() > max {
-                overflow = true;
-                buf.extend_from_slice(&chunk[..chunk.len().min(HEAD_BYTES)]);
-                head = buf[..buf.len().min(HEAD_BYTES)].to_vec();
-                buf = Vec::new();
-            } else {
-                buf.extend_from_slice(chunk);
-            }
-        }
-        let consumed = found.unwrap_or(available.len());
-        reader.consume(consumed);
-        if found.is_some() {
-            break;
-        }
-    }
-    if overflow {
-        return Ok(Line::Rejected(
+/// Reads one line of at most `max` bytes (the reader's bound) with the protocol's
+/// [`LineReader`]; a longer line is consumed and dropped, and a last line without `\n`
+/// still counts.
+pub(crate) async fn read_line<R: AsyncRead + Unpin>(reader: &mut LineReader<R>, max: usize) -> std::io::Result<Line> {
+    match reader.next_line().await? {
+        LineRead::Eof => Ok(Line::Eof),
+        LineRead::Oversized(_) => Ok(Line::Rejected(
             format!("Invalid request: line longer than {max} bytes"),
-            dropped_request_id(&head),
-        ));
-    }
-    match String::from_utf8(buf) {
-        Ok(text) => Ok(Line::Text(text)),
-        Err(e) => {
-            let id = dropped_request_id(&e.into_bytes());
-            Ok(Line::Rejected(
+            dropped_request_id(reader.head()),
+        )),
+        LineRead::Line => match std::str::from_utf8(reader.line()) {
+            Ok(text) => Ok(Line::Text(text.to_owned())),
+            Err(_) => Ok(Line::Rejected(
                 "Parse error: Invalid JSON: line is not UTF-8".into(),
-                id,
-            ))
-        }
+                dropped_request_id(reader.line()),
+            )),
+        },
     }
+}
+
+/// The worker's reader of `input`: lines of at most `max` bytes, the last one kept even
+/// without its `\n`.
+pub(crate) fn line_reader<R: AsyncRead + Unpin>(input: R, max: usize) -> LineReader<R> {
+    LineReader::new(input, max).keep_unterminated()
 }
 
 /// The single writer of the worker's stdout; clones share one ordered queue.
@@ -152,7 +121,14 @@ impl Outbound {
         let line = match (outcome, id) {
             (Ok(result), Some(id)) => response_line(id, result),
             (Ok(_), None) => return,
-            (Err(e), id) => error_response_line(id, &ErrorObject::new(e.code, e.message)),
+            (Err(e), id) => error_response_line(
+                id,
+                &ErrorObject {
+                    code: e.code,
+                    message: e.message,
+                    data: e.data,
+                },
+            ),
         };
         self.send(line).await;
     }
@@ -174,7 +150,7 @@ mod tests {
             "{{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"x\",\"params\":\"{}\"}}\n",
             "y".repeat(500)
         );
-        let mut reader = tokio::io::BufReader::with_capacity(16, line.as_bytes());
+        let mut reader = LineReader::with_capacity(16, line.as_bytes(), 100).keep_unterminated();
         assert_eq!(
             read_line(&mut reader, 100).await.unwrap(),
             Line::Rejected(
@@ -187,7 +163,7 @@ mod tests {
     #[tokio::test]
     async fn long_lines_are_dropped_and_reading_goes_on() {
         let input = format!("{}\nshort\nlast", "x".repeat(100));
-        let mut reader = tokio::io::BufReader::with_capacity(16, input.as_bytes());
+        let mut reader = LineReader::with_capacity(16, input.as_bytes(), 50).keep_unterminated();
         assert_eq!(
             read_line(&mut reader, 50).await.unwrap(),
             Line::Rejected("Invalid request: line longer than 50 bytes".into(), None)

@@ -30,6 +30,7 @@ pub(crate) use super::exec::SpawnAs;
 use super::init::{INIT_FLAG, Reported, parse_report};
 pub(crate) use super::lease_tmp::{TMP_PREFIX, remove_lease_dir};
 use super::policy::{Policy, proc_options, tmpfs_options};
+use super::uids::Owner;
 use super::view::View;
 
 /// Where the worker binary appears in each sandbox, to run as the command's parent.
@@ -126,7 +127,7 @@ impl Sandbox {
             .env_clear()
             .stdin(Stdio::null());
         super::fds::inherit_only(&mut probe, &[]);
-        if let Some((uid, gid)) = sandbox.policy.identity {
+        if let Some((uid, gid)) = sandbox.policy.ids.representative() {
             use std::os::unix::process::CommandExt;
             probe.uid(uid).gid(gid);
         }
@@ -154,7 +155,8 @@ impl Sandbox {
             let view = self.view.lease_dir(bind).to_string_lossy().into_owned();
             a.splice(at..at, ["--bind".into(), view, super::sync_sandboxed::XFER.into()]);
         }
-        if let Some((uid, gid)) = how.user {
+        // the request's user, else (with a host uid per lease) the one every command sees
+        if let Some((uid, gid)) = how.user.or(self.policy.ids.inside()) {
             a.extend(["--uid".into(), uid.to_string(), "--gid".into(), gid.to_string()]);
         }
         a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
@@ -164,11 +166,11 @@ impl Sandbox {
     /// The lease's own `/tmp` as `bwrap` reaches it, made on first use (mode `1777`, the
     /// sandbox user's), with its own `/var/tmp` beside it (`var_tmp`); `None` under
     /// `--fresh-tmp`.
-    fn lease_tmp(&self, lease_dir: &Path) -> std::io::Result<Option<PathBuf>> {
+    fn lease_tmp(&self, lease_dir: &Path, owner: Owner) -> std::io::Result<Option<PathBuf>> {
         if !self.policy.persistent_tmp {
             return Ok(None);
         }
-        let tmp = super::lease_tmp::make(&self.policy, lease_dir)?;
+        let tmp = super::lease_tmp::make(owner, lease_dir)?;
         Ok(Some(self.view.lease_dir(&tmp)))
     }
 
@@ -204,7 +206,9 @@ impl Sandbox {
         // friends would act on the host side) nor the init's (where they would run before
         // its limits are set), nor on any command line.
         let env_fd = env_memfd(env)?;
-        let tmp = self.lease_tmp(lease_dir)?;
+        // bwrap, and so every process of the sandbox, runs as the lease's own host user
+        let owner = self.policy.ids.owner_of(lease_dir).map_err(std::io::Error::other)?;
+        let tmp = self.lease_tmp(lease_dir, owner)?;
         let args = self.args(&lease_path, tmp.as_deref(), &self.init, cwd, &how);
         let mut command = Command::new(&self.bwrap);
         command
@@ -222,7 +226,7 @@ impl Sandbox {
             .stdout(stdout)
             .stderr(stderr)
             .kill_on_drop(true);
-        if let Some((uid, gid)) = self.policy.identity {
+        if let Some((uid, gid)) = owner.0 {
             command.uid(uid).gid(gid);
             // the init reopens the pipe through /proc, as the sandbox's user
             rustix::fs::fchown(

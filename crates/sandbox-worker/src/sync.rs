@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 
 use super::exec::{check_argv, check_cwd, run};
 use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
-use super::policy::Policy;
 use super::sandbox::{Sandbox, WORKSPACE};
 use super::staging::{remove_any, replace, staging_name};
 use super::sync_file::copy_file;
+use super::uids::Owner;
 
 /// Timeout of a post-upload command that does not set its own.
 const POST_UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
@@ -96,9 +96,9 @@ pub(crate) async fn sync(
                 continue;
             }
             let (dir, owned, kept) = (lease_dir.to_path_buf(), file.clone(), excludes.clone());
-            let policy = sandbox.policy.clone();
+            let owner = sandbox.policy.ids.owner_of(lease_dir)?;
             let done = tokio::task::spawn_blocking(move || match direction {
-                Direction::In => copy_in(&dir, &owned, kept, &policy),
+                Direction::In => copy_in(&dir, &owned, kept, owner),
                 Direction::Out => copy_out(&dir, &owned, kept),
             })
             .await
@@ -178,7 +178,7 @@ struct Copier<'a> {
     counts: Counts,
 }
 
-fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, policy: &Policy) -> Result<Counts, DriverError> {
+fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, owner: Owner) -> Result<Counts, DriverError> {
     let target = resolve(lease_dir, &file.target_path, false)?;
     check_kind(Path::new(&file.source_path), file)?;
     if target.sandbox == WORKSPACE && file.kind == SyncKind::File {
@@ -188,13 +188,8 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, policy: &Pol
     // directories), then renamed into a parent opened link-free beneath the lease.
     let scratch = scratch_dir(lease_dir);
     let staged = staging_name(&scratch);
-    let placed = stage_in(file, excludes, policy, &staged)
-        .and_then(|counts| {
-            Ok((
-                counts,
-                open_parent(lease_dir, &file.target_path, &target, Some(policy))?,
-            ))
-        })
+    let placed = stage_in(file, excludes, owner, &staged)
+        .and_then(|counts| Ok((counts, open_parent(lease_dir, &file.target_path, &target, Some(owner))?)))
         .and_then(|(counts, (parent, last))| {
             match last {
                 Some(last) => replace(&staged, &parent.join(&last), &scratch)?,
@@ -212,12 +207,12 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, policy: &Pol
     placed
 }
 
-/// Copies the host source of `file` to `staged` and hands it to the sandbox's user (what
-/// lands in the sandbox belongs to that user, so it can change it).
+/// Copies the host source of `file` to `staged` and hands it to the lease's sandbox user
+/// `owner` (what lands in the sandbox belongs to that user, so it can change it).
 pub(crate) fn stage_in(
     file: &SyncFile,
     excludes: ExcludeSet,
-    policy: &Policy,
+    owner: Owner,
     staged: &Path,
 ) -> Result<Counts, DriverError> {
     let source = PathBuf::from(&file.source_path);
@@ -237,7 +232,7 @@ pub(crate) fn stage_in(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     copier.copy_entry(&source, None, staged, "", &name, file.mode)?;
-    policy
+    owner
         .hand_over_tree(staged)
         .map_err(|e| io("Handing over", staged, e))?;
     Ok(copier.counts)

@@ -39,10 +39,10 @@ pub(crate) async fn sync(
     match direction {
         Direction::In => {
             super::sync::check_kind(Path::new(&file.source_path), file)?;
-            let policy = sandbox.policy.clone();
+            let owner = sandbox.policy.ids.owner_of(lease_dir)?;
             let counts = blocking(move || {
-                let counts = stage_in(&owned, excludes, &policy, &dir.join("in"))?;
-                policy
+                let counts = stage_in(&owned, excludes, owner, &dir.join("in"))?;
+                owner
                     .hand_over(&dir)
                     .map_err(|e| DriverError::io(format!("Handing over {}", dir.display()), e))?;
                 Ok(counts)
@@ -145,6 +145,8 @@ async fn copy_out(
 ) -> Result<PathBuf, DriverError> {
     sandbox
         .policy
+        .ids
+        .owner_of(lease_dir)?
         .hand_over(&transfer.dir)
         .map_err(|e| DriverError::io(format!("Handing over {}", transfer.dir.display()), e))?;
     let kind = match file.kind {

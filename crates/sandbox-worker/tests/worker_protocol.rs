@@ -254,7 +254,7 @@ fn bad_flags_are_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "unknown argument \"--frobnicate\"\nusage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N] [--no-duplex] [--sandbox-uid N] [--sandbox-gid N] [--fresh-tmp] [--tmp-size BYTES] [--shm-size BYTES] [--max-processes N] [--max-memory BYTES] [--max-line-bytes N]\n"
+        "unknown argument \"--frobnicate\"\nusage: envrt-sandbox-worker [--root DIR] [--bwrap PATH] [--kill-grace-ms N] [--max-output-bytes N] [--no-duplex] [--sandbox-uids BASE:COUNT] [--sandbox-uid N] [--sandbox-gid N] [--fresh-tmp] [--tmp-size BYTES] [--shm-size BYTES] [--max-processes N] [--max-memory BYTES] [--max-line-bytes N]\n"
     );
 }
 

@@ -204,7 +204,8 @@ fn escapes_are_refused_with_exact_texts_and_nothing_is_written() {
         );
         assert_eq!(
             r["error"],
-            json!({"code": -32602, "message": format!("Path \"{target}\" is outside the lease workspace.")})
+            json!({"code": -32602, "message": format!("Path \"{target}\" is outside the lease workspace."),
+                "data": {"kind": "path_outside_workspace", "fields": {"path": target}}})
         );
     }
     // 2. A link made inside the sandbox leads where it leads in the sandbox (the
@@ -237,7 +238,8 @@ fn escapes_are_refused_with_exact_texts_and_nothing_is_written() {
         );
         assert_eq!(
             r["error"],
-            json!({"code": -32002, "message": format!("Sync source \"{source}\" does not exist.")})
+            json!({"code": -32002, "message": format!("Sync source \"{source}\" does not exist."),
+                "data": {"kind": "source_missing", "fields": {"path": source}}})
         );
     }
     // Following a link to what the sandbox lacks fails in the sandbox; copying it as a link
@@ -267,7 +269,8 @@ fn escapes_are_refused_with_exact_texts_and_nothing_is_written() {
     );
     assert_eq!(
         r["error"],
-        json!({"code": -32602, "message": format!("Entry \"pw\" would be written outside the target \"{}\".", dst.path().join("d").display())})
+        json!({"code": -32602, "message": format!("Entry \"pw\" would be written outside the target \"{}\".", dst.path().join("d").display()),
+            "data": {"kind": "entry_escapes_target", "fields": {"entry": "pw", "target": dst.path().join("d")}}})
     );
     assert_eq!(
         tree(dst.path()),
@@ -338,7 +341,16 @@ fn bad_input_is_refused_before_anything_is_copied() {
         let mut op = op;
         op["operationId"] = json!("op");
         let r = sync(&mut w, "environmentSyncIn", &lease, json!([op]));
-        assert_eq!(r["error"], json!({"code": -32602, "message": message}));
+        // the text, and beside it the structured refusal the host maps back (its kind
+        // and fields; see the host's structured_errors.rs)
+        let mut error = r["error"].clone();
+        let data = error
+            .as_object_mut()
+            .unwrap()
+            .remove("data")
+            .expect("a structured refusal");
+        assert_eq!(error, json!({"code": -32602, "message": message}));
+        assert!(data["kind"].is_string() && data["fields"].is_object(), "{data}");
         assert_eq!(tree(&lease_dir), Vec::<String>::new(), "nothing copied for: {message}");
     }
     let missing = src.path().join("missing");
@@ -350,7 +362,8 @@ fn bad_input_is_refused_before_anything_is_copied() {
     );
     assert_eq!(
         r["error"],
-        json!({"code": -32002, "message": format!("Sync source \"{}\" does not exist.", missing.display())})
+        json!({"code": -32002, "message": format!("Sync source \"{}\" does not exist.", missing.display()),
+            "data": {"kind": "source_missing", "fields": {"path": missing}}})
     );
     let r = sync(
         &mut w,
@@ -386,7 +399,8 @@ fn post_upload_commands_run_in_order_and_stop_at_the_first_failure() {
     );
     assert_eq!(
         r["error"],
-        json!({"code": -32002, "message": "Post-upload command \"exit 3\" failed with exit code 3."})
+        json!({"code": -32002, "message": "Post-upload command \"exit 3\" failed with exit code 3.",
+            "data": {"kind": "post_upload_failed", "fields": {"command": "exit 3", "outcome": "exit code 3"}}})
     );
     assert_eq!(std::fs::read_to_string(lease_dir.join("app/order")).unwrap(), "one\n");
     assert!(!lease_dir.join("app/never").exists());

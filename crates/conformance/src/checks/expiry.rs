@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use envrt_runtime_core::{AcquireRequest, ExecuteRequest, LeaseStatus, RuntimeError, Timestamp};
+use envrt_runtime_core::{AcquireRequest, ExecuteRequest, LeaseStatus, RuntimeError, Timestamp, UnsupportedOperation};
 
 use super::{Check, Checked, has_execute};
 use crate::context::{Ctx, ensure, ensure_eq};
@@ -28,7 +28,12 @@ fn ends_by_itself(ctx: &Ctx) -> Result<Checked, String> {
         request.requested_expires_at = Some(requested);
         let lease = match ctx.runtime.acquire_lease(request).await {
             Ok(lease) => lease,
-            Err(error @ RuntimeError::ExpiryUnsupported { .. }) => {
+            Err(
+                error @ RuntimeError::Unsupported {
+                    operation: UnsupportedOperation::Expiry,
+                    ..
+                },
+            ) => {
                 ensure_eq(
                     error.to_string(),
                     format!("Environment driver \"{}\" does not support lease expiry.", ctx.key),

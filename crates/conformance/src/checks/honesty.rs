@@ -3,7 +3,8 @@
 //! no refusal.
 
 use envrt_runtime_core::{
-    CapabilityKey, ExecuteRequest, Lease, LeasePolicy, RuntimeError, SyncOperation, WorkspaceRequest,
+    CapabilityKey, ExecuteRequest, Lease, LeasePolicy, RuntimeError, SyncOperation, UnsupportedOperation,
+    WorkspaceRequest,
 };
 
 use super::{Check, always};
@@ -283,7 +284,7 @@ fn unknown_lease(ctx: &Ctx) -> Result<(), String> {
 }
 
 /// Pins which refusal each duplex shape must produce, by variant and not only by text:
-/// - no duplex group: the method refusal (`DuplexUnsupported`);
+/// - no duplex group: the method refusal (`Unsupported` with `UnsupportedOperation::Duplex`);
 /// - a group whose capability the driver's declaration withholds: the capability refusal
 ///   (`DuplexNotGranted`, not caused by a failing resolution);
 /// - a group the driver verifies but never grants while nothing withholds it: a fault (the
@@ -314,7 +315,10 @@ fn duplex_shape(ctx: &Ctx) -> Result<(), String> {
         })?;
         let argv = vec!["cat".to_string()];
         match ctx.runtime.open_duplex_channel(&lease.id, &argv).await {
-            Err(RuntimeError::DuplexUnsupported { .. }) if !group => Ok(()),
+            Err(RuntimeError::Unsupported {
+                operation: UnsupportedOperation::Duplex,
+                ..
+            }) if !group => Ok(()),
             Err(RuntimeError::DuplexNotGranted { cause: None }) if group && !granted => Ok(()),
             Err(RuntimeError::DuplexNotGranted { cause: Some(cause) }) => Err(format!(
                 "the capability resolution failed during the duplex gate: {cause}"

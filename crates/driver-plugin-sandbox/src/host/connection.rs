@@ -15,10 +15,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::dataplane::PlaneSlot;
 use super::error::SandboxError;
-use super::process::{LineRead, LineReader, Spawned, StderrTail, WorkerExit, WorkerProcess};
+use super::process::{Spawned, StderrTail, WorkerExit, WorkerProcess};
 use crate::protocol::handshake::CancelParams;
 use crate::protocol::{
-    self, ErrorObject, Incoming, Invocation, InvocationScope, RequestId, codes, notifications, to_value,
+    self, ErrorData, ErrorObject, Incoming, Invocation, InvocationScope, LineRead, LineReader, RequestId, codes,
+    notifications, to_value,
 };
 
 /// Receives `execute.log` chunks of one call.
@@ -285,6 +286,7 @@ impl Connection {
                         let result = outcome.map_err(|e| SandboxError::Rpc {
                             method,
                             code: e.code,
+                            data: ErrorData::from_object(&e),
                             message: e.message,
                         });
                         let _ = reply.send(result);

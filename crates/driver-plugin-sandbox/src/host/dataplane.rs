@@ -324,6 +324,7 @@ impl PlaneLink {
                         method: methods::DUPLEX_WRITE.into(),
                         code: codes::WORKER_ERROR,
                         message: message.clone(),
+                        data: None,
                     });
                 }
                 if state.credit > 0 {

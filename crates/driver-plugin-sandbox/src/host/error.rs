@@ -4,6 +4,7 @@
 
 use envrt_runtime_core::DriverError;
 
+use crate::protocol::ErrorData;
 use crate::protocol::codes;
 
 /// An error of the plugin worker host.
@@ -74,6 +75,9 @@ pub enum SandboxError {
         code: i64,
         /// The worker's message.
         message: String,
+        /// The structured refusal in the error's `data` (`{kind, fields}`), when the
+        /// worker sent one (the reference worker does; SDK workers send text only).
+        data: Option<ErrorData>,
     },
     /// The worker's result does not have the protocol's shape.
     #[error("Worker returned an invalid result for \"{method}\": {message}")]
@@ -163,6 +167,13 @@ impl SandboxError {
         }
     }
 
+    /// Whether the same call may succeed later unchanged: only a worker that is down and
+    /// restarting ([`SandboxError::WorkerRestarting`], whose text names the wait) is; the
+    /// driver returns it as the retryable [`DriverError::Unavailable`].
+    pub fn retryable(&self) -> bool {
+        self.retry_after().is_some()
+    }
+
     /// The short reason a worker that ended with this error is down, for
     /// [`SandboxError::WorkerRestarting`]: the exit status without the stderr excerpt
     /// (that is logged), or the first line of any other error.
@@ -193,14 +204,23 @@ impl SandboxError {
 }
 
 /// The runtime-core error a worker's refusal stands for: a worker answers bad input with
-/// `-32602` (or `-32002`) and the exact contract text of the error (as the reference
-/// worker and SDK workers following the contract do); the text is read back into the
-/// typed variant, so a refusal keeps its class (and the CLI its exit code) through the
-/// worker. `None` for any other text.
-pub(crate) fn typed_refusal(code: i64, message: &str) -> Option<DriverError> {
+/// `-32602` (or `-32002`) and the exact contract text of the error. The reference worker
+/// also sends the error's kind and fields in `data`, which map to the typed variant
+/// directly; without a usable `data` (SDK workers following the contract) the text is
+/// read back into the variant. Either way a refusal keeps its class (and the CLI its exit
+/// code) through the worker. `None` for any other code or text.
+pub(crate) fn typed_refusal(code: i64, message: &str, data: Option<&ErrorData>) -> Option<DriverError> {
     if code != codes::INVALID_PARAMS && code != codes::WORKER_ERROR {
         return None;
     }
+    if let Some(typed) = data.cloned().and_then(ErrorData::into_driver_error) {
+        return Some(typed);
+    }
+    text_refusal(message)
+}
+
+/// A refusal read back from its text alone (a worker that sends no `data`).
+fn text_refusal(message: &str) -> Option<DriverError> {
     // `{prefix}"{value}"{suffix}` with the value free of the suffix's quote
     let quoted = |prefix: &str, suffix: &str| -> Option<String> {
         let value = message.strip_prefix(prefix)?.strip_suffix(suffix)?;
@@ -283,10 +303,20 @@ impl From<SandboxError> for DriverError {
     fn from(error: SandboxError) -> Self {
         match error {
             SandboxError::InvalidInput { message } => DriverError::InvalidInput { message },
-            SandboxError::Rpc { code, message, method } => match typed_refusal(code, &message) {
+            SandboxError::Rpc {
+                code,
+                message,
+                method,
+                data,
+            } => match typed_refusal(code, &message, data.as_ref()) {
                 Some(typed) => typed,
                 None => {
-                    let other = SandboxError::Rpc { method, code, message };
+                    let other = SandboxError::Rpc {
+                        method,
+                        code,
+                        message,
+                        data,
+                    };
                     DriverError::Other {
                         message: other.to_string(),
                         source: Some(Box::new(other)),
@@ -343,8 +373,17 @@ mod tests {
         );
         assert_eq!(e.code(), Some(-32000));
         assert_eq!(e.retry_after(), Some(std::time::Duration::from_millis(750)));
+        assert!(e.retryable());
         let d: DriverError = e.clone().into();
         assert_eq!(d.kind(), "unavailable");
+        assert!(d.retryable());
+        let exited = SandboxError::WorkerExited {
+            code: Some(1),
+            signal: None,
+            stderr: String::new(),
+        };
+        assert!(!exited.retryable());
+        assert!(!DriverError::from(exited).retryable());
         assert_eq!(SandboxError::of(&d), Some(&e));
         let d: DriverError = SandboxError::RouteBusy.into();
         assert_eq!(d.to_string(), "DUPLEX_CHANNEL_ROUTE_BUSY");
@@ -359,6 +398,7 @@ mod tests {
                 method: "m".into(),
                 code,
                 message: text.clone(),
+                data: None,
             }
             .into();
             assert_eq!(back.to_string(), text);
@@ -395,6 +435,7 @@ mod tests {
             method: "m".into(),
             code: -32601,
             message: "Path \"/x\" is outside the lease workspace.".into(),
+            data: None,
         }
         .into();
         assert!(matches!(
@@ -405,6 +446,7 @@ mod tests {
             method: "m".into(),
             code: -32002,
             message: "disk on fire".into(),
+            data: None,
         }
         .into();
         assert_eq!(back.to_string(), "disk on fire");

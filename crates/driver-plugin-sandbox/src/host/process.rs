@@ -1,7 +1,7 @@
 //! Starting a worker process: minimal environment, `PR_SET_PDEATHSIG`, a cgroup of its own
 //! (where cgroup v2 is writable) whose leftovers are killed when the worker ends, a reaper
-//! that never lets a signal reach a recycled pid, the stderr tail, and bounded line
-//! reading.
+//! that never lets a signal reach a recycled pid, and the stderr tail. Its stdout is read
+//! with the protocol's bounded line reader (`envrt_plugin_protocol::reader`).
 
 use std::collections::VecDeque;
 use std::io;
@@ -15,7 +15,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 use rustix::fd::OwnedFd;
-use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt as _, BufReader};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::oneshot;
 
@@ -376,100 +376,5 @@ impl StderrTail {
         let state = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let bytes: Vec<u8> = state.bytes.iter().copied().collect();
         String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
-
-/// One result of [`LineReader::next_line`].
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum LineRead {
-    /// A complete line (without `\n`) is in the reader's buffer.
-    Line,
-    /// A line longer than the limit was skipped; its length in bytes.
-    Oversized(usize),
-    /// End of stream.
-    Eof,
-}
-
-/// Reads `\n`-terminated lines with a size limit, holding at most `limit` bytes: a longer
-/// line is skipped as it streams by. Cancel-safe: state lives in the reader.
-pub(crate) struct LineReader<R> {
-    reader: BufReader<R>,
-    buf: Vec<u8>,
-    limit: usize,
-    discarding: Option<usize>,
-}
-
-impl<R: AsyncRead + Unpin> LineReader<R> {
-    pub(crate) fn new(inner: R, limit: usize) -> Self {
-        LineReader {
-            reader: BufReader::with_capacity(64 * 1024, inner),
-            buf: Vec::new(),
-            limit,
-            discarding: None,
-        }
-    }
-
-    /// The last complete line.
-    pub(crate) fn line(&self) -> &[u8] {
-        self.buf.strip_suffix(b"\n").unwrap_or(&self.buf)
-    }
-
-    /// Reads the next line.
-    pub(crate) async fn next_line(&mut self) -> io::Result<LineRead> {
-        if self.discarding.is_none() && self.buf.last() == Some(&b'\n') {
-            if self.buf.capacity() > 1024 * 1024 {
-                // do not keep a huge line's allocation around
-                self.buf = Vec::new();
-            } else {
-                self.buf.clear();
-            }
-        }
-        loop {
-            let available = self.reader.fill_buf().await?;
-            if available.is_empty() {
-                return Ok(LineRead::Eof);
-            }
-            let newline = available.iter().position(|&b| b == b'\n');
-            let take = newline.map_or(available.len(), |i| i + 1);
-            match self.discarding.as_mut() {
-                Some(skipped) => *skipped += take,
-                None if self.buf.len() + take > self.limit + 1 => {
-                    self.discarding = Some(self.buf.len() + take);
-                    self.buf = Vec::new();
-                }
-                None => self.buf.extend_from_slice(&available[..take]),
-            }
-            self.reader.consume(take);
-            if newline.is_some() {
-                if let Some(skipped) = self.discarding.take() {
-                    return Ok(LineRead::Oversized(skipped.saturating_sub(1)));
-                }
-                self.buf.pop();
-                // keep a marker so the next call clears the buffer first
-                self.buf.push(b'\n');
-                return Ok(LineRead::Line);
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn long_lines_are_skipped_and_short_ones_kept() {
-        let mut data = b"{\"a\":1}\n".to_vec();
-        data.extend(std::iter::repeat_n(b'x', 100));
-        data.extend(b"\nshort\n\ntail");
-        let mut reader = LineReader::new(&data[..], 16);
-        assert_eq!(reader.next_line().await.unwrap(), LineRead::Line);
-        assert_eq!(reader.line(), b"{\"a\":1}");
-        assert_eq!(reader.next_line().await.unwrap(), LineRead::Oversized(100));
-        assert_eq!(reader.next_line().await.unwrap(), LineRead::Line);
-        assert_eq!(reader.line(), b"short");
-        assert_eq!(reader.next_line().await.unwrap(), LineRead::Line);
-        assert_eq!(reader.line(), b"");
-        assert_eq!(reader.next_line().await.unwrap(), LineRead::Eof);
     }
 }

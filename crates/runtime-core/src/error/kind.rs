@@ -1,5 +1,6 @@
 //! Stable, machine-readable names for every error: what a program that talks to envrt
-//! through JSON (the CLI's `--json`, the Python package) matches on instead of the text.
+//! through JSON (the CLI's `--json`, the Python package) matches on instead of the text;
+//! and which errors are worth retrying.
 
 use super::{DriverError, RuntimeError};
 
@@ -11,23 +12,14 @@ impl RuntimeError {
         match self {
             RuntimeError::DriverNotRegistered { .. } => "driver_not_registered",
             RuntimeError::EnvironmentNotActive { .. } => "environment_not_active",
-            RuntimeError::ResumeUnsupported { .. } => "resume_unsupported",
-            RuntimeError::DestroyUnsupported { .. } => "destroy_unsupported",
-            RuntimeError::RealizeUnsupported { .. } => "realize_unsupported",
-            RuntimeError::ExecuteUnsupported { .. } => "execute_unsupported",
-            RuntimeError::SyncUnsupported { .. } => "sync_unsupported",
-            RuntimeError::DuplexUnsupported { .. } => "duplex_unsupported",
+            RuntimeError::Unsupported { operation, .. } => operation.kind(),
             RuntimeError::DuplexNotGranted { .. } => "duplex_not_granted",
             RuntimeError::LeaseNotFound { .. } => "lease_not_found",
             RuntimeError::EnvironmentNotFound { .. } => "environment_not_found",
             RuntimeError::LeaseNotActive { .. } => "lease_not_active",
             RuntimeError::LeaseGone { .. } => "lease_gone",
             RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",
-            RuntimeError::ExpiryUnsupported { .. } => "expiry_unsupported",
             RuntimeError::LeaseExpired { .. } => "lease_expired",
-            RuntimeError::TemplateCaptureUnsupported { .. } => "template_capture_unsupported",
-            RuntimeError::TemplateDeleteUnsupported { .. } => "template_delete_unsupported",
-            RuntimeError::TemplatesUnsupported { .. } => "templates_unsupported",
             RuntimeError::TemplateNotFound { .. } => "template_not_found",
             RuntimeError::Driver(error) => error.kind(),
             RuntimeError::Store(_) => "store",
@@ -60,6 +52,30 @@ impl DriverError {
     }
 }
 
+impl RuntimeError {
+    /// Whether the same call may succeed later without any change to it: the backend
+    /// could not be reached now. True only for a driver's [`DriverError::retryable`]
+    /// error; every refusal, missing lease or store failure is not.
+    pub fn retryable(&self) -> bool {
+        match self {
+            RuntimeError::Driver(error) => error.retryable(),
+            _ => false,
+        }
+    }
+}
+
+impl DriverError {
+    /// Whether the same call may succeed later without any change to it. True for
+    /// [`DriverError::Unavailable`] only: the Docker engine is not reachable (connecting,
+    /// or the connection broke), the SSH host cannot be connected to, the sandbox's
+    /// worker is down and restarting (`...; the host tries it again in N ms.`), or the
+    /// reference worker binary was not found. Bad input, a refused user, a gone
+    /// resource, a closed channel, I/O and other failures are not retryable.
+    pub fn retryable(&self) -> bool {
+        matches!(self, DriverError::Unavailable { .. })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,7 +85,10 @@ mod tests {
         let cases: Vec<(RuntimeError, &str)> = vec![
             (RuntimeError::DuplexNotGranted { cause: None }, "duplex_not_granted"),
             (
-                RuntimeError::DuplexUnsupported { key: "local".into() },
+                RuntimeError::Unsupported {
+                    key: "local".into(),
+                    operation: crate::UnsupportedOperation::Duplex,
+                },
                 "duplex_unsupported",
             ),
             (RuntimeError::LeaseNotFound { id: "x".into() }, "lease_not_found"),
@@ -99,6 +118,28 @@ mod tests {
         for (error, kind) in cases {
             assert_eq!(error.kind(), kind, "{error}");
             assert!(kind.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+        }
+    }
+
+    #[test]
+    fn only_an_unavailable_backend_is_retryable() {
+        let unavailable = DriverError::Unavailable {
+            message: "Docker engine at unix:///nope is not reachable (connecting).".into(),
+            source: None,
+        };
+        assert!(unavailable.retryable());
+        assert!(RuntimeError::from(unavailable).retryable());
+        let not: Vec<RuntimeError> = vec![
+            DriverError::other("boom").into(),
+            DriverError::invalid("bad").into(),
+            DriverError::ChannelClosed.into(),
+            DriverError::ResourceGone { id: "x".into() }.into(),
+            RuntimeError::LeaseNotFound { id: "x".into() },
+            RuntimeError::DuplexNotGranted { cause: None },
+            RuntimeError::Store(crate::StoreError::new("disk")),
+        ];
+        for error in not {
+            assert!(!error.retryable(), "{error}");
         }
     }
 }

@@ -17,7 +17,7 @@
 
 use crate::capability::{CapabilityKey, CapabilitySnapshot};
 use crate::driver::{CapabilityInput, EnvironmentDriver};
-use crate::error::{DriverError, RuntimeError};
+use crate::error::{DriverError, RuntimeError, UnsupportedOperation};
 use crate::model::{Lease, LeaseStatus, Timestamp};
 
 use super::Resolved;
@@ -49,84 +49,76 @@ pub(super) enum Operation {
     AcquireFromTemplate,
 }
 
-/// One row of the gate table.
+/// How a row refuses a denied capability (or a failed snapshot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Denial {
+    /// The same refusal as a missing group: [`RuntimeError::Unsupported`].
+    Unsupported,
+    /// [`RuntimeError::DuplexNotGranted`], with the snapshot's failure as its cause.
+    DuplexNotGranted,
+}
+
+/// One row of the gate table: plain data.
+#[derive(Clone, Copy, Debug)]
 struct Rule {
-    /// The refusal when the driver lacks the operation's group.
-    missing: fn(key: String) -> RuntimeError,
+    /// What the driver does not support when it lacks the operation's group.
+    unsupported: UnsupportedOperation,
     /// The capability the lease's snapshot must grant, if any.
     capability: Option<CapabilityKey>,
-    /// The refusal when the capability is denied, or the snapshot failed (`cause`).
-    denied: fn(key: String, cause: Option<DriverError>) -> RuntimeError,
+    /// The refusal when the capability is denied, or the snapshot failed.
+    denial: Denial,
     /// Whether the lease must be active.
     needs_active: bool,
 }
 
+impl Rule {
+    /// The refusal when the driver under `key` lacks the group.
+    fn missing(&self, key: String) -> RuntimeError {
+        RuntimeError::Unsupported {
+            key,
+            operation: self.unsupported,
+        }
+    }
+
+    /// The refusal when the capability is denied, or the snapshot failed (`cause`).
+    fn denied(&self, key: String, cause: Option<DriverError>) -> RuntimeError {
+        match self.denial {
+            Denial::Unsupported => self.missing(key),
+            Denial::DuplexNotGranted => RuntimeError::DuplexNotGranted { cause },
+        }
+    }
+}
+
+/// A row whose denial is the `does not support` refusal.
+const fn row(unsupported: UnsupportedOperation, capability: Option<CapabilityKey>, needs_active: bool) -> Rule {
+    Rule {
+        unsupported,
+        capability,
+        denial: Denial::Unsupported,
+        needs_active,
+    }
+}
+
 /// The table: every optional operation's group refusal, capability and activity rule.
 fn rule(operation: Operation) -> Rule {
+    use UnsupportedOperation as U;
     match operation {
-        Operation::Resume => Rule {
-            missing: |key| RuntimeError::ResumeUnsupported { key },
-            capability: Some(CapabilityKey::ReusableLeases),
-            denied: |key, _| RuntimeError::ResumeUnsupported { key },
-            // Resuming is how an ended, retained lease comes back.
-            needs_active: false,
-        },
-        Operation::Destroy => Rule {
-            missing: |key| RuntimeError::DestroyUnsupported { key },
-            capability: None,
-            denied: |key, _| RuntimeError::DestroyUnsupported { key },
-            // Destroy is clean-up: it must work on every lease, ended or not.
-            needs_active: false,
-        },
-        Operation::Realize => Rule {
-            missing: |key| RuntimeError::RealizeUnsupported { key },
-            capability: None,
-            denied: |key, _| RuntimeError::RealizeUnsupported { key },
-            needs_active: true,
-        },
-        Operation::Execute => Rule {
-            missing: |key| RuntimeError::ExecuteUnsupported { key },
-            capability: None,
-            denied: |key, _| RuntimeError::ExecuteUnsupported { key },
-            needs_active: true,
-        },
-        Operation::SyncIn => Rule {
-            missing: |key| RuntimeError::SyncUnsupported { key },
-            capability: Some(CapabilityKey::NativeSyncIn),
-            denied: |key, _| RuntimeError::SyncUnsupported { key },
-            needs_active: true,
-        },
-        Operation::SyncOut => Rule {
-            missing: |key| RuntimeError::SyncUnsupported { key },
-            capability: Some(CapabilityKey::NativeSyncOut),
-            denied: |key, _| RuntimeError::SyncUnsupported { key },
-            needs_active: true,
-        },
+        // Resuming is how an ended, retained lease comes back.
+        Operation::Resume => row(U::Resume, Some(CapabilityKey::ReusableLeases), false),
+        // Destroy is clean-up: it must work on every lease, ended or not.
+        Operation::Destroy => row(U::Destroy, None, false),
+        Operation::Realize => row(U::Realize, None, true),
+        Operation::Execute => row(U::Execute, None, true),
+        Operation::SyncIn => row(U::Sync, Some(CapabilityKey::NativeSyncIn), true),
+        Operation::SyncOut => row(U::Sync, Some(CapabilityKey::NativeSyncOut), true),
         Operation::Duplex => Rule {
-            missing: |key| RuntimeError::DuplexUnsupported { key },
-            capability: Some(CapabilityKey::DuplexCommandStream),
-            denied: |_, cause| RuntimeError::DuplexNotGranted { cause },
-            needs_active: true,
+            denial: Denial::DuplexNotGranted,
+            ..row(U::Duplex, Some(CapabilityKey::DuplexCommandStream), true)
         },
         // Templates are a group, not a capability key: the snapshot stays nine keys.
-        Operation::CaptureTemplate => Rule {
-            missing: |key| RuntimeError::TemplateCaptureUnsupported { key },
-            capability: None,
-            denied: |key, _| RuntimeError::TemplateCaptureUnsupported { key },
-            needs_active: true,
-        },
-        Operation::ListTemplates | Operation::AcquireFromTemplate => Rule {
-            missing: |key| RuntimeError::TemplatesUnsupported { key },
-            capability: None,
-            denied: |key, _| RuntimeError::TemplatesUnsupported { key },
-            needs_active: false,
-        },
-        Operation::DeleteTemplate => Rule {
-            missing: |key| RuntimeError::TemplateDeleteUnsupported { key },
-            capability: None,
-            denied: |key, _| RuntimeError::TemplateDeleteUnsupported { key },
-            needs_active: false,
-        },
+        Operation::CaptureTemplate => row(U::TemplateCapture, None, true),
+        Operation::ListTemplates | Operation::AcquireFromTemplate => row(U::Templates, None, false),
+        Operation::DeleteTemplate => row(U::TemplateDelete, None, false),
     }
 }
 
@@ -138,7 +130,7 @@ pub(super) fn gate_driver<'a, G: ?Sized + 'a>(
     operation: Operation,
     group: impl FnOnce(&'a dyn EnvironmentDriver) -> Option<&'a G>,
 ) -> Result<&'a G, RuntimeError> {
-    group(driver).ok_or_else(|| (rule(operation).missing)(key.to_owned()))
+    group(driver).ok_or_else(|| rule(operation).missing(key.to_owned()))
 }
 
 /// Checks `operation` on `resolved` in the fixed order and hands back the driver's group,
@@ -152,16 +144,16 @@ pub(super) async fn gate<'a, G: ?Sized + 'a>(
     extra: impl FnOnce(&'a G) -> bool,
 ) -> Result<&'a G, RuntimeError> {
     let rule = rule(operation);
-    let found = group(resolved.driver.as_ref()).ok_or_else(|| (rule.missing)(resolved.key.clone()))?;
+    let found = group(resolved.driver.as_ref()).ok_or_else(|| rule.missing(resolved.key.clone()))?;
     if let Some(capability) = rule.capability {
         match snapshot(resolved).await {
             Ok(snapshot) if snapshot.get(capability) => {}
-            Ok(_) => return Err((rule.denied)(resolved.key.clone(), None)),
-            Err(cause) => return Err((rule.denied)(resolved.key.clone(), Some(cause))),
+            Ok(_) => return Err(rule.denied(resolved.key.clone(), None)),
+            Err(cause) => return Err(rule.denied(resolved.key.clone(), Some(cause))),
         }
     }
     if !extra(found) {
-        return Err((rule.denied)(resolved.key.clone(), None));
+        return Err(rule.denied(resolved.key.clone(), None));
     }
     let lease = &resolved.context.lease;
     if operation != Operation::Destroy
@@ -218,10 +210,7 @@ mod tests {
 
     #[test]
     fn every_operation_refuses_a_missing_group_with_its_own_text() {
-        let texts: Vec<String> = ALL
-            .iter()
-            .map(|op| (rule(*op).missing)("k".into()).to_string())
-            .collect();
+        let texts: Vec<String> = ALL.iter().map(|op| rule(*op).missing("k".into()).to_string()).collect();
         assert_eq!(
             texts,
             [
@@ -242,7 +231,7 @@ mod tests {
 
     #[test]
     fn capability_refusals_follow_the_table() {
-        let denied = |op| (rule(op).denied)("k".into(), None).to_string();
+        let denied = |op| rule(op).denied("k".into(), None).to_string();
         assert_eq!(
             denied(Operation::Duplex),
             "Sandbox lease does not grant the duplex command stream capability."

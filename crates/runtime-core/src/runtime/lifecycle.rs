@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::driver::{AcquireInput, EnvironmentDriver, LeaseContext, LeaseGrant, ReleaseInput};
-use crate::error::RuntimeError;
+use crate::error::{RuntimeError, UnsupportedOperation};
 use crate::model::{
     CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp,
 };
@@ -34,7 +34,7 @@ pub struct AcquireRequest {
     pub metadata: JsonMap,
     /// The latest time the lease may live until. The driver must attest an expiry at or
     /// before it; otherwise the lease is released at once and the acquire fails with
-    /// [`RuntimeError::ExpiryUnsupported`] (fail closed).
+    /// [`RuntimeError::Unsupported`] (`lease expiry`) (fail closed).
     pub requested_expires_at: Option<Timestamp>,
     /// The id of a template of this environment to start the lease from (see
     /// [`EnvironmentRuntime::capture_template`]). Refused when the driver has no
@@ -255,7 +255,10 @@ impl EnvironmentRuntime {
             lease.failure_reason = Some("release_cleanup_failed".into());
             self.store.put_lease(&lease).await?;
         }
-        Err(RuntimeError::ExpiryUnsupported { key })
+        Err(RuntimeError::Unsupported {
+            key,
+            operation: UnsupportedOperation::Expiry,
+        })
     }
 
     /// Releases, with status `expired`, every active lease whose expiry has passed, each

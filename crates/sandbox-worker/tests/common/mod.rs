@@ -31,8 +31,21 @@ impl Worker {
 
     /// Started with extra worker flags and environment.
     pub fn start_with(args: &[&str], extra_env: &[(&str, &str)]) -> Worker {
+        Worker::start_under(&[], args, extra_env)
+    }
+
+    /// Started through `wrapper` (a program and its arguments that run the worker, such as
+    /// `prlimit --nproc=64 --`), with extra worker flags and environment.
+    pub fn start_under(wrapper: &[&str], args: &[&str], extra_env: &[(&str, &str)]) -> Worker {
         let root = tempfile::tempdir().expect("temp root");
-        let mut command = Command::new(WORKER);
+        let mut command = match wrapper {
+            [] => Command::new(WORKER),
+            [program, rest @ ..] => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(WORKER);
+                c
+            }
+        };
         command
             .arg("--root")
             .arg(root.path())

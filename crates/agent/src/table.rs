@@ -1,0 +1,574 @@
+//! The process table: every process the agent spawned, its replay buffers, stdin, terminal
+//! and exit status, plus the orphans it reaped. One lock guards it; nothing awaits under it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rustix::process::{Pid, WaitOptions, WaitStatus};
+use tokio::net::unix::pipe;
+use tokio::sync::watch;
+
+use crate::proto::{
+    AgentInfo, DEFAULT_KEEP, MAX_ARGS, MAX_KEEP, MAX_KEY, ProcessInfo, SpawnRequest, Status, StdinMode, Stream,
+    StreamInfo, VERSION,
+};
+use crate::refuse;
+use crate::ring::Ring;
+use crate::spawn;
+
+/// The agent's bounds and mode.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The most processes held at once (running or exited).
+    pub max_processes: u64,
+    /// The most replay bytes all processes may reserve together (`keep` per stream).
+    pub buffer_bound: u64,
+    /// Whether the agent reaps orphans (it is PID 1 or a subreaper).
+    pub reaps_orphans: bool,
+    /// The agent's own binary, run in its terminal-exec mode for a process with a tty.
+    pub shim: PathBuf,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            max_processes: 4096,
+            buffer_bound: 1024 * 1024 * 1024,
+            reaps_orphans: false,
+            shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
+        }
+    }
+}
+
+struct Proc {
+    pid: i32,
+    start_time: u64,
+    argv: Vec<String>,
+    streams: Vec<(Stream, Ring)>,
+    open_outputs: usize,
+    reaped: Option<Status>,
+    stdin_piped: bool,
+    stdin: Option<Arc<StdinPipe>>,
+    master: Option<Arc<OwnedFd>>,
+    changed: watch::Sender<()>,
+}
+
+impl Proc {
+    fn finished(&self) -> bool {
+        self.reaped.is_some() && self.open_outputs == 0
+    }
+}
+
+#[derive(Default)]
+struct State {
+    procs: BTreeMap<u64, Proc>,
+    running: HashMap<i32, u64>,
+    next_id: u64,
+    reserved: u64,
+    keys: HashMap<String, (SpawnRequest, u64)>,
+    orphans_reaped: u64,
+    recent_orphans: VecDeque<i32>,
+}
+
+/// What an `output` reader gets next.
+pub(crate) enum Next {
+    /// Bytes of a stream at an offset.
+    Chunk(Stream, u64, Vec<u8>),
+    /// The process ended and every byte was delivered.
+    Exit(ProcessInfo),
+    /// Nothing yet: wait for a change.
+    Pending,
+}
+
+/// The process table.
+pub struct Agent {
+    state: Mutex<State>,
+    config: Config,
+}
+
+/// Where `write_stdin` writes and whether it is the terminal.
+/// A process's stdin (the pipe, or the terminal's master) and the lock that keeps one
+/// request's bytes together when several write at once.
+pub(crate) struct StdinPipe {
+    pub(crate) fd: pipe::Sender,
+    pub(crate) order: tokio::sync::Mutex<()>,
+}
+
+pub(crate) struct StdinTarget {
+    pub(crate) fd: Arc<StdinPipe>,
+    pub(crate) tty: bool,
+}
+
+fn status_of(status: WaitStatus) -> Status {
+    match (status.exit_status(), status.terminating_signal()) {
+        (Some(code), _) => Status::Exited { code },
+        (None, Some(signal)) => Status::Signalled { signal },
+        (None, None) => Status::Exited { code: -1 },
+    }
+}
+
+/// Parses a signal given by name (`TERM`, `SIGTERM`, any case) or number.
+pub(crate) fn parse_signal(text: &str) -> Result<rustix::process::Signal, String> {
+    use rustix::process::Signal;
+    let named = [
+        ("HUP", Signal::HUP),
+        ("INT", Signal::INT),
+        ("QUIT", Signal::QUIT),
+        ("ILL", Signal::ILL),
+        ("TRAP", Signal::TRAP),
+        ("ABRT", Signal::ABORT),
+        ("BUS", Signal::BUS),
+        ("FPE", Signal::FPE),
+        ("KILL", Signal::KILL),
+        ("USR1", Signal::USR1),
+        ("SEGV", Signal::SEGV),
+        ("USR2", Signal::USR2),
+        ("PIPE", Signal::PIPE),
+        ("ALRM", Signal::ALARM),
+        ("TERM", Signal::TERM),
+        ("CHLD", Signal::CHILD),
+        ("CONT", Signal::CONT),
+        ("STOP", Signal::STOP),
+        ("TSTP", Signal::TSTP),
+        ("TTIN", Signal::TTIN),
+        ("TTOU", Signal::TTOU),
+        ("URG", Signal::URG),
+        ("XCPU", Signal::XCPU),
+        ("XFSZ", Signal::XFSZ),
+        ("VTALRM", Signal::VTALARM),
+        ("PROF", Signal::PROF),
+        ("WINCH", Signal::WINCH),
+        ("IO", Signal::IO),
+        ("PWR", Signal::POWER),
+        ("SYS", Signal::SYS),
+    ];
+    if let Ok(number) = text.parse::<i32>() {
+        return Signal::from_named_raw(number).ok_or_else(|| refuse::signal(text));
+    }
+    let upper = text.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    named
+        .iter()
+        .find(|(candidate, _)| *candidate == name)
+        .map(|(_, signal)| *signal)
+        .ok_or_else(|| refuse::signal(text))
+}
+
+fn check_request(request: &SpawnRequest) -> Result<u64, String> {
+    if request.argv.is_empty() {
+        return Err(refuse::empty_argv());
+    }
+    if request.argv.len() > MAX_ARGS {
+        return Err(refuse::too_many_args(request.argv.len()));
+    }
+    if request.argv.iter().any(|arg| arg.contains('\0')) {
+        return Err(refuse::nul("argv"));
+    }
+    for (name, value) in &request.env {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(refuse::env_name(name));
+        }
+        if value.contains('\0') {
+            return Err(refuse::nul(&format!("the value of {name}")));
+        }
+    }
+    if request.cwd.as_deref().is_some_and(|cwd| cwd.contains('\0')) {
+        return Err(refuse::nul("cwd"));
+    }
+    let keep = request.keep.unwrap_or(DEFAULT_KEEP);
+    if keep == 0 || keep > MAX_KEEP {
+        return Err(refuse::keep(keep));
+    }
+    if let Some(key) = &request.idempotency_key
+        && (key.is_empty() || key.len() > MAX_KEY)
+    {
+        return Err(refuse::key_length(key.len()));
+    }
+    if let Some(size) = request.tty {
+        if size.rows == 0 || size.cols == 0 {
+            return Err(refuse::tty_size());
+        }
+        if request.stdin == StdinMode::Piped {
+            return Err(refuse::tty_stdin());
+        }
+    }
+    Ok(keep)
+}
+
+impl Agent {
+    /// A table with these bounds.
+    pub fn new(config: Config) -> Arc<Agent> {
+        Arc::new(Agent {
+            state: Mutex::new(State {
+                next_id: 1,
+                ..State::default()
+            }),
+            config,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn info_of(id: u64, proc: &Proc) -> ProcessInfo {
+        ProcessInfo {
+            id,
+            pid: proc.pid,
+            start_time: proc.start_time,
+            argv: proc.argv.clone(),
+            tty: proc.master.is_some(),
+            status: proc.reaped.unwrap_or(Status::Running),
+            streams: proc
+                .streams
+                .iter()
+                .map(|(stream, ring)| StreamInfo {
+                    stream: *stream,
+                    written: ring.end(),
+                    dropped: ring.start(),
+                    keep: ring.keep() as u64,
+                })
+                .collect(),
+        }
+    }
+
+    fn with<T>(&self, id: u64, f: impl FnOnce(&mut Proc) -> Result<T, String>) -> Result<T, String> {
+        let mut state = self.lock();
+        let proc = state.procs.get_mut(&id).ok_or_else(|| refuse::unknown(id))?;
+        f(proc)
+    }
+
+    /// Starts a process, or answers the one started earlier with the same idempotency key.
+    /// Must run inside the tokio runtime (it starts the output pumps).
+    pub fn spawn(self: &Arc<Self>, request: SpawnRequest) -> Result<ProcessInfo, String> {
+        let keep = check_request(&request)?;
+        let mut state = self.lock();
+        if let Some(key) = &request.idempotency_key
+            && let Some((earlier, id)) = state.keys.get(key)
+        {
+            if *earlier != request {
+                return Err(refuse::idempotency(key, *id));
+            }
+            return Ok(Agent::info_of(*id, &state.procs[id]));
+        }
+        if state.procs.len() as u64 >= self.config.max_processes {
+            return Err(refuse::process_bound(self.config.max_processes));
+        }
+        let need = keep * if request.tty.is_some() { 1 } else { 2 };
+        if state.reserved + need > self.config.buffer_bound {
+            return Err(refuse::buffer_bound(need, state.reserved, self.config.buffer_bound));
+        }
+        // Spawned under the lock, so the reaper (which also takes it) cannot reap the child
+        // before it is in the table and count it as an orphan.
+        let started = spawn::start(&request, &self.config.shim)
+            .map_err(|error| refuse::spawn_failed(&request.argv[0], &error))?;
+        let id = state.next_id;
+        state.next_id += 1;
+        state.reserved += need;
+        let start_time = spawn::start_time(started.pid).unwrap_or(0);
+        let (changed, _) = watch::channel(());
+        // The unchecked constructors take a terminal's master as well as a pipe.
+        let stdin = match started.stdin.map(pipe::Sender::from_owned_fd_unchecked).transpose() {
+            Ok(stdin) => stdin.map(|fd| {
+                Arc::new(StdinPipe {
+                    fd,
+                    order: tokio::sync::Mutex::new(()),
+                })
+            }),
+            Err(_) => None,
+        };
+        let mut proc = Proc {
+            pid: started.pid,
+            start_time,
+            argv: request.argv.clone(),
+            streams: Vec::new(),
+            open_outputs: 0,
+            reaped: None,
+            stdin_piped: request.stdin == StdinMode::Piped || request.tty.is_some(),
+            stdin,
+            master: started.master.map(Arc::new),
+            changed,
+        };
+        for (stream, fd) in started.outputs {
+            proc.streams.push((stream, Ring::new(keep as usize)));
+            match pipe::Receiver::from_owned_fd_unchecked(fd) {
+                Ok(fd) => {
+                    proc.open_outputs += 1;
+                    tokio::spawn(pump(Arc::clone(self), id, stream, fd));
+                }
+                Err(_) => continue,
+            }
+        }
+        let info = Agent::info_of(id, &proc);
+        state.running.insert(started.pid, id);
+        state.procs.insert(id, proc);
+        if let Some(key) = &request.idempotency_key {
+            state.keys.insert(key.clone(), (request.clone(), id));
+        }
+        drop(state);
+        if let Some(ms) = request.timeout_ms {
+            let agent = Arc::clone(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let _ = agent.signal(id, rustix::process::Signal::KILL);
+            });
+        }
+        Ok(info)
+    }
+
+    /// Every process held.
+    pub fn list(&self) -> Vec<ProcessInfo> {
+        let state = self.lock();
+        state.procs.iter().map(|(id, proc)| Agent::info_of(*id, proc)).collect()
+    }
+
+    /// One process.
+    pub fn info(&self, id: u64) -> Result<ProcessInfo, String> {
+        self.with(id, |proc| Ok(Agent::info_of(id, proc)))
+    }
+
+    /// The agent's own state.
+    pub fn agent_info(&self) -> AgentInfo {
+        let state = self.lock();
+        AgentInfo {
+            version: VERSION,
+            pid: rustix::process::getpid().as_raw_nonzero().get(),
+            reaps_orphans: self.config.reaps_orphans,
+            processes: state.procs.len() as u64,
+            max_processes: self.config.max_processes,
+            buffer_reserved: state.reserved,
+            buffer_bound: self.config.buffer_bound,
+            orphans_reaped: state.orphans_reaped,
+            recent_orphans: state.recent_orphans.iter().copied().collect(),
+        }
+    }
+
+    /// Sends `signal` to the process's group, after checking that the pid still names the
+    /// process that was started (pid and start time).
+    pub fn signal(&self, id: u64, signal: rustix::process::Signal) -> Result<ProcessInfo, String> {
+        self.with(id, |proc| {
+            if proc.reaped.is_some() {
+                return Err(refuse::exited(id, "signal it"));
+            }
+            // Unreaped, the pid cannot have been reused (a zombie keeps it); the start time
+            // check holds the identity even so.
+            if spawn::start_time(proc.pid) != Some(proc.start_time) {
+                return Err(refuse::recycled(id, proc.pid));
+            }
+            let pid = Pid::from_raw(proc.pid).expect("a positive pid");
+            // ESRCH: the whole group is gone but the leader is not reaped yet; the reaper
+            // will report the exit.
+            let _ = rustix::process::kill_process_group(pid, signal);
+            Ok(Agent::info_of(id, proc))
+        })
+    }
+
+    /// Checks that stdin can be written and hands out where to write.
+    pub(crate) fn stdin_target(&self, id: u64, what: &str) -> Result<StdinTarget, String> {
+        self.with(id, |proc| {
+            if proc.reaped.is_some() {
+                return Err(refuse::exited(id, what));
+            }
+            if !proc.stdin_piped {
+                return Err(refuse::not_piped(id));
+            }
+            let fd = proc.stdin.clone().ok_or_else(|| refuse::stdin_closed(id))?;
+            Ok(StdinTarget {
+                fd,
+                tty: proc.master.is_some(),
+            })
+        })
+    }
+
+    /// Drops the agent's end of the stdin pipe (EOF once no write holds it).
+    pub(crate) fn drop_stdin(&self, id: u64) -> Result<(), String> {
+        self.with(id, |proc| {
+            proc.stdin = None;
+            Ok(())
+        })
+    }
+
+    /// Resizes the terminal.
+    pub fn resize(&self, id: u64, rows: u16, cols: u16) -> Result<(), String> {
+        self.with(id, |proc| {
+            if proc.reaped.is_some() {
+                return Err(refuse::exited(id, "resize its terminal"));
+            }
+            let master = proc.master.as_ref().ok_or_else(|| refuse::no_tty(id))?;
+            if rows == 0 || cols == 0 {
+                return Err(refuse::tty_size());
+            }
+            rustix::termios::tcsetwinsize(&**master, spawn::winsize(rows, cols))
+                .map_err(|error| format!("resize failed: {error}"))
+        })
+    }
+
+    /// A receiver of the process's changes (bytes, exit).
+    pub(crate) fn subscribe(&self, id: u64) -> Result<watch::Receiver<()>, String> {
+        self.with(id, |proc| Ok(proc.changed.subscribe()))
+    }
+
+    /// Checks `output`'s start offsets and resolves the absent ones to the oldest byte held.
+    pub(crate) fn cursors(&self, id: u64, from: &crate::proto::Offsets) -> Result<Vec<(Stream, u64)>, String> {
+        self.with(id, |proc| {
+            for stream in [Stream::Stdout, Stream::Stderr, Stream::Tty] {
+                if from.get(stream).is_some() && !proc.streams.iter().any(|(s, _)| *s == stream) {
+                    return Err(refuse::no_stream(id, stream, proc.master.is_some()));
+                }
+            }
+            let mut cursors = Vec::new();
+            for (stream, ring) in &proc.streams {
+                let offset = from.get(*stream).unwrap_or(ring.start());
+                ring.check(offset)
+                    .map_err(|error| ring_refusal(id, *stream, offset, error))?;
+                cursors.push((*stream, offset));
+            }
+            Ok(cursors)
+        })
+    }
+
+    /// The next thing a reader at `cursors` gets.
+    pub(crate) fn next(&self, id: u64, cursors: &[(Stream, u64)]) -> Result<Next, String> {
+        self.with(id, |proc| {
+            for (stream, offset) in cursors {
+                let ring = &proc
+                    .streams
+                    .iter()
+                    .find(|(s, _)| s == stream)
+                    .expect("a cursor's stream")
+                    .1;
+                let bytes = ring
+                    .read(*offset, crate::proto::MAX_CHUNK)
+                    .map_err(|error| ring_refusal(id, *stream, *offset, error))?;
+                if !bytes.is_empty() {
+                    return Ok(Next::Chunk(*stream, *offset, bytes));
+                }
+            }
+            Ok(if proc.finished() {
+                Next::Exit(Agent::info_of(id, proc))
+            } else {
+                Next::Pending
+            })
+        })
+    }
+
+    /// The final state once the process has exited and its output is drained.
+    pub(crate) fn finished(&self, id: u64) -> Result<Option<ProcessInfo>, String> {
+        self.with(id, |proc| Ok(proc.finished().then(|| Agent::info_of(id, proc))))
+    }
+
+    fn output_closed(&self, id: u64) {
+        let mut state = self.lock();
+        if let Some(proc) = state.procs.get_mut(&id) {
+            proc.open_outputs -= 1;
+            proc.changed.send_replace(());
+        }
+    }
+
+    /// Reaps every child that has exited: the agent's own processes get their status, the
+    /// rest are counted as orphans. Called on each SIGCHLD.
+    pub fn reap(&self) {
+        let mut state = self.lock();
+        while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
+            let pid = pid.as_raw_nonzero().get();
+            match state.running.remove(&pid) {
+                Some(id) => {
+                    let proc = state.procs.get_mut(&id).expect("a running process is held");
+                    proc.reaped = Some(status_of(status));
+                    proc.stdin = None;
+                    proc.changed.send_replace(());
+                }
+                None => {
+                    state.orphans_reaped += 1;
+                    if state.recent_orphans.len() == 64 {
+                        state.recent_orphans.pop_front();
+                    }
+                    state.recent_orphans.push_back(pid);
+                }
+            }
+        }
+    }
+
+    /// SIGKILLs every running process group (the agent is going away).
+    pub fn kill_all(&self) {
+        let state = self.lock();
+        for pid in state.running.keys() {
+            if let Some(pid) = Pid::from_raw(*pid) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+}
+
+fn ring_refusal(id: u64, stream: Stream, offset: u64, error: crate::ring::RingError) -> String {
+    match error {
+        crate::ring::RingError::Dropped { first } => refuse::dropped(id, stream, offset, first),
+        crate::ring::RingError::PastEnd { end } => refuse::past_end(id, stream, offset, end),
+    }
+}
+
+/// Copies one output stream into its ring until EOF. Never waits for a reader.
+async fn pump(agent: Arc<Agent>, id: u64, stream: Stream, fd: pipe::Receiver) {
+    loop {
+        if fd.readable().await.is_err() {
+            break;
+        }
+        // The buffer lives only across the read, not in the pump's future: an idle process
+        // costs no buffer.
+        let mut buf = [0u8; 16 * 1024];
+        match fd.try_read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let mut state = agent.lock();
+                if let Some(proc) = state.procs.get_mut(&id) {
+                    let ring = &mut proc
+                        .streams
+                        .iter_mut()
+                        .find(|(s, _)| *s == stream)
+                        .expect("the stream")
+                        .1;
+                    ring.push(&buf[..n]);
+                    proc.changed.send_replace(());
+                }
+            }
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) => {}
+            // EIO: a terminal whose last holder closed it.
+            Err(_) => break,
+        }
+    }
+    agent.output_closed(id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pid_whose_start_time_changed_is_never_signalled() {
+        let agent = Agent::new(Config::default());
+        let request = SpawnRequest {
+            argv: vec!["sleep".into(), "100".into()],
+            ..SpawnRequest::default()
+        };
+        let info = agent.spawn(request).unwrap();
+        // As if the pid had been reused by another process started later.
+        agent.lock().procs.get_mut(&info.id).unwrap().start_time += 1;
+        assert_eq!(
+            agent.signal(info.id, rustix::process::Signal::KILL).unwrap_err(),
+            format!(
+                "process {} (pid {}) is gone: its pid now names another process",
+                info.id, info.pid
+            )
+        );
+        assert!(spawn::start_time(info.pid).is_some(), "the process was not signalled");
+        agent.lock().procs.get_mut(&info.id).unwrap().start_time -= 1;
+        agent.signal(info.id, rustix::process::Signal::KILL).unwrap();
+    }
+}
