@@ -1,35 +1,11 @@
 //! `cargo xtask bench [--quick] [--only ROW]...`: builds `envrt-bench` (and the sandbox
-//! worker) in release mode with the drivers that exist, runs it, and keeps its table as
+//! workers its drivers need) in release mode with every workspace driver, runs it, and keeps its table as
 //! JSON (`target/bench/latest.json`) and Markdown (`target/bench/latest.md`).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use crate::util::{cargo, root, run};
-
-/// Driver features of `envrt-bench`, the crate source file that proves the driver is
-/// there, and the text it must contain.
-const DRIVERS: &[(&str, &str, &str)] = &[
-    ("local", "crates/driver-local/src/lib.rs", "pub struct LocalDriver"),
-    ("docker", "crates/driver-docker/src", "pub struct DockerDriver"),
-    (
-        "sandbox",
-        "crates/driver-plugin-sandbox/src",
-        "pub struct SandboxDriver",
-    ),
-    ("ssh", "crates/driver-ssh/src/lib.rs", "pub struct SshDriver"),
-];
-
-/// Whether some file under `path` (a file or a directory) contains `needle`.
-fn contains(path: &PathBuf, needle: &str) -> bool {
-    if path.is_dir() {
-        std::fs::read_dir(path)
-            .map(|entries| entries.flatten().any(|e| contains(&e.path(), needle)))
-            .unwrap_or(false)
-    } else {
-        std::fs::read_to_string(path).is_ok_and(|s| s.contains(needle))
-    }
-}
 
 pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     let mut passed = Vec::new();
@@ -52,11 +28,9 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     if only_python {
         return crate::python::run_bench(passed.iter().any(|a| a == "--quick"));
     }
-    let features: Vec<&str> = DRIVERS
-        .iter()
-        .filter(|(_, path, needle)| contains(&root().join(path), needle))
-        .map(|(feature, _, _)| *feature)
-        .collect();
+    // One bench feature per workspace driver, named after its key.
+    let drivers = crate::drivers::workspace()?;
+    let features: Vec<&str> = drivers.iter().map(|d| d.key.as_str()).collect();
     eprintln!("xtask: drivers present: {features:?}");
     // One cargo invocation for the bench and the worker, so both share one feature set
     // and the sandbox crate is compiled once.
@@ -67,8 +41,8 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
         build.args(["--features", &qualified.join(",")]);
     }
     build.args(["--bin", "envrt-bench"]);
-    if features.contains(&"sandbox") {
-        build.args(["-p", "envrt-sandbox-worker", "--bin", "envrt-sandbox-worker"]);
+    for worker in drivers.iter().filter_map(|d| d.worker.as_deref()) {
+        build.args(["-p", worker, "--bin", worker]);
     }
     run(build)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")

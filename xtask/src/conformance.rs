@@ -9,8 +9,6 @@ use serde_json::{Value, json};
 
 use crate::util::{cargo, root};
 
-const DRIVERS: &[&str] = &["local", "docker", "sandbox", "ssh"];
-
 #[derive(Debug)]
 struct Options {
     drivers: Vec<String>,
@@ -36,12 +34,13 @@ fn parse(args: &[String]) -> Result<Options, String> {
         match arg.as_str() {
             "--driver" => {
                 let driver = value()?;
+                let known = crate::drivers::keys()?;
                 if driver == "all" {
-                    options.drivers = DRIVERS.iter().map(|s| s.to_string()).collect();
-                } else if DRIVERS.contains(&driver.as_str()) {
+                    options.drivers = known;
+                } else if known.contains(&driver) {
                     options.drivers.push(driver);
                 } else {
-                    return Err(format!("unknown driver {driver:?}; one of {DRIVERS:?} or all"));
+                    return Err(format!("unknown driver {driver:?}; one of {known:?} or all"));
                 }
             }
             "--worker" => options.worker = Some(absolute_words(&value()?)),
@@ -80,7 +79,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         }
         options.drivers.push("worker".into());
     } else if options.drivers.is_empty() {
-        options.drivers = DRIVERS.iter().map(|s| s.to_string()).collect();
+        options.drivers = crate::drivers::keys()?;
     }
     Ok(options)
 }
@@ -104,14 +103,21 @@ fn absolute_words(command: &str) -> String {
 
 /// What one test binary left: its report document, or why there is none.
 fn run_target(driver: &str, options: &Options, part: &Path) -> Result<(Value, bool), String> {
-    let target = if driver == "worker" { "sandbox" } else { driver };
+    // `worker` (a third-party worker, `--manifest`) runs the suite of the driver that
+    // runs workers.
+    let drivers = crate::drivers::workspace()?;
+    let owner = match driver {
+        "worker" => drivers.iter().find(|d| d.worker.is_some()),
+        key => drivers.iter().find(|d| d.key == key),
+    };
+    let target = owner.map_or(driver, |d| d.key.as_str());
     if !root().join(format!("crates/conformance/tests/{target}.rs")).exists() {
         return Err(format!("no conformance target for driver {driver:?} yet"));
     }
-    if target == "sandbox" {
-        // The reference worker is a binary of another package: build it first.
+    if let Some(worker) = owner.and_then(|d| d.worker.as_deref()) {
+        // The worker is a binary of another package: build it first.
         let mut build = cargo();
-        build.args(["build", "-p", "envrt-sandbox-worker", "--bin", "envrt-sandbox-worker"]);
+        build.args(["build", "-p", worker, "--bin", worker]);
         crate::util::run(build)?;
     }
     let _ = std::fs::remove_file(part);

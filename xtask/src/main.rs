@@ -3,6 +3,7 @@
 mod bench;
 mod ci;
 mod conformance;
+mod drivers;
 #[cfg(test)]
 mod layers;
 mod python;
@@ -11,6 +12,8 @@ mod stress;
 mod testlog;
 #[cfg(test)]
 mod tidy;
+#[cfg(test)]
+mod tidy_drivers;
 mod util;
 
 use std::process::ExitCode;

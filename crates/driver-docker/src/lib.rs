@@ -79,6 +79,7 @@ use envrt_runtime_core::PathScope;
 mod archive;
 mod bind;
 mod config;
+mod descriptor;
 mod driver;
 mod dropkill;
 mod duplex;
@@ -98,6 +99,7 @@ pub use config::{
     DEFAULT_BIND_DIR, DEFAULT_DOCKER_HOST, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS_LIMIT, DEFAULT_WORKING_DIR, DockerConfig,
     EnvConfig, KEPT_CAPABILITIES, WorkspaceMount,
 };
+pub use descriptor::{DESCRIPTOR, DockerDescriptor, STATE_LABEL};
 pub use driver::{
     DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED,
 };

@@ -177,6 +177,7 @@ use envrt_runtime_core::{
 mod bulk;
 mod containment;
 mod copy;
+mod descriptor;
 mod exec;
 mod expiry;
 mod fds;
@@ -206,6 +207,7 @@ pub fn describe_containment(cgroups: bool) -> String {
 }
 
 pub use containment::kill_tied_to;
+pub use descriptor::{DESCRIPTOR, LocalDescriptor};
 pub use recovery::{KIND_WATCHDOG, KIND_WORKSPACE};
 
 /// The registry key of this driver.

@@ -79,11 +79,16 @@
 //! # Ok(()) }
 //! ```
 
+mod descriptor;
 pub mod host;
 
 /// The wire protocol (the `envrt-plugin-protocol` crate), shared with the reference worker.
 pub use envrt_plugin_protocol as protocol;
 
+pub use descriptor::{
+    DESCRIPTOR, PluginFile, SandboxDescriptor, SandboxSettings, add_worker_search_dir, locate_reference_worker,
+    reference_worker,
+};
 pub use host::{
     DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,
     REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, STREAM_STDIN_OVER, SandboxDriver, SandboxError, SandboxOptions,

@@ -95,6 +95,7 @@ use envrt_runtime_core::{
 };
 
 mod connection;
+mod descriptor;
 mod duplex;
 mod exec;
 mod recovery;
@@ -105,6 +106,7 @@ mod sync_out;
 mod target;
 
 use connection::Host;
+pub use descriptor::{DESCRIPTOR, SshDescriptor};
 pub use target::SshTarget;
 
 /// The registry key of this driver.

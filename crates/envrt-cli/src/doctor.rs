@@ -2,6 +2,8 @@
 //! is missing. A check is required when a configured environment uses its driver; the
 //! exit code is 1 when a required check fails.
 
+use envrt::core::descriptor::{DoctorCheck, DoctorContext, DoctorPhase};
+use envrt::registry::descriptors;
 use envrt::{LeaseFilter, LeaseStatus, LeaseStore};
 
 use envrt::config::open_store;
@@ -12,7 +14,7 @@ use envrt::config::{Config, Paths};
 
 /// One check's outcome.
 struct Check {
-    name: &'static str,
+    name: String,
     required: bool,
     ok: bool,
     detail: String,
@@ -20,7 +22,7 @@ struct Check {
 }
 
 async fn store_check(paths: &Paths) -> Check {
-    let name = "lease store";
+    let name = "lease store".to_owned();
     match open_store(paths).await {
         Ok(store) => match store.list_leases(&LeaseFilter::default()).await {
             Ok(leases) => {
@@ -61,79 +63,14 @@ async fn store_check(paths: &Paths) -> Check {
     }
 }
 
-fn driver_check(app: &App, key: &'static str, name: &'static str, fix: &str) -> Check {
-    let required = app.config.environments.iter().any(|e| e.driver == key);
-    if !envrt::RuntimeBuilder::enabled_drivers().contains(&key) {
-        return Check {
-            name,
-            required,
-            ok: false,
-            detail: format!("this envrt was built without the \"{key}\" driver"),
-            fix: Some(format!("rebuild envrt with the cargo feature for \"{key}\"")),
-        };
-    }
-    match app.skipped.iter().find(|s| s.key == key) {
-        Some(s) => Check {
-            name,
-            required,
-            ok: false,
-            detail: s.error.to_string(),
-            fix: Some(fix.to_owned()),
-        },
-        None => Check {
-            name,
-            required,
-            ok: true,
-            detail: format!("driver \"{key}\" ready"),
-            fix: None,
-        },
-    }
-}
-
-fn binary_check(binary: &'static str, name: &'static str, required: bool, fix: &str) -> Check {
-    match envrt::config::find_in_path(binary) {
-        Some(path) => Check {
-            name,
-            required,
-            ok: true,
-            detail: path.display().to_string(),
-            fix: None,
-        },
-        None => Check {
-            name,
-            required,
-            ok: false,
-            detail: format!("`{binary}` is not on PATH"),
-            fix: Some(fix.to_owned()),
-        },
-    }
-}
-
-/// The reference sandbox worker: `[sandbox] worker` when the file sets it (only that path),
-/// else where envrt looks for it; the detail of a missing one is the library's text (which
-/// binary, where it looked, how to set it).
-fn worker_check(configured: Option<&std::path::Path>, required: bool) -> Check {
-    match envrt::config::locate_reference_worker(configured) {
-        Ok(path) => Check {
-            name: "sandbox worker",
-            required,
-            ok: true,
-            detail: match configured {
-                Some(_) => format!("{} (set by [sandbox] worker in envrt.toml)", path.display()),
-                None => path.display().to_string(),
-            },
-            fix: None,
-        },
-        Err(message) => Check {
-            name: "sandbox worker",
-            required,
-            ok: false,
-            detail: message,
-            fix: Some(match configured {
-                Some(_) => "build it (cargo build -p envrt-sandbox-worker) where [sandbox] worker in envrt.toml says, or correct that path".into(),
-                None => "cargo build -p envrt-sandbox-worker, then put it next to envrt or on PATH, or set [sandbox] worker in envrt.toml".into(),
-            }),
-        },
+/// A descriptor's check as `envrt doctor` prints it.
+fn from_descriptor(check: DoctorCheck) -> Check {
+    Check {
+        name: check.name,
+        required: check.required,
+        ok: check.ok,
+        detail: check.detail,
+        fix: check.fix,
     }
 }
 
@@ -152,35 +89,44 @@ pub(crate) async fn run(paths: &Paths, args: DoctorArgs) -> Result<u8, CliError>
     let config = Config::load(paths)?;
     let mut checks = vec![store_check(paths).await];
     if checks[0].ok {
-        let app = App::open_for(paths, Some("docker")).await?;
-        checks.push(driver_check(
-            &app,
-            "local",
-            "local driver",
-            "make the workspace root ([local] root in envrt.toml) a writable directory",
-        ));
-        checks.push(driver_check(
-            &app,
-            "docker",
-            "Docker engine",
-            "start the Docker engine (systemctl start docker) or point DOCKER_HOST at one",
-        ));
-        let sandbox = config.environments.iter().any(|e| e.driver == "sandbox");
-        checks.push(binary_check(
-            "bwrap",
-            "bubblewrap",
-            sandbox,
-            "install bubblewrap (apt-get install bubblewrap)",
-        ));
-        let configured_plugin = !config.plugins.is_empty();
-        checks.push(worker_check(
-            config.sandbox_worker.as_deref(),
-            sandbox && !configured_plugin,
-        ));
+        // A driver whose readiness doctor reports is set up even when no environment uses it.
+        let extra = descriptors().iter().find(|d| d.doctor_sets_up()).map(|d| d.key());
+        let app = App::open_for(paths, extra).await?;
+        let skipped: Vec<(String, envrt::DriverError)> = app.skipped.into_iter().map(|s| (s.key, s.error)).collect();
+        let mut setup = Vec::new();
+        let mut late = Vec::new();
+        for descriptor in descriptors() {
+            let others: Vec<&'static str> = descriptors()
+                .iter()
+                .map(|d| d.key())
+                .filter(|k| *k != descriptor.key())
+                .collect();
+            let default_settings;
+            let settings: &(dyn std::any::Any + Send + Sync) = match config.drivers.get(descriptor.key()) {
+                Some(settings) => settings.as_ref(),
+                None => {
+                    default_settings = descriptor.default_settings();
+                    default_settings.as_ref()
+                }
+            };
+            let context = DoctorContext {
+                environments: &config.environments,
+                settings,
+                skipped: &skipped,
+                others: &others,
+            };
+            for check in descriptor.doctor(&context).await {
+                match check.phase {
+                    DoctorPhase::Setup => setup.push(from_descriptor(check)),
+                    _ => late.push(from_descriptor(check)),
+                }
+            }
+        }
+        checks.extend(setup);
         // What each environment enforces (information, never a failure).
         for environment in &config.environments {
             checks.push(Check {
-                name: "isolation",
+                name: "isolation".into(),
                 required: false,
                 ok: true,
                 detail: format!(
@@ -192,31 +138,7 @@ pub(crate) async fn run(paths: &Paths, args: DoctorArgs) -> Result<u8, CliError>
                 fix: None,
             });
         }
-        for environment in config.environments.iter().filter(|e| e.driver == "ssh") {
-            let (ok, detail, fix) = crate::doctor_ssh::check(environment).await;
-            checks.push(Check {
-                name: "ssh host",
-                required: true,
-                ok,
-                detail,
-                fix,
-            });
-        }
-        // A missing reference worker is the sandbox worker check's, said once.
-        let reference = |key: &str| key == "sandbox" && !configured_plugin;
-        for skip in app
-            .skipped
-            .iter()
-            .filter(|s| s.key != "docker" && s.key != "local" && !reference(&s.key))
-        {
-            checks.push(Check {
-                name: "plugin worker",
-                required: true,
-                ok: false,
-                detail: format!("driver \"{}\": {}", skip.key, skip.error),
-                fix: Some("check the manifest's worker.command and run it by hand to see why it exits".into()),
-            });
-        }
+        checks.extend(late);
     }
     let missing_required = checks.iter().any(|c| c.required && !c.ok);
     if json {

@@ -3,34 +3,10 @@
 
 use envrt::Environment;
 
-/// `(setting, value)` rows of what `environment` enforces.
+/// `(setting, value)` rows of what `environment` enforces, as its driver's descriptor
+/// describes it.
 pub(crate) fn enforcement(environment: &Environment) -> Vec<(String, String)> {
-    let rows: Vec<(&str, String)> = match environment.driver.as_str() {
-        "local" => vec![
-            (
-                "isolation",
-                "none: commands run as this user, with its access to everything".to_owned(),
-            ),
-            ("processes", envrt::local::describe_containment(true)),
-        ],
-        "docker" => match envrt::docker::EnvConfig::of(environment) {
-            Ok(config) => config.enforcement(),
-            Err(e) => vec![("config", e.to_string())],
-        },
-        "ssh" => vec![
-            (
-                "isolation",
-                "none beyond the remote login user: commands run as that user on the remote host".to_owned(),
-            ),
-            (
-                "host",
-                envrt::ssh::SshTarget::from_config(&environment.config, None)
-                    .map_or_else(|e| e.to_string(), |t| t.shown()),
-            ),
-        ],
-        _ => vec![("isolation", "set by the plugin worker".to_owned())],
-    };
-    rows.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    envrt::registry::isolation(environment)
 }
 
 /// The rows as one line: `k=v, k=v`.

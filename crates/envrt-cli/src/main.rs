@@ -15,7 +15,6 @@ mod cp;
 mod cp_merge;
 mod cp_progress;
 mod doctor;
-mod doctor_ssh;
 mod error;
 mod exec;
 mod gc_report;

@@ -13,6 +13,7 @@
 use pyo3::prelude::*;
 
 mod config;
+mod drivers;
 mod duplex;
 mod errors;
 mod result;
@@ -44,6 +45,7 @@ fn _envrt(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<result::ExecResult>()?;
     module.add_class::<duplex::NativeDuplex>()?;
     module.add_function(wrap_pyfunction!(runtime::build_runtime, module)?)?;
+    module.add_function(wrap_pyfunction!(drivers::known_drivers, module)?)?;
     module.add_function(wrap_pyfunction!(config::open_config, module)?)?;
     module.add_function(wrap_pyfunction!(rt::shutdown, module)?)?;
     module.add_function(wrap_pyfunction!(add_worker_search_dir, module)?)?;

@@ -26,44 +26,29 @@ use crate::transfer;
 /// resolved against, the `environmentDrivers` entry, and the plugin configuration as JSON.
 type PluginSpec = (String, Option<PathBuf>, Option<String>, String);
 
-/// Builds a runtime with the local driver, the Docker driver when `docker` is true, one
-/// sandbox driver per plugin, and a SQLite lease store when `database` is given; bound to
-/// tenant `tenant` when given (another tenant's leases are then not found).
+/// Builds a runtime from `drivers`, a JSON object from driver key to that driver's
+/// settings in the form of its `envrt.toml` section (`{"local": {"root": "/x"}, "docker":
+/// {}}`): every driver this build knows is registered through its descriptor, at the
+/// given settings or its defaults, except that one set up only on demand (Docker, which
+/// connects to an engine) is left out unless named. Then one sandbox driver per plugin,
+/// and a SQLite lease store when `database` is given; bound to tenant `tenant` when given
+/// (another tenant's leases are then not found). A key this build does not know is a
+/// `ValueError` naming the known ones.
 #[pyfunction]
-#[pyo3(signature = (*, local_root=None, docker=false, docker_host=None, plugins=Vec::new(), database=None, tenant=None))]
+#[pyo3(signature = (*, drivers="{}".to_owned(), plugins=Vec::new(), database=None, tenant=None))]
 pub(crate) fn build_runtime(
     py: Python<'_>,
-    local_root: Option<PathBuf>,
-    docker: bool,
-    docker_host: Option<String>,
+    drivers: String,
     plugins: Vec<PluginSpec>,
     database: Option<PathBuf>,
     tenant: Option<String>,
 ) -> PyResult<Bound<'_, PyAny>> {
-    let mut builder = RuntimeBuilder::new().local_config(envrt::local::LocalConfig {
-        root: local_root,
-        ..Default::default()
-    });
-    if docker {
-        builder = builder.docker_config(envrt::docker::DockerConfig {
-            host: docker_host,
-            ..Default::default()
-        });
-    } else {
-        builder = builder.without_driver("docker");
-    }
+    let mut builder = crate::drivers::configured(RuntimeBuilder::new(), &from_json(&drivers)?)?;
     if let Some(tenant) = tenant {
         builder = builder.tenant(tenant);
     }
     for (manifest, folder, driver_key, config) in plugins {
-        let manifest = envrt::plugin_sandbox::PluginManifest::from_json_in(&manifest, folder.as_deref())
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let options = envrt::plugin_sandbox::SandboxOptions {
-            driver_key,
-            config: from_json(&config)?,
-            ..Default::default()
-        };
-        builder = builder.sandbox_plugin(manifest, options);
+        builder = crate::drivers::plugin(builder, &manifest, folder.as_deref(), driver_key, from_json(&config)?)?;
     }
     crate::rt::future_into_py(py, async move {
         if let Some(path) = database {

@@ -1,9 +1,13 @@
-//! [`RuntimeBuilder`]: an [`EnvironmentRuntime`] with every driver this build enables.
+//! [`RuntimeBuilder`]: an [`EnvironmentRuntime`] with every driver this build enables,
+//! set up through the drivers' descriptors ([`crate::registry`]).
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
-use envrt_runtime_core::{DriverError, EnvironmentDriver, EnvironmentRuntime, LeaseStore, MemoryStore};
+use envrt_runtime_core::descriptor::{BuildContext, DriverConfig};
+use envrt_runtime_core::{DriverError, Environment, EnvironmentDriver, EnvironmentRuntime, LeaseStore, MemoryStore};
 
 /// A driver that [`RuntimeBuilder::build_lenient`] could not set up (an unreachable Docker
 /// engine, say); the rest of the runtime works without it.
@@ -26,11 +30,22 @@ pub struct BuildError {
     pub source: DriverError,
 }
 
+/// What an `envrt.toml` assembly adds to a build: where its state is, its environments,
+/// and the driver keys it needs (drivers that connect or start a process are set up only
+/// when needed).
+#[derive(Debug, Default)]
+pub(crate) struct Assembling {
+    pub(crate) state_dir: PathBuf,
+    pub(crate) environments: Vec<Environment>,
+    pub(crate) needed: BTreeSet<String>,
+}
+
 /// Builds an [`EnvironmentRuntime`] that registers every driver enabled by cargo features
-/// (`local`, `docker`, `ssh`), then one sandbox driver per plugin added with `sandbox_plugin`
-/// (feature `plugin-sandbox`: a plugin needs a manifest naming its worker), then the
-/// drivers added with [`driver`](Self::driver). A later registration replaces an earlier
-/// one with the same key.
+/// (each through its descriptor in [`registry`](crate::registry), configured with
+/// [`configure`](Self::configure) or at its default settings; the sandbox driver
+/// registers one driver per plugin added with `SandboxSettings`), then the drivers added
+/// with [`driver`](Self::driver). A later registration replaces an earlier one with the
+/// same key.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -38,7 +53,7 @@ pub struct BuildError {
 /// let dir = tempfile::tempdir().unwrap();
 /// let builder = RuntimeBuilder::new();
 /// #[cfg(feature = "local")]
-/// let builder = builder.local_config(envrt::local::LocalConfig {
+/// let builder = builder.configure(envrt::local::LocalConfig {
 ///     root: Some(dir.path().join("workspaces")),
 ///     ..Default::default()
 /// });
@@ -53,17 +68,8 @@ pub struct RuntimeBuilder {
     tenant: Option<String>,
     extra: Vec<Arc<dyn EnvironmentDriver>>,
     without: BTreeSet<String>,
-    #[cfg(feature = "local")]
-    local: envrt_driver_local::LocalConfig,
-    #[cfg(feature = "docker")]
-    docker: envrt_driver_docker::DockerConfig,
-    #[cfg(feature = "ssh")]
-    ssh: envrt_driver_ssh::SshConfig,
-    #[cfg(feature = "plugin-sandbox")]
-    plugins: Vec<(
-        envrt_driver_plugin_sandbox::PluginManifest,
-        envrt_driver_plugin_sandbox::SandboxOptions,
-    )>,
+    settings: BTreeMap<&'static str, Arc<dyn Any + Send + Sync>>,
+    assembling: Option<Assembling>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -75,6 +81,7 @@ impl std::fmt::Debug for RuntimeBuilder {
                 &self.extra.iter().map(|d| d.key().to_owned()).collect::<Vec<_>>(),
             )
             .field("without", &self.without)
+            .field("configured", &self.settings.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -83,17 +90,6 @@ impl Default for RuntimeBuilder {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// The driver keys this build of envrt knows without any plugin: those the builder
-/// registers by itself ([`RuntimeBuilder::enabled_drivers`]), then `sandbox` (the reference
-/// worker, run when an environment uses it) with the `plugin-sandbox` feature. A
-/// `[[plugin]]` adds its own keys. The CLI lists these after a mistyped driver key.
-pub fn known_drivers() -> Vec<&'static str> {
-    let mut keys = RuntimeBuilder::enabled_drivers().to_vec();
-    #[cfg(feature = "plugin-sandbox")]
-    keys.push(envrt_driver_plugin_sandbox::DEFAULT_DRIVER_KEY);
-    keys
 }
 
 impl RuntimeBuilder {
@@ -105,28 +101,23 @@ impl RuntimeBuilder {
             tenant: None,
             extra: Vec::new(),
             without: BTreeSet::new(),
-            #[cfg(feature = "local")]
-            local: envrt_driver_local::LocalConfig::default(),
-            #[cfg(feature = "docker")]
-            docker: envrt_driver_docker::DockerConfig::default(),
-            #[cfg(feature = "ssh")]
-            ssh: envrt_driver_ssh::SshConfig::default(),
-            #[cfg(feature = "plugin-sandbox")]
-            plugins: Vec::new(),
+            settings: BTreeMap::new(),
+            assembling: None,
         }
     }
 
     /// The keys of the drivers this build registers by itself, in registration order
-    /// (sandbox drivers come from [`sandbox_plugin`](Self::sandbox_plugin) instead).
+    /// (sandbox drivers come from plugins instead; [`crate::known_drivers`] lists every
+    /// key this build knows).
     pub fn enabled_drivers() -> &'static [&'static str] {
-        &[
-            #[cfg(feature = "local")]
-            "local",
-            #[cfg(feature = "docker")]
-            "docker",
-            #[cfg(feature = "ssh")]
-            "ssh",
-        ]
+        static ENABLED: OnceLock<Vec<&'static str>> = OnceLock::new();
+        ENABLED.get_or_init(|| {
+            crate::registry::descriptors()
+                .iter()
+                .filter(|d| d.registers_by_default())
+                .map(|d| d.key())
+                .collect()
+        })
     }
 
     /// Uses `store` for environments and leases (e.g. a
@@ -155,40 +146,62 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Configures the local driver.
-    #[cfg(feature = "local")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "local")))]
-    pub fn local_config(mut self, config: envrt_driver_local::LocalConfig) -> Self {
-        self.local = config;
+    /// Configures the built-in driver whose settings `config` is (a driver crate's
+    /// configuration type, such as `envrt::local::LocalConfig`), replacing earlier
+    /// settings of that driver.
+    pub fn configure<C: DriverConfig>(mut self, config: C) -> Self {
+        self.settings.insert(C::KEY, Arc::new(config));
         self
     }
 
-    /// Configures the Docker driver.
-    #[cfg(feature = "docker")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
-    pub fn docker_config(mut self, config: envrt_driver_docker::DockerConfig) -> Self {
-        self.docker = config;
+    /// Changes the settings of the driver `C` belongs to in place (starting from those
+    /// configured so far, else the defaults), e.g. to add one more sandbox plugin.
+    pub fn configure_with<C: DriverConfig + Default>(mut self, change: impl FnOnce(&mut C)) -> Self {
+        let mut config = self
+            .settings
+            .remove(C::KEY)
+            .and_then(|s| s.downcast_ref::<C>().cloned())
+            .unwrap_or_default();
+        change(&mut config);
+        self.settings.insert(C::KEY, Arc::new(config));
         self
     }
 
-    /// Configures the SSH driver (it connects lazily, on a lease's first call).
-    #[cfg(feature = "ssh")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "ssh")))]
-    pub fn ssh_config(mut self, config: envrt_driver_ssh::SshConfig) -> Self {
-        self.ssh = config;
+    /// Configures the driver `key` from `section`, its settings in the form of its
+    /// `envrt.toml` section (a JSON object; the first section the descriptor owns), read by
+    /// its descriptor with the file's exact refusals. The error names a key this build
+    /// does not know, with the known ones, or is the descriptor's refusal.
+    pub fn configure_section(mut self, key: &str, section: &serde_json::Value) -> Result<Self, String> {
+        let Some(descriptor) = crate::registry::descriptors().iter().find(|d| d.key() == key) else {
+            return Err(format!(
+                "unknown driver \"{key}\"; this build knows {}",
+                crate::known_drivers().join(", ")
+            ));
+        };
+        let mut sections = BTreeMap::new();
+        if let Some(name) = descriptor.sections().first() {
+            sections.insert((*name).to_owned(), section.clone());
+        }
+        let context = envrt_runtime_core::descriptor::SettingsContext {
+            state_dir: None,
+            config_dir: None,
+        };
+        let settings = descriptor.settings(&sections, &context)?;
+        self.settings.insert(descriptor.key(), Arc::from(settings));
+        Ok(self)
+    }
+
+    /// Settings read from `envrt.toml` for the driver `key`.
+    #[cfg(feature = "config")]
+    pub(crate) fn settings(mut self, key: &'static str, settings: Arc<dyn Any + Send + Sync>) -> Self {
+        self.settings.insert(key, settings);
         self
     }
 
-    /// Adds a sandbox driver run by the plugin worker `manifest` names; its key is the
-    /// manifest entry's `driverKey` (`sandbox` by default).
-    #[cfg(feature = "plugin-sandbox")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "plugin-sandbox")))]
-    pub fn sandbox_plugin(
-        mut self,
-        manifest: envrt_driver_plugin_sandbox::PluginManifest,
-        options: envrt_driver_plugin_sandbox::SandboxOptions,
-    ) -> Self {
-        self.plugins.push((manifest, options));
+    /// Makes this the build of an `envrt.toml` assembly.
+    #[cfg(feature = "config")]
+    pub(crate) fn assembling(mut self, assembling: Assembling) -> Self {
+        self.assembling = Some(assembling);
         self
     }
 
@@ -204,202 +217,60 @@ impl RuntimeBuilder {
     /// Builds the runtime with every driver that could be set up, and says which could not
     /// (their keys stay unregistered).
     pub async fn build_lenient(self) -> (EnvironmentRuntime, Vec<SkippedDriver>) {
-        let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
+        match self.build_checked().await {
+            Ok(built) => built,
+            Err((key, message, runtime)) => (
+                runtime,
+                vec![SkippedDriver {
+                    key: key.to_owned(),
+                    error: DriverError::InvalidInput { message },
+                }],
+            ),
+        }
+    }
+
+    /// [`build_lenient`](Self::build_lenient), except that a descriptor refusing its
+    /// settings (a plugin manifest that does not load) stops the build: `(key, message,
+    /// the runtime so far)`.
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn build_checked(
+        mut self,
+    ) -> Result<(EnvironmentRuntime, Vec<SkippedDriver>), (&'static str, String, EnvironmentRuntime)> {
+        let store = self.store.take().unwrap_or_else(|| Arc::new(MemoryStore::new()));
         let mut runtime = EnvironmentRuntime::with_store(store);
         if let Some(tenant) = self.tenant.clone() {
             runtime = runtime.for_tenant(tenant);
         }
         let mut skipped = Vec::new();
-        let wanted = |key: &str| !self.without.contains(key);
-        let mut add = |key: &str, made: Result<Arc<dyn EnvironmentDriver>, DriverError>| match made {
-            Ok(driver) => {
-                runtime.register_driver(driver);
-            }
-            Err(error) => skipped.push(SkippedDriver {
-                key: key.to_owned(),
-                error,
-            }),
-        };
-        #[cfg(feature = "local")]
-        if wanted("local") {
-            let made = envrt_driver_local::LocalDriver::new(self.local.clone());
-            add("local", made.map(|d| Arc::new(d) as Arc<dyn EnvironmentDriver>));
-        }
-        #[cfg(feature = "docker")]
-        if wanted("docker") {
-            let made = envrt_driver_docker::DockerDriver::connect(self.docker.clone()).await;
-            add("docker", made.map(|d| Arc::new(d) as Arc<dyn EnvironmentDriver>));
-        }
-        #[cfg(feature = "ssh")]
-        if wanted("ssh") {
-            let made = envrt_driver_ssh::SshDriver::new(self.ssh.clone());
-            add("ssh", made.map(|d| Arc::new(d) as Arc<dyn EnvironmentDriver>));
-        }
-        #[cfg(feature = "plugin-sandbox")]
-        for (manifest, options) in self.plugins {
-            let key = plugin_key(&manifest, &options);
-            if wanted(&key) {
-                let made = envrt_driver_plugin_sandbox::SandboxDriver::start(manifest, options).await;
-                add(&key, made.map(|d| Arc::new(d) as Arc<dyn EnvironmentDriver>));
+        for descriptor in crate::registry::descriptors() {
+            let key = descriptor.key();
+            let settings = self
+                .settings
+                .remove(key)
+                .unwrap_or_else(|| Arc::from(descriptor.default_settings()));
+            let assembling = self.assembling.as_ref();
+            let context = BuildContext {
+                state_dir: assembling.map(|a| a.state_dir.as_path()),
+                environments: assembling.map_or(&[], |a| a.environments.as_slice()),
+                needed: assembling.filter(|_| descriptor.on_demand()).map(|a| &a.needed),
+                left_out: Some(&self.without),
+            };
+            let built = match descriptor.build(&*settings, &context).await {
+                Ok(built) => built,
+                Err(message) => return Err((key, message, runtime)),
+            };
+            for built in built {
+                match built.driver {
+                    Ok(driver) => {
+                        runtime.register_driver(driver);
+                    }
+                    Err(error) => skipped.push(SkippedDriver { key: built.key, error }),
+                }
             }
         }
-        let _ = (&wanted, &mut add);
         for driver in self.extra {
             runtime.register_driver(driver);
         }
-        (runtime, skipped)
-    }
-}
-
-/// The key a plugin's driver registers under (as `SandboxDriver::start` picks it).
-#[cfg(feature = "plugin-sandbox")]
-fn plugin_key(
-    manifest: &envrt_driver_plugin_sandbox::PluginManifest,
-    options: &envrt_driver_plugin_sandbox::SandboxOptions,
-) -> String {
-    manifest.driver_key(options.driver_key.as_deref())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use envrt_runtime_core::testkit::{ProbeDriver, ProbeShape};
-
-    /// A builder whose built-in drivers keep their files in `dir`.
-    fn builder(dir: &tempfile::TempDir) -> RuntimeBuilder {
-        let _ = dir;
-        let builder = RuntimeBuilder::new();
-        #[cfg(feature = "local")]
-        let builder = builder.local_config(envrt_driver_local::LocalConfig {
-            root: Some(dir.path().join("workspaces")),
-            ..Default::default()
-        });
-        builder
-    }
-
-    #[tokio::test]
-    async fn extra_drivers_are_registered_and_replace_built_ins() {
-        let dir = tempfile::tempdir().unwrap();
-        let probe = Arc::new(ProbeDriver::new("local", ProbeShape::default(), None));
-        let runtime = builder(&dir)
-            .driver(Arc::new(ProbeDriver::new("probe", ProbeShape::full(), None)))
-            .driver(probe.clone())
-            .build()
-            .await
-            .unwrap();
-        let mut expected: Vec<String> = RuntimeBuilder::enabled_drivers()
-            .iter()
-            .map(|s| s.to_string())
-            .chain(["local".into(), "probe".into()])
-            .collect();
-        expected.sort();
-        expected.dedup();
-        assert_eq!(runtime.driver_keys(), expected);
-        let registered = runtime.driver("local").unwrap();
-        assert!(std::ptr::addr_eq(
-            Arc::as_ptr(&registered),
-            Arc::as_ptr(&(probe as Arc<dyn EnvironmentDriver>))
-        ));
-    }
-
-    #[tokio::test]
-    async fn without_driver_leaves_a_built_in_out() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut builder = builder(&dir);
-        for key in RuntimeBuilder::enabled_drivers() {
-            builder = builder.without_driver(*key);
-        }
-        let runtime = builder.build().await.unwrap();
-        assert!(runtime.driver_keys().is_empty());
-    }
-
-    #[cfg(feature = "local")]
-    #[tokio::test]
-    async fn the_local_feature_registers_a_working_local_driver() {
-        use envrt_runtime_core::{AcquireRequest, Environment, ExecuteRequest, LeaseStatus};
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = builder(&dir).build().await.unwrap();
-        runtime
-            .put_environment(Environment::new("here", "Here", "local"))
-            .await
-            .unwrap();
-        let lease = runtime
-            .acquire_lease(AcquireRequest::new("here", "acme"))
-            .await
-            .unwrap();
-        let result = runtime
-            .execute(&lease.id, ExecuteRequest::new("sh", ["-c", "printf hi; exit 3"]))
-            .await
-            .unwrap();
-        assert_eq!((result.exit_code, result.stdout.as_slice()), (Some(3), &b"hi"[..]));
-        runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
-        assert_eq!(std::fs::read_dir(dir.path().join("workspaces")).unwrap().count(), 0);
-    }
-
-    #[cfg(feature = "docker")]
-    #[tokio::test]
-    async fn an_unreachable_docker_engine_is_skipped_leniently_and_fails_a_strict_build() {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("no-engine.sock");
-        let config = || envrt_driver_docker::DockerConfig {
-            host: Some(format!("unix://{}", socket.display())),
-            connect_timeout: std::time::Duration::from_secs(5),
-            ..Default::default()
-        };
-        let (runtime, skipped) = builder(&dir).docker_config(config()).build_lenient().await;
-        assert_eq!(skipped.len(), 1);
-        assert_eq!(skipped[0].key, "docker");
-        assert!(runtime.driver("docker").is_none());
-        assert_eq!(runtime.driver("local").is_some(), cfg!(feature = "local"));
-        let e = builder(&dir).docker_config(config()).build().await.unwrap_err();
-        assert_eq!(e.key, "docker");
-        assert_eq!(
-            e.to_string(),
-            format!(
-                "Environment driver \"docker\" could not be set up: {}",
-                skipped[0].error
-            )
-        );
-    }
-
-    #[cfg(feature = "plugin-sandbox")]
-    #[tokio::test]
-    async fn a_plugin_whose_worker_cannot_start_is_skipped_under_its_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let manifest = envrt_driver_plugin_sandbox::PluginManifest::from_json(
-            r#"{"id":"ghost","worker":{"command":["/nonexistent/envrt-worker"]},
-                "environmentDrivers":[{"driverKey":"ghostbox","kind":"sandbox_provider","displayName":"G"}]}"#,
-        )
-        .unwrap();
-        let (runtime, skipped) = builder(&dir)
-            .sandbox_plugin(manifest, Default::default())
-            .build_lenient()
-            .await;
-        assert_eq!(skipped.len(), 1, "{skipped:?}");
-        assert_eq!(skipped[0].key, "ghostbox");
-        assert!(runtime.driver("ghostbox").is_none());
-    }
-
-    #[test]
-    fn enabled_drivers_follow_the_features() {
-        let keys = RuntimeBuilder::enabled_drivers();
-        assert_eq!(keys.contains(&"local"), cfg!(feature = "local"));
-        assert_eq!(keys.contains(&"docker"), cfg!(feature = "docker"));
-        assert!(!keys.contains(&"sandbox"));
-        let known = known_drivers();
-        assert_eq!(&known[..keys.len()], keys);
-        assert_eq!(known.contains(&"sandbox"), cfg!(feature = "plugin-sandbox"));
-    }
-
-    #[test]
-    fn a_build_error_names_the_driver_and_its_cause() {
-        let e = BuildError {
-            key: "docker".into(),
-            source: DriverError::other("Cannot reach the Docker engine at unix:///nope."),
-        };
-        assert_eq!(
-            e.to_string(),
-            "Environment driver \"docker\" could not be set up: Cannot reach the Docker engine at unix:///nope."
-        );
+        Ok((runtime, skipped))
     }
 }

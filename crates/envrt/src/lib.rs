@@ -7,7 +7,9 @@
 //!
 //! This is the facade crate: it re-exports [`envrt_runtime_core`] (as [`core`], with its
 //! main items at the top level), each driver behind a cargo feature, the durable SQLite
-//! lease store, and a [`RuntimeBuilder`] that registers every enabled driver.
+//! lease store, and a [`RuntimeBuilder`] that registers every enabled driver. Each driver
+//! crate exports one descriptor (`envrt::core::descriptor`); [`registry`] is the list of
+//! the enabled ones, and everything here iterates it (see `docs/writing-a-driver.md`).
 //!
 //! ## Features
 //!
@@ -46,12 +48,15 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+mod compat;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
 pub mod files;
+pub mod registry;
 
-pub use builder::{BuildError, RuntimeBuilder, SkippedDriver, known_drivers};
+pub use builder::{BuildError, RuntimeBuilder, SkippedDriver};
+pub use registry::known_drivers;
 
 /// The core crate: the driver trait, the facade, capabilities, errors and the data model.
 pub use envrt_runtime_core as core;

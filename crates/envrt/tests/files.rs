@@ -105,7 +105,7 @@ async fn local_leases_refuse_directories_missing_files_and_denied_access() {
     let root = tempfile::tempdir().unwrap();
     let runtime = RuntimeBuilder::new()
         .without_driver("docker")
-        .local_config(envrt::local::LocalConfig {
+        .configure(envrt::local::LocalConfig {
             root: Some(root.path().join("ws")),
             ..Default::default()
         })
@@ -157,7 +157,7 @@ async fn docker_leases_check_files_as_the_container_user() {
     }
     let root = tempfile::tempdir().unwrap();
     let runtime = RuntimeBuilder::new()
-        .local_config(envrt::local::LocalConfig {
+        .configure(envrt::local::LocalConfig {
             root: Some(root.path().join("ws")),
             ..Default::default()
         })

@@ -16,7 +16,7 @@ async fn runtime_for(dir: &std::path::Path, tenant: &str) -> EnvironmentRuntime 
     RuntimeBuilder::new()
         .store(Arc::new(store))
         .tenant(tenant)
-        .local_config(envrt::local::LocalConfig {
+        .configure(envrt::local::LocalConfig {
             root: Some(dir.join("workspaces")),
             ..Default::default()
         })

@@ -30,6 +30,7 @@
 pub mod archive;
 pub mod capability;
 pub mod config_keys;
+pub mod descriptor;
 pub mod driver;
 pub mod error;
 pub mod execute;

@@ -17,7 +17,7 @@ The Inspect AI sandbox provider registers as ``"envrt"`` (see ``envrt._inspect``
 import os as _os
 
 from . import _envrt
-from ._envrt import ExecResult
+from ._envrt import ExecResult, known_drivers
 from ._errors import (
     EnvrtError,
     EnvrtFileNotFoundError,
@@ -46,6 +46,7 @@ def sandbox_worker(configured: str | _os.PathLike[str] | None = None) -> str:
     return _os.fspath(_envrt.locate_sandbox_worker(None if configured is None else _os.fspath(configured)))
 
 __all__ = [
+    "known_drivers",
     "DuplexStream",
     "EnvrtError",
     "EnvrtFileNotFoundError",

@@ -219,19 +219,34 @@ class Runtime:
         cls,
         *,
         local_root: str | os.PathLike[str] | None = None,
-        docker: bool = False,
+        docker: bool | Mapping[str, Any] = False,
         docker_host: str | None = None,
         sandbox_worker: str | os.PathLike[str] | None = None,
         sandbox_root: str | os.PathLike[str] | None = None,
         plugins: Sequence[Mapping[str, Any]] = (),
         database: str | os.PathLike[str] | None = None,
         company: str = "local",
+        **drivers: Mapping[str, Any],
     ) -> "Runtime":
-        """A runtime with the local driver, Docker when ``docker`` is true, the reference
-        sandbox worker when ``sandbox_worker`` names it (leases under ``sandbox_root``), and
-        one sandbox driver per plugin ``{"manifest": path, "driver_key": ..., "config": {...}}``.
-        Leases live in memory, or in the SQLite file ``database``. The runtime is bound to
-        tenant ``company``: another tenant's leases in a shared ``database`` are not found."""
+        """A runtime with every driver this build knows (``envrt.known_drivers()``), each
+        keyword of ``drivers`` configuring the driver of that key with its settings in the
+        form of its ``envrt.toml`` section (``local={"root": "/x"}``,
+        ``docker={"host": "unix:///run/docker.sock"}``, ``ssh={}``): a driver that connects
+        somewhere (Docker) is set up only when named (``docker=True`` is ``docker={}``).
+        ``local_root`` and ``docker_host`` are the older spellings of ``local={"root": ...}``
+        and ``docker={"host": ...}``. Then the reference sandbox worker when
+        ``sandbox_worker`` names it (leases under ``sandbox_root``), and one sandbox driver
+        per plugin ``{"manifest": path, "driver_key": ..., "config": {...}}``. Leases live
+        in memory, or in the SQLite file ``database``. The runtime is bound to tenant
+        ``company``: another tenant's leases in a shared ``database`` are not found. A key
+        no driver has is a ``ValueError`` naming the known ones."""
+        sections: dict[str, dict[str, Any]] = {key: dict(value) for key, value in drivers.items()}
+        if local_root is not None:
+            sections.setdefault("local", {})["root"] = os.fspath(local_root)
+        if isinstance(docker, Mapping):
+            sections["docker"] = dict(docker)
+        elif docker:
+            sections["docker"] = {} if docker_host is None else {"host": docker_host}
         specs: list[tuple[str, str | None, str | None, str]] = []
         if sandbox_worker is not None:
             command = [os.fspath(sandbox_worker)]
@@ -262,9 +277,7 @@ class Runtime:
                 (text, os.path.dirname(os.path.abspath(path)), plugin.get("driver_key"), json.dumps(plugin.get("config", {})))
             )
         native = await _envrt.build_runtime(
-            local_root=None if local_root is None else os.fspath(local_root),
-            docker=docker,
-            docker_host=docker_host,
+            drivers=json.dumps(sections),
             plugins=specs,
             database=None if database is None else os.fspath(database),
             tenant=company,

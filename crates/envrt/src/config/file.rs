@@ -48,9 +48,12 @@
 //! plugin provides that key, the reference worker `envrt-sandbox-worker` (`[sandbox] worker`,
 //! else next to the program, in the Python package, on `PATH`) runs over `<state dir>/sandbox`.
 
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use envrt_runtime_core::descriptor::{DriverConfig, SettingsContext};
 use envrt_runtime_core::{Environment, EnvironmentStatus, JsonMap};
 use serde::Deserialize;
 
@@ -108,86 +111,41 @@ impl Paths {
     }
 }
 
+/// The keys of `envrt.toml` that are not a driver's section.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
     company: Option<String>,
     default: Option<String>,
-    #[serde(default)]
-    local: LocalSection,
-    #[serde(default)]
-    docker: DockerSection,
-    #[serde(default)]
-    sandbox: SandboxSection,
-    #[serde(default, rename = "plugin")]
-    plugins: Vec<PluginEntry>,
     #[serde(default, rename = "environment")]
     environments: Vec<EnvironmentEntry>,
+    /// The driver sections, by section name, as the file gave them (not read by serde).
+    #[serde(skip)]
+    sections: BTreeMap<String, serde_json::Value>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LocalSection {
-    root: Option<PathBuf>,
-    paths: Option<toml::Value>,
+/// The top-level keys in the order the format lists them: `company`, `default`, every
+/// section of every driver this build knows, `environment`.
+fn top_level_keys() -> Vec<&'static str> {
+    let mut keys = vec!["company", "default"];
+    keys.extend(
+        crate::registry::descriptors()
+            .iter()
+            .flat_map(|d| d.sections().iter().copied()),
+    );
+    keys.push("environment");
+    keys
 }
 
-/// Where the local driver's requests may point (`[local] paths`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LocalPaths {
-    /// `workspace` (the default): `cwd` and file paths stay in the lease workspace.
-    #[default]
-    Workspace,
-    /// `host`: absolute `cwd` and file paths anywhere on the host are accepted (relative
-    /// ones still start at the workspace): the boundary is the whole host.
-    Host,
-}
-
-/// The checked `[local] paths`.
-fn local_paths(value: Option<&toml::Value>) -> Result<LocalPaths, String> {
-    match value {
-        None => Ok(LocalPaths::Workspace),
-        Some(toml::Value::String(s)) if s == "workspace" => Ok(LocalPaths::Workspace),
-        Some(toml::Value::String(s)) if s == "host" => Ok(LocalPaths::Host),
-        Some(other) => Err(format!(
-            "[local] paths expects \"workspace\" or \"host\", got {}",
-            shown(other)
-        )),
+/// serde's refusal of an unknown field, word for word.
+fn unknown_field(name: &str, expected: &[&str]) -> String {
+    let quoted: Vec<String> = expected.iter().map(|k| format!("`{k}`")).collect();
+    match quoted.as_slice() {
+        [] => format!("unknown field `{name}`, there are no fields"),
+        [one] => format!("unknown field `{name}`, expected {one}"),
+        [a, b] => format!("unknown field `{name}`, expected {a} or {b}"),
+        more => format!("unknown field `{name}`, expected one of {}", more.join(", ")),
     }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DockerSection {
-    host: Option<String>,
-    workspace_mount: Option<toml::Value>,
-    bind_root: Option<PathBuf>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SandboxSection {
-    worker: Option<PathBuf>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PluginEntry {
-    manifest: PathBuf,
-    driver_key: Option<String>,
-    #[serde(default)]
-    config: toml::Table,
-}
-
-/// A configured plugin.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plugin {
-    /// The manifest file (resolved against the config file's directory).
-    pub manifest: PathBuf,
-    /// Which manifest entry.
-    pub driver_key: Option<String>,
-    /// Plugin configuration.
-    pub config: JsonMap,
 }
 
 #[derive(Debug, Deserialize)]
@@ -230,8 +188,13 @@ fn pool_size(pool: &PoolEntry) -> Result<usize, String> {
     }
 }
 
+/// The configuration file's name as error messages show it.
+fn config_name(paths: &Paths) -> String {
+    paths.config.as_deref().unwrap_or(Path::new("")).display().to_string()
+}
+
 /// A TOML value as an error message shows it.
-pub(super) fn shown(value: &toml::Value) -> String {
+fn shown(value: &toml::Value) -> String {
     match value {
         toml::Value::String(s) => format!("\"{s}\""),
         toml::Value::Integer(n) => n.to_string(),
@@ -243,42 +206,38 @@ pub(super) fn shown(value: &toml::Value) -> String {
     }
 }
 
+/// The settings of one driver, as its descriptor read them from its sections.
+pub type Settings = Arc<dyn Any + Send + Sync>;
+
 /// The loaded configuration.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Config {
     /// Tenant id for new leases.
     pub company: String,
     /// The environment used when none is named.
     pub default_environment: String,
-    /// Root of local lease workspaces.
-    pub local_root: PathBuf,
-    /// Where local requests may point (`[local] paths`).
-    pub local_paths: LocalPaths,
-    /// The Docker engine address, when set.
-    pub docker_host: Option<String>,
-    /// Whether Docker lease workspaces are bind-mounted host directories
-    /// (`[docker] workspace_mount = "bind"`).
-    pub docker_bind: bool,
-    /// The base of those host directories (`[docker] bind_root`), when set.
-    pub docker_bind_root: Option<PathBuf>,
-    /// The reference worker to run for driver `sandbox` when no plugin provides it
-    /// (`[sandbox] worker`, resolved against the config file's directory), when set.
-    pub sandbox_worker: Option<PathBuf>,
-    /// Configured plugins.
-    pub plugins: Vec<Plugin>,
     /// Every environment, the implicit `local` included, in file order.
     pub environments: Vec<Environment>,
     /// The default lease TTL of each environment that sets `ttl`.
     pub ttls: BTreeMap<String, std::time::Duration>,
     /// The pool size of each environment that declares `[environment.pool]`.
     pub pools: BTreeMap<String, usize>,
+    /// Each known driver's settings, read by its descriptor from its own sections (the
+    /// local workspace root, the Docker host, the plugins, ...), by driver key; read one
+    /// back with [`driver_settings`](Self::driver_settings).
+    pub drivers: BTreeMap<&'static str, Settings>,
 }
 
-/// A path of the file, resolved against the config file's directory when relative.
-fn beside_config(paths: &Paths, path: PathBuf) -> PathBuf {
-    match paths.config.as_deref().and_then(Path::parent) {
-        Some(dir) if path.is_relative() => dir.join(path),
-        _ => path,
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("company", &self.company)
+            .field("default_environment", &self.default_environment)
+            .field("environments", &self.environments)
+            .field("ttls", &self.ttls)
+            .field("pools", &self.pools)
+            .field("drivers", &self.drivers.keys().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -302,15 +261,36 @@ impl Config {
                     .map_err(|m| ConfigError::Invalid(format!("envrt: config \"{}\": {m}", path.display())))?
             }
         };
-        Ok(Self::from_file(file, paths))
+        Self::from_file(file, paths)
+            .map_err(|m| ConfigError::Invalid(format!("envrt: config \"{}\": {m}", config_name(paths))))
+    }
+
+    /// The settings of the driver `C` belongs to, when this build knows it.
+    pub fn driver_settings<C: DriverConfig>(&self) -> Option<&C> {
+        self.drivers.get(C::KEY)?.downcast_ref::<C>()
     }
 
     /// Parses the text of an `envrt.toml`; the error is the message without the file name.
     fn parse(text: &str) -> Result<File, String> {
-        let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
-        local_paths(file.local.paths.as_ref())?;
-        super::docker::docker_bind(file.docker.workspace_mount.as_ref())?;
-        super::docker::docker_bind_root(file.docker.bind_root.as_deref())?;
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| e.message().to_owned())?;
+        let keys = top_level_keys();
+        if let Some(unknown) = table.keys().find(|k| !keys.contains(&k.as_str())) {
+            if unknown == "plugin" {
+                return Err("[[plugin]] needs the plugin-sandbox feature, which this build of envrt lacks".into());
+            }
+            return Err(unknown_field(unknown, &keys));
+        }
+        let mut sections = BTreeMap::new();
+        for name in crate::registry::descriptors().iter().flat_map(|d| d.sections()) {
+            if let Some(value) = table.remove(*name) {
+                sections.insert(
+                    (*name).to_owned(),
+                    serde_json::to_value(value).map_err(|e| e.to_string())?,
+                );
+            }
+        }
+        let mut file: File = table.try_into().map_err(|e: toml::de::Error| e.message().to_owned())?;
+        file.sections = sections;
         let mut seen = BTreeSet::new();
         for entry in &file.environments {
             if entry.id.trim().is_empty() {
@@ -338,7 +318,18 @@ impl Config {
         Ok(file)
     }
 
-    fn from_file(file: File, paths: &Paths) -> Config {
+    /// The configuration of a parsed file: each driver's descriptor reads its sections
+    /// (the error is its message, without the file name).
+    fn from_file(file: File, paths: &Paths) -> Result<Config, String> {
+        let context = SettingsContext {
+            state_dir: Some(&paths.state_dir),
+            config_dir: paths.config.as_deref().and_then(Path::parent),
+        };
+        let mut drivers = BTreeMap::new();
+        for descriptor in crate::registry::descriptors() {
+            let settings = descriptor.settings(&file.sections, &context)?;
+            drivers.insert(descriptor.key(), Settings::from(settings));
+        }
         // Checked by `parse`.
         let ttls = file
             .environments
@@ -369,30 +360,14 @@ impl Config {
         if !environments.iter().any(|e| e.id == IMPLICIT_LOCAL) {
             environments.push(Environment::new(IMPLICIT_LOCAL, IMPLICIT_LOCAL, IMPLICIT_LOCAL));
         }
-        Config {
+        Ok(Config {
             company: file.company.unwrap_or_else(|| "local".into()),
             default_environment: file.default.unwrap_or_else(|| IMPLICIT_LOCAL.into()),
-            // Checked by `parse`.
-            local_paths: local_paths(file.local.paths.as_ref()).unwrap_or_default(),
-            local_root: file.local.root.unwrap_or_else(|| paths.state_dir.join("workspaces")),
-            docker_host: file.docker.host,
-            // Checked by `parse`.
-            docker_bind: super::docker::docker_bind(file.docker.workspace_mount.as_ref()).unwrap_or_default(),
-            docker_bind_root: file.docker.bind_root,
-            sandbox_worker: file.sandbox.worker.map(|worker| beside_config(paths, worker)),
-            plugins: file
-                .plugins
-                .into_iter()
-                .map(|p| Plugin {
-                    manifest: beside_config(paths, p.manifest),
-                    driver_key: p.driver_key,
-                    config: to_json(p.config),
-                })
-                .collect(),
             environments,
             ttls,
             pools,
-        }
+            drivers,
+        })
     }
 
     /// The environment with this id.
@@ -414,13 +389,20 @@ mod tests {
 
     #[test]
     fn no_file_gives_the_implicit_local_environment() {
-        let c = Config::from_file(File::default(), &paths());
-        assert_eq!(c.environments, vec![Environment::new("local", "local", "local")]);
-        assert_eq!(c.company, "local");
-        assert_eq!(c.default_environment, "local");
-        assert_eq!(c.local_root, PathBuf::from("/state/workspaces"));
+        let c = Config::from_file(File::default(), &paths()).unwrap();
+        assert_eq!(
+            c.environments,
+            vec![Environment::new(IMPLICIT_LOCAL, IMPLICIT_LOCAL, IMPLICIT_LOCAL)]
+        );
+        assert_eq!(c.company, IMPLICIT_LOCAL);
+        assert_eq!(c.default_environment, IMPLICIT_LOCAL);
+        let keys: Vec<&str> = c.drivers.keys().copied().collect();
+        let mut known = crate::known_drivers();
+        known.sort();
+        assert_eq!(keys, known);
     }
 
+    #[cfg(all(feature = "docker", feature = "plugin-sandbox"))]
     #[test]
     fn a_full_file_parses_with_driver_config_as_json() {
         let file = Config::parse(
@@ -452,19 +434,9 @@ status = "archived"
         .unwrap();
         let mut paths = paths();
         paths.config = Some(PathBuf::from("/etc/envrt/envrt.toml"));
-        let c = Config::from_file(file, &paths);
-        assert_eq!(c.docker_host.as_deref(), Some("tcp://127.0.0.1:2375"));
-        assert_eq!(
-            c.plugins,
-            vec![Plugin {
-                manifest: PathBuf::from("/etc/envrt/p/plugin.json"),
-                driver_key: Some("bwrap".into()),
-                config: serde_json::json!({"level": 2}).as_object().cloned().unwrap(),
-            }]
-        );
+        let c = Config::from_file(file, &paths).unwrap();
         assert_eq!(c.company, "acme");
         assert_eq!(c.default_environment, "dev");
-        assert_eq!(c.local_root, PathBuf::from("/tmp/ws"));
         let ids: Vec<&str> = c.environments.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["dev", "old", "local"]);
         let dev = c.environment("dev").unwrap();
@@ -478,24 +450,9 @@ status = "archived"
     }
 
     #[test]
-    fn the_sandbox_worker_is_a_path_beside_the_file() {
-        let mut paths = paths();
-        paths.config = Some(PathBuf::from("/etc/envrt/envrt.toml"));
-        let worker = |text: &str| Config::from_file(Config::parse(text).unwrap(), &paths).sandbox_worker;
-        assert_eq!(worker(""), None);
-        assert_eq!(worker("[sandbox]\nworker = \"/opt/w\"\n"), Some("/opt/w".into()));
-        assert_eq!(
-            worker("[sandbox]\nworker = \"bin/w\"\n"),
-            Some("/etc/envrt/bin/w".into())
-        );
-        let err = Config::parse("[sandbox]\nwork = \"w\"\n").unwrap_err();
-        assert_eq!(err, "unknown field `work`, expected `worker`");
-    }
-
-    #[test]
     fn an_environment_may_set_a_default_ttl() {
         let file = Config::parse("[[environment]]\nid = \"a\"\ndriver = \"local\"\nttl = \"1m30s\"\n").unwrap();
-        let c = Config::from_file(file, &paths());
+        let c = Config::from_file(file, &paths()).unwrap();
         assert_eq!(c.ttls.get("a"), Some(&std::time::Duration::from_secs(90)));
         assert_eq!(c.ttls.get("local"), None);
         assert_eq!(
@@ -519,7 +476,7 @@ status = "archived"
         );
         assert_eq!(
             Config::parse("colour = 1\n").unwrap_err(),
-            "unknown field `colour`, expected one of `company`, `default`, `local`, `docker`, `sandbox`, `plugin`, `environment`"
+            unknown_field("colour", &top_level_keys())
         );
         assert_eq!(
             Config::parse("[[environment]]\nid = \"a\"\n").unwrap_err(),
@@ -528,35 +485,24 @@ status = "archived"
     }
 
     #[test]
-    fn local_paths_default_to_the_workspace_and_may_open_the_host() {
-        let c = Config::from_file(Config::parse("").unwrap(), &paths());
-        assert_eq!(c.local_paths, LocalPaths::Workspace);
-        for (text, want) in [("workspace", LocalPaths::Workspace), ("host", LocalPaths::Host)] {
-            let file = Config::parse(&format!("[local]\npaths = \"{text}\"\n")).unwrap();
-            assert_eq!(Config::from_file(file, &paths()).local_paths, want);
-        }
-        for (value, got) in [
-            ("\"Host\"", "\"Host\""),
-            ("\"anywhere\"", "\"anywhere\""),
-            ("true", "true"),
-            ("1", "1"),
-        ] {
-            assert_eq!(
-                Config::parse(&format!("[local]\npaths = {value}\n")).unwrap_err(),
-                format!("[local] paths expects \"workspace\" or \"host\", got {got}")
-            );
-        }
-        // `[docker]` workspace keys are checked on parse (texts: `super::docker`).
-        assert!(Config::parse("[docker]\nworkspace_mount = \"bind\"\nbind_root = \"/b\"\n").is_ok());
-        assert!(Config::parse("[docker]\nworkspace_mount = \"tmpfs\"\n").is_err());
-        assert!(Config::parse("[docker]\nbind_root = \"b\"\n").is_err());
+    fn unknown_fields_are_refused_as_serde_words_them() {
+        assert_eq!(unknown_field("x", &[]), "unknown field `x`, there are no fields");
+        assert_eq!(unknown_field("x", &["a"]), "unknown field `x`, expected `a`");
+        assert_eq!(
+            unknown_field("x", &["a", "b"]),
+            "unknown field `x`, expected `a` or `b`"
+        );
+        assert_eq!(
+            unknown_field("x", &["a", "b", "c"]),
+            "unknown field `x`, expected one of `a`, `b`, `c`"
+        );
     }
 
     #[test]
     fn an_environment_may_declare_a_pool() {
         let file =
             Config::parse("[[environment]]\nid = \"a\"\ndriver = \"local\"\n[environment.pool]\nsize = 3\n").unwrap();
-        let c = Config::from_file(file, &paths());
+        let c = Config::from_file(file, &paths()).unwrap();
         assert_eq!(c.pools.get("a"), Some(&3));
         assert_eq!(c.pools.len(), 1);
     }

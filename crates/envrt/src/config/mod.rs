@@ -2,9 +2,9 @@
 //!
 //! [`Paths`] says where the configuration file and the state directory are, [`Config`]
 //! is the parsed file, and [`Assembly::open`] builds the runtime from them: the SQLite
-//! lease store in the state directory, every driver this build enables (configured from
-//! the file: the local workspace root, the Docker host, the plugins), and the configured
-//! environments recorded in the store. The `envrt` command-line tool is one user; a host
+//! lease store in the state directory, every driver this build enables (each configured
+//! by its descriptor from its own sections of the file: the local workspace root, the
+//! Docker host, the plugins), and the configured environments recorded in the store. The `envrt` command-line tool is one user; a host
 //! program (a Python package, a service) loads the same file the same way, and may start
 //! the file's warm pools with [`Assembly::start_pools`]. Dropping the assembly (the last
 //! handle on its runtime) stops those pools and releases their ready leases on a
@@ -24,17 +24,17 @@
 //! ```
 
 mod assemble;
-mod docker;
+mod compat;
 mod duration;
 mod file;
 
-pub use assemble::{
-    Assembly, add_worker_search_dir, find_in_path, locate_reference_worker, open_store, reference_worker,
-};
-#[cfg(feature = "docker")]
-pub use assemble::{STATE_LABEL, docker_config};
+pub use assemble::{Assembly, open_store};
+// Empty in a build without those drivers.
+#[allow(unused_imports, unreachable_pub)]
+pub use compat::*;
 pub use duration::{DurationError, parse_duration};
-pub use file::{Config, IMPLICIT_LOCAL, LocalPaths, MAX_POOL_SIZE, Paths, Plugin};
+pub use envrt_runtime_core::descriptor::find_in_path;
+pub use file::{Config, IMPLICIT_LOCAL, MAX_POOL_SIZE, Paths, Settings};
 
 use envrt_runtime_core::{RuntimeError, StoreError};
 
