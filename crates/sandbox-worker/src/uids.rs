@@ -173,7 +173,15 @@ impl Ids {
     /// too.
     pub(crate) fn claim(&self, dir: &Path, fresh: bool) -> Result<Owner, DriverError> {
         let Ids::Range { base, count } = *self else {
-            return self.owner_of(dir);
+            // One user for every lease (or the worker's own): a fresh directory is that
+            // user's at once, as the workspace must be writable by the command.
+            let owner = self.owner_of(dir)?;
+            if fresh {
+                owner
+                    .hand_over(dir)
+                    .map_err(|e| io("Handing over lease directory", dir, e))?;
+            }
+            return Ok(owner);
         };
         let registry = Registry::lock()?;
         let canonical = std::fs::canonicalize(dir).map_err(|e| io("Reading lease directory", dir, e))?;

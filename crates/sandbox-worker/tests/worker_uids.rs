@@ -150,6 +150,20 @@ fn an_exhausted_range_refuses_acquire_until_a_lease_ends() {
     assert_eq!(message, refused);
 }
 
+#[test]
+fn one_fixed_user_for_every_lease_owns_each_new_workspace_and_can_write_it() {
+    if !running_as_root() {
+        return;
+    }
+    let mut w = Worker::ready_with(&["--sandbox-uid", "65534", "--sandbox-gid", "65534"]);
+    let lease = w.acquire();
+    assert_eq!(owner(&w.root.path().join(&lease)), (65534, 65534));
+    let out = sh(&mut w, &lease, "echo kept > /workspace/made && cat /workspace/made");
+    assert_eq!(out["exitCode"], 0, "{out}");
+    assert_eq!(out["stdout"], "kept\n", "{out}");
+    end(&mut w, "environmentDestroyLease", &lease);
+}
+
 /// Starts a worker with `args` that must refuse to start; its exit code and stderr.
 fn refused_start(args: &[&str]) -> (Option<i32>, String) {
     let root = tempfile::tempdir().unwrap();
