@@ -220,6 +220,11 @@ pub fn run_suites_with(suites: Vec<Suite>, not_started: Vec<NotStarted>) -> bool
             );
         }
     }
+    for trial in reports.iter().flat_map(|r| &r.trials) {
+        if matches!(trial.status, Status::Failed | Status::NotChecked) {
+            println!("{}", report::promise_line(trial));
+        }
+    }
     let run = RunReport::new(reports, not_started);
     report::write_env_report(&run);
     let passed = !main.has_failed() && !cleanup.has_failed() && run.passed;
@@ -311,6 +316,11 @@ impl Suite {
         self.registered().into_iter().map(|c| c.name).collect()
     }
 
+    /// The registered checks with the promise each proves: `(name, promise)`.
+    pub fn check_promises(&self) -> Vec<(&'static str, &'static str)> {
+        self.registered().into_iter().map(|c| (c.name, c.promise)).collect()
+    }
+
     /// Runs one registered check directly (no libtest), guarded by the deadline like every
     /// trial, and returns its outcome: `Ok(())` for passed (and for not checked), the
     /// failure text otherwise; `None` when no check of that name is registered.
@@ -337,7 +347,7 @@ impl Suite {
         for phase in [checks::Phase::Main, checks::Phase::AfterSuite] {
             for check in checks.iter().filter(|c| c.phase == phase) {
                 let outcome = if self.deviation(check.name).is_some() {
-                    self.ignored(check.name)
+                    self.ignored(check)
                 } else {
                     runner::run_guarded(&self.ctx, *check, self.trial_name(check.name))
                 };
@@ -355,13 +365,14 @@ impl Suite {
         self.ctx.deviations.iter().find(|(c, _)| *c == check).map(|(_, r)| r)
     }
 
-    fn ignored(&self, check: &str) -> TrialOutcome {
+    fn ignored(&self, check: &checks::Check) -> TrialOutcome {
         TrialOutcome::new(
-            self.trial_name(check),
+            self.trial_name(check.name),
             Status::Ignored,
-            self.deviation(check).cloned(),
+            self.deviation(check.name).cloned(),
             0,
         )
+        .with_promise(check.promise)
     }
 
     fn registered(&self) -> Vec<checks::Check> {
@@ -387,7 +398,7 @@ impl Suite {
                 let name = self.trial_name(check.name);
                 if self.deviation(check.name).is_some() {
                     // Not run, but in the report as ignored with its reason.
-                    report.lock().unwrap().push(self.ignored(check.name));
+                    report.lock().unwrap().push(self.ignored(&check));
                     return libtest_mimic::Trial::test(name, || Ok(())).with_ignored_flag(true);
                 }
                 let trial_name = name.clone();

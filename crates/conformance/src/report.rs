@@ -41,6 +41,10 @@ impl Status {
 pub struct TrialOutcome {
     /// `driver_<key>::<check>`.
     pub name: String,
+    /// The promise the check proves, one line (empty in a report written before the kit
+    /// carried promises).
+    #[serde(default)]
+    pub promise: String,
     /// Whether it did not fail (true for passed, not checked and ignored).
     pub passed: bool,
     /// How it ended.
@@ -58,11 +62,18 @@ impl TrialOutcome {
     pub fn new(name: String, status: Status, message: Option<String>, duration_ms: u64) -> Self {
         TrialOutcome {
             name,
+            promise: String::new(),
             passed: status != Status::Failed,
             status,
             message,
             duration_ms,
         }
+    }
+
+    /// The outcome with the promise its check proves.
+    pub fn with_promise(mut self, promise: impl Into<String>) -> Self {
+        self.promise = promise.into();
+        self
     }
 }
 
@@ -156,6 +167,12 @@ pub(crate) fn write_env_report(report: &RunReport) {
     }
 }
 
+/// `envrt-promise driver_<key>::<check>: <promise>`: the promise a failed or unchecked
+/// trial did not prove, printed after the run.
+pub(crate) fn promise_line(trial: &TrialOutcome) -> String {
+    format!("envrt-promise {}: {}", trial.name, trial.promise)
+}
+
 /// `capabilities driver_<key>: key=0/1 ...` for the matrix xtask prints.
 pub(crate) fn matrix_line(ctx: &Ctx) -> String {
     let p = &ctx.profile;
@@ -174,4 +191,33 @@ pub(crate) fn matrix_line(ctx: &Ctx) -> String {
         u8::from(p.has_duplex)
     );
     format!("envrt-capabilities driver_{}: {} {}", ctx.key, flags.join(" "), groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trial_carries_its_promise_into_the_json_and_the_promise_line() {
+        let trial = TrialOutcome::new(
+            "driver_x::execute_exit_codes".into(),
+            Status::Failed,
+            Some("boom".into()),
+            3,
+        )
+        .with_promise("The command's exit code is reported as it exited.");
+        let json = serde_json::to_value(&trial).unwrap();
+        assert_eq!(json["promise"], "The command's exit code is reported as it exited.");
+        assert_eq!(json["name"], "driver_x::execute_exit_codes");
+        assert_eq!(
+            promise_line(&trial),
+            "envrt-promise driver_x::execute_exit_codes: The command's exit code is reported as it exited."
+        );
+        // A report written before promises existed still reads.
+        let old: TrialOutcome = serde_json::from_value(serde_json::json!({
+            "name": "driver_x::a", "passed": true, "status": "passed"
+        }))
+        .unwrap();
+        assert_eq!(old.promise, "");
+    }
 }

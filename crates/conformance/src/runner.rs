@@ -56,7 +56,7 @@ pub(crate) fn run_guarded(ctx: &Arc<Ctx>, check: Check, trial_name: String) -> T
         },
     };
     let elapsed = started.elapsed().as_millis().min(u128::from(u64::MAX)) as u64;
-    TrialOutcome::new(trial_name, status, message, elapsed)
+    TrialOutcome::new(trial_name, status, message, elapsed).with_promise(check.promise)
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {

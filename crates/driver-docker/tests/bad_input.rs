@@ -1,4 +1,4 @@
-//! Hostile input against a real container (issue 11): link chains on sync out, names
+//! Hostile input against a real container: link chains on sync out, names
 //! that are not UTF-8, deep and wide trees, escapes, NUL bytes, odd variables and huge
 //! input. Each case is a clear typed error or the right behaviour; nothing is written
 //! outside the target, nothing hangs.

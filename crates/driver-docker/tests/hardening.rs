@@ -1,4 +1,4 @@
-//! Containers are hardened by default (finding 4 of issue 11): read from inside a real
+//! Containers are hardened by default: read from inside a real
 //! container created by the driver, and from `docker inspect`.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Hostile input against the local driver (issue 11): link chains, deep and wide trees,
+//! Hostile input against the local driver: link chains, deep and wide trees,
 //! names that are not UTF-8, escapes, NUL bytes, odd variables, huge argv, env and
 //! stdin. Each case is a clear typed error or the right behaviour; nothing is written
 //! outside the target, nothing hangs or panics.
@@ -40,7 +40,7 @@ fn names(dir: &Path) -> Vec<Vec<u8>> {
     v
 }
 
-/// The chain of finding 3: each link alone stays inside, `up2` leads two levels out.
+/// A chain of links leading out: each link alone stays inside, `up2` leads two levels out.
 fn chain(dir: &Path) {
     std::fs::create_dir_all(dir.join("a")).unwrap();
     symlink("..", dir.join("a/d0")).unwrap();

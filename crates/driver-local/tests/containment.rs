@@ -1,4 +1,4 @@
-//! What a command starts cannot outlive its lease (issue 11, finding 6): a `setsid`
+//! What a command starts cannot outlive its lease: a `setsid`
 //! child, out of reach of the process-group kill, dies on timeout, release and destroy,
 //! whether it keeps the workspace as `HOME`/cwd or not. These run against the real
 //! kernel: with cgroup v2 writable (as root in CI) every case is contained by cgroups;

@@ -1,4 +1,4 @@
-//! Issue 11, finding 3 on the sandbox: a tree the sandboxed command builds with a link
+//! On the sandbox: a tree the sandboxed command builds with a link
 //! chain (`a/d0 -> ..`, `up2 -> a/d0/../..`) passes the worker's per-link check, so the
 //! host resolves every link the worker wrote (the shared resolver of runtime-core) before
 //! anything reaches the target. Against the crate's reference worker.

@@ -252,7 +252,7 @@ fn gc_cleans_up_after_a_killed_holder() {
     assert_eq!(s.run(&["gc"]).stdout_text(), "gc: 0 released, 0 failed\n");
 }
 
-/// Issue 11, finding 6: a `setsid` child that also left the workspace and cleared its
+/// A `setsid` child that also left the workspace and cleared its
 /// environment (so no `/proc` scan can tie it to the lease) dies when `gc` releases the
 /// lease of a SIGKILLed holder, because the lease's cgroup is found from its id alone.
 /// Only where the local driver has cgroup v2 (as root in CI); says so otherwise.
@@ -289,7 +289,7 @@ fn gc_kills_an_escaped_setsid_child_of_a_killed_holder() {
     assert_eq!(survivors(&mark), Vec::<u32>::new(), "the holder's command survived gc");
 }
 
-/// `caps --json` and `doctor` say what an environment enforces (issue 11).
+/// `caps --json` and `doctor` say what an environment enforces.
 #[test]
 fn caps_and_doctor_show_what_an_environment_enforces() {
     let s = Site::new();

@@ -12,6 +12,9 @@ use crate::model::{Environment, JsonMap, Lease, LeasePolicy, LeaseStatus, Timest
 use crate::sync::{SyncOperation, SyncResult};
 use crate::template::{TemplateRef, Templates};
 
+mod path_scope;
+pub use path_scope::PathScope;
+
 /// Everything a driver needs to acquire a lease.
 #[derive(Clone, Debug)]
 pub struct AcquireInput {
@@ -117,78 +120,6 @@ pub struct RealizedWorkspace {
     pub metadata: Option<JsonMap>,
 }
 
-/// Which environment-side paths (`cwd`, sync targets and sources) a driver accepts.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PathScope {
-    /// Only paths inside the lease workspace: the lease shares its machine with others
-    /// (the host itself, for `local`), so the workspace is the boundary. Anything else is
-    /// refused with `Path "{path}" is outside the lease workspace.`
-    #[default]
-    Workspace,
-    /// Any absolute path of the environment: the lease is a whole isolated environment
-    /// (a container, a sandbox), which is itself the boundary. Relative paths still start
-    /// at the workspace, and a `..` component, an empty path or a NUL byte are still
-    /// refused with the text above.
-    WholeEnvironment,
-    /// Commands may start in any directory of the environment (`cwd` as under
-    /// [`PathScope::WholeEnvironment`]), while file transfer stays within the workspace (as
-    /// under [`PathScope::Workspace`]): a driver that can enter any directory of its
-    /// isolated environment but moves files only through the workspace it owns on the host.
-    CwdAnywhere,
-}
-
-impl PathScope {
-    /// `workspace` or `whole-environment`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PathScope::Workspace => "workspace",
-            PathScope::WholeEnvironment => "whole-environment",
-            PathScope::CwdAnywhere => "cwd-anywhere",
-        }
-    }
-
-    /// Whether a command's `cwd` may be any absolute directory of the environment.
-    pub fn any_cwd(self) -> bool {
-        self != PathScope::Workspace
-    }
-
-    /// Whether sync sources and targets may be any absolute path of the environment.
-    pub fn any_file_path(self) -> bool {
-        self == PathScope::WholeEnvironment
-    }
-
-    /// Resolves a command's `cwd` under this scope ([`PathScope::resolve`] with the cwd
-    /// rule).
-    pub fn resolve_cwd(self, workspace_root: &str, cwd: &str) -> Result<String, DriverError> {
-        if self.any_cwd() {
-            PathScope::WholeEnvironment.resolve(workspace_root, cwd)
-        } else {
-            PathScope::Workspace.resolve(workspace_root, cwd)
-        }
-    }
-
-    /// Resolves an environment-side file `path` (a sync source or target) against
-    /// `workspace_root` under this scope; the normalized absolute path, or
-    /// [`DriverError::PathOutsideWorkspace`].
-    pub fn resolve(self, workspace_root: &str, path: &str) -> Result<String, DriverError> {
-        match self {
-            PathScope::Workspace | PathScope::CwdAnywhere => crate::sync::confine_to_workspace(workspace_root, path),
-            PathScope::WholeEnvironment => crate::sync::confine_to_workspace("/", &relative_to(workspace_root, path))
-                .map_err(|_| DriverError::PathOutsideWorkspace { path: path.to_owned() }),
-        }
-    }
-}
-
-/// `path` made absolute against `root` (lexically; no check).
-fn relative_to(root: &str, path: &str) -> String {
-    if path.starts_with('/') || path.is_empty() {
-        path.to_owned()
-    } else {
-        format!("{}/{path}", root.trim_end_matches('/'))
-    }
-}
-
 /// How a duplex channel ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -199,74 +130,158 @@ pub struct DuplexExit {
     pub transport_closed: bool,
 }
 
-/// A live two-way byte channel to a running command. Methods take `&self`, so one task
-/// may read while another writes.
+/// A live two-way byte channel to a running command (contract section 7). Methods take
+/// `&self`, so one task may read while another writes.
 #[async_trait]
 pub trait DuplexChannel: Send + Sync {
     /// Writes bytes to the command's stdin.
+    ///
+    /// - MUST deliver the bytes in order.
+    /// - After [`close`](Self::close), SHOULD fail with `Duplex channel is closed.`
+    ///   ([`DriverError::ChannelClosed`]).
     async fn write(&self, data: &[u8]) -> Result<(), DriverError>;
-    /// The next chunk of output in order; `None` once output has ended. Output produced
-    /// before the first read is held, not lost.
+    /// The next chunk of output in order; `None` once output has ended.
+    ///
+    /// - MUST hold output produced before the first read, not lose it (the kit's
+    ///   `duplex_late_reader_loses_nothing`).
+    /// - MUST carry the command's stdout and stderr together, in the order it wrote them,
+    ///   with no stream tag (section 7, "stderr"; `duplex_stderr_in_order`).
     async fn read(&self) -> Result<Option<Vec<u8>>, DriverError>;
-    /// Closes the command's stdin (EOF).
+    /// Closes the command's stdin: the command sees EOF.
+    ///
+    /// - The rest of the channel MUST keep working: output still reads, the exit still
+    ///   arrives (`duplex_close_input_ends_cat`). A driver that cannot half-close declares
+    ///   it to the kit (`Target::without_half_close`).
     async fn close_input(&self) -> Result<(), DriverError>;
     /// Stops the command.
+    ///
+    /// - MUST end the command; [`wait`](Self::wait) then returns.
     async fn stop(&self) -> Result<(), DriverError>;
-    /// Closes the channel and frees everything; idempotent.
+    /// Closes the channel and frees everything it holds.
+    ///
+    /// - MUST be idempotent: closing again succeeds (`duplex_close_is_idempotent`).
     async fn close(&self) -> Result<(), DriverError>;
-    /// Waits for the end: the exit code, or `None` when the host ended the channel.
+    /// Waits for the end of the command.
+    ///
+    /// - MUST report the command's exit code (`duplex_exit_code`), or `None` when the host
+    ///   ended the channel; `transport_closed` when the provider's transport closed without
+    ///   an exit (a plugin worker that exited: section 2).
     async fn wait(&self) -> Result<DuplexExit, DriverError>;
 }
 
-/// An environment driver. Required: [`key`](Self::key), [`acquire_lease`](Self::acquire_lease),
-/// [`release_lease`](Self::release_lease), [`resolve_capabilities`](Self::resolve_capabilities).
-/// Every optional group is reached through an `as_*` accessor that returns `None` unless
-/// the driver implements it.
+/// An environment driver (contract section 2). Required: [`key`](Self::key),
+/// [`acquire_lease`](Self::acquire_lease), [`release_lease`](Self::release_lease),
+/// [`resolve_capabilities`](Self::resolve_capabilities). Every optional group is reached
+/// through an `as_*` accessor that returns `None` unless the driver implements it.
+///
+/// Each method's doc is its contract: one line, the capability key it needs (if any), what
+/// the facade ([`EnvironmentRuntime`](crate::EnvironmentRuntime)) has already checked
+/// before it calls, then the MUST / SHOULD rules, citing `docs/contract.md` by section.
+/// Every lease operation reaches a driver only after the facade found the lease's driver
+/// key (section 1) registered, else `Environment driver "{key}" is not registered in the
+/// environment runtime yet.`; a runtime bound to a tenant also refuses another tenant's
+/// lease first (section 3, "Tenancy of leases").
 #[async_trait]
 pub trait EnvironmentDriver: Send + Sync + 'static {
     /// The registry key (`local`, `docker`, `sandbox`, ...).
+    ///
+    /// - MUST be the key the driver's descriptor registers it under and constant for the
+    ///   driver's life: the facade files the driver under it, and every lease the driver
+    ///   acquires records it as `metadata.driver` (section 1).
     fn key(&self) -> &str;
 
-    /// Acquires a lease on an active environment. MUST write nothing the runtime cannot
-    /// release if it fails.
+    /// Acquires a lease on an active environment.
+    ///
+    /// Needs no capability. Before the call the facade has checked that the environment is
+    /// known (`Environment "{id}" was not found.`), its driver registered and the
+    /// environment active (`Environment "{name}" is not active.`), that a requested expiry
+    /// has not passed (`Invalid input: the requested expiry {time} has already passed`),
+    /// and, for [`AcquireInput::template`], that the driver has the templates group and the
+    /// template (section 3; section 8, "Templates").
+    ///
+    /// - MUST write nothing the runtime cannot release if it fails.
+    /// - MUST bound the resource by [`AcquireInput::requested_expires_at`] and return the
+    ///   real expiry, or return none; the facade then ends the resource at once (destroy
+    ///   where the driver has it, else release) and refuses with `Environment driver
+    ///   "{key}" does not support lease expiry.` (section 8, "Expiry").
+    /// - MUST seed the lease from [`AcquireInput::template`] when it is set, or fail.
+    /// - SHOULD put `workspace` (the environment-side path where a command without a `cwd`
+    ///   runs) into [`LeaseGrant::metadata`] (section 1); the facade writes `driver` when
+    ///   the grant leaves it out.
+    /// - SHOULD refuse an environment `config` key it does not know, as
+    ///   [`check_environment_config`](Self::check_environment_config) does, for an
+    ///   environment stored before (section 3, "Environment configurations are strict").
+    /// - If the facade cannot store the lease afterwards, it releases the grant with status
+    ///   `released`: nothing of it may outlive that release.
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError>;
 
-    /// Releases a lease according to its policy and `input.status`. MUST be idempotent,
-    /// and succeed when the resource is already gone.
+    /// Releases a lease according to its policy and `input.status`.
+    ///
+    /// Needs no capability and passes no gate: it is clean-up, called for an expired lease
+    /// too. The facade calls it only for a lease that is `active` or `pending_cleanup` (or
+    /// `retained`, when it is not ending as `retained` again); a lease already ended is
+    /// answered without the driver. `input.status` is `retained` under `retain_on_failure`
+    /// after a failure: keep the resource.
+    ///
+    /// - MUST be idempotent, and succeed when the resource is already gone (section 1).
+    /// - MUST free the resource of an ephemeral lease by itself, before any destroy, and
+    ///   keep the resource of a `reuse_by_environment` lease for a resume (the kit's
+    ///   `lifecycle_ephemeral_release_frees_resource`, `..._reusable_release_keeps_resource`).
+    /// - MUST NOT disturb another lease when handed one it never issued
+    ///   (`lifecycle_driver_unknown_lease`).
+    /// - An error leaves the lease `pending_cleanup` with `cleanup_status = failed`; a later
+    ///   release (or `envrt gc`) calls again.
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError>;
 
-    /// The full nine-key snapshot for an environment or a lease (never partial).
+    /// The capability snapshot of an environment (no lease yet) or of a lease.
+    ///
+    /// - MUST return all nine keys, never part of them (section 2, section 4), and SHOULD
+    ///   build them with [`classify_driver`] rather than by hand.
+    /// - MUST be honest: a key is true exactly when its operation works on that lease
+    ///   (section 4, "Honesty"). The facade gates resume, sync and duplex on it; a failure
+    ///   here refuses them (fail closed) and never reaches the operation.
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError>;
 
     /// Checks an environment's `config` before it is stored
-    /// ([`EnvironmentRuntime::put_environment`](crate::EnvironmentRuntime::put_environment)):
-    /// a driver refuses a key it does not know (see [`crate::config_keys`]) so that a
-    /// misspelled setting is never silently ignored. The default accepts everything.
+    /// ([`EnvironmentRuntime::put_environment`](crate::EnvironmentRuntime::put_environment)).
+    ///
+    /// Called only when the environment's driver is registered; an error stores nothing.
+    ///
+    /// - SHOULD refuse a key it does not know (see [`crate::config_keys`]) with
+    ///   `Invalid input: {what}: unknown field `{key}`, expected one of ...`, so that a
+    ///   misspelled setting is never silently ignored (section 3, "Environment
+    ///   configurations are strict"). The default accepts everything.
     async fn check_environment_config(&self, _config: &JsonMap) -> Result<(), DriverError> {
         Ok(())
     }
 
-    /// Lease resume, if the driver has it.
+    /// Lease resume, if the driver has it. Without it the facade refuses with
+    /// `Environment driver "{key}" does not support lease resume.` (section 3).
     fn as_resume(&self) -> Option<&dyn ResumeLease> {
         None
     }
-    /// Lease destroy, if the driver has it.
+    /// Lease destroy, if the driver has it. Without it: `Environment driver "{key}" does
+    /// not support lease destroy.`
     fn as_destroy(&self) -> Option<&dyn DestroyLease> {
         None
     }
-    /// Workspace realization, if the driver has it.
+    /// Workspace realization, if the driver has it. Without it: `Environment driver
+    /// "{key}" does not support workspace realization.`
     fn as_realize(&self) -> Option<&dyn RealizeWorkspace> {
         None
     }
-    /// Command execution, if the driver has it.
+    /// Command execution, if the driver has it. Without it: `Environment driver "{key}"
+    /// does not support command execution.`
     fn as_execute(&self) -> Option<&dyn Execute> {
         None
     }
-    /// Native file sync, if the driver has it.
+    /// Native file sync, if the driver has it. Without it: `Environment driver "{key}"
+    /// does not support native file sync.`
     fn as_sync(&self) -> Option<&dyn FileSync> {
         None
     }
-    /// Duplex channels, if the driver has them.
+    /// Duplex channels, if the driver has them. Without them: `Environment driver "{key}"
+    /// does not support duplex channels.`
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         None
     }
@@ -279,23 +294,33 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     /// Templates (capture, list, delete, and acquire from one), if the driver has them.
     /// Not a capability key: the snapshot stays the contract's nine keys; a driver that
     /// has the group but cannot serve it on a given backend (a plugin worker that does not
-    /// advertise the verbs) refuses in its own words.
+    /// advertise the verbs) refuses in its own words. Without the group: `Environment
+    /// driver "{key}" does not support template capture.` (capture), `... does not support
+    /// templates.` (listing, and an acquire from a template), `... does not support
+    /// template deletion.` (delete).
     fn as_templates(&self) -> Option<&dyn Templates> {
         None
     }
 
-    /// Which environment-side paths the driver accepts. The default, [`PathScope::Workspace`],
-    /// confines every path to the lease workspace; a driver whose lease is a whole
-    /// isolated environment declares [`PathScope::WholeEnvironment`] and MUST then make
-    /// sure that no such path reaches anything outside that environment (the host's own
-    /// files above all).
+    /// Which environment-side paths (a command's `cwd`, sync sources and targets) the
+    /// driver accepts (section 5, the path-scope table).
+    ///
+    /// - The default, [`PathScope::Workspace`], confines every path to the lease workspace.
+    /// - A driver MAY declare a wider scope ([`PathScope::WholeEnvironment`],
+    ///   [`PathScope::CwdAnywhere`]) only when its lease is a whole isolated environment,
+    ///   and MUST then make sure that no such path reaches anything outside that
+    ///   environment (the host's own files above all; `docs/security.md`).
+    /// - Whatever the scope, a `..` component, an empty path or a NUL byte MUST be refused
+    ///   with `Path "{path}" is outside the lease workspace.` ([`PathScope::resolve`] does).
     fn path_scope(&self) -> PathScope {
         PathScope::Workspace
     }
 
-    /// The verbs this driver verifiably implements, fed to the classifier. The default
-    /// derives them from the accessors; a plugin driver answers with its live worker's
-    /// `supportedMethods`.
+    /// The verbs this driver verifiably implements, fed to the classifier (section 4).
+    ///
+    /// - MUST match the groups the accessors return (the kit's
+    ///   `honesty_verbs_match_groups`). The default derives them from the accessors; a
+    ///   plugin driver answers with its live worker's `supportedMethods`.
     fn verified_verbs(&self) -> VerbSet {
         let mut set = VerbSet::new();
         set.insert(verbs::RELEASE_LEASE.to_owned());
@@ -319,21 +344,50 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
 /// Resuming a retained lease.
 #[async_trait]
 pub trait ResumeLease: Send + Sync {
-    /// Resumes the lease; `Ok(None)` when its resource is gone. Needs `reusableLeases`.
+    /// Resumes the lease, handing back the same resource.
+    ///
+    /// Needs `reusableLeases`. Before the call the facade has checked, in the gate's order
+    /// (section 3), that the driver has the group, that the lease's snapshot grants
+    /// `reusableLeases` (else `Environment driver "{key}" does not support lease resume.`,
+    /// also when the snapshot cannot be resolved) and that the lease is not past its expiry
+    /// (`Lease "{id}" expired at {expires_at}.`). The lease need not be active.
+    ///
+    /// - MUST return `Ok(None)`, not an error, when the lease's resource is gone: the
+    ///   facade marks the lease `failed` (`not_found`) and refuses with `Lease "{id}" can no
+    ///   longer be resumed: its provider resource is gone.`
+    /// - MUST hand back the same resource a reusable release kept (the kit's
+    ///   `lifecycle_resume_returns_the_same_resource`), and none for an ephemeral lease
+    ///   that was released (`lifecycle_driver_resume_after_release`).
+    /// - An error records `resume_failed` on the lease and reaches the caller.
     async fn resume_lease(&self, context: &LeaseContext) -> Result<Option<LeaseGrant>, DriverError>;
 }
 
 /// Destroying a lease's resource outright.
 #[async_trait]
 pub trait DestroyLease: Send + Sync {
-    /// Removes everything of the lease. MUST be idempotent.
+    /// Removes everything of the lease's resource.
+    ///
+    /// Needs no capability. The facade checks only that the driver has the group: destroy
+    /// is clean-up, so it is called for an expired or ended lease too (section 3).
+    ///
+    /// - MUST be idempotent: a second destroy, or one whose resource is already gone,
+    ///   succeeds (section 1; the kit's `lifecycle_destroy_is_idempotent`).
+    /// - An error leaves the lease `pending_cleanup` with `cleanup_status = failed`.
     async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError>;
 }
 
 /// Realizing a workspace on a lease.
 #[async_trait]
 pub trait RealizeWorkspace: Send + Sync {
-    /// Returns the working directory, confined to the lease.
+    /// Realizes a workspace and returns its environment-side working directory.
+    ///
+    /// Needs no capability. Before the call the facade has checked that the driver has the
+    /// group, the lease is not past its expiry and the lease is active (`Lease "{id}" is not
+    /// active (status: {status}).`; section 3).
+    ///
+    /// - MUST return a `cwd` confined to the lease, where
+    ///   [`path_scope`](EnvironmentDriver::path_scope) allows (inside the lease workspace by
+    ///   default).
     async fn realize_workspace(
         &self,
         context: &LeaseContext,
@@ -345,17 +399,76 @@ pub trait RealizeWorkspace: Send + Sync {
 #[async_trait]
 pub trait Execute: Send + Sync {
     /// Runs one command to completion (or timeout).
+    ///
+    /// Needs no capability. Before the call the facade has checked that the driver has the
+    /// group, the lease is not past its expiry and the lease is active (section 3). Every
+    /// rule of section 5 applies; in short:
+    ///
+    /// - A timeout MUST kill the whole process tree (a polite signal, then a kill after a
+    ///   grace period), keep the output gathered so far and set `timed_out`; nothing of the
+    ///   tree may be left running (the kit's `execute_timeout_kills_tree`).
+    /// - Dropping the returned future before it finished MUST kill the command's whole tree
+    ///   within 10 s, also when the caller's runtime shuts down or its process exits right
+    ///   after the drop (do it inside `Drop` when the kill would outlive the caller;
+    ///   `execute_drop_kills_tree`).
+    /// - MUST return when the command exits, even if a background grandchild still holds
+    ///   stdout open; that grandchild dies with the tree (`execute_grandchild_holding_stdout`).
+    /// - MUST cap each stream ([`ExecuteRequest::output_limit`], keeping the head or the
+    ///   tail as `keep` says), set the truncation flag, and keep memory bounded; a sink sees
+    ///   every byte.
+    /// - `cwd`: a relative `cwd` starts at the workspace; none runs in the workspace
+    ///   (`metadata.workspace`). A `cwd` outside the
+    ///   [`path_scope`](EnvironmentDriver::path_scope) MUST be refused with `Path "{path}"
+    ///   is outside the lease workspace.` ([`PathScope::resolve_cwd`]); one that does not
+    ///   exist or is not a directory MUST be refused, running nothing, with
+    ///   [`DriverError::missing_cwd`] (`Invalid input: cwd "{cwd}" is not a directory in the
+    ///   environment.`).
+    /// - A program that does not exist MUST give exit code 127 and, on stderr, exactly
+    ///   `envrt: command not found: {program}` and a newline.
+    /// - `user`: a driver that cannot honour it MUST refuse, running nothing, with
+    ///   [`DriverError::UserRefused`] (`Cannot run as user "{user}": {reason}`).
+    /// - MUST NOT leak the host's environment beyond a short documented allow-list, nor a
+    ///   secret value into errors, logs or `Debug` output; SHOULD set `HOME` unless the
+    ///   request does.
     async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError>;
 }
 
 /// Native file sync (contract section 6).
 #[async_trait]
 pub trait FileSync: Send + Sync {
-    /// Host → environment. Needs `nativeSyncIn`.
+    /// Copies files host → environment, applying `operations` in order.
+    ///
+    /// Needs `nativeSyncIn`. Before the call the facade has checked that the driver has
+    /// the group, that the lease's snapshot grants `nativeSyncIn` and
+    /// [`supports_sync`](Self::supports_sync) is true (else `Environment driver "{key}"
+    /// does not support native file sync.`, also when the snapshot cannot be resolved),
+    /// that the lease is not past its expiry and that it is active (section 3).
+    ///
+    /// - MUST write nothing outside a target: an entry with `..`, an absolute name or a
+    ///   link leading out of the target is refused (`Entry "{entry}" would be written
+    ///   outside the target "{target}".`), and a failed operation leaves no half-written
+    ///   target (section 6).
+    /// - Targets MUST lie where [`path_scope`](EnvironmentDriver::path_scope) allows, else
+    ///   `Path "{path}" is outside the lease workspace.`
+    /// - MUST apply `mode` as the target's final mode, clear set-uid, set-gid and sticky
+    ///   bits unless `keepSpecialBits`, and run post-upload commands after the files land,
+    ///   in order, stopping at the first failure, with the texts of section 6.
     async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError>;
-    /// Environment → host. Needs `nativeSyncOut`.
+    /// Copies files environment → host, applying `operations` in order.
+    ///
+    /// Needs `nativeSyncOut`; the facade checks as for [`sync_in`](Self::sync_in), with
+    /// `nativeSyncOut`.
+    ///
+    /// - MUST write nothing on the host outside a target, never a file readable by others
+    ///   while it is written, and nothing of an operation past an entry's `maxBytes`
+    ///   (`Sync out of "{path}" exceeds the limit of {limit} bytes.`; section 6).
+    /// - Sources MUST lie where [`path_scope`](EnvironmentDriver::path_scope) allows, else
+    ///   `Path "{path}" is outside the lease workspace.`
     async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError>;
     /// Whether sync works on this lease; default true.
+    ///
+    /// - Never an error. When false the facade refuses both directions with the sync
+    ///   refusal above, and its `supports_sync` answers false.
     fn supports_sync(&self, _context: &LeaseContext) -> bool {
         true
     }
@@ -365,7 +478,17 @@ pub trait FileSync: Send + Sync {
 #[async_trait]
 pub trait DuplexChannels: Send + Sync {
     /// Starts `command` (argv; element 0 is the program) and connects a channel to it.
-    /// Needs `duplexCommandStream`.
+    ///
+    /// Needs `duplexCommandStream`. Before the call the facade has checked that the driver
+    /// has the group, that the lease's snapshot grants `duplexCommandStream` (else
+    /// `Sandbox lease does not grant the duplex command stream capability.`, also when the
+    /// snapshot cannot be resolved: fail closed), that the lease is not past its expiry,
+    /// that it is active (section 3), and that `command` is not empty (`Invalid input: a
+    /// duplex command needs at least a program`).
+    ///
+    /// - MUST give the command one pipe for stdout and stderr, so the channel reads them
+    ///   in the order written (section 7, "stderr").
+    /// - The channel MUST keep the [`DuplexChannel`] rules.
     async fn open_duplex_channel(
         &self,
         context: &LeaseContext,
@@ -391,15 +514,35 @@ pub struct InventoryItem {
 /// clean-up, or released but reusable; it reaps the rest.
 #[async_trait]
 pub trait Recovery: Send + Sync {
-    /// Every resource this driver instance made (scoped by its own configuration: a state
-    /// directory, a label set, a worker), whichever process made it.
+    /// Every resource this driver instance made, as the backend (not the store) holds it.
+    ///
+    /// Needs no capability: recovery is not a contract verb. Called by
+    /// [`EnvironmentRuntime::reconcile`](crate::EnvironmentRuntime::reconcile) and `envrt gc`
+    /// for every registered driver that has the group (section 8, "Reconciliation").
+    ///
+    /// - MUST be scoped by the driver's own configuration (a state directory, a label set,
+    ///   a worker), and find what any process made, not only this one.
+    /// - SHOULD name the lease of each item ([`InventoryItem::lease_id`]); an item with none
+    ///   is never reaped.
+    /// - An error is reported as `envrt: gc could not reconcile driver "{key}": {error}`;
+    ///   the other drivers are still reconciled.
     async fn inventory(&self) -> Result<Vec<InventoryItem>, DriverError>;
-    /// Removes one item of [`inventory`](Self::inventory). MUST be idempotent: an item
-    /// already gone is success.
+    /// Removes one item of [`inventory`](Self::inventory) that no lease keeps.
+    ///
+    /// The facade calls it only for an item whose lease is not active, retained, pending
+    /// clean-up or released under `reuse_by_environment`, and, when the store did not know
+    /// the lease, only after a second look [`RECONCILE_SETTLE`](crate::RECONCILE_SETTLE)
+    /// later; never on a dry run.
+    ///
+    /// - MUST be idempotent: an item already gone is success.
+    /// - MUST refuse an item that is not this driver's to remove (section 8 lists the local
+    ///   and Docker texts: `Invalid input: ...`).
     async fn reap(&self, item: &InventoryItem) -> Result<(), DriverError>;
     /// Kills what an active lease whose holder died left running, before the runtime
-    /// releases it (the holder's process table died with it). Returns how many processes
-    /// were killed. The default has nothing to kill.
+    /// releases it (the holder's process table died with it).
+    ///
+    /// - Returns how many processes were killed (`Ok(0)` when nothing is left). The
+    ///   default has nothing to kill.
     async fn kill_leftovers(&self, _lease: &Lease) -> Result<usize, DriverError> {
         Ok(0)
     }

@@ -48,12 +48,26 @@ pub struct TemplateRef {
 /// with [`AcquireInput::template`](crate::AcquireInput::template) set.
 #[async_trait]
 pub trait Templates: Send + Sync {
-    /// Captures the lease's state (its workspace, its container) as a new template. What
-    /// the lease changes afterwards MUST NOT reach the template. The lease stays usable.
+    /// Captures the lease's state (its workspace, its container) as a new template.
+    ///
+    /// Needs no capability key (templates are a group, not a key; contract section 8).
+    /// Before the call the facade has checked that the driver has the group (else
+    /// `Environment driver "{key}" does not support template capture.`), that the lease is
+    /// not past its expiry and that it is active (section 3).
+    ///
+    /// - What the lease changes afterwards MUST NOT reach the template. The lease stays
+    ///   usable.
+    /// - The template MUST belong to the lease's tenant and environment.
     async fn capture_template(&self, context: &LeaseContext, label: Option<&str>) -> Result<TemplateRef, DriverError>;
 
-    /// Every template of `environment` for tenant `company_id` this driver holds, oldest
-    /// first. Templates of other tenants MUST NOT be listed.
+    /// Every template of `environment` for tenant `company_id` this driver holds.
+    ///
+    /// Before the call the facade has checked the runtime's tenant (`Tenant "{company_id}"
+    /// is not this runtime's tenant "{tenant}".`), the environment and that the driver has
+    /// the group (`Environment driver "{key}" does not support templates.`).
+    ///
+    /// - MUST list oldest first, from the backend itself (the facade keeps no records).
+    /// - Templates of other tenants MUST NOT be listed.
     async fn list_templates(
         &self,
         environment: &Environment,
@@ -78,9 +92,16 @@ pub trait Templates: Send + Sync {
             .find(|t| t.id == id))
     }
 
-    /// Deletes a template (one of [`list_templates`](Self::list_templates)). Returns
-    /// whether something was deleted; a template already gone is `Ok(false)`, not an
-    /// error. Leases already started from it are not affected.
+    /// Deletes a template (one [`find_template`](Self::find_template) returned).
+    ///
+    /// Before the call the facade has checked the runtime's tenant, that the driver has the
+    /// group (`Environment driver "{key}" does not support template deletion.`), that the id
+    /// is valid (`Invalid input: template id "{id}" is not valid ...`) and found it; an id
+    /// not found is `Ok(false)` without this call.
+    ///
+    /// - Returns whether something was deleted; MUST be idempotent: a template already
+    ///   gone is `Ok(false)`, not an error.
+    /// - Leases already started from it MUST NOT be affected.
     async fn delete_template(&self, environment: &Environment, template: &TemplateRef) -> Result<bool, DriverError>;
 }
 

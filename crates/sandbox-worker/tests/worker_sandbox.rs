@@ -91,7 +91,7 @@ fn only_the_workspace_is_writable_and_it_is_the_lease_directory() {
         std::fs::read_to_string(w.root.path().join(&lease).join("made-inside")).unwrap(),
         "hi\n"
     );
-    // /tmp is the lease's own, kept across its commands (issue 17), outside the workspace.
+    // /tmp is the lease's own, kept across its commands, outside the workspace.
     let r = run(&mut w, &lease, "cat /tmp/scratch; ls -A /workspace");
     assert_eq!(r["stdout"], "t\nmade-inside\n", "{r}");
     assert_eq!(

@@ -7,9 +7,15 @@ use super::{Check, Checked, always};
 use crate::context::{Ctx, ensure};
 
 pub(super) const CHECKS: &[Check] = &[
-    Check::new("cleanup_no_active_lease", always, no_active_lease).after_suite(),
-    Check::maybe("cleanup_no_process", always, no_process).after_suite(),
-    Check::maybe("cleanup_no_driver_leftovers", always, no_leftovers).after_suite(),
+    Check::new("cleanup_no_active_lease", always, no_active_lease)
+        .promise("After the suite no lease of it is left active or pending clean-up.")
+        .after_suite(),
+    Check::maybe("cleanup_no_process", always, no_process)
+        .promise("After the suite no process of it is left running.")
+        .after_suite(),
+    Check::maybe("cleanup_no_driver_leftovers", always, no_leftovers)
+        .promise("After the suite the driver's leftovers probe finds nothing of it in the backend.")
+        .after_suite(),
 ];
 
 fn no_active_lease(ctx: &Ctx) -> Result<(), String> {

@@ -13,7 +13,8 @@ pub(super) const CHECKS: &[Check] = &[Check::maybe(
     "execute_host_descriptors_not_inherited",
     has_execute,
     host_descriptors_not_inherited,
-)];
+)
+.promise("A command inherits no file descriptor the host program holds open.")];
 
 fn host_descriptors_not_inherited(ctx: &Ctx) -> Result<Checked, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("cannot make a temp dir: {e}"))?;

@@ -11,12 +11,18 @@ use super::{Check, has_duplex_granted, property};
 use crate::context::{Ctx, ensure, ensure_eq};
 
 pub(super) const CHECKS: &[Check] = &[
-    Check::new("duplex_chunks_roundtrip", has_duplex_granted, chunks_roundtrip),
-    Check::new("duplex_close_input_ends_cat", has_half_close, close_input_ends_cat),
-    Check::new("duplex_exit_code", has_duplex_granted, exit_code),
-    Check::new("duplex_late_reader_loses_nothing", has_duplex_granted, late_reader),
-    Check::new("duplex_close_is_idempotent", has_duplex_granted, close_idempotent),
-    Check::new("duplex_stderr_in_order", has_duplex_granted, stderr_in_order),
+    Check::new("duplex_chunks_roundtrip", has_duplex_granted, chunks_roundtrip)
+        .promise("Bytes written to a duplex channel come back from the command in order, none lost."),
+    Check::new("duplex_close_input_ends_cat", has_half_close, close_input_ends_cat)
+        .promise("Closing a channel's input gives the command EOF while output still reads."),
+    Check::new("duplex_exit_code", has_duplex_granted, exit_code)
+        .promise("A channel's wait reports the command's own exit code."),
+    Check::new("duplex_late_reader_loses_nothing", has_duplex_granted, late_reader)
+        .promise("Output produced before the first read is held, not lost."),
+    Check::new("duplex_close_is_idempotent", has_duplex_granted, close_idempotent)
+        .promise("Closing a channel twice succeeds."),
+    Check::new("duplex_stderr_in_order", has_duplex_granted, stderr_in_order)
+        .promise("A channel carries stdout and stderr together, in the order the command wrote them."),
 ];
 
 fn has_half_close(p: &crate::Profile) -> bool {

@@ -14,27 +14,48 @@ use super::{Check, Checked, has_execute, property};
 use crate::context::{Ctx, ensure, ensure_eq};
 
 pub(super) const CHECKS: &[Check] = &[
-    Check::new("execute_argv_roundtrip", has_execute, argv_roundtrip),
-    Check::new("execute_stdin_roundtrip", has_execute, stdin_roundtrip),
-    Check::new("execute_large_stdin_and_stdout", has_execute, large_stdin),
-    Check::new("execute_exit_codes", has_execute, exit_codes),
-    Check::new("execute_env_roundtrip", has_execute, env_roundtrip),
-    Check::new("execute_stdout_stderr_apart", has_execute, streams_apart),
-    Check::maybe("execute_timeout_kills_tree", has_execute, timeout_kills_tree),
-    Check::maybe("execute_grandchild_holding_stdout", has_execute, grandchild_stdout),
-    Check::maybe("execute_drop_kills_tree", has_execute, drop_kills_tree),
-    Check::new("execute_output_cap", has_execute, output_cap),
-    Check::new("execute_output_tail", has_execute, output_tail),
-    Check::new("execute_missing_program", has_execute, missing_program),
-    Check::new("execute_missing_cwd", has_execute, missing_cwd),
-    Check::new("execute_signal_reported", has_execute, signal_reported),
-    Check::new("execute_env_isolation", has_execute, env_isolation),
-    Check::new("execute_secrets_absent", has_execute, secrets_absent),
-    Check::new("execute_sink_streams", has_execute, sink_streams),
-    Check::new("execute_concurrent", has_execute, concurrent),
-    Check::new("execute_concurrent_overlap", has_execute, concurrent_overlap),
-    Check::new("execute_cwd_confined", has_execute, cwd_confined),
-    Check::new("execute_default_cwd_is_the_workspace", has_execute, workspace_metadata),
+    Check::new("execute_argv_roundtrip", has_execute, argv_roundtrip)
+        .promise("Every argument reaches the program unchanged (no shell, no splitting)."),
+    Check::new("execute_stdin_roundtrip", has_execute, stdin_roundtrip)
+        .promise("stdin bytes reach the command unchanged."),
+    Check::new("execute_large_stdin_and_stdout", has_execute, large_stdin)
+        .promise("Large stdin and stdout pass through whole, without a deadlock."),
+    Check::new("execute_exit_codes", has_execute, exit_codes)
+        .promise("The command's exit code is reported as it exited."),
+    Check::new("execute_env_roundtrip", has_execute, env_roundtrip)
+        .promise("Request env values reach the command unchanged."),
+    Check::new("execute_stdout_stderr_apart", has_execute, streams_apart)
+        .promise("stdout and stderr come back apart, each with its own bytes."),
+    Check::maybe("execute_timeout_kills_tree", has_execute, timeout_kills_tree)
+        .promise("A timeout kills the whole process tree, keeps the output so far and sets timed_out."),
+    Check::maybe("execute_grandchild_holding_stdout", has_execute, grandchild_stdout)
+        .promise("Execute returns when the command exits, even if a grandchild holds stdout open."),
+    Check::maybe("execute_drop_kills_tree", has_execute, drop_kills_tree)
+        .promise("Dropping an execute future kills the command's whole tree within 10 s."),
+    Check::new("execute_output_cap", has_execute, output_cap)
+        .promise("Output past the cap is dropped and the truncation flag set (keep head)."),
+    Check::new("execute_output_tail", has_execute, output_tail)
+        .promise("With keep = tail the last bytes of a capped stream are kept, in order."),
+    Check::new("execute_missing_program", has_execute, missing_program)
+        .promise("A missing program exits 127 with exactly `envrt: command not found: {program}`."),
+    Check::new("execute_missing_cwd", has_execute, missing_cwd)
+        .promise("A missing cwd is refused with the one text of every driver, and nothing runs."),
+    Check::new("execute_signal_reported", has_execute, signal_reported)
+        .promise("A command killed by SIGKILL reports the signal and no exit code."),
+    Check::new("execute_env_isolation", has_execute, env_isolation)
+        .promise("The host's environment does not leak into the command beyond the allow-list."),
+    Check::new("execute_secrets_absent", has_execute, secrets_absent)
+        .promise("A secret env value never appears in errors or Debug output."),
+    Check::new("execute_sink_streams", has_execute, sink_streams)
+        .promise("A sink receives every output byte of each stream: the same bytes as the result."),
+    Check::new("execute_concurrent", has_execute, concurrent)
+        .promise("Many commands on one lease may run concurrently and each gets its own result."),
+    Check::new("execute_concurrent_overlap", has_execute, concurrent_overlap)
+        .promise("Two commands on one lease run at the same time (each waits for the other)."),
+    Check::new("execute_cwd_confined", has_execute, cwd_confined)
+        .promise("A cwd outside the driver's path scope is refused with the path-scope text."),
+    Check::new("execute_default_cwd_is_the_workspace", has_execute, workspace_metadata)
+        .promise("A command without a cwd runs in the lease's metadata.workspace."),
 ];
 
 /// Strings without NUL (any other character, including non-ASCII and newlines).

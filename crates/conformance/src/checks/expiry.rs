@@ -15,7 +15,8 @@ pub(super) const CHECKS: &[Check] = &[Check::maybe(
     "expiry_lease_ends_by_itself_and_refuses_with_its_text",
     has_execute,
     ends_by_itself,
-)];
+)
+.promise("A lease with an expiry ends by itself at it and then refuses with its expiry text.")];
 
 /// How long after the expiry the driver may take to end the command and the resource.
 const GRACE: Duration = Duration::from_secs(20);

@@ -11,18 +11,30 @@ use super::{Check, always};
 use crate::context::{Ctx, ensure, ensure_eq};
 
 pub(super) const CHECKS: &[Check] = &[
-    Check::new("honesty_resume", always, resume),
-    Check::new("honesty_destroy", always, destroy),
-    Check::new("honesty_realize", always, realize),
-    Check::new("honesty_execute", always, execute),
-    Check::new("honesty_sync_in", always, sync_in),
-    Check::new("honesty_sync_out", always, sync_out),
-    Check::new("honesty_supports_sync", always, supports_sync),
-    Check::new("honesty_duplex", always, duplex),
-    Check::new("honesty_duplex_shape", always, duplex_shape),
-    Check::new("honesty_verbs_match_groups", always, verbs_match_groups),
-    Check::new("honesty_snapshot_has_nine_keys", always, nine_keys),
-    Check::new("honesty_unknown_lease", always, unknown_lease),
+    Check::new("honesty_resume", always, resume)
+        .promise("Resume works exactly when the driver has the group and the snapshot grants reusableLeases."),
+    Check::new("honesty_destroy", always, destroy)
+        .promise("Destroy works exactly when the driver has the group, else the exact refusal."),
+    Check::new("honesty_realize", always, realize)
+        .promise("Realize works exactly when the driver has the group, else the exact refusal."),
+    Check::new("honesty_execute", always, execute)
+        .promise("Execute works exactly when the driver has the group, else the exact refusal."),
+    Check::new("honesty_sync_in", always, sync_in)
+        .promise("Sync in works exactly when the driver has sync and the snapshot grants nativeSyncIn."),
+    Check::new("honesty_sync_out", always, sync_out)
+        .promise("Sync out works exactly when the driver has sync and the snapshot grants nativeSyncOut."),
+    Check::new("honesty_supports_sync", always, supports_sync)
+        .promise("supports_sync is true exactly when both sync directions work on the lease."),
+    Check::new("honesty_duplex", always, duplex)
+        .promise("Duplex opens exactly when the driver has the group and the snapshot grants duplexCommandStream."),
+    Check::new("honesty_duplex_shape", always, duplex_shape)
+        .promise("Each duplex shape gets its own refusal, and a driver error never reads like one."),
+    Check::new("honesty_verbs_match_groups", always, verbs_match_groups)
+        .promise("The verified verbs match the optional groups the driver implements."),
+    Check::new("honesty_snapshot_has_nine_keys", always, nine_keys)
+        .promise("Every snapshot holds exactly the nine capability keys."),
+    Check::new("honesty_unknown_lease", always, unknown_lease)
+        .promise("Execute on an unknown lease id is refused with the lease not-found text."),
 ];
 
 /// Asserts that `result` is the refusal `expected` and that `operation` never reached the

@@ -13,10 +13,14 @@ use super::{Check, has_execute, has_sync_both};
 use crate::context::{Ctx, ensure, ensure_eq};
 
 pub(super) const CHECKS: &[Check] = &[
-    Check::new("execute_cwd_subdirectory", has_execute, cwd_subdirectory),
-    Check::new("execute_env_values_with_equals", has_execute, env_with_equals),
-    Check::new("sync_non_utf8_names", has_binary_sync, non_utf8_names),
-    Check::new("sync_empty_directories", has_sync_both, empty_directories),
+    Check::new("execute_cwd_subdirectory", has_execute, cwd_subdirectory)
+        .promise("A relative subdirectory cwd is where the command runs (`pwd` prints it)."),
+    Check::new("execute_env_values_with_equals", has_execute, env_with_equals)
+        .promise("Env values containing `=` reach the command unchanged."),
+    Check::new("sync_non_utf8_names", has_binary_sync, non_utf8_names)
+        .promise("File names that are not UTF-8 sync in and out unchanged."),
+    Check::new("sync_empty_directories", has_sync_both, empty_directories)
+        .promise("Empty directories sync in and out."),
 ];
 
 fn has_binary_sync(p: &crate::Profile) -> bool {

@@ -7,16 +7,22 @@ use super::{Check, always, has_destroy, has_reuse, has_sync_and_execute};
 use crate::context::{Ctx, ensure, ensure_eq};
 
 pub(super) const CHECKS: &[Check] = &[
-    Check::new("lifecycle_acquire_writes_driver_key", always, acquire_metadata),
-    Check::new("lifecycle_release_is_idempotent", always, release_idempotent),
-    Check::new("lifecycle_destroy_is_idempotent", has_destroy, destroy_idempotent),
-    Check::new("lifecycle_resume_returns_the_same_resource", has_reuse, resume_same),
-    Check::new("lifecycle_release_run_leases", always, release_run),
+    Check::new("lifecycle_acquire_writes_driver_key", always, acquire_metadata)
+        .promise("An acquired lease records its driver key in metadata.driver."),
+    Check::new("lifecycle_release_is_idempotent", always, release_idempotent)
+        .promise("Releasing a lease again succeeds and it stays released."),
+    Check::new("lifecycle_destroy_is_idempotent", has_destroy, destroy_idempotent)
+        .promise("Destroying a lease again succeeds."),
+    Check::new("lifecycle_resume_returns_the_same_resource", has_reuse, resume_same)
+        .promise("Resuming a reusable lease hands back the same resource."),
+    Check::new("lifecycle_release_run_leases", always, release_run)
+        .promise("release_leases releases every active lease of a run, each in isolation."),
     Check::new(
         "lifecycle_ephemeral_release_drops_files",
         has_sync_and_execute,
         ephemeral_fresh,
-    ),
+    )
+    .promise("A new ephemeral lease does not see files an earlier, released one wrote."),
 ];
 
 fn acquire_metadata(ctx: &Ctx) -> Result<(), String> {

@@ -11,23 +11,28 @@ use super::{Check, Checked, always, has_destroy};
 use crate::context::{Ctx, ensure, ensure_eq};
 
 pub(super) const CHECKS: &[Check] = &[
-    Check::new("lifecycle_driver_release_after_end", always, release_after_end),
-    Check::new("lifecycle_driver_unknown_lease", always, unknown_lease),
+    Check::new("lifecycle_driver_release_after_end", always, release_after_end)
+        .promise("The driver's release and destroy of an ended lease succeed when repeated."),
+    Check::new("lifecycle_driver_unknown_lease", always, unknown_lease)
+        .promise("Release, destroy and resume of a lease never issued succeed or say gone, and spare live leases."),
     Check::new(
         "lifecycle_driver_resume_after_release",
         has_resume,
         resume_after_release,
-    ),
+    )
+    .promise("After a release, resume gives the same resource for a reusable lease, none for an ephemeral one."),
     Check::maybe(
         "lifecycle_ephemeral_release_frees_resource",
         always,
         ephemeral_release_frees,
-    ),
+    )
+    .promise("An ephemeral release frees the backend resource by itself, before any destroy."),
     Check::maybe(
         "lifecycle_reusable_release_keeps_resource",
         has_destroy,
         reusable_release_keeps,
-    ),
+    )
+    .promise("A reusable release keeps the backend resource; destroy then removes it."),
 ];
 
 fn has_resume(p: &crate::Profile) -> bool {

@@ -1,5 +1,7 @@
 //! The checks, grouped by area. Each is a plain function over a [`Ctx`]; its `needs`
-//! decides whether it is registered for the driver.
+//! decides whether it is registered for the driver. Every registration carries its
+//! promise ([`Check::promise`]): the one line, in the contract's words, of what the check
+//! proves; the report prints it beside the trial (a unit test refuses a check without one).
 
 use crate::context::{Ctx, Profile};
 
@@ -43,6 +45,8 @@ pub(crate) enum Body {
 #[derive(Clone, Copy)]
 pub(crate) struct Check {
     pub(crate) name: &'static str,
+    /// The promise the check proves, one line (empty only until [`Check::promise`] sets it).
+    pub(crate) promise: &'static str,
     pub(crate) phase: Phase,
     pub(crate) needs: fn(&Profile) -> bool,
     pub(crate) body: Body,
@@ -56,6 +60,7 @@ impl Check {
     ) -> Self {
         Check {
             name,
+            promise: "",
             phase: Phase::Main,
             needs,
             body: Body::Plain(run),
@@ -70,6 +75,7 @@ impl Check {
     ) -> Self {
         Check {
             name,
+            promise: "",
             phase: Phase::Main,
             needs,
             body: Body::Maybe(run),
@@ -82,6 +88,11 @@ impl Check {
             Body::Plain(run) => run(ctx).map(|()| Checked::Yes),
             Body::Maybe(run) => run(ctx),
         }
+    }
+
+    /// Sets the promise the check proves: one line, what the report prints beside it.
+    pub(crate) const fn promise(self, promise: &'static str) -> Self {
+        Check { promise, ..self }
     }
 
     pub(crate) const fn after_suite(self) -> Self {
@@ -159,4 +170,27 @@ where
     runner
         .run(&strategy, |value| body(value).map_err(TestCaseError::fail))
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn every_registered_check_states_its_promise_in_one_line() {
+        let checks = super::all();
+        assert!(!checks.is_empty());
+        let mut names = BTreeSet::new();
+        for check in &checks {
+            assert!(names.insert(check.name), "check {} is registered twice", check.name);
+            let promise = check.promise;
+            assert!(!promise.trim().is_empty(), "check {} has no promise", check.name);
+            assert!(!promise.contains('\n'), "the promise of {} is not one line", check.name);
+            assert!(
+                promise.ends_with('.'),
+                "the promise of {} is not a sentence: {promise}",
+                check.name
+            );
+        }
+    }
 }

@@ -15,9 +15,12 @@ use crate::capture::Watch;
 use crate::context::{Ctx, ensure, ensure_eq};
 
 pub(super) const CHECKS: &[Check] = &[
-    Check::maybe("execute_secrets_not_logged", has_execute, secrets_not_logged),
-    Check::maybe("sync_in_mode_never_looser", has_sync_and_execute, sync_in_mode),
-    Check::new("sync_out_mode_never_looser", has_sync_and_execute, sync_out_mode),
+    Check::maybe("execute_secrets_not_logged", has_execute, secrets_not_logged)
+        .promise("A secret env value never reaches tracing or log output."),
+    Check::maybe("sync_in_mode_never_looser", has_sync_and_execute, sync_in_mode)
+        .promise("A file synced in is never readable with a looser mode than requested while written."),
+    Check::new("sync_out_mode_never_looser", has_sync_and_execute, sync_out_mode)
+        .promise("A file synced out is never readable on the host with a looser mode than requested while written."),
 ];
 
 fn secrets_not_logged(ctx: &Ctx) -> Result<Checked, String> {

@@ -15,7 +15,8 @@ pub(super) const CHECKS: &[Check] = &[Check::new(
     "pool_concurrent_acquires_get_distinct_clean_leases",
     has_execute,
     distinct_clean_leases,
-)];
+)
+.promise("Concurrent acquires from a pool get distinct, clean leases, and the pool refills.")];
 
 /// The pool's size and the number of concurrent acquires.
 const SIZE: usize = 3;

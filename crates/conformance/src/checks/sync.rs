@@ -13,30 +13,42 @@ use crate::context::{Ctx, ensure, ensure_eq};
 use envrt_runtime_core::{Lease, LeasePolicy, SyncFile, SyncOperation, WorkspaceRequest, sync::PostUploadCommand};
 
 pub(super) const CHECKS: &[Check] = &[
-    Check::new("sync_tree_roundtrip", has_sync_both, tree_roundtrip),
-    Check::new("sync_in_refuses_parent_target", has_sync_both, refuses_parent),
-    Check::new("sync_in_refuses_absolute_target", has_sync_both, refuses_absolute),
-    Check::new("sync_out_refuses_parent_source", has_sync_both, refuses_parent_source),
-    Check::new("sync_in_refuses_symlink_out", has_sync_and_execute, refuses_symlink_out),
+    Check::new("sync_tree_roundtrip", has_sync_both, tree_roundtrip)
+        .promise("A directory tree synced in and back out comes back unchanged."),
+    Check::new("sync_in_refuses_parent_target", has_sync_both, refuses_parent)
+        .promise("A sync-in target with `..` is refused and nothing is written."),
+    Check::new("sync_in_refuses_absolute_target", has_sync_both, refuses_absolute)
+        .promise("An absolute sync-in target outside the path scope is refused; the host never gets it."),
+    Check::new("sync_out_refuses_parent_source", has_sync_both, refuses_parent_source)
+        .promise("A sync-out source with `..` is refused."),
+    Check::new("sync_in_refuses_symlink_out", has_sync_and_execute, refuses_symlink_out)
+        .promise("Sync in never writes through a link in the environment that leads out of the target."),
     Check::new(
         "sync_in_refuses_escaping_link_in_source",
         has_sync_both,
         refuses_escaping_source_link,
-    ),
+    )
+    .promise("A link in the host source that leads out of it is refused."),
     Check::new(
         "sync_out_refuses_escaping_link",
         has_sync_and_execute,
         refuses_escaping_env_link,
-    ),
+    )
+    .promise("A link in the environment source that leads out of it is refused."),
     Check::new(
         "sync_post_upload_cwd_refused",
         has_sync_and_execute,
         post_upload_cwd_refused,
-    ),
-    Check::new("sync_post_upload_commands", has_post_upload, post_upload_commands),
-    Check::new("sync_no_half_written_target", has_sync_both, no_half_written),
-    Check::new("sync_exclude_and_mode", has_sync_and_execute, exclude_and_mode),
-    Check::new("sync_clears_special_bits", has_sync_and_execute, clears_special_bits),
+    )
+    .promise("A post-upload cwd not under one of the operation's targets is refused before anything is sent."),
+    Check::new("sync_post_upload_commands", has_post_upload, post_upload_commands)
+        .promise("Post-upload commands run after the files land, in order, stopping at the first failure."),
+    Check::new("sync_no_half_written_target", has_sync_both, no_half_written)
+        .promise("A failed sync operation leaves no half-written target behind."),
+    Check::new("sync_exclude_and_mode", has_sync_and_execute, exclude_and_mode)
+        .promise("Exclude globs leave files out and mode is the target's final mode."),
+    Check::new("sync_clears_special_bits", has_sync_and_execute, clears_special_bits)
+        .promise("Set-uid, set-gid and sticky bits are cleared unless keepSpecialBits."),
 ];
 
 fn has_post_upload(p: &crate::Profile) -> bool {

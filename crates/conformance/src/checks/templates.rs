@@ -15,17 +15,20 @@ pub(super) const CHECKS: &[Check] = &[
         "templates_a_lease_from_a_template_has_its_files_and_not_later_changes",
         has_templates_and_execute,
         captured_not_later,
-    ),
+    )
+    .promise("A lease from a template has its files, and not the source lease's later changes."),
     Check::maybe(
         "templates_a_deleted_template_refuses_acquire_with_its_text",
         has_templates_and_execute,
         deleted_refuses,
-    ),
+    )
+    .promise("An acquire from a deleted template is refused with the not-found text."),
     Check::new(
         "templates_without_the_group_every_operation_is_refused_with_its_text",
         lacks_templates,
         refused_without_group,
-    ),
+    )
+    .promise("Without the templates group every template operation is refused with its text."),
 ];
 
 fn has_templates_and_execute(p: &crate::Profile) -> bool {

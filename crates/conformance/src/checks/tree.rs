@@ -164,7 +164,7 @@ mod tests {
         path.split('/').map(String::from).collect()
     }
 
-    /// The case seen in the wild (issue #12): a file `ü`, then `ü/__ß-éß` and deeper
+    /// The case seen in the wild: a file `ü`, then `ü/__ß-éß` and deeper
     /// entries under it; and the reverse order.
     #[test]
     fn a_name_is_never_both_a_file_and_a_directory() {

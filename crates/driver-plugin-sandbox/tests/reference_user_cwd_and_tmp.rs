@@ -1,4 +1,4 @@
-//! Issue 17's findings through the host and the reference worker on real `bwrap`: a
+//! Through the host and the reference worker on real `bwrap`: a
 //! command runs as a uid (and gid) inside the sandbox's user namespace; `cwd` may be any
 //! directory of the sandbox; `/tmp` is kept across a lease's commands and goes with the
 //! lease. A worker that does not advertise the user extension gets no user request.

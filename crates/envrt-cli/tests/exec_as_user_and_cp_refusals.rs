@@ -1,4 +1,4 @@
-//! Issue 17 through the `envrt` binary on the local driver: `exec --user` and `envrt cp`'s
+//! Through the `envrt` binary on the local driver: `exec --user` and `envrt cp`'s
 //! refusals (a file over a directory, over a read-only file) and its stdin/stdout mode.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Issue 17's findings on a real engine: running as another user (the exec's `User`),
+//! On a real engine: running as another user (the exec's `User`),
 //! absolute paths anywhere in the container (the container is the boundary), and file
 //! modes kept by `sync_out`.
 
