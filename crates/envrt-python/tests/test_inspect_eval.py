@@ -22,7 +22,9 @@ TASK = Path(__file__).parent / "evals" / "envrt_task.py"
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_inspect_eval_completes(driver: str, site_root: Path, tmp_path: Path) -> None:
     get_site(driver, site_root)  # skips, or fails when required, without the driver
-    config, state_dir = write_config(site_root, driver)
+    # A store of this test's own: the self-checks lease from the same environment ids, and
+    # this test counts the leases the eval made.
+    config, state_dir = write_config(tmp_path / "envrt", driver)
     env = dict(os.environ, ENVRT_INSPECT_CONFIG=str(config), ENVRT_STATE_DIR=str(state_dir))
     inspect = Path(sys.executable).parent / "inspect"
     shutil.copy(TASK, tmp_path / TASK.name)  # inspect eval takes a path relative to its cwd
