@@ -3,11 +3,9 @@
 //! its members. `conformance` (one kit target per key) and `bench` (one feature per key)
 //! iterate this instead of keeping a list of their own.
 
-use std::process::Stdio;
-
 use serde_json::Value;
 
-use crate::util::{cargo, root};
+use crate::util::root;
 
 /// One driver crate of the workspace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,16 +47,7 @@ fn from_metadata(metadata: &Value, members: &str) -> Vec<Driver> {
 
 /// The workspace's drivers.
 pub(crate) fn workspace() -> Result<Vec<Driver>, String> {
-    let output = cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cargo metadata: {e}"))?;
-    if !output.status.success() {
-        return Err(format!("cargo metadata failed ({})", output.status));
-    }
-    let metadata: Value =
-        serde_json::from_slice(&output.stdout).map_err(|e| format!("cargo metadata printed no JSON: {e}"))?;
+    let metadata = crate::util::cargo_metadata()?;
     let members = std::fs::read_to_string(root().join("Cargo.toml")).map_err(|e| format!("Cargo.toml: {e}"))?;
     Ok(from_metadata(&metadata, &members))
 }

@@ -12,9 +12,6 @@
 //! - the CLI and the Python package reach everything through the facade `envrt`.
 
 use std::collections::BTreeMap;
-use std::process::Command;
-
-use crate::util::{cargo, root};
 
 /// Normal and dev dependencies each workspace crate may have on other workspace crates.
 /// A crate missing from this table fails the test: a new crate takes its place in the map
@@ -83,16 +80,7 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
 /// Each workspace crate with its dependencies on workspace crates, as
 /// `(name, kind)` where kind is `normal`, `dev` or `build`.
 fn workspace_edges() -> BTreeMap<String, Vec<(String, String)>> {
-    let mut metadata: Command = cargo();
-    metadata.args(["metadata", "--format-version", "1", "--no-deps", "--offline"]);
-    metadata.current_dir(root());
-    let output = metadata.output().expect("run cargo metadata");
-    assert!(
-        output.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("cargo metadata's JSON");
+    let json = crate::util::cargo_metadata().expect("cargo metadata");
     let packages = json["packages"].as_array().expect("packages");
     let names: Vec<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
     let mut edges = BTreeMap::new();

@@ -87,13 +87,7 @@ fn public_types(dir: &Path) -> Vec<String> {
 
 /// What names each workspace driver: `(key, needles)`.
 fn needles() -> Vec<(String, Vec<String>)> {
-    let root = crate::util::root();
-    let metadata = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(&root)
-        .output()
-        .unwrap();
-    let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout).unwrap();
+    let metadata = crate::util::cargo_metadata().expect("cargo metadata");
     let mut out = Vec::new();
     for package in metadata["packages"].as_array().unwrap() {
         let Some(key) = package["metadata"]["envrt"]["driver-key"].as_str() else {

@@ -27,6 +27,20 @@ pub(crate) fn cargo() -> Command {
     command
 }
 
+/// The workspace's own packages as `cargo metadata --no-deps --format-version 1` prints
+/// them (its stderr passes through).
+pub(crate) fn cargo_metadata() -> Result<serde_json::Value, String> {
+    let output = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo metadata: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("cargo metadata failed ({})", output.status));
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| format!("cargo metadata printed no JSON: {e}"))
+}
+
 /// Runs `command`, failing with its description when it does not exit 0.
 pub(crate) fn run(mut command: Command) -> Result<(), String> {
     let shown = format!("{command:?}");
