@@ -7,7 +7,8 @@
 //!
 //! What a driver implements and returns (the [`EnvironmentDriver`] trait with its
 //! optional groups, the model, the capability table with its
-//! [`classify`](capability::classify) function, errors, descriptors, requests) lives in the runtime-free `envrt-driver-api`,
+//! [`classify`](capability::classify) function, errors, descriptors, requests and their
+//! [`validate`](ExecuteRequest::validate)) lives in the runtime-free `envrt-driver-api`,
 //! and the drivers' file helpers in `envrt-driver-files`; this crate re-exports both at
 //! the paths they always had (`envrt_runtime_core::driver::EnvironmentDriver`,
 //! `envrt_runtime_core::error::DriverError`, `envrt_runtime_core::archive`, ...), so code
@@ -52,11 +53,11 @@ pub mod testkit;
 pub use envrt_driver_api::{
     AcquireInput, Capabilities, CapabilityDeclaration, CapabilityInput, CapabilityKey, CapabilitySnapshot,
     CappedBuffer, CleanupStatus, DestroyLease, DriverError, DuplexChannel, DuplexChannels, DuplexExit, EnvValue,
-    Environment, EnvironmentDriver, EnvironmentStatus, Execute, ExecuteRequest, ExecuteResult, FileSync, InventoryItem,
-    JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, OutputKeep, OutputSink, OutputStream,
-    PathScope, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, RuntimeError, Secret,
-    StoreError, SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult, TemplateRef, Templates, Timestamp,
-    UnsupportedOperation, WorkspaceRequest,
+    Environment, EnvironmentDriver, EnvironmentStatus, Execute, ExecuteRequest, ExecuteResult, ExecuteRules, FileSync,
+    InventoryItem, JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, NameRules, OutputKeep,
+    OutputSink, OutputStream, PathScope, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
+    RuntimeError, Secret, StoreError, SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult, TemplateRef,
+    Templates, Timestamp, UnsupportedOperation, Wording, WorkspaceRequest,
 };
 pub use runtime::{
     AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, RECONCILE_SETTLE,
