@@ -8,7 +8,8 @@ use serde_json::Value;
 use crate::util::root;
 
 /// The crates under `crates/` named `driver-*` that are not drivers: the driver API and
-/// the drivers' file helpers, which every driver builds on.
+/// the drivers' file helpers, which every driver builds on. (Read by tests only.)
+#[cfg(test)]
 pub(crate) const DRIVER_SUPPORT: &[&str] = &["driver-api", "driver-files"];
 
 /// One driver crate of the workspace.
