@@ -65,12 +65,23 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
         "envrt-bench",
         &[
             "envrt-runtime-core",
-            "envrt-store-sqlite",
             "envrt-driver-local",
             "envrt-driver-docker",
             "envrt-driver-plugin-sandbox",
             "envrt-driver-ssh",
             "envrt-sandbox-worker",
+        ],
+        &[],
+    ),
+    // The soak cycles leases on three drivers behind a runtime on the SQLite store.
+    (
+        "envrt-soak",
+        &[
+            "envrt-runtime-core",
+            "envrt-store-sqlite",
+            "envrt-driver-local",
+            "envrt-driver-docker",
+            "envrt-driver-plugin-sandbox",
         ],
         &[],
     ),
