@@ -302,11 +302,11 @@ async fn sandbox(config: &Config) -> Vec<Row> {
 async fn sandbox_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), String> {
     use std::os::unix::fs::PermissionsExt;
 
-    use crate::targets::sandbox as imp;
+    use crate::targets::sandbox as target;
     use envrt_sandbox_worker::INIT_PATH;
 
     let scratch = crate::measure::Scratch::new("1g")?;
-    let worker = imp::worker_path()?;
+    let worker = target::worker_path()?;
     // The bare runs' lease directory, reachable by the sandbox user too (the scratch
     // tmpfs is root's alone).
     let bare_dir = tempfile::Builder::new()
@@ -314,8 +314,8 @@ async fn sandbox_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), Stri
         .tempdir()
         .map_err(|e| e.to_string())?;
     std::fs::set_permissions(bare_dir.path(), std::fs::Permissions::from_mode(0o777)).map_err(|e| e.to_string())?;
-    let args = Arc::new(imp::bwrap_args(bare_dir.path(), &worker));
-    let (leased, driver) = imp::open(&scratch.join("leases")).await?;
+    let args = Arc::new(target::bwrap_args(bare_dir.path(), &worker));
+    let (leased, driver) = target::open(&scratch.join("leases")).await?;
     let leased = Arc::new(leased);
     let l = Arc::clone(&leased);
     let ours: Op = Arc::new(move || {
@@ -327,18 +327,18 @@ async fn sandbox_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), Stri
     let bare_args = Arc::clone(&args);
     let bare: Op = Arc::new(move || {
         let args = Arc::clone(&bare_args);
-        Box::pin(async move { imp::bare_bwrap(&args, &init, None).await })
+        Box::pin(async move { target::bare_bwrap(&args, &init, None).await })
     });
     // The worker, as root, runs bwrap as the unprivileged sandbox user (65534): the same
     // spawn under that identity.
     let as_user: Op = Arc::new(move || {
         let args = Arc::clone(&args);
-        Box::pin(async move { imp::bare_bwrap(&args, &init, Some(65534)).await })
+        Box::pin(async move { target::bare_bwrap(&args, &init, Some(65534)).await })
     });
     let worker_pid = driver.worker_pid().map(|p| p.to_string()).unwrap_or_default();
     let measured = measure(vec![ours, bare, as_user], config.waves(), &[worker_pid]).await;
     if let Ok(leased) = Arc::try_unwrap(leased) {
-        imp::close(leased, driver).await;
+        target::close(leased, driver).await;
     } else {
         driver.shutdown().await;
     }

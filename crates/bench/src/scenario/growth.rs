@@ -268,7 +268,7 @@ pub(crate) async fn child(args: &[String]) -> Result<Value, String> {
     if counts.is_empty() {
         return Err(format!("{CHILD}: no lease counts"));
     }
-    imp::child(driver, acquire_rounds, exec_rounds, &counts).await
+    child_side::child(driver, acquire_rounds, exec_rounds, &counts).await
 }
 
 /// `Pss` and `Rss` (KiB) of a process from `/proc/PID/smaps_rollup`; zeros when unreadable.
@@ -283,7 +283,9 @@ pub(crate) fn pss_rss(pid: &str) -> (f64, f64) {
     (field("Pss:"), field("Rss:"))
 }
 
-mod imp {
+/// The child process's side: one runtime per lease count on Docker or the sandbox, filled,
+/// its memory read around the filling, and the operations timed.
+mod child_side {
     use std::sync::Arc;
 
     use envrt_driver_docker::{DockerConfig, DockerDriver};

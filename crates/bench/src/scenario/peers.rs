@@ -363,10 +363,10 @@ async fn remote_rows(config: &Config) -> Vec<Row> {
         "remote execute `true` p50 vs SWE-ReX remote bash session",
     ]
     .map(String::from);
-    remote_imp(config, names).await
+    remote_on_sandbox(config, names).await
 }
 
-async fn remote_imp(config: &Config, names: [String; 3]) -> Vec<Row> {
+async fn remote_on_sandbox(config: &Config, names: [String; 3]) -> Vec<Row> {
     let scratch = match crate::measure::Scratch::new("1g") {
         Ok(s) => s,
         Err(e) => return missing(&names, &e),
