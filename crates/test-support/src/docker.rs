@@ -25,6 +25,7 @@ pub fn has_image(image: &str) -> bool {
 /// The test image when the engine has it; otherwise fails with
 /// `ENVRT_REQUIRE_DOCKER=1 but no engine or no image IMAGE` when Docker is required, or
 /// says `SKIPPED: no Docker engine or no image IMAGE` and returns `None`.
+#[track_caller]
 pub fn image_or_skip() -> Option<String> {
     let image = image();
     if has_image(&image) {

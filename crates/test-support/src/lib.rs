@@ -55,6 +55,7 @@ impl Component {
     /// The component is missing: panics with `failure` when it is required, otherwise
     /// writes `skip` to the process's stderr, past the test harness's output capture, so
     /// that a skipped test is seen in a passing run.
+    #[track_caller]
     pub fn skip_or_fail(self, failure: impl Display, skip: impl Display) {
         assert!(!self.required(), "{failure}");
         skip_loudly(skip);

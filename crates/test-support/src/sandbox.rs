@@ -89,6 +89,7 @@ fn newest_mtime(dir: &Path) -> Option<SystemTime> {
 /// next to `bin`, when it is a file; otherwise fails with
 /// `ENVRT_REQUIRE_SANDBOX=1 but envrt-sandbox-worker was not found` when the sandbox is
 /// required, or says it is skipped and returns `None`.
+#[track_caller]
 pub fn worker_beside_or_skip(bin: &str) -> Option<PathBuf> {
     let worker = std::env::var_os(WORKER_VAR)
         .map(PathBuf::from)
