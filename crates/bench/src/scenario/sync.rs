@@ -215,14 +215,19 @@ async fn docker_rows(config: &Config, names: Vec<String>) -> Vec<Row> {
                 continue;
             }
         };
-        let result = sync_on(config, &d, names, mount).await;
+        let result = docker_sync_on(config, &d, names, mount).await;
         d.leased.close().await;
         rows.extend(result.unwrap_or_else(|e| docker::missing("sync-docker", 6, names, &e)));
     }
     rows
 }
 
-async fn sync_on(config: &Config, d: &Docker1, names: &[String], mount: WorkspaceMount) -> Result<Vec<Row>, String> {
+async fn docker_sync_on(
+    config: &Config,
+    d: &Docker1,
+    names: &[String],
+    mount: WorkspaceMount,
+) -> Result<Vec<Row>, String> {
     if !d.leased.runtime.supports_sync(&d.leased.lease).await {
         return Err("n/a (driver has no sync yet)".into());
     }
