@@ -1,6 +1,8 @@
 //! `cargo xtask bench [--quick] [--only ROW]...`: builds `envrt-bench` (and the sandbox
-//! workers its drivers need) in release mode with every workspace driver, runs it, and keeps its table as
+//! workers its drivers need) in release mode, runs it, and keeps its table as
 //! JSON (`target/bench/latest.json`) and Markdown (`target/bench/latest.md`).
+//! `cargo xtask bench --list` runs a debug build with `--list` instead: every scenario with
+//! its row number, groups and driver targets, nothing measured.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -10,10 +12,12 @@ use crate::util::{cargo, root, run};
 pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     let mut passed = Vec::new();
     let mut only_python = false;
+    let mut list = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--quick" => passed.push(arg.clone()),
+            "--list" => list = true,
             "--only" => {
                 let row = it.next().ok_or("--only needs a row number or group key")?;
                 if row == "python" {
@@ -22,25 +26,35 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
                 }
                 passed.extend(["--only".to_string(), row.clone()]);
             }
-            other => return Err(format!("unknown option {other:?}; bench takes --quick and --only ROW")),
+            other => {
+                return Err(format!(
+                    "unknown option {other:?}; bench takes --quick, --only ROW and --list"
+                ));
+            }
         }
     }
     if only_python {
         return crate::python::run_bench(passed.iter().any(|a| a == "--quick"));
     }
-    // One bench feature per workspace driver, named after its key.
-    let drivers = crate::drivers::workspace()?;
-    let features: Vec<&str> = drivers.iter().map(|d| d.key.as_str()).collect();
-    eprintln!("xtask: drivers present: {features:?}");
-    // One cargo invocation for the bench and the worker, so both share one feature set
-    // and the sandbox crate is compiled once.
-    let mut build = cargo();
-    build.args(["build", "--release", "-p", "envrt-bench", "--no-default-features"]);
-    if !features.is_empty() {
-        let qualified: Vec<String> = features.iter().map(|f| format!("envrt-bench/{f}")).collect();
-        build.args(["--features", &qualified.join(",")]);
+    if list {
+        let mut bench = cargo();
+        bench.args([
+            "run",
+            "--quiet",
+            "-p",
+            "envrt-bench",
+            "--bin",
+            "envrt-bench",
+            "--",
+            "--list",
+        ]);
+        return run(bench);
     }
-    build.args(["--bin", "envrt-bench"]);
+    let drivers = crate::drivers::workspace()?;
+    // One cargo invocation for the bench and the workers, so that they share one feature
+    // set and the sandbox crate is compiled once.
+    let mut build = cargo();
+    build.args(["build", "--release", "-p", "envrt-bench", "--bin", "envrt-bench"]);
     for worker in drivers.iter().filter_map(|d| d.worker.as_deref()) {
         build.args(["-p", worker, "--bin", worker]);
     }

@@ -1,7 +1,7 @@
 //! The workspace's drivers, read from `cargo metadata`: every package with
 //! `[package.metadata.envrt] driver-key`, in the order the workspace `Cargo.toml` lists
-//! its members. `conformance` (one kit target per key) and `bench` (one feature per key)
-//! iterate this instead of keeping a list of their own.
+//! its members. `conformance` (one kit target per key) and `bench` (the workers its
+//! targets need) iterate this instead of keeping a list of their own.
 
 use serde_json::Value;
 
@@ -15,7 +15,7 @@ pub(crate) const DRIVER_SUPPORT: &[&str] = &["driver-api", "driver-files"];
 /// One driver crate of the workspace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Driver {
-    /// The driver key (the conformance target and the bench feature are named after it).
+    /// The driver key (the conformance target is named after it).
     pub(crate) key: String,
     /// A binary package (and bin) its suite needs built first, such as a plugin worker.
     pub(crate) worker: Option<String>,

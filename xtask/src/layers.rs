@@ -15,7 +15,8 @@
 //! - the plugin host and the reference worker meet only in `envrt-plugin-protocol`;
 //! - the conformance kit sees drivers only through the driver trait (drivers are its
 //!   dev-dependencies, for the tests that run it);
-//! - the CLI and the Python package reach everything through the facade `envrt`.
+//! - the CLI and the Python package reach everything through the facade `envrt`;
+//! - `envrt-test-support` depends on no workspace crate and is only ever a dev-dependency.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +28,8 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ("envrt-driver-files", &[API], &[]),
     // Its own dev-dependency turns its `testkit` feature on for its tests.
     ("envrt-runtime-core", &[API, FILES], &[CORE]),
+    // What the tests share: the standard library only, and only ever a dev-dependency.
+    ("envrt-test-support", &[], &[]),
     // The in-lease supervisor stands alone: drivers will speak its protocol, not link it.
     ("envrt-agent", &[], &[]),
     ("envrt-plugin-protocol", &[API, CORE], &[]),
@@ -87,6 +90,18 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
         ],
         &[],
     ),
+    // The soak cycles leases on three drivers behind a runtime on the SQLite store.
+    (
+        "envrt-soak",
+        &[
+            "envrt-runtime-core",
+            "envrt-store-sqlite",
+            "envrt-driver-local",
+            "envrt-driver-docker",
+            "envrt-driver-plugin-sandbox",
+        ],
+        &[],
+    ),
     ("xtask", &[], &[]),
 ];
 
@@ -130,10 +145,15 @@ fn workspace_edges() -> BTreeMap<String, Vec<(String, String)>> {
     edges
 }
 
-#[test]
-fn every_workspace_dependency_follows_the_crate_map() {
+/// Crates any workspace crate may have as a dev-dependency, and none as a normal or build
+/// dependency: what the tests share must never reach a build of the product.
+const DEV_ONLY: &[&str] = &["envrt-test-support"];
+
+/// The edges of `edges` that the crate map does not allow, each said as
+/// `crate -> dependency (kind dependency)`.
+fn broken_edges(edges: BTreeMap<String, Vec<(String, String)>>) -> Vec<String> {
     let mut broken = Vec::new();
-    for (name, deps) in workspace_edges() {
+    for (name, deps) in edges {
         let Some((_, normal, dev)) = ALLOWED.iter().find(|(crate_name, _, _)| *crate_name == name) else {
             broken.push(format!(
                 "{name}: not in the crate map (add it to layers::ALLOWED and docs/architecture.md)"
@@ -142,17 +162,56 @@ fn every_workspace_dependency_follows_the_crate_map() {
         };
         for (dep, kind) in deps {
             let allowed = match kind.as_str() {
-                "dev" => normal.contains(&dep.as_str()) || dev.contains(&dep.as_str()),
-                _ => normal.contains(&dep.as_str()),
+                "dev" => {
+                    normal.contains(&dep.as_str()) || dev.contains(&dep.as_str()) || DEV_ONLY.contains(&dep.as_str())
+                }
+                _ => normal.contains(&dep.as_str()) && !DEV_ONLY.contains(&dep.as_str()),
             };
             if !allowed {
                 broken.push(format!("{name} -> {dep} ({kind} dependency)"));
             }
         }
     }
+    broken
+}
+
+#[test]
+fn every_workspace_dependency_follows_the_crate_map() {
+    let broken = broken_edges(workspace_edges());
     assert!(
         broken.is_empty(),
         "dependency edges the crate map does not allow (docs/architecture.md): {broken:#?}"
+    );
+}
+
+#[test]
+fn the_test_support_crate_is_a_dev_dependency_only() {
+    let edges = |kind: &str| {
+        BTreeMap::from([(
+            "envrt-driver-local".to_owned(),
+            vec![
+                ("envrt-runtime-core".to_owned(), "normal".to_owned()),
+                ("envrt-test-support".to_owned(), kind.to_owned()),
+            ],
+        )])
+    };
+    assert_eq!(broken_edges(edges("dev")), Vec::<String>::new());
+    assert_eq!(
+        broken_edges(edges("normal")),
+        ["envrt-driver-local -> envrt-test-support (normal dependency)"]
+    );
+    assert_eq!(
+        broken_edges(edges("build")),
+        ["envrt-driver-local -> envrt-test-support (build dependency)"]
+    );
+    // Nor may the support crate lean on the crates whose tests use it.
+    let own = BTreeMap::from([(
+        "envrt-test-support".to_owned(),
+        vec![("envrt-runtime-core".to_owned(), "normal".to_owned())],
+    )]);
+    assert_eq!(
+        broken_edges(own),
+        ["envrt-test-support -> envrt-runtime-core (normal dependency)"]
     );
 }
 

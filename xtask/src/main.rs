@@ -39,6 +39,7 @@ tasks:
   docker-image           build the local test image envrt-test:latest
   bench [--quick] [--only ROW]  benchmarks as ratios to baselines (target/bench/latest.json;
                          the Python row, also `--only python`, to target/bench/python.json)
+      --list                              the scenarios, their rows and targets; runs nothing
   stress [options]       the test suite N times (built once); lists each test that failed
                          at least once, how often and what it said; fails on any failure
       --runs N                            runs (default 10)

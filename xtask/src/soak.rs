@@ -1,5 +1,5 @@
 //! `cargo xtask soak [--leases N] [--driver local|docker|sandbox|all] [...]`: builds the
-//! `envrt` CLI, the reference sandbox worker and the soak binary (crates/bench), then runs
+//! `envrt` CLI, the reference sandbox worker and the soak binary (crates/soak, package `envrt-soak`), then runs
 //! the soak, which exits non-zero on any leak or error.
 
 use crate::util::{cargo, run};
@@ -20,7 +20,7 @@ pub(crate) fn run_soak(args: &[String]) -> Result<(), String> {
     ]);
     run(worker)?;
     let mut soak = cargo();
-    soak.args(["run", "--quiet", "-p", "envrt-bench", "--bin", "soak", "--"])
+    soak.args(["run", "--quiet", "-p", "envrt-soak", "--bin", "soak", "--"])
         .args(args);
     run(soak)
 }

@@ -3,7 +3,8 @@
 //! facade module, or a public type of its crate) except the facade's registry and the
 //! few places listed in [`ALLOWED`] with their reason. Tests, comments and docs may name
 //! drivers; so may the conformance kit, whose targets run them, the bench (per-driver
-//! rows), and the sandbox worker (the sandbox driver's other half).
+//! targets), the soak (one setup per driver it cycles), the tests' support crate (it is a
+//! part of the tests), and the sandbox worker (the sandbox driver's other half).
 
 use std::path::Path;
 
@@ -63,6 +64,8 @@ const EXEMPT: &[&str] = &[
     "crates/driver-",
     "crates/conformance/",
     "crates/bench/",
+    "crates/soak/",
+    "crates/test-support/",
     "crates/sandbox-worker/",
 ];
 

@@ -15,9 +15,8 @@ use envrt_agent::proto::{Offsets, Status, Stream, TtySize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-fn image() -> String {
-    std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".to_owned())
-}
+use envrt_test_support::Component;
+use envrt_test_support::docker::image;
 
 /// Docker and the image, or why not.
 fn docker_ready() -> Result<(), String> {
@@ -76,11 +75,11 @@ impl Drop for Container {
 #[tokio::test]
 async fn the_static_agent_runs_as_pid_1_in_the_busybox_image() {
     if let Err(why) = docker_ready() {
-        if std::env::var("ENVRT_REQUIRE_DOCKER").as_deref() == Ok("1") {
-            panic!("ENVRT_REQUIRE_DOCKER=1 but the static agent test cannot run: {why}");
-        }
-        eprintln!(
-            "\n*** SKIPPED: the static agent in Docker: {why} (set ENVRT_REQUIRE_DOCKER=1 to fail instead) ***\n"
+        Component::Docker.skip_or_fail(
+            format_args!("ENVRT_REQUIRE_DOCKER=1 but the static agent test cannot run: {why}"),
+            format_args!(
+                "\n*** SKIPPED: the static agent in Docker: {why} (set ENVRT_REQUIRE_DOCKER=1 to fail instead) ***\n"
+            ),
         );
         return;
     }

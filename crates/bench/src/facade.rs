@@ -10,9 +10,6 @@ use envrt_runtime_core::{
     OutputStream, SyncFile, SyncOperation,
 };
 
-/// The text of a row whose driver crate is not built into this binary.
-pub(crate) const DRIVER_MISSING: &str = "n/a (driver missing)";
-
 /// A runtime with one driver and one active lease on it.
 pub(crate) struct Leased {
     pub(crate) runtime: Arc<EnvironmentRuntime>,

@@ -4,38 +4,31 @@
 //!
 //! ```text
 //! envrt-bench [--quick] [--only ROW]... [--json PATH] [--markdown PATH]
+//! envrt-bench --list
 //! ```
+//! The rows come from scenarios (`scenario`: execute latency, output capture, duplex,
+//! sync, concurrent executes, lease growth, open routes, pools, peers), each run over the
+//! driver targets that support it (`targets`: local, Docker, sandbox, SSH); `--list`
+//! prints them with their row numbers, groups and targets, and runs nothing.
 //! `ROW` is a row number (1–9) or a group key: `exec-local`, `exec-docker`,
-//! `exec-sandbox`, `stdout`, `duplex`, `sync-local`, `sync-docker`, `scale-exec` (and
-//! under it `scale-exec-docker`, `scale-exec-sandbox`), `scale-leases`, `scale-open`
-//! (local, Docker and sandbox rows each), `scale-duplex`, `pool-local`,
-//! `pool-docker`, `pool-sandbox`, `peers` (a prefix such as `exec` or `sync` selects every
-//! group under it).
-
-// Built without some driver, the helpers only that driver's rows use are unused.
-#![cfg_attr(
-    not(all(feature = "local", feature = "docker", feature = "sandbox", feature = "ssh")),
-    allow(dead_code, unused_imports)
-)]
+//! `exec-sandbox`, `exec-ssh`, `stdout`, `duplex`, `sync-local`, `sync-docker`,
+//! `sync-ssh`, `scale-exec` (and under it `scale-exec-docker`, `scale-exec-sandbox`),
+//! `scale-leases`, `scale-open` (local, Docker and sandbox rows each), `scale-duplex`,
+//! `pool-local`, `pool-docker`, `pool-sandbox`, `peers` (a prefix such as `exec` or `sync`
+//! selects every group under it).
 
 mod baseline;
-mod burst;
-mod docker;
 mod facade;
-mod growth;
-mod local;
 mod measure;
-mod peers;
-mod pool;
 mod report;
-mod sandbox;
-mod scale;
-mod ssh;
+mod scenario;
+mod targets;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use report::Row;
+use scenario::growth;
 use serde_json::json;
 
 /// What to run and how long.
@@ -45,6 +38,8 @@ pub(crate) struct Config {
     pub(crate) quick: bool,
     /// Row numbers or group keys to run; all when empty.
     pub(crate) only: Vec<String>,
+    /// Print the scenarios and run nothing.
+    pub(crate) list: bool,
 }
 
 impl Config {
@@ -120,6 +115,7 @@ fn parse(args: &[String]) -> Result<(Config, Option<PathBuf>, Option<PathBuf>), 
         let mut value = || it.next().cloned().ok_or_else(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--quick" => config.quick = true,
+            "--list" => config.list = true,
             "--only" => config.only.push(value()?),
             "--json" => json_path = Some(PathBuf::from(value()?)),
             "--markdown" => markdown_path = Some(PathBuf::from(value()?)),
@@ -161,85 +157,36 @@ fn utc_now() -> String {
 
 async fn run_all(config: &Config) -> Vec<Row> {
     let mut rows = Vec::new();
-    let mut last = std::time::Instant::now();
-    let mut section = |name: &str, new: Vec<Row>| {
+    for scenario in scenario::SCENARIOS.iter().filter(|s| s.selected(config)) {
+        let started = std::time::Instant::now();
+        let new = (scenario.run)(config).await;
         eprintln!(
-            "envrt-bench: {name}: {} row(s) in {:.1} s",
+            "envrt-bench: {}: {} row(s) in {:.1} s",
+            scenario.section,
             new.len(),
-            last.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64()
         );
-        last = std::time::Instant::now();
         rows.extend(new);
-    };
-    if config.wants("exec-local", 1) {
-        section("exec-local", local::exec_rows(config).await);
-    }
-    if config.wants("exec-docker", 2) {
-        section("exec-docker", docker::exec_rows(config).await);
-    }
-    if config.wants("exec-sandbox", 3) {
-        section("exec-sandbox", sandbox::exec_rows(config).await);
-    }
-    if config.wants("exec-ssh", 2) {
-        section("exec-ssh", ssh::exec_rows(config).await);
-    }
-    if config.wants("stdout", 4) {
-        section("stdout", local::stdout_rows(config).await);
-    }
-    if config.wants("duplex", 5) {
-        let mut new = docker::duplex_rows(config).await;
-        new.extend(sandbox::duplex_rows(config).await);
-        section("duplex", new);
-    }
-    if config.wants("sync-local", 6) {
-        section("sync-local", local::sync_rows(config).await);
-    }
-    if config.wants("sync-docker", 6) {
-        section("sync-docker", docker::sync_rows(config).await);
-    }
-    if config.wants("sync-ssh", 6) {
-        section("sync-ssh", ssh::sync_rows(config).await);
-    }
-    if config.wants("scale-exec", 7) {
-        section("scale-exec", local::scale_exec_rows(config).await);
-    }
-    if config.wants("scale-leases", 7) {
-        section("scale-leases", local::lease_memory_rows(config).await);
-    }
-    if config.wants("scale-open", 7) {
-        section("scale-open", scale::open_lease_rows(config).await);
-    }
-    let (memory, open) = (config.wants("scale-leases", 7), config.wants("scale-open", 7));
-    if memory || open {
-        section(
-            "scale-leases/open (docker, sandbox)",
-            growth::rows(config, memory, open).await,
-        );
-    }
-    if config.wants("scale-exec-docker", 7) || config.wants("scale-exec-sandbox", 7) {
-        section("scale-exec (docker, sandbox)", burst::rows(config).await);
-    }
-    if config.wants("scale-duplex", 7) {
-        section("scale-duplex", sandbox::route_rows(config).await);
-    }
-    if config.wants("pool-local", pool::NUMBER) {
-        section("pool-local", pool::local_rows(config).await);
-    }
-    if config.wants("pool-docker", pool::NUMBER) {
-        section("pool-docker", pool::docker_rows(config).await);
-    }
-    if config.wants("pool-sandbox", pool::NUMBER) {
-        section("pool-sandbox", pool::sandbox_rows(config).await);
-    }
-    if config.wants(peers::GROUP, peers::NUMBER) {
-        section(peers::GROUP, peers::rows(config).await);
     }
     rows
 }
 
+/// The text of `--list`: every scenario with its row number, groups and targets.
+fn list() -> String {
+    let mut out = format!(
+        "targets: {}\nrow groups                                   targets\n",
+        targets::KEYS.join(", ")
+    );
+    for scenario in scenario::SCENARIOS {
+        out.push_str(&scenario.line());
+        out.push('\n');
+    }
+    out
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let child = [Some(local::LEASE_MEMORY_CHILD), Some(growth::CHILD)].contains(&args.first().map(String::as_str));
+    let child = [Some(growth::LEASE_MEMORY_CHILD), Some(growth::CHILD)].contains(&args.first().map(String::as_str));
     let (config, json_path, markdown_path) = match parse(if child { &[] } else { &args }) {
         Ok(parsed) => parsed,
         Err(message) => {
@@ -247,6 +194,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if config.list {
+        print!("{}", list());
+        return ExitCode::SUCCESS;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -266,9 +217,9 @@ fn main() -> ExitCode {
             }
         };
     }
-    if args.first().map(String::as_str) == Some(local::LEASE_MEMORY_CHILD) {
+    if args.first().map(String::as_str) == Some(growth::LEASE_MEMORY_CHILD) {
         let count = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(1000);
-        return match runtime.block_on(local::lease_memory_child(count)) {
+        return match runtime.block_on(growth::lease_memory_child(count)) {
             Ok(kib) => {
                 println!("{kib}");
                 ExitCode::SUCCESS
@@ -333,6 +284,7 @@ mod tests {
         let config = |only: &[&str]| Config {
             quick: true,
             only: only.iter().map(|s| s.to_string()).collect(),
+            list: false,
         };
         assert!(config(&[]).wants("sync-docker", 6));
         assert!(config(&["6"]).wants("sync-docker", 6));
@@ -342,9 +294,22 @@ mod tests {
         assert!(config(&["exec-local"]).wants("exec-local", 1));
         assert!(!config(&["exec-local"]).wants("exec-docker", 2));
         assert!(!config(&["exec-l"]).wants("exec-local", 1));
-        assert!(config(&["peers"]).wants(peers::GROUP, peers::NUMBER));
-        assert!(config(&["9"]).wants(peers::GROUP, peers::NUMBER));
+        assert!(config(&["peers"]).wants(scenario::peers::GROUP, scenario::peers::NUMBER));
+        assert!(config(&["9"]).wants(scenario::peers::GROUP, scenario::peers::NUMBER));
         assert!(!config(&["peers"]).wants("exec-local", 1));
+    }
+
+    #[test]
+    fn the_list_has_a_header_and_one_line_per_scenario() {
+        let text = list();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2 + scenario::SCENARIOS.len());
+        assert_eq!(lines[0], "targets: local, docker, sandbox, ssh");
+        assert!(lines[1].starts_with("row groups"), "{text}");
+        assert!(
+            lines.iter().any(|l| l.contains("sync-ssh") && l.ends_with("on ssh")),
+            "{text}"
+        );
     }
 
     #[test]
@@ -357,5 +322,6 @@ mod tests {
         assert_eq!(markdown, None);
         assert_eq!(parse(&["--only".into()]).unwrap_err(), "--only needs a value");
         assert_eq!(parse(&["--fast".into()]).unwrap_err(), "unknown option \"--fast\"");
+        assert!(parse(&["--list".into()]).unwrap().0.list);
     }
 }

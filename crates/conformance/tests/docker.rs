@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use envrt_conformance::{LeftoversFuture, ResourceFuture, Suite, Target, report_not_started};
 use envrt_driver_docker::{DockerConfig, DockerDriver};
+use envrt_test_support::Component;
+use envrt_test_support::docker::DEFAULT_IMAGE as IMAGE;
 use serde_json::json;
 
-const IMAGE: &str = "envrt-test:latest";
-
 fn main() {
-    let required = std::env::var("ENVRT_REQUIRE_DOCKER").as_deref() == Ok("1");
+    let required = Component::Docker.required();
     let run = format!("{}-{}", std::process::id(), uuid_like());
     let built = Suite::build(|| async move {
         let config = DockerConfig {

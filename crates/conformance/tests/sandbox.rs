@@ -13,6 +13,7 @@ use envrt_conformance::{
     LeftoversFuture, LeftoversProbe, NotStarted, ResourceFuture, ResourceProbe, Suite, Target, run_suites_with,
 };
 use envrt_driver_plugin_sandbox::{PluginManifest, SandboxDriver, SandboxOptions};
+use envrt_test_support::Component;
 
 const CRATE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../driver-plugin-sandbox");
 
@@ -75,28 +76,9 @@ async fn target_for(manifest: PluginManifest, root: Option<PathBuf>) -> Result<T
     Ok(target)
 }
 
-fn worker_binary() -> Result<PathBuf, String> {
-    if let Ok(path) = std::env::var("ENVRT_SANDBOX_WORKER") {
-        return Ok(PathBuf::from(path));
-    }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let candidate = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join(envrt_driver_plugin_sandbox::REFERENCE_WORKER_BINARY))
-        .ok_or("no target directory")?;
-    if candidate.exists() {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "{} is not built; run `cargo build -p envrt-sandbox-worker`",
-            candidate.display()
-        ))
-    }
-}
-
 fn reference_manifest(root: &Path, extra_args: &[&str]) -> Result<PluginManifest, String> {
-    let mut manifest = envrt_driver_plugin_sandbox::reference_manifest(&worker_binary()?, root);
+    let mut manifest =
+        envrt_driver_plugin_sandbox::reference_manifest(&envrt_test_support::sandbox::built_worker()?, root);
     manifest.worker.command.extend(extra_args.iter().map(|s| s.to_string()));
     Ok(manifest)
 }
@@ -176,10 +158,7 @@ fn external_suite(command: Option<&str>, manifest_path: &str) -> Result<Suite, S
 fn main() {
     let external = std::env::var("ENVRT_WORKER_MANIFEST").ok();
     // An external worker was asked for explicitly: never skip it.
-    let required = external.is_some()
-        || ["ENVRT_REQUIRE_DOCKER", "ENVRT_REQUIRE_SANDBOX"]
-            .iter()
-            .any(|v| std::env::var(v).as_deref() == Ok("1"));
+    let required = external.is_some() || envrt_test_support::any_required(&[Component::Docker, Component::Sandbox]);
     let roots = [0; 3].map(|_| tempfile::tempdir().expect("root"));
     let mut suites: Vec<(&str, Result<Suite, String>)> = match &external {
         Some(manifest) => {

@@ -10,17 +10,11 @@ use std::sync::Arc;
 
 use envrt_conformance::{LeftoversFuture, ResourceFuture, Suite, Target, report_not_started};
 use envrt_driver_ssh::{SshConfig, SshDriver};
+use envrt_test_support::Component;
 use serde_json::json;
 
 fn settings() -> Result<HashMap<String, String>, String> {
-    let path = std::env::var("ENVRT_TEST_SSH_ENV").unwrap_or_else(|_| "/var/lib/envrt-test-ssh/env".into());
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| format!("no test sshd ({path}: {e}); run scripts/start-sshd.sh"))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect())
+    envrt_test_support::ssh::settings().map_err(|e| format!("no test sshd ({e}); run scripts/start-sshd.sh"))
 }
 
 /// The remote user's home, from the password database (the server is this machine).
@@ -50,7 +44,7 @@ fn processes_in(dir: &str) -> Vec<String> {
 }
 
 fn main() {
-    let required = std::env::var("ENVRT_REQUIRE_SSH").as_deref() == Ok("1");
+    let required = Component::Ssh.required();
     let run = format!(
         "{}-{}",
         std::process::id(),

@@ -261,7 +261,7 @@ async fn escaping_paths_are_refused_with_exact_text_and_nothing_is_written() {
         let host = tempfile::tempdir().unwrap();
         std::fs::write(host.path().join("f"), b"x").unwrap();
         let f = host.path().join("f");
-        // Absolute paths elsewhere in the container are accepted (tests/findings.rs).
+        // Absolute paths elsewhere in the container are accepted (tests/user_paths_and_modes.rs).
         for bad in ["../x", "a/../../x", "/workspace/../etc/evil", "a\0b", ""] {
             let err = sync_in(&h, &lease, vec![SyncFile::file(s(&f), bad)]).await.unwrap_err();
             assert!(

@@ -245,7 +245,7 @@ async fn cwd_is_confined_to_the_workspace() {
             let r = h.runtime.execute(&lease.id, request).await.unwrap();
             assert_eq!(String::from_utf8_lossy(&r.stdout), expected);
         }
-        // Absolute paths elsewhere in the container are accepted (tests/findings.rs).
+        // Absolute paths elsewhere in the container are accepted (tests/user_paths_and_modes.rs).
         for cwd in ["../etc", "sub/../../x"] {
             let mut request = ExecuteRequest::new("pwd", [""; 0]);
             request.cwd = Some(cwd.into());

@@ -242,7 +242,7 @@ async fn escapes_are_refused_and_leave_nothing_behind() {
             "Entry \"bad -> ../../etc/passwd\" would be written outside the target \"t\"."
         );
         assert_eq!(ls(&h, &lease, "/workspace").await, "", "no target and no staging");
-        // `/etc/t` is a place in the container like any other now (tests/findings.rs).
+        // `/etc/t` is a place in the container like any other now (tests/user_paths_and_modes.rs).
         for target in ["../t", "a/../../t"] {
             let err = h
                 .runtime

@@ -95,7 +95,7 @@ async fn any_absolute_path_of_the_container_is_accepted_and_the_host_is_never_to
         std::fs::write(host.path().join("f"), b"in the container").unwrap();
         let f = host.path().join("f").display().to_string();
         // A path that exists on neither side: after the copy it exists in the container only.
-        let elsewhere = format!("/tmp/envrt-findings-{}", uuid::Uuid::new_v4().simple());
+        let elsewhere = format!("/tmp/envrt-elsewhere-{}", uuid::Uuid::new_v4().simple());
         h.runtime
             .sync_in(&lease.id, &ops(vec![SyncFile::file(&f, format!("{elsewhere}/f"))]))
             .await

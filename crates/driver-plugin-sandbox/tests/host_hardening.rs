@@ -191,7 +191,7 @@ async fn worker_refusals_keep_their_type() {
             if message == "the command and its arguments must not contain NUL bytes"),
         "{err:?}"
     );
-    // Any directory of the sandbox is a cwd now (tests/reference_findings.rs); `..` is not.
+    // Any directory of the sandbox is a cwd now (tests/reference_user_cwd_and_tmp.rs); `..` is not.
     let mut request = ExecuteRequest::new("true", [""; 0]);
     request.cwd = Some("../etc".into());
     let err = runtime.execute(&lease.id, request).await.unwrap_err();

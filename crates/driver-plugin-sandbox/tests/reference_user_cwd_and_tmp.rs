@@ -31,7 +31,7 @@ fn tmp_dirs(root: &std::path::Path) -> Vec<String> {
 
 #[tokio::test]
 async fn users_cwds_and_a_kept_tmp_on_the_reference_worker() {
-    let root = TempDir::new("findings");
+    let root = TempDir::new("user-cwd-tmp");
     let Some(manifest) = reference_manifest(root.path()) else {
         return;
     };

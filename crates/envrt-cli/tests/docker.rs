@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_envrt");
 const STATE_LABEL: &str = "envrt.cli-state";
 
-fn image() -> String {
-    std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".into())
-}
+use envrt_test_support::docker::image;
 
 fn docker(args: &[&str]) -> Option<Output> {
     Command::new("docker").args(args).output().ok()
@@ -20,16 +18,7 @@ fn docker(args: &[&str]) -> Option<Output> {
 
 /// Whether an engine and the test image are there; says so loudly when not.
 fn docker_ready() -> bool {
-    let ok = docker(&["image", "inspect", &image()]).is_some_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("ENVRT_REQUIRE_DOCKER").map_or(true, |v| v != "1"),
-            "ENVRT_REQUIRE_DOCKER=1 but no engine or no image {}",
-            image()
-        );
-        eprintln!("SKIPPED: no Docker engine or no image {}", image());
-    }
-    ok
+    envrt_test_support::docker::image_or_skip().is_some()
 }
 
 /// A state dir whose containers are removed when the test ends.

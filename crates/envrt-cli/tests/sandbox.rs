@@ -10,18 +10,7 @@ use common::*;
 
 /// A site with an environment `box` on the sandbox driver, or `None` (skipped).
 fn sandbox_site() -> Option<(Site, PathBuf)> {
-    let worker = std::env::var_os("ENVRT_SANDBOX_WORKER")
-        .map(PathBuf::from)
-        .or_else(|| Some(std::path::Path::new(BIN).parent()?.join("envrt-sandbox-worker")))
-        .filter(|p| p.is_file());
-    let Some(worker) = worker else {
-        assert!(
-            std::env::var("ENVRT_REQUIRE_SANDBOX").map_or(true, |v| v != "1"),
-            "ENVRT_REQUIRE_SANDBOX=1 but envrt-sandbox-worker was not found"
-        );
-        eprintln!("SKIPPED: no envrt-sandbox-worker (set ENVRT_SANDBOX_WORKER or build it next to envrt)");
-        return None;
-    };
+    let worker = envrt_test_support::sandbox::worker_beside_or_skip(BIN)?;
     let site = Site::new();
     std::fs::write(
         site.path().join("envrt.toml"),

@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -12,18 +12,6 @@ use std::time::{Duration, Instant};
 use nix::sys::termios::{self, LocalFlags};
 
 const BIN: &str = env!("CARGO_BIN_EXE_envrt");
-
-fn required(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| v == "1")
-}
-
-/// The sandbox worker: `ENVRT_SANDBOX_WORKER`, else next to envrt.
-fn sandbox_worker() -> Option<PathBuf> {
-    std::env::var_os("ENVRT_SANDBOX_WORKER")
-        .map(PathBuf::from)
-        .or_else(|| Some(Path::new(BIN).parent()?.join("envrt-sandbox-worker")))
-        .filter(|p| p.is_file())
-}
 
 /// envrt running on the slave side of a fresh pseudo-terminal.
 struct PtySession {
@@ -166,12 +154,7 @@ fn interactive_round(dir: &Path, path_dir: Option<&Path>, env_id: &str) {
 
 #[test]
 fn shell_through_a_pty_against_the_sandbox_worker() {
-    let Some(worker) = sandbox_worker() else {
-        assert!(
-            !required("ENVRT_REQUIRE_SANDBOX"),
-            "ENVRT_REQUIRE_SANDBOX=1 but envrt-sandbox-worker was not found"
-        );
-        eprintln!("SKIPPED: no envrt-sandbox-worker (set ENVRT_SANDBOX_WORKER or build it next to envrt)");
+    let Some(worker) = envrt_test_support::sandbox::worker_beside_or_skip(BIN) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -185,7 +168,7 @@ fn shell_through_a_pty_against_the_sandbox_worker() {
 
 #[test]
 fn shell_through_a_pty_against_docker() {
-    let image = std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".into());
+    let image = envrt_test_support::docker::image();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("envrt.toml"),
@@ -206,11 +189,10 @@ fn shell_through_a_pty_against_docker() {
         .find(|c| c["environment"] == "ctr")
         .and_then(|c| c["capabilities"]["duplexCommandStream"].as_bool());
     if duplex != Some(true) {
-        assert!(
-            !required("ENVRT_REQUIRE_DOCKER"),
-            "ENVRT_REQUIRE_DOCKER=1 but Docker does not grant duplex: {columns}"
+        envrt_test_support::Component::Docker.skip_or_fail(
+            format_args!("ENVRT_REQUIRE_DOCKER=1 but Docker does not grant duplex: {columns}"),
+            format_args!("SKIPPED: the Docker environment does not grant duplex here: {columns}"),
         );
-        eprintln!("SKIPPED: the Docker environment does not grant duplex here: {columns}");
         return;
     }
     interactive_round(dir.path(), None, "ctr");

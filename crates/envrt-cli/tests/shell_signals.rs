@@ -14,10 +14,6 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-fn required(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| v == "1")
-}
-
 fn lease_statuses(dir: &Path) -> Vec<String> {
     let out = Command::new(common::BIN)
         .args(["lease", "list", "--all", "--json"])
@@ -108,18 +104,7 @@ fn signal_a_running_shell(
 }
 
 fn sandbox_site() -> Option<(tempfile::TempDir, PathBuf)> {
-    let worker = std::env::var_os("ENVRT_SANDBOX_WORKER")
-        .map(PathBuf::from)
-        .or_else(|| Some(Path::new(common::BIN).parent()?.join("envrt-sandbox-worker")))
-        .filter(|p| p.is_file());
-    let Some(worker) = worker else {
-        assert!(
-            !required("ENVRT_REQUIRE_SANDBOX"),
-            "ENVRT_REQUIRE_SANDBOX=1 but envrt-sandbox-worker was not found"
-        );
-        eprintln!("SKIPPED: no envrt-sandbox-worker (set ENVRT_SANDBOX_WORKER or build it next to envrt)");
-        return None;
-    };
+    let worker = envrt_test_support::sandbox::worker_beside_or_skip(common::BIN)?;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("envrt.toml"),
@@ -167,19 +152,9 @@ impl Drop for Containers {
 
 #[test]
 fn a_hung_up_terminal_ends_a_docker_shell_and_removes_its_container() {
-    let image = std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".into());
-    let ready = Command::new("docker")
-        .args(["image", "inspect", &image])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ready {
-        assert!(
-            !required("ENVRT_REQUIRE_DOCKER"),
-            "ENVRT_REQUIRE_DOCKER=1 but no engine or no image {image}"
-        );
-        eprintln!("SKIPPED: no Docker engine or no image {image}");
+    let Some(image) = envrt_test_support::docker::image_or_skip() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("envrt.toml"),

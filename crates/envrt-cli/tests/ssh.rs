@@ -12,14 +12,8 @@ use common::Site;
 
 /// The `[environment.config]` lines of the test server, or `None` (skipped).
 fn server_config() -> Option<(HashMap<String, String>, String)> {
-    let path = std::env::var("ENVRT_TEST_SSH_ENV").unwrap_or_else(|_| "/var/lib/envrt-test-ssh/env".into());
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let vars: HashMap<String, String> = text
-                .lines()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect();
+    match envrt_test_support::ssh::settings() {
+        Ok(vars) => {
             let toml = format!(
                 "host = \"{}\"\nport = {}\nuser = \"{}\"\nkey = \"{}\"\n",
                 vars["ENVRT_TEST_SSH_HOST"],
@@ -29,12 +23,10 @@ fn server_config() -> Option<(HashMap<String, String>, String)> {
             );
             Some((vars, toml))
         }
-        Err(e) if std::env::var("ENVRT_REQUIRE_SSH").as_deref() == Ok("1") => {
-            panic!("ENVRT_REQUIRE_SSH=1 but no test sshd ({path}: {e})")
-        }
         Err(e) => {
-            eprintln!(
-                "\n*** SKIPPED: no test sshd ({path}: {e}); set ENVRT_REQUIRE_SSH=1 to make this a failure ***\n"
+            envrt_test_support::Component::Ssh.skip_or_fail(
+                format_args!("ENVRT_REQUIRE_SSH=1 but no test sshd ({e})"),
+                format_args!("\n*** SKIPPED: no test sshd ({e}); set ENVRT_REQUIRE_SSH=1 to make this a failure ***\n"),
             );
             None
         }

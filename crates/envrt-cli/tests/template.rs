@@ -177,19 +177,9 @@ impl Drop for DockerLeftovers {
 
 #[test]
 fn an_interactive_setup_in_a_container_is_captured_as_an_image() {
-    let image = std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".into());
-    let ready = std::process::Command::new("docker")
-        .args(["image", "inspect", &image])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ready {
-        assert!(
-            std::env::var("ENVRT_REQUIRE_DOCKER").map_or(true, |v| v != "1"),
-            "ENVRT_REQUIRE_DOCKER=1 but no engine or no image {image}"
-        );
-        eprintln!("SKIPPED: no Docker engine or no image {image}");
+    let Some(image) = envrt_test_support::docker::image_or_skip() else {
         return;
-    }
+    };
     let s = Site::new();
     std::fs::write(
         s.path().join("envrt.toml"),

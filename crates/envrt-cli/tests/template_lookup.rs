@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::*;
 
 fn ok(site: &Site, args: &[&str]) -> String {
@@ -75,16 +73,7 @@ fn templates_are_found_by_id_across_environments_of_the_tenant_only() {
 
 #[test]
 fn the_sandbox_template_list_names_envrts_lease_id() {
-    let worker = std::env::var_os("ENVRT_SANDBOX_WORKER")
-        .map(PathBuf::from)
-        .or_else(|| Some(std::path::Path::new(BIN).parent()?.join("envrt-sandbox-worker")))
-        .filter(|p| p.is_file());
-    if worker.is_none() {
-        assert!(
-            std::env::var("ENVRT_REQUIRE_SANDBOX").map_or(true, |v| v != "1"),
-            "ENVRT_REQUIRE_SANDBOX=1 but envrt-sandbox-worker was not found"
-        );
-        eprintln!("SKIPPED: no envrt-sandbox-worker");
+    if envrt_test_support::sandbox::worker_beside_or_skip(BIN).is_none() {
         return;
     }
     let s = Site::new();

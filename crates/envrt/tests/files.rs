@@ -142,19 +142,9 @@ async fn local_leases_refuse_directories_missing_files_and_denied_access() {
 #[cfg(feature = "docker")]
 #[tokio::test]
 async fn docker_leases_check_files_as_the_container_user() {
-    let image = std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".into());
-    let ready = std::process::Command::new("docker")
-        .args(["image", "inspect", &image])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ready {
-        assert!(
-            std::env::var("ENVRT_REQUIRE_DOCKER").map_or(true, |v| v != "1"),
-            "ENVRT_REQUIRE_DOCKER=1 but no engine or no image {image}"
-        );
-        eprintln!("SKIPPED: no Docker engine or no image {image}");
+    let Some(image) = envrt_test_support::docker::image_or_skip() else {
         return;
-    }
+    };
     let root = tempfile::tempdir().unwrap();
     let runtime = RuntimeBuilder::new()
         .configure(envrt::local::LocalConfig {

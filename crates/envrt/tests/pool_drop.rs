@@ -68,7 +68,7 @@ fn containers_of(state: &Path) -> Vec<String> {
 #[tokio::test]
 async fn a_host_returning_early_after_start_pools_leaves_no_pooled_lease_or_container() {
     let site = tempfile::tempdir().unwrap();
-    let image = std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".into());
+    let image = envrt_test_support::docker::image();
     std::fs::write(
         site.path().join("envrt.toml"),
         format!(

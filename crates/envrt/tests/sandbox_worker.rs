@@ -3,7 +3,7 @@
 //! the driver out with the exact reason in the skipped drivers.
 #![cfg(all(feature = "config", feature = "plugin-sandbox"))]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use envrt::config::{Assembly, Paths};
 use envrt::{AcquireRequest, ExecuteRequest, LeaseStatus};
@@ -11,21 +11,7 @@ use envrt::{AcquireRequest, ExecuteRequest, LeaseStatus};
 /// The reference worker built in this target directory (`cargo build -p
 /// envrt-sandbox-worker`; `cargo xtask ci` builds the workspace).
 fn built_worker() -> PathBuf {
-    if let Some(path) = std::env::var_os("ENVRT_SANDBOX_WORKER") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("envrt-sandbox-worker");
-    assert!(
-        path.is_file(),
-        "{} is not built; run `cargo build -p envrt-sandbox-worker`",
-        path.display()
-    );
-    path
+    envrt_test_support::sandbox::built_worker().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn setup(sandbox_section: &str) -> (tempfile::TempDir, Paths) {

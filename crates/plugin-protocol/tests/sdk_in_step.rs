@@ -14,11 +14,11 @@ fn sdk_protocol() -> Option<String> {
     );
     match std::fs::read_to_string(path) {
         Ok(text) => Some(text),
-        Err(_) if std::env::var_os("ENVRT_REQUIRE_SANDBOX").is_some() => {
-            panic!("ENVRT_REQUIRE_SANDBOX=1 but the SDK fixture is not installed ({path})")
-        }
         Err(_) => {
-            eprintln!("SKIPPED: the SDK fixture is not installed (scripts/setup.sh installs it)");
+            envrt_test_support::Component::Sandbox.skip_or_fail(
+                format_args!("ENVRT_REQUIRE_SANDBOX=1 but the SDK fixture is not installed ({path})"),
+                "SKIPPED: the SDK fixture is not installed (scripts/setup.sh installs it)",
+            );
             None
         }
     }

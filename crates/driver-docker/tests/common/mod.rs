@@ -16,10 +16,9 @@ use serde_json::{Value, json};
 /// The label that scopes one test's containers.
 pub const TEST_LABEL: &str = "envrt.test-run";
 
+use envrt_test_support::Component;
 /// The test image (`scripts/docker-test-image.sh` builds it).
-pub fn image() -> String {
-    std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".to_owned())
-}
+pub use envrt_test_support::docker::image;
 
 /// Runs a test body with a hard bound, so no test can hang.
 pub async fn bounded<F: Future<Output = T>, T>(secs: u64, fut: F) -> T {
@@ -53,7 +52,6 @@ pub async fn harness() -> Option<Harness> {
 /// [`harness`] with the scoped config changed by `edit`.
 pub async fn harness_with(edit: impl FnOnce(&mut DockerConfig)) -> Option<Harness> {
     let run = uuid::Uuid::new_v4().to_string();
-    let require = std::env::var("ENVRT_REQUIRE_DOCKER").as_deref() == Ok("1");
     let mut config = scoped_config(&run);
     edit(&mut config);
     let connected = match DockerDriver::connect(config).await {
@@ -80,14 +78,11 @@ pub async fn harness_with(edit: impl FnOnce(&mut DockerConfig)) -> Option<Harnes
             })
         }
         Err(error) => {
-            if require {
-                panic!("ENVRT_REQUIRE_DOCKER=1 but no usable Docker engine: {error}");
-            }
-            // Straight to the process's stderr, past the test harness's capture.
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n*** SKIPPED: no usable Docker engine ({error}); set ENVRT_REQUIRE_DOCKER=1 to make this a failure ***\n"
+            Component::Docker.skip_or_fail(
+                format_args!("ENVRT_REQUIRE_DOCKER=1 but no usable Docker engine: {error}"),
+                format_args!(
+                    "\n*** SKIPPED: no usable Docker engine ({error}); set ENVRT_REQUIRE_DOCKER=1 to make this a failure ***\n"
+                ),
             );
             None
         }

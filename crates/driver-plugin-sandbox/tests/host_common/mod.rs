@@ -96,49 +96,9 @@ pub fn script_manifest(mode: &str, extra_env: &[(&str, &str)]) -> PluginManifest
 pub fn reference_worker() -> Option<&'static str> {
     static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     Some(PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("ENVRT_SANDBOX_WORKER") {
-            return path.to_string_lossy().into_owned();
-        }
-        let exe = std::env::current_exe().unwrap();
-        // target/<profile>/deps/<test binary> → target/<profile>/envrt-sandbox-worker
-        let path = exe
-            .parent()
-            .and_then(Path::parent)
-            .unwrap()
-            .join("envrt-sandbox-worker");
-        let built = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap_or_else(|_| {
-            panic!(
-                "{} is not built; run `cargo build -p envrt-sandbox-worker`",
-                path.display()
-            )
-        });
-        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        for sources in ["sandbox-worker/src", "plugin-protocol/src"] {
-            if let Some(newest) = newest_mtime(&crates.join(sources)) {
-                assert!(
-                    newest <= built,
-                    "{} is older than crates/{sources}; run `cargo build -p envrt-sandbox-worker`",
-                    path.display()
-                );
-            }
-        }
+        let path = envrt_test_support::sandbox::fresh_worker().unwrap_or_else(|e| panic!("{e}"));
         path.to_string_lossy().into_owned()
     }))
-}
-
-/// The newest modification time of a file under `dir`.
-fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
-    let mut newest = None;
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let path = entry.path();
-        let time = if path.is_dir() {
-            newest_mtime(&path)
-        } else {
-            entry.metadata().and_then(|m| m.modified()).ok()
-        };
-        newest = newest.max(time);
-    }
-    newest
 }
 
 /// A manifest running the reference worker with leases under `root`.

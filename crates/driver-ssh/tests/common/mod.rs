@@ -4,7 +4,6 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use envrt_driver_ssh::{SshConfig, SshDriver, SshTarget};
@@ -47,21 +46,18 @@ impl Server {
 
 /// The server, or `None` (after a loud notice) when there is none and it is not required.
 pub fn server() -> Option<Server> {
-    let path = std::env::var("ENVRT_TEST_SSH_ENV").unwrap_or_else(|_| "/var/lib/envrt-test-ssh/env".into());
-    let required = std::env::var("ENVRT_REQUIRE_SSH").as_deref() == Ok("1");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
+    let vars = match envrt_test_support::ssh::settings() {
+        Ok(vars) => vars,
         Err(error) => {
-            if required {
-                panic!("ENVRT_REQUIRE_SSH=1 but no test sshd ({path}: {error}); run scripts/start-sshd.sh");
-            }
-            eprintln!(
-                "\n*** SKIPPED: no test sshd ({path}: {error}); run scripts/start-sshd.sh, set ENVRT_REQUIRE_SSH=1 to make this a failure ***\n"
+            envrt_test_support::Component::Ssh.skip_or_fail(
+                format_args!("ENVRT_REQUIRE_SSH=1 but no test sshd ({error}); run scripts/start-sshd.sh"),
+                format_args!(
+                    "\n*** SKIPPED: no test sshd ({error}); run scripts/start-sshd.sh, set ENVRT_REQUIRE_SSH=1 to make this a failure ***\n"
+                ),
             );
             return None;
         }
     };
-    let vars: HashMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
     let get = |k: &str| vars.get(k).map(|v| v.to_string()).unwrap_or_default();
     Some(Server {
         host: get("ENVRT_TEST_SSH_HOST"),

@@ -40,10 +40,6 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
-fn required() -> bool {
-    std::env::var("ENVRT_REQUIRE_NETWORK").is_ok_and(|v| v == "1")
-}
-
 impl Net {
     /// The namespaces, or `None` (said loudly) when this machine cannot make them.
     pub fn new() -> Option<Net> {
@@ -57,8 +53,10 @@ impl Net {
         match net.build() {
             Ok(()) => Some(net),
             Err(e) => {
-                assert!(!required(), "ENVRT_REQUIRE_NETWORK=1 but no test network: {e}");
-                eprintln!("SKIPPED: no test network namespaces: {e}");
+                envrt_test_support::Component::Network.skip_or_fail(
+                    format_args!("ENVRT_REQUIRE_NETWORK=1 but no test network: {e}"),
+                    format_args!("SKIPPED: no test network namespaces: {e}"),
+                );
                 None
             }
         }

@@ -179,7 +179,7 @@ fn missing(group: &'static str, driver: &str, e: &str) -> Vec<Row> {
 
 /// The local driver's pool rows.
 pub(crate) async fn local_rows(config: &Config) -> Vec<Row> {
-    let local = match crate::local::Local::open(None).await {
+    let local = match crate::targets::local::Local::open(None).await {
         Ok(local) => local,
         Err(e) => return missing("pool-local", "local", &e),
     };
@@ -190,44 +190,29 @@ pub(crate) async fn local_rows(config: &Config) -> Vec<Row> {
 
 /// The sandbox driver's pool rows (the reference worker).
 pub(crate) async fn sandbox_rows(config: &Config) -> Vec<Row> {
-    #[cfg(feature = "sandbox")]
     {
         let root = match tempfile::tempdir() {
             Ok(root) => root,
             Err(e) => return missing("pool-sandbox", "sandbox", &e.to_string()),
         };
-        let (leased, driver) = match crate::sandbox::imp::open(root.path()).await {
+        let (leased, driver) = match crate::targets::sandbox::open(root.path()).await {
             Ok(opened) => opened,
             Err(e) => return missing("pool-sandbox", "sandbox", &e),
         };
         let rows = measure(config, "pool-sandbox", "sandbox", &leased, None).await;
-        crate::sandbox::imp::close(leased, driver).await;
+        crate::targets::sandbox::close(leased, driver).await;
         rows.unwrap_or_else(|e| missing("pool-sandbox", "sandbox", &e))
-    }
-    #[cfg(not(feature = "sandbox"))]
-    {
-        let _ = config;
-        missing("pool-sandbox", "sandbox", crate::facade::DRIVER_MISSING)
     }
 }
 
 /// The Docker driver's pool rows, with the bare Engine API create + start of the same
 /// image and entrypoint (`sleep infinity` under docker-init) as the cold baseline.
 pub(crate) async fn docker_rows(config: &Config) -> Vec<Row> {
-    #[cfg(feature = "docker")]
-    {
-        docker::rows(config)
-            .await
-            .unwrap_or_else(|e| missing("pool-docker", "docker", &e))
-    }
-    #[cfg(not(feature = "docker"))]
-    {
-        let _ = config;
-        missing("pool-docker", "docker", crate::facade::DRIVER_MISSING)
-    }
+    docker::rows(config)
+        .await
+        .unwrap_or_else(|e| missing("pool-docker", "docker", &e))
 }
 
-#[cfg(feature = "docker")]
 mod docker {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -249,7 +234,7 @@ mod docker {
             .await
             .map_err(|e| format!("n/a (no engine): {e}"))?;
         let mut env = JsonMap::new();
-        env.insert("image".into(), crate::docker::IMAGE.into());
+        env.insert("image".into(), crate::targets::docker::IMAGE.into());
         let leased = Leased::open(Arc::new(driver), env).await?;
         let host = std::env::var("DOCKER_HOST").unwrap_or_default();
         let socket = host.strip_prefix("unix://").unwrap_or("/var/run/docker.sock");
@@ -297,7 +282,7 @@ mod docker {
             host_config.security_opt = Some(vec!["no-new-privileges".into()]);
         }
         let body = ContainerCreateBody {
-            image: Some(crate::docker::IMAGE.into()),
+            image: Some(crate::targets::docker::IMAGE.into()),
             entrypoint: Some(vec!["sleep".into()]),
             cmd: Some(vec!["infinity".into()]),
             working_dir: isolated.then(|| envrt_driver_docker::DEFAULT_WORKING_DIR.to_owned()),
@@ -331,6 +316,7 @@ mod tests {
         let config = Config {
             quick: true,
             only: vec!["pool".into()],
+            list: false,
         };
         for group in ["pool-local", "pool-docker", "pool-sandbox"] {
             assert!(config.wants(group, NUMBER), "{group}");

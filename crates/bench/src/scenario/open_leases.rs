@@ -6,9 +6,9 @@
 use envrt_runtime_core::{AcquireRequest, LeaseStatus};
 
 use crate::Config;
-use crate::local::Local;
 use crate::measure::interleave;
 use crate::report::{Figure, Row};
+use crate::targets::local::Local;
 
 const GROUP: &str = "scale-open";
 

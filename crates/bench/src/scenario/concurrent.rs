@@ -1,4 +1,6 @@
-//! Row 7 on Docker and the sandbox: 256 concurrent executes of `true` on one lease
+//! Concurrent executes (row 7, `scale-exec`): on the local target 1, 16 and 256
+//! concurrent executes of `true` on one lease vs as many bare spawns; and on Docker and the
+//! sandbox 256 concurrent executes of `true` on one lease
 //! (`scale-exec-docker`, `scale-exec-sandbox`) against 256 concurrent bare calls doing
 //! the same work:
 //!
@@ -19,15 +21,99 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::Config;
-use crate::measure::percentile_ms;
+use crate::baseline;
+use crate::facade::{Leased, run_on};
+use crate::measure::{percentile_ms, rss_kib};
 use crate::report::{Figure, Row, Target};
+use crate::targets::local::Local;
 
 /// Concurrent executes per wave.
 const CONCURRENCY: usize = 256;
 
 type Op = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
-/// The rows of both drivers (those `config` selects).
+/// Row 7: 1, 16 and 256 concurrent executes of `true` on one lease vs as many bare spawns.
+pub(crate) async fn local(config: &Config) -> Vec<Row> {
+    let local = match Local::open(None).await {
+        Ok(l) => l,
+        Err(e) => return vec![Row::missing("scale-exec", 7, "concurrent local executes", e)],
+    };
+    let mut rows = Vec::new();
+    for concurrency in [1usize, 16, 256] {
+        let name = format!("local execute ×{concurrency} concurrent");
+        match concurrent(&local.leased, concurrency, config.waves()).await {
+            Ok([ours, bare]) => {
+                let target = if concurrency == 256 {
+                    Target::RatioAtLeast(0, 0.9)
+                } else {
+                    Target::None
+                };
+                rows.push(
+                    Row::new("scale-exec", 7, format!("{name}: throughput"), Figure::ops(ours.0))
+                        .baseline("bare spawns", Figure::ops(bare.0))
+                        .target(target)
+                        .note(format!(
+                            "the bench process's resident memory meanwhile: {:.0} MiB",
+                            rss_kib() / 1024.0
+                        )),
+                );
+                rows.push(
+                    Row::new("scale-exec", 7, format!("{name}: p50 latency"), Figure::ms(ours.1))
+                        .baseline("bare spawns", Figure::ms(bare.1)),
+                );
+            }
+            Err(e) => rows.push(Row::missing("scale-exec", 7, name, format!("error: {e}"))),
+        }
+    }
+    local.leased.close().await;
+    rows
+}
+
+/// `concurrency` workers each run `true` in sequence, for at least 64 operations per wave;
+/// waves alternate between the facade and bare spawns. Returns (ops/s, p50 ms) for each.
+async fn concurrent(leased: &Leased, concurrency: usize, waves: usize) -> Result<[(f64, f64); 2], String> {
+    let per_worker = (64 / concurrency).max(1);
+    let mut latencies = [Vec::new(), Vec::new()];
+    let mut busy = [Duration::ZERO; 2];
+    let mut ops = [0usize; 2];
+    for wave in 0..waves * 2 {
+        let which = wave % 2;
+        let start = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..concurrency {
+            let runtime = Arc::clone(&leased.runtime);
+            let lease = leased.lease.clone();
+            tasks.spawn(async move {
+                let mut times = Vec::with_capacity(per_worker);
+                for _ in 0..per_worker {
+                    let t = Instant::now();
+                    if which == 0 {
+                        run_on(&runtime, &lease, &["true"]).await?;
+                    } else {
+                        baseline::spawn("true", &[]).await?;
+                    }
+                    times.push(t.elapsed());
+                }
+                Ok::<_, String>(times)
+            });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            let times = joined.map_err(|e| e.to_string())??;
+            ops[which] += times.len();
+            latencies[which].extend(times);
+        }
+        busy[which] += start.elapsed();
+    }
+    let figure = |i: usize| {
+        (
+            ops[i] as f64 / busy[i].as_secs_f64(),
+            percentile_ms(&latencies[i], 50.0),
+        )
+    };
+    Ok([figure(0), figure(1)])
+}
+
+/// The rows of Docker and the sandbox (those `config` selects).
 pub(crate) async fn rows(config: &Config) -> Vec<Row> {
     let mut rows = Vec::new();
     if config.wants("scale-exec-docker", 7) {
@@ -149,7 +235,6 @@ fn rows_of(
 
 async fn docker(config: &Config) -> Vec<Row> {
     const GROUP: &str = "scale-exec-docker";
-    #[cfg(feature = "docker")]
     {
         let measured = docker_measure(config).await;
         rows_of(GROUP, "docker", &["bare Engine API calls"], measured, |cpu| {
@@ -159,14 +244,8 @@ async fn docker(config: &Config) -> Vec<Row> {
             )
         })
     }
-    #[cfg(not(feature = "docker"))]
-    {
-        let _ = config;
-        vec![Row::missing(GROUP, 7, name("docker"), crate::facade::DRIVER_MISSING)]
-    }
 }
 
-#[cfg(feature = "docker")]
 async fn docker_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), String> {
     use envrt_driver_docker::{DockerConfig, DockerDriver};
     use envrt_runtime_core::JsonMap;
@@ -175,10 +254,10 @@ async fn docker_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), Strin
         .await
         .map_err(|e| format!("n/a (no engine): {e}"))?;
     let mut env = JsonMap::new();
-    env.insert("image".into(), crate::docker::IMAGE.into());
+    env.insert("image".into(), crate::targets::docker::IMAGE.into());
     let leased = Arc::new(crate::facade::Leased::open(Arc::new(driver), env).await?);
     let container = leased.provider_lease_id.clone().unwrap_or_default();
-    let bare = crate::docker::imp::connect_bare();
+    let bare = crate::targets::docker::connect_bare();
     let measured = match bare {
         Ok(bare) => {
             let l = Arc::clone(&leased);
@@ -188,7 +267,7 @@ async fn docker_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), Strin
             });
             let bare: Op = Arc::new(move || {
                 let (bare, container) = (bare.clone(), container.clone());
-                Box::pin(async move { crate::docker::imp::bare_exec(&bare, &container, &["true"]).await })
+                Box::pin(async move { crate::targets::docker::bare_exec(&bare, &container, &["true"]).await })
             });
             measure(vec![ours, bare], config.waves(), &[]).await
         }
@@ -202,7 +281,6 @@ async fn docker_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), Strin
 
 async fn sandbox(config: &Config) -> Vec<Row> {
     const GROUP: &str = "scale-exec-sandbox";
-    #[cfg(feature = "sandbox")]
     {
         let measured = sandbox_measure(config).await;
         rows_of(
@@ -219,22 +297,16 @@ async fn sandbox(config: &Config) -> Vec<Row> {
             },
         )
     }
-    #[cfg(not(feature = "sandbox"))]
-    {
-        let _ = config;
-        vec![Row::missing(GROUP, 7, name("sandbox"), crate::facade::DRIVER_MISSING)]
-    }
 }
 
-#[cfg(feature = "sandbox")]
 async fn sandbox_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), String> {
     use std::os::unix::fs::PermissionsExt;
 
-    use crate::sandbox::imp;
+    use crate::targets::sandbox as target;
     use envrt_sandbox_worker::INIT_PATH;
 
     let scratch = crate::measure::Scratch::new("1g")?;
-    let worker = imp::worker_path()?;
+    let worker = target::worker_path()?;
     // The bare runs' lease directory, reachable by the sandbox user too (the scratch
     // tmpfs is root's alone).
     let bare_dir = tempfile::Builder::new()
@@ -242,8 +314,8 @@ async fn sandbox_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), Stri
         .tempdir()
         .map_err(|e| e.to_string())?;
     std::fs::set_permissions(bare_dir.path(), std::fs::Permissions::from_mode(0o777)).map_err(|e| e.to_string())?;
-    let args = Arc::new(imp::bwrap_args(bare_dir.path(), &worker));
-    let (leased, driver) = imp::open(&scratch.join("leases")).await?;
+    let args = Arc::new(target::bwrap_args(bare_dir.path(), &worker));
+    let (leased, driver) = target::open(&scratch.join("leases")).await?;
     let leased = Arc::new(leased);
     let l = Arc::clone(&leased);
     let ours: Op = Arc::new(move || {
@@ -255,18 +327,18 @@ async fn sandbox_measure(config: &Config) -> Result<(Vec<(f64, f64)>, Cpu), Stri
     let bare_args = Arc::clone(&args);
     let bare: Op = Arc::new(move || {
         let args = Arc::clone(&bare_args);
-        Box::pin(async move { imp::bare_bwrap(&args, &init, None).await })
+        Box::pin(async move { target::bare_bwrap(&args, &init, None).await })
     });
     // The worker, as root, runs bwrap as the unprivileged sandbox user (65534): the same
     // spawn under that identity.
     let as_user: Op = Arc::new(move || {
         let args = Arc::clone(&args);
-        Box::pin(async move { imp::bare_bwrap(&args, &init, Some(65534)).await })
+        Box::pin(async move { target::bare_bwrap(&args, &init, Some(65534)).await })
     });
     let worker_pid = driver.worker_pid().map(|p| p.to_string()).unwrap_or_default();
     let measured = measure(vec![ours, bare, as_user], config.waves(), &[worker_pid]).await;
     if let Ok(leased) = Arc::try_unwrap(leased) {
-        imp::close(leased, driver).await;
+        target::close(leased, driver).await;
     } else {
         driver.shutdown().await;
     }

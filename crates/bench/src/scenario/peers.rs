@@ -24,9 +24,9 @@ use tokio::sync::Mutex;
 
 use crate::Config;
 use crate::facade::Leased;
-use crate::local::Local;
 use crate::measure::{Interleaved, gbps, interleave_reported};
 use crate::report::{Figure, Row, Target};
+use crate::targets::local::Local;
 
 /// The row number of the peer rows.
 pub(crate) const NUMBER: u8 = 9;
@@ -363,17 +363,10 @@ async fn remote_rows(config: &Config) -> Vec<Row> {
         "remote execute `true` p50 vs SWE-ReX remote bash session",
     ]
     .map(String::from);
-    #[cfg(feature = "sandbox")]
-    return remote_imp(config, names).await;
-    #[cfg(not(feature = "sandbox"))]
-    {
-        let _ = config;
-        missing(&names, crate::facade::DRIVER_MISSING)
-    }
+    remote_on_sandbox(config, names).await
 }
 
-#[cfg(feature = "sandbox")]
-async fn remote_imp(config: &Config, names: [String; 3]) -> Vec<Row> {
+async fn remote_on_sandbox(config: &Config, names: [String; 3]) -> Vec<Row> {
     let scratch = match crate::measure::Scratch::new("1g") {
         Ok(s) => s,
         Err(e) => return missing(&names, &e),
@@ -382,7 +375,7 @@ async fn remote_imp(config: &Config, names: [String; 3]) -> Vec<Row> {
         Ok(p) => p,
         Err(e) => return missing(&names, &e),
     };
-    let (leased, driver) = match crate::sandbox::imp::open(&scratch.join("leases")).await {
+    let (leased, driver) = match crate::targets::sandbox::open(&scratch.join("leases")).await {
         Ok(o) => o,
         Err(e) => {
             peer.stop().await;
@@ -391,13 +384,13 @@ async fn remote_imp(config: &Config, names: [String; 3]) -> Vec<Row> {
     };
     // The isolation SWE-ReX's server leaves to whatever runs it, measured beside: the
     // worker's own bwrap with its init in front of `true`, as the worker starts a command.
-    use crate::sandbox::imp::{bare_bwrap, bwrap_args, worker_path};
+    use crate::targets::sandbox::{bare_bwrap, bwrap_args, worker_path};
     let bare_dir = scratch.join("bare");
     let _ = std::fs::create_dir_all(&bare_dir);
     let args = match worker_path() {
         Ok(worker) => bwrap_args(&bare_dir, &worker),
         Err(e) => {
-            crate::sandbox::imp::close(leased, driver).await;
+            crate::targets::sandbox::close(leased, driver).await;
             peer.stop().await;
             return missing(&names, &e);
         }
@@ -413,7 +406,7 @@ async fn remote_imp(config: &Config, names: [String; 3]) -> Vec<Row> {
     })
     .await;
     let session = session_rounds(config, measured.is_ok(), s, p, "swerex-remote-session").await;
-    crate::sandbox::imp::close(leased, driver).await;
+    crate::targets::sandbox::close(leased, driver).await;
     peer.stop().await;
     let m = match measured {
         Ok(m) => m,

@@ -1,6 +1,7 @@
-//! Row 7 on Docker and the sandbox, how cost grows with open leases: host memory per open
-//! lease (`scale-leases`) and acquire / execute latency with many leases open
-//! (`scale-open`), each against the same operation with one lease open.
+//! How cost grows with open leases (row 7): host memory per open lease (`scale-leases`) on
+//! every target but SSH, and on Docker and the sandbox acquire / execute latency with many
+//! leases open (`scale-open`; the local target's is `open_leases.rs`), each against the
+//! same operation with one lease open.
 //!
 //! Both are measured in a fresh child process (`envrt-bench --growth-child …`), so that
 //! memory this process freed earlier cannot hide growth, and so that the child's own
@@ -17,8 +18,14 @@
 
 use serde_json::Value;
 
+use std::sync::Arc;
+
+use envrt_runtime_core::{AcquireRequest, LeaseStatus};
+
 use crate::Config;
+use crate::measure::{Scratch, rss_kib};
 use crate::report::{Figure, Row, Target};
+use crate::targets::local::Local;
 
 /// The hidden option that makes this binary run the child's side and print JSON.
 pub(crate) const CHILD: &str = "--growth-child";
@@ -62,6 +69,90 @@ pub(crate) async fn rows(config: &Config, memory: bool, open: bool) -> Vec<Row> 
         }
     }
     rows
+}
+
+/// Row 7: resident memory per open local lease (VmRSS delta over 1,000 leases), measured
+/// in a fresh child process so that memory this process freed earlier cannot hide it.
+pub(crate) async fn local_memory(config: &Config) -> Vec<Row> {
+    let count = config.leases();
+    let name = format!("{count} open local leases: memory per lease");
+    match lease_memory_in_child(count).await {
+        Ok(kib) => vec![
+            Row::new("scale-leases", 7, name, Figure::kib(kib))
+                .target(Target::AtMost(64.0))
+                .note("VmRSS delta of a fresh bench process over all leases (runtime, store and driver), divided by their number"),
+        ],
+        Err(e) => vec![Row::missing("scale-leases", 7, name, format!("error: {e}"))],
+    }
+}
+
+/// The hidden option that makes this binary measure lease memory and print it.
+pub(crate) const LEASE_MEMORY_CHILD: &str = "--lease-memory-child";
+
+async fn lease_memory_in_child(count: usize) -> Result<f64, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = tokio::process::Command::new(exe)
+        .args([LEASE_MEMORY_CHILD, &count.to_string()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        return Err(if err.is_empty() {
+            format!("child exited {}", out.status)
+        } else {
+            err
+        });
+    }
+    text.trim().parse().map_err(|_| format!("child printed {text:?}"))
+}
+
+/// The child's side: measures, prints KiB per lease, or the error on stderr.
+pub(crate) async fn lease_memory_child(count: usize) -> Result<f64, String> {
+    lease_memory(count).await
+}
+
+async fn lease_memory(count: usize) -> Result<f64, String> {
+    let scratch = Scratch::new("1g")?;
+    let local = Local::open(Some(scratch.join("leases"))).await?;
+    let runtime = Arc::clone(&local.leased.runtime);
+    let environment = local.leased.environment.clone();
+    let acquire = || async {
+        runtime
+            .acquire_lease(AcquireRequest::new(&environment, "bench"))
+            .await
+            .map(|l| l.id)
+            .map_err(|e| e.to_string())
+    };
+    // Warm the allocator and the store before the first reading.
+    for _ in 0..50 {
+        let id = acquire().await?;
+        let _ = runtime.release_lease(&id, LeaseStatus::Released).await;
+    }
+    let before = rss_kib();
+    let mut ids = Vec::with_capacity(count);
+    let mut failed = None;
+    for _ in 0..count {
+        match acquire().await {
+            Ok(id) => ids.push(id),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let after = rss_kib();
+    for id in &ids {
+        let _ = runtime.release_lease(id, LeaseStatus::Released).await;
+    }
+    local.leased.close().await;
+    drop(scratch);
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((after - before).max(0.0) / count as f64),
+    }
 }
 
 fn memory_row(driver: &str, counts: &[usize], measured: &Result<Value, String>) -> Row {
@@ -177,7 +268,7 @@ pub(crate) async fn child(args: &[String]) -> Result<Value, String> {
     if counts.is_empty() {
         return Err(format!("{CHILD}: no lease counts"));
     }
-    imp::child(driver, acquire_rounds, exec_rounds, &counts).await
+    child_side::child(driver, acquire_rounds, exec_rounds, &counts).await
 }
 
 /// `Pss` and `Rss` (KiB) of a process from `/proc/PID/smaps_rollup`; zeros when unreadable.
@@ -192,8 +283,9 @@ pub(crate) fn pss_rss(pid: &str) -> (f64, f64) {
     (field("Pss:"), field("Rss:"))
 }
 
-#[cfg(all(feature = "docker", feature = "sandbox"))]
-mod imp {
+/// The child process's side: one runtime per lease count on Docker or the sandbox, filled,
+/// its memory read around the filling, and the operations timed.
+mod child_side {
     use std::sync::Arc;
 
     use envrt_driver_docker::{DockerConfig, DockerDriver};
@@ -222,7 +314,7 @@ mod imp {
                     .await
                     .map_err(|e| format!("n/a (no engine): {e}"))?;
                 let mut env = JsonMap::new();
-                env.insert("image".into(), crate::docker::IMAGE.into());
+                env.insert("image".into(), crate::targets::docker::IMAGE.into());
                 let leased = Leased::open(Arc::new(docker), env).await?;
                 Ok(Opened {
                     leased,
@@ -231,7 +323,7 @@ mod imp {
                 })
             } else {
                 let root = scratch.join(&format!("leases-{index}"));
-                let (leased, driver) = crate::sandbox::imp::open(&root).await?;
+                let (leased, driver) = crate::targets::sandbox::open(&root).await?;
                 Ok(Opened {
                     leased,
                     extra: Vec::new(),
@@ -384,14 +476,5 @@ mod imp {
             out["execute_ms"] = (0..runs.len()).map(|i| execute.p(i, 50.0)).collect();
         }
         Ok(out)
-    }
-}
-
-#[cfg(not(all(feature = "docker", feature = "sandbox")))]
-mod imp {
-    use serde_json::Value;
-
-    pub(super) async fn child(_: &str, _: usize, _: usize, _: &[usize]) -> Result<Value, String> {
-        Err(crate::facade::DRIVER_MISSING.into())
     }
 }

@@ -1,0 +1,39 @@
+//! Docker for tests: the test images `scripts/docker-test-image.sh` builds, and the
+//! preamble "the engine answers and has the test image, or skip (fail when
+//! `ENVRT_REQUIRE_DOCKER=1`)", asked through the `docker` CLI.
+
+use std::process::Command;
+
+use crate::Component;
+
+/// The default test image (busybox-based, `scripts/docker-test-image.sh`).
+pub const DEFAULT_IMAGE: &str = "envrt-test:latest";
+
+/// The test image: `ENVRT_TEST_IMAGE`, else [`DEFAULT_IMAGE`].
+pub fn image() -> String {
+    std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| DEFAULT_IMAGE.to_owned())
+}
+
+/// Whether the engine answers `docker image inspect IMAGE` for `image`.
+pub fn has_image(image: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", image])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The test image when the engine has it; otherwise fails with
+/// `ENVRT_REQUIRE_DOCKER=1 but no engine or no image IMAGE` when Docker is required, or
+/// says `SKIPPED: no Docker engine or no image IMAGE` and returns `None`.
+#[track_caller]
+pub fn image_or_skip() -> Option<String> {
+    let image = image();
+    if has_image(&image) {
+        return Some(image);
+    }
+    Component::Docker.skip_or_fail(
+        format_args!("ENVRT_REQUIRE_DOCKER=1 but no engine or no image {image}"),
+        format_args!("SKIPPED: no Docker engine or no image {image}"),
+    );
+    None
+}
