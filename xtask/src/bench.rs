@@ -28,8 +28,13 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     if only_python {
         return crate::python::run_bench(passed.iter().any(|a| a == "--quick"));
     }
-    // One bench feature per workspace driver, named after its key.
-    let drivers = crate::drivers::workspace()?;
+    // One bench feature per workspace driver the bench has rows for, named after its key (a
+    // driver the bench has no feature for, such as the example driver, is not measured).
+    let bench_features = crate::drivers::features_of("envrt-bench")?;
+    let drivers: Vec<crate::drivers::Driver> = crate::drivers::workspace()?
+        .into_iter()
+        .filter(|d| bench_features.contains(&d.key))
+        .collect();
     let features: Vec<&str> = drivers.iter().map(|d| d.key.as_str()).collect();
     eprintln!("xtask: drivers present: {features:?}");
     // One cargo invocation for the bench and the worker, so both share one feature set

@@ -57,6 +57,24 @@ pub(crate) fn keys() -> Result<Vec<String>, String> {
     Ok(workspace()?.into_iter().map(|d| d.key).collect())
 }
 
+/// The features the workspace package `package` declares (`envrt-bench`: one per driver
+/// it measures).
+pub(crate) fn features_of(package: &str) -> Result<Vec<String>, String> {
+    let metadata = crate::util::cargo_metadata()?;
+    Ok(package_features(&metadata, package))
+}
+
+/// The feature names of `package` in `metadata`.
+fn package_features(metadata: &Value, package: &str) -> Vec<String> {
+    metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == package)
+        .flat_map(|p| p["features"].as_object().into_iter().flatten().map(|(k, _)| k.clone()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +100,18 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_package_features_are_read_from_metadata() {
+        let metadata = serde_json::json!({"packages": [
+            {"name": "a", "features": {"x": [], "y": ["dep:z"]}},
+            {"name": "b", "features": {"w": []}},
+        ]});
+        assert_eq!(package_features(&metadata, "a"), ["x", "y"]);
+        assert!(package_features(&metadata, "c").is_empty());
+        let bench = features_of("envrt-bench").unwrap();
+        assert!(bench.iter().any(|f| f == "local"), "{bench:?}");
     }
 
     #[test]

@@ -60,7 +60,14 @@ mod tests {
         .into_iter()
         .filter_map(|(key, on)| on.then_some(key))
         .collect();
-        assert_eq!(known_drivers(), expected);
+        // The built-in four come first, in this order; a driver added later (such as the
+        // example driver, under its own feature) follows them, once, with its descriptor.
+        let known = known_drivers();
+        assert_eq!(known[..expected.len()], expected, "{known:?}");
+        for (at, key) in known.iter().enumerate() {
+            assert_eq!(descriptor(key).map(|d| d.key()), Some(*key));
+            assert!(!known[..at].contains(key), "{key} registered twice: {known:?}");
+        }
         assert!(descriptor("zzz").is_none());
         let unknown = Environment::new("p", "p", "bwrap");
         assert_eq!(
