@@ -17,6 +17,8 @@ static DRIVERS: &[&dyn DriverDescriptor] = &[
     &envrt_driver_ssh::DESCRIPTOR,
     #[cfg(feature = "plugin-sandbox")]
     &envrt_driver_plugin_sandbox::DESCRIPTOR,
+    #[cfg(feature = "example")]
+    &envrt_driver_example::DESCRIPTOR,
 ];
 
 /// Every driver descriptor this build enables, in registration order.
