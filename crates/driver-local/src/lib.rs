@@ -174,23 +174,18 @@ use envrt_runtime_core::{
     RealizeWorkspace, Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Templates, Timestamp,
 };
 
-mod bulk;
-mod containment;
-mod copy;
 mod descriptor;
-mod exec;
+mod execute;
 mod expiry;
-mod fds;
-mod groups;
-mod program;
+mod process;
 mod recovery;
 mod sync;
 mod templates;
-mod user;
 mod workspace;
 
-use exec::ExecSite;
-use groups::ProcessTable;
+use execute::ExecSite;
+use process::groups::ProcessTable;
+use process::{containment, user};
 use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree};
 
 /// `{temp dir}/envrt-local-{effective uid}`: one root per user, so that no user can
@@ -581,7 +576,7 @@ impl Execute for LocalDriver {
             containment: &self.containment,
             identity,
         };
-        exec::run(&site, request).await
+        execute::run(&site, request).await
     }
 }
 

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use envrt_runtime_core::execute::signal_name;
 
-use crate::bulk::{BulkReader, Delivery};
-use crate::containment::{self, Containment};
-use crate::groups::{ProcessTable, reap_group, signal_group};
-use crate::program::{SCRIPT_SHELL, find_program};
+use crate::process::bulk::{BulkReader, Delivery};
+use crate::process::containment::{self, Containment};
+use crate::process::groups::{ProcessTable, reap_group, signal_group};
+use crate::process::program::{SCRIPT_SHELL, find_program};
 use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputStream};
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
@@ -321,7 +321,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
             .kill_on_drop(true);
         // nothing of the host program's but stdio reaches the command
         let arg0 = if procs.is_some() { OsStr::new("sh") } else { argv[0] };
-        crate::fds::exec_with_stdio_only(command.as_std_mut(), arg0)?;
+        crate::process::fds::exec_with_stdio_only(command.as_std_mut(), arg0)?;
         command.spawn()
     };
     let child = match spawn(&program, &[OsStr::new(&request.command)]) {

@@ -10,9 +10,11 @@ use envrt_runtime_core::sync::{
 use envrt_runtime_core::{DriverError, ExecuteRequest, LeaseContext, SyncOperation, SyncOperationResult, SyncResult};
 
 use crate::LocalDriver;
-use crate::copy::{self, CopySpec, Counts, Staged};
-use crate::exec::{self, ExecSite};
+mod copy;
+
+use crate::execute::{self, ExecSite};
 use crate::workspace::{check_no_escape, path_str};
+use copy::{CopySpec, Counts, Staged};
 
 /// One entry, checked and resolved.
 struct Planned {
@@ -247,7 +249,7 @@ async fn run_post_upload(
         containment: driver.containment_mode(),
         identity: None,
     };
-    let outcome = exec::run(&site, request).await?;
+    let outcome = execute::run(&site, request).await?;
     envrt_runtime_core::sync::post_upload_verdict(
         &command.command,
         outcome.timed_out,

@@ -1,0 +1,10 @@
+//! The local backend: processes on this host. A command's process group and cgroup
+//! (`containment`, `groups`), the descriptors it inherits (`fds`), the file it runs
+//! (`program`), the user it runs as (`user`), and the reading of bulk output (`bulk`).
+
+pub(crate) mod bulk;
+pub(crate) mod containment;
+pub(crate) mod fds;
+pub(crate) mod groups;
+pub(crate) mod program;
+pub(crate) mod user;
