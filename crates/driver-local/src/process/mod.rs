@@ -8,3 +8,10 @@ pub(crate) mod fds;
 pub(crate) mod groups;
 pub(crate) mod program;
 pub(crate) mod user;
+
+/// How a local driver with [`LocalConfig::cgroups`](crate::LocalConfig::cgroups) = `cgroups` would contain its
+/// commands on this machine: `cgroup v2 under PATH`, or `process groups and a /proc scan
+/// on release` (for `envrt caps` / `envrt doctor`).
+pub fn describe_containment(cgroups: bool) -> String {
+    containment::Containment::detect(cgroups).describe()
+}

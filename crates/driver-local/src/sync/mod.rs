@@ -12,6 +12,9 @@ use envrt_runtime_core::{DriverError, ExecuteRequest, LeaseContext, SyncOperatio
 use crate::LocalDriver;
 mod copy;
 
+use async_trait::async_trait;
+use envrt_runtime_core::FileSync;
+
 use crate::execute::{self, ExecSite};
 use crate::workspace::{check_no_escape, path_str};
 use copy::{CopySpec, Counts, Staged};
@@ -284,4 +287,17 @@ pub(crate) async fn sync_out(
         });
     }
     Ok(result)
+}
+
+#[async_trait]
+impl FileSync for LocalDriver {
+    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        sync_in(self, context, &workspace, operations).await
+    }
+
+    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        sync_out(self, &workspace, operations).await
+    }
 }
