@@ -555,18 +555,18 @@ impl Execute for DockerDriver {
             }
         }
         let workspace = Self::workspace_of(context);
-        crate::exec::execute(&self.engine, self.config.kill_grace, container, &workspace, request).await
+        crate::execute::execute(&self.engine, self.config.kill_grace, container, &workspace, request).await
     }
 }
 
 #[async_trait]
 impl FileSync for DockerDriver {
     async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        crate::sync_in::sync_in(self, context, operations).await
+        crate::sync::sync_in::sync_in(self, context, operations).await
     }
 
     async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        crate::sync_out::sync_out(self, context, operations).await
+        crate::sync::sync_out::sync_out(self, context, operations).await
     }
 }
 

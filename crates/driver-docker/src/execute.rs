@@ -10,8 +10,8 @@ use envrt_runtime_core::PathScope;
 use envrt_runtime_core::execute::signal_name;
 use envrt_runtime_core::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 
-use crate::dropkill::KillOnDrop;
 use crate::engine::Engine;
+use crate::process::dropkill::KillOnDrop;
 use crate::process::{self, Demux, OutputFrames};
 
 /// How long output may still be drained after the command is over or killed.
