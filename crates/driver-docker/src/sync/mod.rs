@@ -5,3 +5,19 @@
 pub(crate) mod archive;
 pub(crate) mod sync_in;
 pub(crate) mod sync_out;
+
+use async_trait::async_trait;
+use envrt_runtime_core::{DriverError, FileSync, LeaseContext, SyncOperation, SyncResult};
+
+use crate::DockerDriver;
+
+#[async_trait]
+impl FileSync for DockerDriver {
+    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        sync_in::sync_in(self, context, operations).await
+    }
+
+    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        sync_out::sync_out(self, context, operations).await
+    }
+}
