@@ -97,12 +97,10 @@ use envrt_runtime_core::{
 mod connection;
 mod descriptor;
 mod duplex;
-mod exec;
+mod execute;
 mod recovery;
 mod remote;
 mod sync;
-mod sync_in;
-mod sync_out;
 mod target;
 
 use connection::Host;
@@ -379,14 +377,14 @@ impl SshDriver {
             None => None,
             Some(cwd) => Some(confine_to_workspace(&place.workspace, cwd)?),
         };
-        let site = exec::ExecSite {
+        let site = execute::ExecSite {
             host: &place.host,
             workspace: &place.workspace,
             lease_dir: &place.lease_dir,
             allowlist: &self.config.env_allowlist,
             kill_grace: self.config.kill_grace,
         };
-        exec::run(&site, request, cwd.as_deref()).await
+        execute::run(&site, request, cwd.as_deref()).await
     }
 }
 
