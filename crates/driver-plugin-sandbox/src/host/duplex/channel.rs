@@ -9,11 +9,11 @@ use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::connection::Connection;
-use super::dataplane::PlaneLink;
-use super::error::SandboxError;
-use super::routes::{BindOutcome, RouteShared, SlotPermit, next_route_id};
-use super::supervisor::Supervisor;
+use crate::host::duplex::dataplane::PlaneLink;
+use crate::host::duplex::routes::{BindOutcome, RouteShared, SlotPermit, next_route_id};
+use crate::host::error::SandboxError;
+use crate::host::worker::connection::Connection;
+use crate::host::worker::supervisor::Supervisor;
 use crate::protocol::duplex::{CloseParams, OpenParams, PairParams, WriteParams};
 use crate::protocol::{self, methods, to_value};
 

@@ -11,12 +11,12 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::connection::{Connection, ConnectionEvents, ExecSink};
-use super::error::SandboxError;
-use super::manifest::PluginManifest;
-use super::options::{ParentDeathSignal, SandboxOptions};
-use super::process::spawn_worker;
-use super::routes::{RouteShared, RouteTable};
+use crate::host::duplex::routes::{RouteShared, RouteTable};
+use crate::host::error::SandboxError;
+use crate::host::manifest::PluginManifest;
+use crate::host::options::{ParentDeathSignal, SandboxOptions};
+use crate::host::worker::connection::{Connection, ConnectionEvents, ExecSink};
+use crate::host::worker::process::spawn_worker;
 use crate::protocol::handshake::{InitializeParams, InitializeResult, InstanceInfo, NoParams};
 use crate::protocol::{methods, to_value};
 
@@ -173,7 +173,12 @@ impl Supervisor {
         });
         match result {
             Ok(result) => {
-                super::dataplane::settle(&connection, &result.supported_methods, &self.options, &self.routes);
+                crate::host::duplex::dataplane::settle(
+                    &connection,
+                    &result.supported_methods,
+                    &self.options,
+                    &self.routes,
+                );
                 *self.supported.lock().unwrap_or_else(|e| e.into_inner()) =
                     Arc::new(result.supported_methods.into_iter().collect());
                 tracing::info!(plugin = %self.manifest.id, pid = connection.pid(), generation, "worker ready");
@@ -420,7 +425,7 @@ async fn close_ended_routes(me: Weak<Supervisor>, mut closes: mpsc::UnboundedRec
             continue;
         }
         tokio::spawn(async move {
-            let _ = super::channel::send_close(&connection, &route, timeout).await;
+            let _ = crate::host::duplex::channel::send_close(&connection, &route, timeout).await;
         });
     }
 }

@@ -18,11 +18,11 @@ use envrt_runtime_core::{
 use serde::Serialize;
 use serde_json::Value;
 
-use super::connection::ExecSink;
-use super::error::SandboxError;
-use super::manifest::PluginManifest;
-use super::options::SandboxOptions;
-use super::supervisor::Supervisor;
+use crate::host::error::SandboxError;
+use crate::host::manifest::PluginManifest;
+use crate::host::options::SandboxOptions;
+use crate::host::worker::connection::ExecSink;
+use crate::host::worker::supervisor::Supervisor;
 use crate::protocol::environment::{
     AcquireLeaseParams, DriverBase, EndLeaseParams, ExecuteParams, ExecuteResult as WireExecuteResult, LeaseRef,
     RealizeWorkspaceParams, ResumeLeaseParams, SyncParams,
@@ -31,8 +31,11 @@ use crate::protocol::handshake::NoParams;
 use crate::protocol::{methods, to_value};
 
 mod duplex;
+pub(crate) mod post_upload;
 mod recovery;
 mod setup;
+pub(crate) mod sync_out;
+pub(crate) mod tail;
 mod templates;
 mod validate;
 
@@ -246,7 +249,7 @@ impl SandboxDriver {
     ) -> Result<SyncResult, DriverError> {
         self.require(method)?;
         let remote_cwd = context.lease.metadata.get("remoteCwd").and_then(|v| v.as_str());
-        super::post_upload::check_cwds(operations, remote_cwd)?;
+        crate::host::driver::post_upload::check_cwds(operations, remote_cwd)?;
         let params = SyncParams {
             base: self.base(context),
             lease: Self::lease(context),
@@ -495,7 +498,7 @@ impl Execute for SandboxDriver {
             let sink: ExecSink = Arc::new(move |stream, bytes: Vec<u8>| sink.on_chunk(stream, &bytes));
             sink
         });
-        let tail = super::tail::TailCapture::for_request(&request);
+        let tail = crate::host::driver::tail::TailCapture::for_request(&request);
         let sink = match &tail {
             Some(tail) => Some(tail.sink(sink)),
             None => sink,
@@ -503,7 +506,7 @@ impl Execute for SandboxDriver {
         let started = Instant::now();
         let company = Some(context.lease.company_id.as_str());
         // a command runs as long as it runs without a timeout: bound by the worker's life
-        let call = super::exec_stdin::ExecCall {
+        let call = crate::host::duplex::exec_stdin::ExecCall {
             method,
             timeout: request.timeout,
             company_id: company.map(str::to_owned),
@@ -568,7 +571,7 @@ impl FileSync for SandboxDriver {
     async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
         // The worker writes into hold directories; links are checked here before anything
         // reaches a target (see `sync_out`).
-        let (held_operations, holds) = super::sync_out::Holds::prepare(operations)?;
+        let (held_operations, holds) = crate::host::driver::sync_out::Holds::prepare(operations)?;
         match self.sync(methods::SYNC_OUT, context, &held_operations).await {
             Ok(result) => holds.commit().map(|()| result),
             Err(e) => Err(holds.explain(e)),
