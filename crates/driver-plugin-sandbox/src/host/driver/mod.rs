@@ -58,7 +58,7 @@ impl std::fmt::Debug for SandboxDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SandboxDriver")
             .field("key", &self.key)
-            .field("plugin", &self.supervisor.manifest.id)
+            .field("plugin", &self.supervisor.manifest().id)
             .field("worker_pid", &self.supervisor.pid())
             .finish()
     }
@@ -87,7 +87,7 @@ impl SandboxDriver {
 
     /// The manifest.
     pub fn manifest(&self) -> &PluginManifest {
-        &self.supervisor.manifest
+        self.supervisor.manifest()
     }
 
     /// The live worker's `supportedMethods` (replaced on each restart).
@@ -107,7 +107,7 @@ impl SandboxDriver {
             .call(
                 methods::HEALTH,
                 to_value(&NoParams {}),
-                self.supervisor.options.rpc_timeout,
+                self.supervisor.options().rpc_timeout,
                 None,
                 None,
             )
@@ -119,7 +119,7 @@ impl SandboxDriver {
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, DriverError> {
         Ok(self
             .supervisor
-            .call(method, params, self.supervisor.options.rpc_timeout, None, None)
+            .call(method, params, self.supervisor.options().rpc_timeout, None, None)
             .await?)
     }
 
@@ -139,7 +139,7 @@ impl SandboxDriver {
             Ok(())
         } else {
             Err(SandboxError::NotAdvertised {
-                plugin_id: self.supervisor.manifest.id.clone(),
+                plugin_id: self.supervisor.manifest().id.clone(),
                 method: method.to_owned(),
             })
         }
@@ -150,7 +150,7 @@ impl SandboxDriver {
             .call(
                 method,
                 to_value(params),
-                self.supervisor.options.rpc_timeout,
+                self.supervisor.options().rpc_timeout,
                 Some(company_id),
                 None,
             )
@@ -159,7 +159,7 @@ impl SandboxDriver {
 
     /// A call on no company's behalf (recovery works across them).
     async fn call_unscoped(&self, method: &str, params: &impl Serialize) -> Result<Value, SandboxError> {
-        let timeout = self.supervisor.options.rpc_timeout;
+        let timeout = self.supervisor.options().rpc_timeout;
         self.supervisor
             .call(method, to_value(params), timeout, None, None)
             .await

@@ -44,8 +44,8 @@ impl Supervisor {
         encode: impl FnOnce(Vec<u8>) -> Result<String, SandboxError>,
     ) -> Result<Value, SandboxError> {
         let wait = match call.timeout {
-            Some(timeout) => timeout + self.options.execute_grace,
-            None => self.options.rpc_timeout,
+            Some(timeout) => timeout + self.options().execute_grace,
+            None => self.options().rpc_timeout,
         };
         let connection = self.connection(call.method, wait, Instant::now() + wait).await?;
         let link = match &stdin {

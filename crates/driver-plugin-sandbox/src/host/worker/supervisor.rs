@@ -40,9 +40,9 @@ enum Slot {
 
 /// Owns one plugin's worker.
 pub(crate) struct Supervisor {
-    pub(crate) manifest: PluginManifest,
-    pub(crate) options: SandboxOptions,
-    pub(crate) routes: Arc<RouteTable>,
+    manifest: PluginManifest,
+    options: SandboxOptions,
+    routes: Arc<RouteTable>,
     slot: watch::Sender<Slot>,
     supported: Mutex<Arc<VerbSet>>,
     generation: AtomicU64,
@@ -70,6 +70,21 @@ impl ConnectionEvents for Events {
 }
 
 impl Supervisor {
+    /// The plugin's manifest.
+    pub(crate) fn manifest(&self) -> &PluginManifest {
+        &self.manifest
+    }
+
+    /// The options the worker was started with.
+    pub(crate) fn options(&self) -> &SandboxOptions {
+        &self.options
+    }
+
+    /// The worker's duplex route table.
+    pub(crate) fn routes(&self) -> &Arc<RouteTable> {
+        &self.routes
+    }
+
     /// Starts the worker and completes the handshake.
     pub(crate) async fn start(
         manifest: PluginManifest,
