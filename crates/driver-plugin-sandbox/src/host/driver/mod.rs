@@ -3,17 +3,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use async_trait::async_trait;
-use base64::Engine as _;
 use envrt_runtime_core::capability::{CapabilityKey, SupportSet, VerbSet};
 use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError,
-    DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, LeaseContext,
-    LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
-    SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
+    DuplexChannels, EnvironmentDriver, Execute, FileSync, JsonMap, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus,
+    RealizeWorkspace, Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Timestamp,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -21,19 +18,20 @@ use serde_json::Value;
 use crate::host::error::SandboxError;
 use crate::host::manifest::PluginManifest;
 use crate::host::options::SandboxOptions;
-use crate::host::worker::connection::ExecSink;
 use crate::host::worker::supervisor::Supervisor;
 use crate::protocol::environment::{
-    AcquireLeaseParams, DriverBase, EndLeaseParams, ExecuteParams, ExecuteResult as WireExecuteResult, LeaseRef,
-    RealizeWorkspaceParams, ResumeLeaseParams, SyncParams,
+    AcquireLeaseParams, DriverBase, EndLeaseParams, LeaseRef, ResumeLeaseParams, SyncParams,
 };
 use crate::protocol::handshake::NoParams;
 use crate::protocol::{methods, to_value};
 
 mod duplex;
+mod execute;
 pub(crate) mod post_upload;
+mod realize;
 mod recovery;
 mod setup;
+mod sync;
 pub(crate) mod sync_out;
 pub(crate) mod tail;
 mod templates;
@@ -423,162 +421,5 @@ impl DestroyLease for SandboxDriver {
     async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
         self.require(methods::DESTROY_LEASE)?;
         Ok(self.end_lease(methods::DESTROY_LEASE, context).await?)
-    }
-}
-
-#[async_trait]
-impl RealizeWorkspace for SandboxDriver {
-    async fn realize_workspace(
-        &self,
-        context: &LeaseContext,
-        request: &WorkspaceRequest,
-    ) -> Result<RealizedWorkspace, DriverError> {
-        self.require(methods::REALIZE_WORKSPACE)?;
-        let params = RealizeWorkspaceParams {
-            base: self.base(context),
-            lease: Self::lease(context),
-            workspace: request.clone(),
-        };
-        let value = self
-            .rpc(methods::REALIZE_WORKSPACE, &params, &context.lease.company_id)
-            .await?;
-        Ok(serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
-            method: methods::REALIZE_WORKSPACE.into(),
-            message: e.to_string(),
-        })?)
-    }
-}
-
-#[async_trait]
-impl Execute for SandboxDriver {
-    async fn execute(&self, context: &LeaseContext, mut request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
-        let binary = self.advertises(methods::EXECUTE_BINARY);
-        let method = if binary {
-            methods::EXECUTE_BINARY
-        } else {
-            methods::EXECUTE
-        };
-        self.require(method)?;
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let mut params = ExecuteParams {
-            base: self.base(context),
-            lease: Self::lease(context),
-            command: request.command.clone(),
-            args: request.args.clone(),
-            cwd: request.cwd.clone(),
-            env: request
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.expose().to_owned()))
-                .collect(),
-            timeout_ms: request.timeout.map(|timeout| timeout.as_millis() as u64),
-            ..ExecuteParams::default()
-        };
-        if let Some(user) = &request.user {
-            if !self.advertises(methods::EXECUTE_AS_USER) {
-                return Err(DriverError::UserRefused {
-                    user: user.clone(),
-                    reason: format!("the plugin worker does not advertise \"{}\".", methods::EXECUTE_AS_USER),
-                });
-            }
-            params.envrt_user = Some(user.clone());
-        }
-        // a text worker has no data plane stdin: its stdin must be UTF-8 in the request
-        let stdin = request.stdin.take();
-        if let (false, Some(stdin)) = (binary, &stdin)
-            && std::str::from_utf8(stdin).is_err()
-        {
-            return Err(SandboxError::InvalidInput {
-                message: "stdin is not valid UTF-8 and the worker does not advertise \"environmentExecuteBinary\""
-                    .into(),
-            }
-            .into());
-        }
-        let sink: Option<ExecSink> = request.sink.clone().map(|sink| {
-            let sink: ExecSink = Arc::new(move |stream, bytes: Vec<u8>| sink.on_chunk(stream, &bytes));
-            sink
-        });
-        let tail = crate::host::driver::tail::TailCapture::for_request(&request);
-        let sink = match &tail {
-            Some(tail) => Some(tail.sink(sink)),
-            None => sink,
-        };
-        let started = Instant::now();
-        let company = Some(context.lease.company_id.as_str());
-        // a command runs as long as it runs without a timeout: bound by the worker's life
-        let call = crate::host::duplex::exec_stdin::ExecCall {
-            method,
-            timeout: request.timeout,
-            company_id: company.map(str::to_owned),
-            sink,
-        };
-        let encode = |bytes: Vec<u8>| -> Result<String, SandboxError> {
-            Ok(if binary {
-                b64.encode(bytes)
-            } else {
-                String::from_utf8(bytes).unwrap_or_default()
-            })
-        };
-        let value = self
-            .supervisor
-            .call_execute(call, to_value(&params), stdin, encode)
-            .await?;
-        let duration = started.elapsed();
-        let wire: WireExecuteResult = serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
-            method: method.to_owned(),
-            message: e.to_string(),
-        })?;
-        let decode = |text: String, name: &str| -> Result<Vec<u8>, SandboxError> {
-            if binary {
-                b64.decode(text.as_bytes()).map_err(|e| SandboxError::InvalidResult {
-                    method: method.to_owned(),
-                    message: format!("{name} is not base64: {e}"),
-                })
-            } else {
-                Ok(text.into_bytes())
-            }
-        };
-        let metadata = wire.metadata.unwrap_or_default();
-        let flagged = |key: &str| metadata.get(key).and_then(Value::as_bool) == Some(true);
-        let mut stdout = request.output_buffer();
-        stdout.push(&decode(wire.stdout, "stdout")?);
-        let mut stderr = request.output_buffer();
-        stderr.push(&decode(wire.stderr, "stderr")?);
-        // What the worker itself cut counts too (not for a tail, taken from every chunk).
-        let (mut stdout_cut, mut stderr_cut) = (flagged("stdoutTruncated"), flagged("stderrTruncated"));
-        if let Some(tail) = tail {
-            (stdout, stderr) = tail.into_buffers();
-            (stdout_cut, stderr_cut) = (false, false);
-        }
-        let ending = envrt_runtime_core::execute::Ending {
-            exit_code: wire.exit_code,
-            signal: wire.signal,
-            timed_out: wire.timed_out,
-        };
-        let mut result = ExecuteResult::from_capped(ending, stdout, stderr, duration, metadata);
-        result.stdout_truncated |= stdout_cut;
-        result.stderr_truncated |= stderr_cut;
-        Ok(result)
-    }
-}
-
-#[async_trait]
-impl FileSync for SandboxDriver {
-    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        self.sync(methods::SYNC_IN, context, operations).await
-    }
-
-    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        // The worker writes into hold directories; links are checked here before anything
-        // reaches a target (see `sync_out`).
-        let (held_operations, holds) = crate::host::driver::sync_out::Holds::prepare(operations)?;
-        match self.sync(methods::SYNC_OUT, context, &held_operations).await {
-            Ok(result) => holds.commit().map(|()| result),
-            Err(e) => Err(holds.explain(e)),
-        }
-    }
-
-    fn supports_sync(&self, _context: &LeaseContext) -> bool {
-        self.advertises(methods::SYNC_IN) && self.advertises(methods::SYNC_OUT)
     }
 }
