@@ -1,4 +1,5 @@
-//! [`DockerDriver`]: connection, the lease life cycle (a container per lease), capabilities, optional groups.
+//! [`DockerDriver`]: connection, the lease life cycle (a container per lease), capabilities,
+//! and the accessors of the optional groups (each group's impl lives in its concern's file).
 
 use std::collections::HashMap;
 
@@ -8,10 +9,9 @@ use bollard::query_parameters::{CreateContainerOptionsBuilder, StopContainerOpti
 use envrt_runtime_core::capability::{CapabilityKey, SupportSet};
 use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
-    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannel,
-    DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, LeaseContext,
-    LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, ReleaseInput, ResumeLease, SyncOperation, SyncResult,
-    Timestamp,
+    AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError,
+    DuplexChannels, EnvironmentDriver, Execute, FileSync, JsonMap, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus,
+    RealizeWorkspace, ReleaseInput, ResumeLease, Timestamp,
 };
 
 use crate::config::{DockerConfig, EnvConfig, KEPT_CAPABILITIES, META_WORKSPACE_DIR, lease_workspace};
@@ -536,50 +536,6 @@ impl DestroyLease for DockerDriver {
                 Ok(())
             }
         }
-    }
-}
-
-#[async_trait]
-impl Execute for DockerDriver {
-    async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
-        let container = Self::container_of(context)?;
-        if let Some(user) = request.user.as_deref() {
-            match context.environment.as_ref() {
-                Some(environment) => EnvConfig::of(environment)?.check_user(user)?,
-                None => {
-                    return Err(DriverError::UserRefused {
-                        user: user.to_owned(),
-                        reason: crate::config::USER_NOT_ALLOWED.to_owned(),
-                    });
-                }
-            }
-        }
-        let workspace = Self::workspace_of(context);
-        crate::exec::execute(&self.engine, self.config.kill_grace, container, &workspace, request).await
-    }
-}
-
-#[async_trait]
-impl FileSync for DockerDriver {
-    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        crate::sync_in::sync_in(self, context, operations).await
-    }
-
-    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        crate::sync_out::sync_out(self, context, operations).await
-    }
-}
-
-#[async_trait]
-impl DuplexChannels for DockerDriver {
-    async fn open_duplex_channel(
-        &self,
-        context: &LeaseContext,
-        command: &[String],
-    ) -> Result<Box<dyn DuplexChannel>, DriverError> {
-        let container = Self::container_of(context)?;
-        let workspace = Self::workspace_of(context);
-        crate::duplex::open(&self.engine, self.config.kill_grace, container, &workspace, command).await
     }
 }
 

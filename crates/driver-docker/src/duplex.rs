@@ -15,8 +15,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
-use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit};
+use envrt_runtime_core::{DriverError, DuplexChannel, DuplexChannels, DuplexExit, LeaseContext};
 
+use crate::DockerDriver;
 use crate::engine::Engine;
 use crate::process::{self, Demux, ExecState, InputSide, Target};
 
@@ -297,5 +298,18 @@ impl Drop for DockerChannel {
                 let _ = process::kill_tree(&shared.engine, &shared.container, &target, shared.grace, false).await;
             }
         });
+    }
+}
+
+#[async_trait]
+impl DuplexChannels for DockerDriver {
+    async fn open_duplex_channel(
+        &self,
+        context: &LeaseContext,
+        command: &[String],
+    ) -> Result<Box<dyn DuplexChannel>, DriverError> {
+        let container = Self::container_of(context)?;
+        let workspace = Self::workspace_of(context);
+        open(&self.engine, self.config.kill_grace, container, &workspace, command).await
     }
 }

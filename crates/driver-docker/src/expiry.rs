@@ -78,7 +78,7 @@ pub(crate) async fn watch(engine: &Engine, container: &str, at: Timestamp) {
         }
     };
     if let Some(pid) = init
-        && crate::hostkill::sees(container)
+        && crate::process::hostkill::sees(container)
         && !watched(container, pid)
         && let Err(error) = start(container, pid, at.0 / 1000)
     {

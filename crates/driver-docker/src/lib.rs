@@ -76,23 +76,19 @@
 #[cfg(doc)]
 use envrt_runtime_core::PathScope;
 
-mod archive;
 mod bind;
 mod config;
 mod descriptor;
 mod driver;
-mod dropkill;
 mod duplex;
 mod engine;
-mod exec;
+mod execute;
 mod expiry;
-mod hostkill;
 mod owner;
 mod process;
 mod realize;
 mod recovery;
-mod sync_in;
-mod sync_out;
+mod sync;
 mod templates;
 
 pub use config::{

@@ -68,7 +68,7 @@ pub(crate) fn start(watch: &Watch<'_>) -> Result<(), DriverError> {
     let text = |p: &Path| p.to_str().map(str::to_owned).unwrap_or_default();
     let mut command = tokio::process::Command::new("/bin/sh");
     // the watchdog outlives calls: it holds nothing of the host program's but stdio
-    crate::fds::inherit_only(command.as_std_mut(), &[]);
+    crate::process::fds::inherit_only(command.as_std_mut(), &[]);
     let child = command
         .arg("-c")
         .arg(SCRIPT)

@@ -7,9 +7,8 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use async_trait::async_trait;
 use envrt_runtime_core::sync::{confine_to_workspace, is_within};
-use envrt_runtime_core::{DriverError, LeaseContext, PathScope, RealizeWorkspace, RealizedWorkspace, WorkspaceRequest};
+use envrt_runtime_core::{DriverError, PathScope};
 
 use crate::LocalDriver;
 
@@ -154,38 +153,6 @@ impl LocalDriver {
     /// The workspace sync paths must stay in, or `None` under the host scope.
     pub(crate) fn confinement<'a>(&self, workspace: &'a Path) -> Option<&'a Path> {
         (!self.config().path_scope.any_file_path()).then_some(workspace)
-    }
-}
-
-/// Realizing a workspace: the lease's directory, or a directory created inside it.
-#[async_trait]
-impl RealizeWorkspace for LocalDriver {
-    async fn realize_workspace(
-        &self,
-        context: &LeaseContext,
-        request: &WorkspaceRequest,
-    ) -> Result<RealizedWorkspace, DriverError> {
-        let workspace = self.live_workspace(context)?;
-        let cwd = match &request.remote_path {
-            None => workspace.clone(),
-            Some(remote) => {
-                let dir = resolve_in_workspace(&workspace, remote)?;
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?;
-                // Re-check: creation followed whatever existed on the way.
-                check_no_escape(&workspace, &dir, remote)?;
-                dir
-            }
-        };
-        let mut metadata = envrt_runtime_core::JsonMap::new();
-        metadata.insert(
-            envrt_runtime_core::model::WORKSPACE_METADATA_KEY.into(),
-            path_str(&workspace)?.into(),
-        );
-        Ok(RealizedWorkspace {
-            cwd: path_str(&cwd)?.to_owned(),
-            metadata: Some(metadata),
-        })
     }
 }
 

@@ -17,6 +17,8 @@ static DRIVERS: &[&dyn DriverDescriptor] = &[
     &envrt_driver_ssh::DESCRIPTOR,
     #[cfg(feature = "plugin-sandbox")]
     &envrt_driver_plugin_sandbox::DESCRIPTOR,
+    #[cfg(feature = "example")]
+    &envrt_driver_example::DESCRIPTOR,
 ];
 
 /// Every driver descriptor this build enables, in registration order.
@@ -60,7 +62,14 @@ mod tests {
         .into_iter()
         .filter_map(|(key, on)| on.then_some(key))
         .collect();
-        assert_eq!(known_drivers(), expected);
+        // The built-in four come first, in this order; a driver added later (such as the
+        // example driver, under its own feature) follows them, once, with its descriptor.
+        let known = known_drivers();
+        assert_eq!(known[..expected.len()], expected, "{known:?}");
+        for (at, key) in known.iter().enumerate() {
+            assert_eq!(descriptor(key).map(|d| d.key()), Some(*key));
+            assert!(!known[..at].contains(key), "{key} registered twice: {known:?}");
+        }
         assert!(descriptor("zzz").is_none());
         let unknown = Environment::new("p", "p", "bwrap");
         assert_eq!(

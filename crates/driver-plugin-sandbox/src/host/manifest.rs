@@ -15,7 +15,7 @@ use envrt_runtime_core::CapabilityDeclaration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::error::SandboxError;
+use crate::host::error::SandboxError;
 
 /// A plugin manifest (camelCase JSON). Unknown fields are kept in `extra` and sent to the
 /// worker in `initialize` unchanged, so a Paperclip manifest file can be used as it is.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use envrt_runtime_core::JsonMap;
 
-use super::routes::{DuplexLimits, RouteSlots};
+use crate::host::duplex::routes::{DuplexLimits, RouteSlots};
 
 /// Crash restarts: `base · 2^(n-1)` ± 25 %, capped, at most `max_crashes` in a row.
 #[derive(Clone, Debug, PartialEq, Eq)]

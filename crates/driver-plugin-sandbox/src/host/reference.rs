@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::manifest::PluginManifest;
+use crate::host::manifest::PluginManifest;
 
 /// The reference worker's binary name (crate `envrt-sandbox-worker`).
 pub const REFERENCE_WORKER_BINARY: &str = "envrt-sandbox-worker";

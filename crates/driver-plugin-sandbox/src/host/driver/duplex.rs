@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use envrt_runtime_core::{DriverError, DuplexChannel, DuplexChannels, LeaseContext};
 
 use super::SandboxDriver;
-use crate::host::channel;
+use crate::host::duplex::channel;
 use crate::protocol::duplex::OpenParams;
 use crate::protocol::methods;
 

@@ -34,7 +34,7 @@ impl SandboxDriver {
             driver_key: self.key.clone(),
             config: Value::Object(environment.config.clone()),
         });
-        let timeout = self.supervisor.options.rpc_timeout;
+        let timeout = self.supervisor.options().rpc_timeout;
         let ok = match self
             .supervisor
             .call(methods::VALIDATE_CONFIG, params, timeout, None, None)
@@ -64,7 +64,7 @@ impl SandboxDriver {
             driver_key: self.key.clone(),
             config: Value::Object(config.clone()),
         });
-        let timeout = self.supervisor.options.rpc_timeout;
+        let timeout = self.supervisor.options().rpc_timeout;
         let answer = self
             .supervisor
             .call(methods::VALIDATE_CONFIG, params, timeout, None, None)

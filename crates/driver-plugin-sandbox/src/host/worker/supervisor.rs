@@ -11,12 +11,12 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::connection::{Connection, ConnectionEvents, ExecSink};
-use super::error::SandboxError;
-use super::manifest::PluginManifest;
-use super::options::{ParentDeathSignal, SandboxOptions};
-use super::process::spawn_worker;
-use super::routes::{RouteShared, RouteTable};
+use crate::host::duplex::routes::{RouteShared, RouteTable};
+use crate::host::error::SandboxError;
+use crate::host::manifest::PluginManifest;
+use crate::host::options::{ParentDeathSignal, SandboxOptions};
+use crate::host::worker::connection::{Connection, ConnectionEvents, ExecSink};
+use crate::host::worker::process::spawn_worker;
 use crate::protocol::handshake::{InitializeParams, InitializeResult, InstanceInfo, NoParams};
 use crate::protocol::{methods, to_value};
 
@@ -40,9 +40,9 @@ enum Slot {
 
 /// Owns one plugin's worker.
 pub(crate) struct Supervisor {
-    pub(crate) manifest: PluginManifest,
-    pub(crate) options: SandboxOptions,
-    pub(crate) routes: Arc<RouteTable>,
+    manifest: PluginManifest,
+    options: SandboxOptions,
+    routes: Arc<RouteTable>,
     slot: watch::Sender<Slot>,
     supported: Mutex<Arc<VerbSet>>,
     generation: AtomicU64,
@@ -70,6 +70,21 @@ impl ConnectionEvents for Events {
 }
 
 impl Supervisor {
+    /// The plugin's manifest.
+    pub(crate) fn manifest(&self) -> &PluginManifest {
+        &self.manifest
+    }
+
+    /// The options the worker was started with.
+    pub(crate) fn options(&self) -> &SandboxOptions {
+        &self.options
+    }
+
+    /// The worker's duplex route table.
+    pub(crate) fn routes(&self) -> &Arc<RouteTable> {
+        &self.routes
+    }
+
     /// Starts the worker and completes the handshake.
     pub(crate) async fn start(
         manifest: PluginManifest,
@@ -173,7 +188,12 @@ impl Supervisor {
         });
         match result {
             Ok(result) => {
-                super::dataplane::settle(&connection, &result.supported_methods, &self.options, &self.routes);
+                crate::host::duplex::dataplane::settle(
+                    &connection,
+                    &result.supported_methods,
+                    &self.options,
+                    &self.routes,
+                );
                 *self.supported.lock().unwrap_or_else(|e| e.into_inner()) =
                     Arc::new(result.supported_methods.into_iter().collect());
                 tracing::info!(plugin = %self.manifest.id, pid = connection.pid(), generation, "worker ready");
@@ -420,7 +440,7 @@ async fn close_ended_routes(me: Weak<Supervisor>, mut closes: mpsc::UnboundedRec
             continue;
         }
         tokio::spawn(async move {
-            let _ = super::channel::send_close(&connection, &route, timeout).await;
+            let _ = crate::host::duplex::channel::send_close(&connection, &route, timeout).await;
         });
     }
 }

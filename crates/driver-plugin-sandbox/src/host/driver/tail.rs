@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use envrt_runtime_core::{CappedBuffer, ExecuteRequest, OutputKeep, OutputStream};
 
-use super::connection::ExecSink;
+use crate::host::worker::connection::ExecSink;
 
 /// The two streams' tail buffers, fed from `execute.log`.
 pub(crate) struct TailCapture {

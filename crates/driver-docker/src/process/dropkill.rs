@@ -5,7 +5,7 @@
 //! run).
 //!
 //! With a local engine and the command's pid known (the wrapper reported it), the tree is
-//! killed from the host at once ([`crate::hostkill`], reads of `/proc` and signals, no
+//! killed from the host at once ([`crate::process::hostkill`], reads of `/proc` and signals, no
 //! engine call). Otherwise the kill needs the engine: when the pid is not read yet, the
 //! exec's host pid from its inspect (a local engine; its session is the command's tree);
 //! with a remote engine, the in-container killer. That runs on a thread of its own, with
@@ -45,9 +45,9 @@ impl Drop for KillOnDrop {
             return;
         };
         let container = self.container.clone();
-        let local = crate::hostkill::sees(&container);
+        let local = crate::process::hostkill::sees(&container);
         if local && let Some(target) = &self.target {
-            let left = crate::hostkill::apply(&container, target, crate::hostkill::Mode::Kill);
+            let left = crate::process::hostkill::apply(&container, target, crate::process::hostkill::Mode::Kill);
             tracing::debug!(
                 container,
                 exec_id,
@@ -107,7 +107,7 @@ fn kill_on_own_runtime(engine: Engine, container: &str, exec_id: &str, target: O
             // session of the tree, as the host sees it.
             None => match process::host_pid(&engine, exec_id).await {
                 Some(pid) if local => {
-                    let left = crate::hostkill::apply_host_session(container, pid);
+                    let left = crate::process::hostkill::apply_host_session(container, pid);
                     tracing::debug!(
                         container,
                         exec_id,

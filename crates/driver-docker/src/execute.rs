@@ -10,8 +10,13 @@ use envrt_runtime_core::PathScope;
 use envrt_runtime_core::execute::signal_name;
 use envrt_runtime_core::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 
-use crate::dropkill::KillOnDrop;
+use async_trait::async_trait;
+use envrt_runtime_core::{Execute, LeaseContext};
+
+use crate::DockerDriver;
+use crate::config::EnvConfig;
 use crate::engine::Engine;
+use crate::process::dropkill::KillOnDrop;
 use crate::process::{self, Demux, OutputFrames};
 
 /// How long output may still be drained after the command is over or killed.
@@ -365,6 +370,26 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
+    }
+}
+
+#[async_trait]
+impl Execute for DockerDriver {
+    async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+        let container = Self::container_of(context)?;
+        if let Some(user) = request.user.as_deref() {
+            match context.environment.as_ref() {
+                Some(environment) => EnvConfig::of(environment)?.check_user(user)?,
+                None => {
+                    return Err(DriverError::UserRefused {
+                        user: user.to_owned(),
+                        reason: crate::config::USER_NOT_ALLOWED.to_owned(),
+                    });
+                }
+            }
+        }
+        let workspace = Self::workspace_of(context);
+        execute(&self.engine, self.config.kill_grace, container, &workspace, request).await
     }
 }
 

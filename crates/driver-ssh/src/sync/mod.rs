@@ -1,6 +1,9 @@
 //! The sync group: each operation checked whole, transferred (see `sync_in` and
 //! `sync_out`), then its post-upload commands run in order.
 
+pub(crate) mod sync_in;
+pub(crate) mod sync_out;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -9,7 +12,7 @@ use envrt_runtime_core::{
     DriverError, ExecuteRequest, FileSync, LeaseContext, SyncKind, SyncOperation, SyncOperationResult, SyncResult,
 };
 
-use crate::{SshDriver, sync_in, sync_out};
+use crate::SshDriver;
 
 #[async_trait]
 impl FileSync for SshDriver {

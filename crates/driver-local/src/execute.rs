@@ -15,10 +15,15 @@ use std::time::{Duration, Instant};
 
 use envrt_runtime_core::execute::signal_name;
 
-use crate::bulk::{BulkReader, Delivery};
-use crate::containment::{self, Containment};
-use crate::groups::{ProcessTable, reap_group, signal_group};
-use crate::program::{SCRIPT_SHELL, find_program};
+use async_trait::async_trait;
+use envrt_runtime_core::{Execute, LeaseContext};
+
+use crate::LocalDriver;
+use crate::process::bulk::{BulkReader, Delivery};
+use crate::process::containment::{self, Containment};
+use crate::process::groups::{ProcessTable, reap_group, signal_group};
+use crate::process::program::{SCRIPT_SHELL, find_program};
+use crate::process::user;
 use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputStream};
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
@@ -321,7 +326,7 @@ pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<
             .kill_on_drop(true);
         // nothing of the host program's but stdio reaches the command
         let arg0 = if procs.is_some() { OsStr::new("sh") } else { argv[0] };
-        crate::fds::exec_with_stdio_only(command.as_std_mut(), arg0)?;
+        crate::process::fds::exec_with_stdio_only(command.as_std_mut(), arg0)?;
         command.spawn()
     };
     let child = match spawn(&program, &[OsStr::new(&request.command)]) {
@@ -491,6 +496,42 @@ async fn supervise(
         started.elapsed(),
         metadata,
     ))
+}
+
+/// Execute: resolve the user and the cwd in the lease workspace, then run the command.
+#[async_trait]
+impl Execute for LocalDriver {
+    async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+        let identity = match request.user.as_deref() {
+            Some(user) => Some(user::resolve(context, user)?),
+            None => None,
+        };
+        if identity.is_some() {
+            user::open_root(self.root())?;
+        }
+        let workspace = self.live_workspace(context)?;
+        let cwd = match &request.cwd {
+            None => workspace.clone(),
+            Some(cwd) => self.resolve_cwd(&workspace, cwd)?,
+        };
+        if !cwd.is_dir() {
+            return Err(DriverError::missing_cwd(request.cwd.as_deref().unwrap_or_default()));
+        }
+        if let (Some(user), Some(identity)) = (request.user.as_deref(), identity) {
+            user::check_reachable(user, &cwd, identity)?;
+        }
+        let site = ExecSite {
+            workspace: &workspace,
+            cwd: &cwd,
+            lease_key: &context.lease.id,
+            table: self.processes(),
+            kill_grace: self.config().kill_grace,
+            env_allowlist: &self.config().env_allowlist,
+            containment: self.containment_mode(),
+            identity,
+        };
+        run(&site, request).await
+    }
 }
 
 #[cfg(test)]

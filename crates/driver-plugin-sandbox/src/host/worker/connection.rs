@@ -13,9 +13,9 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{mpsc, oneshot};
 
-use super::dataplane::PlaneSlot;
-use super::error::SandboxError;
-use super::process::{Spawned, StderrTail, WorkerExit, WorkerProcess};
+use crate::host::duplex::dataplane::PlaneSlot;
+use crate::host::error::SandboxError;
+use crate::host::worker::process::{Spawned, StderrTail, WorkerExit, WorkerProcess};
 use crate::protocol::handshake::CancelParams;
 use crate::protocol::{
     self, ErrorData, ErrorObject, Incoming, Invocation, InvocationScope, LineRead, LineReader, RequestId, codes,

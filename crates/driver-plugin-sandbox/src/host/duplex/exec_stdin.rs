@@ -13,9 +13,9 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::connection::ExecSink;
-use super::error::SandboxError;
-use super::supervisor::Supervisor;
+use crate::host::error::SandboxError;
+use crate::host::worker::connection::ExecSink;
+use crate::host::worker::supervisor::Supervisor;
 
 /// Stdin larger than this goes over the data plane when the worker has one (smaller stdin
 /// rides in the request: one message, no frames).
@@ -44,8 +44,8 @@ impl Supervisor {
         encode: impl FnOnce(Vec<u8>) -> Result<String, SandboxError>,
     ) -> Result<Value, SandboxError> {
         let wait = match call.timeout {
-            Some(timeout) => timeout + self.options.execute_grace,
-            None => self.options.rpc_timeout,
+            Some(timeout) => timeout + self.options().execute_grace,
+            None => self.options().rpc_timeout,
         };
         let connection = self.connection(call.method, wait, Instant::now() + wait).await?;
         let link = match &stdin {

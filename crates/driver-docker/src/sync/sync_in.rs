@@ -18,9 +18,9 @@ use envrt_runtime_core::{
 };
 use tokio::sync::mpsc;
 
-use crate::archive::{ArchiveError, ChannelWriter, TarPlan, build_tar};
 use crate::driver::DockerDriver;
 use crate::process::run_script;
+use crate::sync::archive::{ArchiveError, ChannelWriter, TarPlan, build_tar};
 
 struct Entry {
     plan: TarPlan,
@@ -307,7 +307,8 @@ pub(crate) async fn sync_in(
             request.cwd = Some(cwd.clone().unwrap_or_else(|| workspace.clone()));
             request.timeout = command.timeout_ms.map(Duration::from_millis);
             let outcome =
-                crate::exec::execute(&driver.engine, driver.config.kill_grace, container, &workspace, request).await?;
+                crate::execute::execute(&driver.engine, driver.config.kill_grace, container, &workspace, request)
+                    .await?;
             envrt_runtime_core::sync::post_upload_verdict(
                 &command.command,
                 outcome.timed_out,

@@ -28,10 +28,10 @@ use tokio::io::BufReader;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
-use super::connection::Connection;
-use super::error::SandboxError;
-use super::options::SandboxOptions;
-use super::routes::{DuplexLimits, Frame, RouteTable};
+use crate::host::duplex::routes::{DuplexLimits, Frame, RouteTable};
+use crate::host::error::SandboxError;
+use crate::host::options::SandboxOptions;
+use crate::host::worker::connection::Connection;
 use crate::protocol::{codes, methods};
 use envrt_plugin_protocol::dataplane::{self as wire, Kind, Offer};
 

@@ -9,11 +9,11 @@ use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::connection::Connection;
-use super::dataplane::PlaneLink;
-use super::error::SandboxError;
-use super::routes::{BindOutcome, RouteShared, SlotPermit, next_route_id};
-use super::supervisor::Supervisor;
+use crate::host::duplex::dataplane::PlaneLink;
+use crate::host::duplex::routes::{BindOutcome, RouteShared, SlotPermit, next_route_id};
+use crate::host::error::SandboxError;
+use crate::host::worker::connection::Connection;
+use crate::host::worker::supervisor::Supervisor;
 use crate::protocol::duplex::{CloseParams, OpenParams, PairParams, WriteParams};
 use crate::protocol::{self, methods, to_value};
 
@@ -25,16 +25,16 @@ pub(crate) async fn open(
     company_id: &str,
 ) -> Result<SandboxChannel, SandboxError> {
     let permit = supervisor
-        .options
+        .options()
         .route_slots
         .try_acquire()
         .ok_or(SandboxError::RouteBusy)?;
-    let timeout = supervisor.options.duplex_timeout;
+    let timeout = supervisor.options().duplex_timeout;
     let deadline = Instant::now() + timeout;
     let connection = supervisor.connection(methods::DUPLEX_OPEN, timeout, deadline).await?;
     let route_id = next_route_id();
     params.host_route_id = route_id.clone();
-    supervisor.routes.register_pending(&route_id, connection.generation());
+    supervisor.routes().register_pending(&route_id, connection.generation());
     let answer = connection
         .call(
             methods::DUPLEX_OPEN,
@@ -54,7 +54,7 @@ pub(crate) async fn open(
         Err(error) => {
             // The call's own error (the open timeout, the worker's reason, the worker's
             // exit) names what was hit; only a reply the host cannot use is OPEN_FAILED.
-            supervisor.routes.fail_open(&route_id);
+            supervisor.routes().fail_open(&route_id);
             tracing::warn!(route = %route_id, "duplex open failed: {error}");
             return Err(error);
         }
@@ -63,13 +63,13 @@ pub(crate) async fn open(
     let session = match reply {
         Ok(reply) if reply.host_route_id == route_id && !reply.worker_session_id.is_empty() => reply.worker_session_id,
         _ => {
-            supervisor.routes.fail_open(&route_id);
+            supervisor.routes().fail_open(&route_id);
             // let the worker free whatever it opened
             let close = to_value(&CloseParams {
                 host_route_id: route_id.clone(),
                 worker_session_id: value.get("workerSessionId").and_then(Value::as_str).map(str::to_owned),
             });
-            let close_timeout = supervisor.options.duplex_close_timeout;
+            let close_timeout = supervisor.options().duplex_close_timeout;
             let connection = connection.clone();
             tokio::spawn(async move {
                 let _ = connection
@@ -86,7 +86,7 @@ pub(crate) async fn open(
             return Err(failed(format!("malformed or non-echoing open reply: {value}")));
         }
     };
-    match supervisor.routes.bind(&route_id, &session) {
+    match supervisor.routes().bind(&route_id, &session) {
         BindOutcome::Bound(route) => Ok(SandboxChannel {
             plane: connection.plane.link(&route_id),
             route,
@@ -191,7 +191,7 @@ impl SandboxChannel {
         if Instant::now() >= state.deadline {
             drop(state);
             self.supervisor
-                .routes
+                .routes()
                 .end_route(&self.route, "the route passed its lifetime".into());
             return Err(SandboxError::RouteEnded {
                 route_id: self.route.route_id.clone(),
@@ -208,7 +208,7 @@ impl SandboxChannel {
     }
 
     async fn write_bytes(&self, data: &[u8]) -> Result<(), SandboxError> {
-        let limits = &self.supervisor.routes.limits;
+        let limits = &self.supervisor.routes().limits;
         for piece in data.chunks(limits.max_chunk_bytes.max(1)) {
             self.check_usable()?;
             if let Some(plane) = &self.plane {
@@ -228,7 +228,7 @@ impl SandboxChannel {
                 }
             };
             if let Some(reason) = over {
-                self.supervisor.routes.end_route(&self.route, reason.into());
+                self.supervisor.routes().end_route(&self.route, reason.into());
                 return Err(SandboxError::RouteEnded {
                     route_id: self.route.route_id.clone(),
                     reason: reason.into(),
@@ -244,7 +244,7 @@ impl SandboxChannel {
                 worker_session_id,
                 data: Value::String(protocol::encode_base64(piece)),
             });
-            self.call(methods::DUPLEX_WRITE, params, self.supervisor.options.duplex_timeout)
+            self.call(methods::DUPLEX_WRITE, params, self.supervisor.options().duplex_timeout)
                 .await?;
         }
         Ok(())
@@ -256,29 +256,29 @@ impl SandboxChannel {
         let over = {
             let mut state = self.route.lock();
             state.total_bytes += piece.len() as u64;
-            state.total_bytes > self.supervisor.routes.limits.max_total_bytes
+            state.total_bytes > self.supervisor.routes().limits.max_total_bytes
         };
         if over {
             let reason = "the route passed its total byte bound";
-            self.supervisor.routes.end_route(&self.route, reason.into());
+            self.supervisor.routes().end_route(&self.route, reason.into());
             return Err(SandboxError::RouteEnded {
                 route_id: self.route.route_id.clone(),
                 reason: reason.into(),
             });
         }
-        let timeout = self.supervisor.options.duplex_timeout;
+        let timeout = self.supervisor.options().duplex_timeout;
         plane
             .send(piece, &self.route.notify, || self.check_usable(), timeout)
             .await
     }
 
     async fn close_inner(&self) -> Result<(), SandboxError> {
-        let worker_open = self.supervisor.routes.close_route(&self.route);
+        let worker_open = self.supervisor.routes().close_route(&self.route);
         let result = if worker_open && !self.connection.has_exited() {
             send_close(
                 &self.connection,
                 &self.route,
-                self.supervisor.options.duplex_close_timeout,
+                self.supervisor.options().duplex_close_timeout,
             )
             .await
         } else {
@@ -335,7 +335,7 @@ impl DuplexChannel for SandboxChannel {
         self.call(
             methods::DUPLEX_CLOSE_INPUT,
             to_value(&self.ids()),
-            self.supervisor.options.duplex_timeout,
+            self.supervisor.options().duplex_timeout,
         )
         .await?;
         Ok(())
@@ -351,7 +351,7 @@ impl DuplexChannel for SandboxChannel {
         self.call(
             methods::DUPLEX_STOP,
             to_value(&self.ids()),
-            self.supervisor.options.duplex_timeout,
+            self.supervisor.options().duplex_timeout,
         )
         .await?;
         Ok(())
@@ -376,14 +376,14 @@ impl DuplexChannel for SandboxChannel {
 
 impl Drop for SandboxChannel {
     fn drop(&mut self) {
-        let worker_open = self.supervisor.routes.close_route(&self.route);
+        let worker_open = self.supervisor.routes().close_route(&self.route);
         if worker_open
             && !self.connection.has_exited()
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
             let connection = self.connection.clone();
             let route = self.route.clone();
-            let timeout = self.supervisor.options.duplex_close_timeout;
+            let timeout = self.supervisor.options().duplex_close_timeout;
             handle.spawn(async move {
                 let _ = send_close(&connection, &route, timeout).await;
             });

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
-use super::error::SandboxError;
+use crate::host::error::SandboxError;
 use crate::protocol::{self, notifications};
 
 /// The default process-wide ceiling on open duplex routes.

@@ -10,6 +10,10 @@ use envrt_runtime_core::execute::{Ending, signal_name};
 use envrt_runtime_core::{DriverError, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+use async_trait::async_trait;
+use envrt_runtime_core::{Execute, LeaseContext};
+
+use crate::SshDriver;
 use crate::connection::{Host, exit_code};
 use crate::remote::{self, CWD_MISSING, CWD_OUTSIDE, CWD_REFUSED_CODE, Launch};
 
@@ -202,4 +206,12 @@ pub(crate) async fn run(
         started.elapsed(),
         metadata,
     ))
+}
+
+#[async_trait]
+impl Execute for SshDriver {
+    async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+        let place = self.place(context).await?;
+        self.exec_at(&place, request).await
+    }
 }

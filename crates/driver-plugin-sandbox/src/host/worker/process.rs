@@ -19,7 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, BufReader};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::oneshot;
 
-use super::manifest::WorkerCommand;
+use crate::host::manifest::WorkerCommand;
 
 /// How many bytes of stderr are kept for crash reports.
 pub(crate) const STDERR_TAIL_BYTES: usize = 8 * 1024;
@@ -254,12 +254,12 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal, dat
     let cgroup = WorkerCgroup::create();
     die_with_parent(&mut command, death_signal, cgroup.as_ref().map(|c| c.procs.clone()));
     let plane = match data_plane {
-        true => Some(super::dataplane::pass_to_child(&mut command)?),
+        true => Some(crate::host::duplex::dataplane::pass_to_child(&mut command)?),
         false => None,
     };
     // after the data plane's hook: its socket is the one descriptor passed on purpose
     let keep: Vec<i32> = plane.iter().map(|(_, number)| *number).collect();
-    super::fds::inherit_only(&mut command, &keep);
+    crate::host::worker::fds::inherit_only(&mut command, &keep);
 
     let (reply_tx, reply_rx) = std_mpsc::channel();
     spawner()

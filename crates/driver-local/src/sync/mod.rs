@@ -10,9 +10,14 @@ use envrt_runtime_core::sync::{
 use envrt_runtime_core::{DriverError, ExecuteRequest, LeaseContext, SyncOperation, SyncOperationResult, SyncResult};
 
 use crate::LocalDriver;
-use crate::copy::{self, CopySpec, Counts, Staged};
-use crate::exec::{self, ExecSite};
+mod copy;
+
+use async_trait::async_trait;
+use envrt_runtime_core::FileSync;
+
+use crate::execute::{self, ExecSite};
 use crate::workspace::{check_no_escape, path_str};
+use copy::{CopySpec, Counts, Staged};
 
 /// One entry, checked and resolved.
 struct Planned {
@@ -247,7 +252,7 @@ async fn run_post_upload(
         containment: driver.containment_mode(),
         identity: None,
     };
-    let outcome = exec::run(&site, request).await?;
+    let outcome = execute::run(&site, request).await?;
     envrt_runtime_core::sync::post_upload_verdict(
         &command.command,
         outcome.timed_out,
@@ -282,4 +287,17 @@ pub(crate) async fn sync_out(
         });
     }
     Ok(result)
+}
+
+#[async_trait]
+impl FileSync for LocalDriver {
+    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        sync_in(self, context, &workspace, operations).await
+    }
+
+    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
+        let workspace = self.live_workspace(context)?;
+        sync_out(self, &workspace, operations).await
+    }
 }

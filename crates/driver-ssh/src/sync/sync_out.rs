@@ -16,7 +16,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::connection::{Host, exit_code};
 use crate::remote::quote;
-use crate::sync_in::{Counts, host_path};
+use crate::sync::sync_in::{Counts, host_path};
 
 /// One entry of a sync out, checked.
 pub(crate) struct Planned {

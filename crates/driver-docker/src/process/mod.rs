@@ -12,6 +12,9 @@
 //! descendant of those; it stops them all (so nobody forks while it looks), sends the
 //! signal, and continues them.
 
+pub(crate) mod dropkill;
+pub(crate) mod hostkill;
+
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -414,15 +417,15 @@ pub(crate) async fn kill_tree(
 ) -> Result<u64, DriverError> {
     // From the host when it sees the container's processes (a local engine); from a
     // second exec in the container only when it does not (a remote engine).
-    let from_host = crate::hostkill::sees(container);
+    let from_host = crate::process::hostkill::sees(container);
     let step = |mode: &'static str| async move {
         if from_host {
             let mode = match mode {
-                "term" => crate::hostkill::Mode::Term,
-                "kill" => crate::hostkill::Mode::Kill,
-                _ => crate::hostkill::Mode::List,
+                "term" => crate::process::hostkill::Mode::Term,
+                "kill" => crate::process::hostkill::Mode::Kill,
+                _ => crate::process::hostkill::Mode::List,
             };
-            Ok(crate::hostkill::apply(container, target, mode))
+            Ok(crate::process::hostkill::apply(container, target, mode))
         } else {
             killer(engine, container, mode, target).await
         }

@@ -3,36 +3,37 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use async_trait::async_trait;
-use base64::Engine as _;
 use envrt_runtime_core::capability::{CapabilityKey, SupportSet, VerbSet};
 use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError,
-    DuplexChannels, EnvironmentDriver, Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, LeaseContext,
-    LeaseGrant, LeasePolicy, LeaseStatus, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
-    SyncOperation, SyncResult, Timestamp, WorkspaceRequest,
+    DuplexChannels, EnvironmentDriver, Execute, FileSync, JsonMap, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus,
+    RealizeWorkspace, Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Timestamp,
 };
 use serde::Serialize;
 use serde_json::Value;
 
-use super::connection::ExecSink;
-use super::error::SandboxError;
-use super::manifest::PluginManifest;
-use super::options::SandboxOptions;
-use super::supervisor::Supervisor;
+use crate::host::error::SandboxError;
+use crate::host::manifest::PluginManifest;
+use crate::host::options::SandboxOptions;
+use crate::host::worker::supervisor::Supervisor;
 use crate::protocol::environment::{
-    AcquireLeaseParams, DriverBase, EndLeaseParams, ExecuteParams, ExecuteResult as WireExecuteResult, LeaseRef,
-    RealizeWorkspaceParams, ResumeLeaseParams, SyncParams,
+    AcquireLeaseParams, DriverBase, EndLeaseParams, LeaseRef, ResumeLeaseParams, SyncParams,
 };
 use crate::protocol::handshake::NoParams;
 use crate::protocol::{methods, to_value};
 
 mod duplex;
+mod execute;
+pub(crate) mod post_upload;
+mod realize;
 mod recovery;
 mod setup;
+mod sync;
+pub(crate) mod sync_out;
+pub(crate) mod tail;
 mod templates;
 mod validate;
 
@@ -55,7 +56,7 @@ impl std::fmt::Debug for SandboxDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SandboxDriver")
             .field("key", &self.key)
-            .field("plugin", &self.supervisor.manifest.id)
+            .field("plugin", &self.supervisor.manifest().id)
             .field("worker_pid", &self.supervisor.pid())
             .finish()
     }
@@ -84,7 +85,7 @@ impl SandboxDriver {
 
     /// The manifest.
     pub fn manifest(&self) -> &PluginManifest {
-        &self.supervisor.manifest
+        self.supervisor.manifest()
     }
 
     /// The live worker's `supportedMethods` (replaced on each restart).
@@ -104,7 +105,7 @@ impl SandboxDriver {
             .call(
                 methods::HEALTH,
                 to_value(&NoParams {}),
-                self.supervisor.options.rpc_timeout,
+                self.supervisor.options().rpc_timeout,
                 None,
                 None,
             )
@@ -116,7 +117,7 @@ impl SandboxDriver {
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, DriverError> {
         Ok(self
             .supervisor
-            .call(method, params, self.supervisor.options.rpc_timeout, None, None)
+            .call(method, params, self.supervisor.options().rpc_timeout, None, None)
             .await?)
     }
 
@@ -136,7 +137,7 @@ impl SandboxDriver {
             Ok(())
         } else {
             Err(SandboxError::NotAdvertised {
-                plugin_id: self.supervisor.manifest.id.clone(),
+                plugin_id: self.supervisor.manifest().id.clone(),
                 method: method.to_owned(),
             })
         }
@@ -147,7 +148,7 @@ impl SandboxDriver {
             .call(
                 method,
                 to_value(params),
-                self.supervisor.options.rpc_timeout,
+                self.supervisor.options().rpc_timeout,
                 Some(company_id),
                 None,
             )
@@ -156,7 +157,7 @@ impl SandboxDriver {
 
     /// A call on no company's behalf (recovery works across them).
     async fn call_unscoped(&self, method: &str, params: &impl Serialize) -> Result<Value, SandboxError> {
-        let timeout = self.supervisor.options.rpc_timeout;
+        let timeout = self.supervisor.options().rpc_timeout;
         self.supervisor
             .call(method, to_value(params), timeout, None, None)
             .await
@@ -246,7 +247,7 @@ impl SandboxDriver {
     ) -> Result<SyncResult, DriverError> {
         self.require(method)?;
         let remote_cwd = context.lease.metadata.get("remoteCwd").and_then(|v| v.as_str());
-        super::post_upload::check_cwds(operations, remote_cwd)?;
+        crate::host::driver::post_upload::check_cwds(operations, remote_cwd)?;
         let params = SyncParams {
             base: self.base(context),
             lease: Self::lease(context),
@@ -420,162 +421,5 @@ impl DestroyLease for SandboxDriver {
     async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
         self.require(methods::DESTROY_LEASE)?;
         Ok(self.end_lease(methods::DESTROY_LEASE, context).await?)
-    }
-}
-
-#[async_trait]
-impl RealizeWorkspace for SandboxDriver {
-    async fn realize_workspace(
-        &self,
-        context: &LeaseContext,
-        request: &WorkspaceRequest,
-    ) -> Result<RealizedWorkspace, DriverError> {
-        self.require(methods::REALIZE_WORKSPACE)?;
-        let params = RealizeWorkspaceParams {
-            base: self.base(context),
-            lease: Self::lease(context),
-            workspace: request.clone(),
-        };
-        let value = self
-            .rpc(methods::REALIZE_WORKSPACE, &params, &context.lease.company_id)
-            .await?;
-        Ok(serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
-            method: methods::REALIZE_WORKSPACE.into(),
-            message: e.to_string(),
-        })?)
-    }
-}
-
-#[async_trait]
-impl Execute for SandboxDriver {
-    async fn execute(&self, context: &LeaseContext, mut request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
-        let binary = self.advertises(methods::EXECUTE_BINARY);
-        let method = if binary {
-            methods::EXECUTE_BINARY
-        } else {
-            methods::EXECUTE
-        };
-        self.require(method)?;
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let mut params = ExecuteParams {
-            base: self.base(context),
-            lease: Self::lease(context),
-            command: request.command.clone(),
-            args: request.args.clone(),
-            cwd: request.cwd.clone(),
-            env: request
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.expose().to_owned()))
-                .collect(),
-            timeout_ms: request.timeout.map(|timeout| timeout.as_millis() as u64),
-            ..ExecuteParams::default()
-        };
-        if let Some(user) = &request.user {
-            if !self.advertises(methods::EXECUTE_AS_USER) {
-                return Err(DriverError::UserRefused {
-                    user: user.clone(),
-                    reason: format!("the plugin worker does not advertise \"{}\".", methods::EXECUTE_AS_USER),
-                });
-            }
-            params.envrt_user = Some(user.clone());
-        }
-        // a text worker has no data plane stdin: its stdin must be UTF-8 in the request
-        let stdin = request.stdin.take();
-        if let (false, Some(stdin)) = (binary, &stdin)
-            && std::str::from_utf8(stdin).is_err()
-        {
-            return Err(SandboxError::InvalidInput {
-                message: "stdin is not valid UTF-8 and the worker does not advertise \"environmentExecuteBinary\""
-                    .into(),
-            }
-            .into());
-        }
-        let sink: Option<ExecSink> = request.sink.clone().map(|sink| {
-            let sink: ExecSink = Arc::new(move |stream, bytes: Vec<u8>| sink.on_chunk(stream, &bytes));
-            sink
-        });
-        let tail = super::tail::TailCapture::for_request(&request);
-        let sink = match &tail {
-            Some(tail) => Some(tail.sink(sink)),
-            None => sink,
-        };
-        let started = Instant::now();
-        let company = Some(context.lease.company_id.as_str());
-        // a command runs as long as it runs without a timeout: bound by the worker's life
-        let call = super::exec_stdin::ExecCall {
-            method,
-            timeout: request.timeout,
-            company_id: company.map(str::to_owned),
-            sink,
-        };
-        let encode = |bytes: Vec<u8>| -> Result<String, SandboxError> {
-            Ok(if binary {
-                b64.encode(bytes)
-            } else {
-                String::from_utf8(bytes).unwrap_or_default()
-            })
-        };
-        let value = self
-            .supervisor
-            .call_execute(call, to_value(&params), stdin, encode)
-            .await?;
-        let duration = started.elapsed();
-        let wire: WireExecuteResult = serde_json::from_value(value).map_err(|e| SandboxError::InvalidResult {
-            method: method.to_owned(),
-            message: e.to_string(),
-        })?;
-        let decode = |text: String, name: &str| -> Result<Vec<u8>, SandboxError> {
-            if binary {
-                b64.decode(text.as_bytes()).map_err(|e| SandboxError::InvalidResult {
-                    method: method.to_owned(),
-                    message: format!("{name} is not base64: {e}"),
-                })
-            } else {
-                Ok(text.into_bytes())
-            }
-        };
-        let metadata = wire.metadata.unwrap_or_default();
-        let flagged = |key: &str| metadata.get(key).and_then(Value::as_bool) == Some(true);
-        let mut stdout = request.output_buffer();
-        stdout.push(&decode(wire.stdout, "stdout")?);
-        let mut stderr = request.output_buffer();
-        stderr.push(&decode(wire.stderr, "stderr")?);
-        // What the worker itself cut counts too (not for a tail, taken from every chunk).
-        let (mut stdout_cut, mut stderr_cut) = (flagged("stdoutTruncated"), flagged("stderrTruncated"));
-        if let Some(tail) = tail {
-            (stdout, stderr) = tail.into_buffers();
-            (stdout_cut, stderr_cut) = (false, false);
-        }
-        let ending = envrt_runtime_core::execute::Ending {
-            exit_code: wire.exit_code,
-            signal: wire.signal,
-            timed_out: wire.timed_out,
-        };
-        let mut result = ExecuteResult::from_capped(ending, stdout, stderr, duration, metadata);
-        result.stdout_truncated |= stdout_cut;
-        result.stderr_truncated |= stderr_cut;
-        Ok(result)
-    }
-}
-
-#[async_trait]
-impl FileSync for SandboxDriver {
-    async fn sync_in(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        self.sync(methods::SYNC_IN, context, operations).await
-    }
-
-    async fn sync_out(&self, context: &LeaseContext, operations: &[SyncOperation]) -> Result<SyncResult, DriverError> {
-        // The worker writes into hold directories; links are checked here before anything
-        // reaches a target (see `sync_out`).
-        let (held_operations, holds) = super::sync_out::Holds::prepare(operations)?;
-        match self.sync(methods::SYNC_OUT, context, &held_operations).await {
-            Ok(result) => holds.commit().map(|()| result),
-            Err(e) => Err(holds.explain(e)),
-        }
-    }
-
-    fn supports_sync(&self, _context: &LeaseContext) -> bool {
-        self.advertises(methods::SYNC_IN) && self.advertises(methods::SYNC_OUT)
     }
 }
