@@ -35,6 +35,7 @@ pub mod driver;
 pub mod error;
 pub mod execute;
 pub mod model;
+pub mod process;
 mod runtime;
 pub mod secret;
 pub mod sparse;
@@ -48,15 +49,19 @@ pub mod tree;
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{
     AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
-    FileSync, InventoryItem, LeaseContext, LeaseGrant, PathScope, RealizeWorkspace, RealizedWorkspace, Recovery,
-    ReleaseInput, ResumeLease, WorkspaceRequest,
+    FileSync, InventoryItem, LeaseContext, LeaseGrant, PathScope, ProcessOutput, ProcessSessions, RealizeWorkspace,
+    RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, WorkspaceRequest,
 };
 pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};
 pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputKeep, OutputSink, OutputStream};
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
+pub use process::{
+    Offsets, OutputChunk, OutputEvent, ProcessError, ProcessId, ProcessInfo, ProcessStatus, ProcessStream,
+    SpawnRequest, StdinMode, StreamInfo, TtySize,
+};
 pub use runtime::{
-    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, RECONCILE_SETTLE,
-    ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,
+    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus,
+    ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,
 };
 pub use secret::{EnvValue, Secret};
 pub use store::{LeaseFilter, LeaseStore, MemoryStore};
