@@ -27,9 +27,10 @@
 //! Static support set: `reusableLeases` (only under `reuse_by_environment`, by the
 //! classifier's narrowing), `nativeSyncIn`, `nativeSyncOut`, `independentControlCommands`,
 //! and the opt-in keys it declares, `incrementalSessionOutput` (the sink streams) and
-//! `concurrentSyncOperations` (sync in and out touch independent paths). Commands are
-//! one-shot, so no `persistentProcessSessions`; no duplex channels (the facade refuses
-//! with `Environment driver "local" does not support duplex channels.`); no runner ingress.
+//! `concurrentSyncOperations` (sync in and out touch independent paths), and
+//! `persistentProcessSessions` when the supervisor `envrt-agent` is found (`ENVRT_AGENT`,
+//! next to the executable, or on `PATH`): one per lease, started on its first `spawn`
+//! inside its containment, ended with it. No duplex channels; no runner ingress.
 //!
 //! ## Leases
 //! [`acquire_lease`](EnvironmentDriver::acquire_lease) creates `{root}/lease-{lease id}`
@@ -94,9 +95,9 @@
 //! reasons of [`DriverError::UserRefused`]'s local texts (see `docs/contract.md`). The
 //! child drops to that uid and gid (supplementary groups cleared) before `exec`, enters
 //! its working directory as that user (the driver's root becomes `0711` the first time, so
-//! a user can pass through it to a workspace opened up for it, without listing the
-//! others; each workspace stays `0700` until a command of its lease opens it), and is contained by its process group rather than
-//! a cgroup. Paths stay confined to the workspace: the local driver's
+//! a user can pass through it to a workspace opened up for it, without listing the others;
+//! each workspace stays `0700` until a command of its lease opens it), and is contained by
+//! its process group rather than a cgroup. Paths stay confined to the workspace: the local driver's
 //! [`path_scope`](EnvironmentDriver::path_scope) is `workspace` unless
 //! [`LocalConfig::path_scope`] opts in to the whole host (`whole-environment`: any
 //! absolute `cwd` or sync path of the host is accepted; relative ones still start at the
@@ -148,17 +149,15 @@
 //! `envrt gc`. Otherwise the driver falls back to the process-group kill plus, on release
 //! and destroy, a `/proc` scan for processes whose `HOME` is the workspace or whose working
 //! directory lies in it; a descendant that leaves the group, the workspace and its `HOME`
-//! then survives. [`LocalDriver::containment`] says which applies ([`LocalConfig::cgroups`]
-//! turns cgroups off).
+//! then survives. [`LocalDriver::containment`] says which applies (`cgroups` turns them off).
 //!
 //! ## Limits
 //! Commands run as the driver's own user with no isolation beyond the working directory:
 //! a command can read and write anything that user can, and every variable of a request
 //! (`LD_PRELOAD` included) reaches it and whatever it starts. See `docs/security.md`.
-//! Path confinement is checked on the real file system before each operation; a command
-//! racing the driver to swap a directory for a symlink during a sync is not defended
-//! against. Synced trees deeper than
-//! [`MAX_TREE_DEPTH`](envrt_runtime_core::tree::MAX_TREE_DEPTH) levels are refused.
+//! Paths are checked on the real file system before each operation; a command racing the
+//! driver to swap a directory for a symlink during a sync is not defended against. Synced
+//! trees deeper than [`MAX_TREE_DEPTH`](envrt_runtime_core::tree::MAX_TREE_DEPTH) are refused.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -182,6 +181,7 @@ mod exec;
 mod expiry;
 mod fds;
 mod groups;
+mod processes;
 mod program;
 mod recovery;
 mod sync;
@@ -193,8 +193,7 @@ use exec::ExecSite;
 use groups::ProcessTable;
 use workspace::{create_private_dir, lease_dir_name, path_str, remove_tree};
 
-/// `{temp dir}/envrt-local-{effective uid}`: one root per user, so that no user can
-/// prepare another's.
+/// `{temp dir}/envrt-local-{effective uid}`: one root per user (none prepares another's).
 fn default_root() -> PathBuf {
     std::env::temp_dir().join(format!("envrt-local-{}", nix::unistd::geteuid().as_raw()))
 }
@@ -399,11 +398,9 @@ impl LocalDriver {
     pub(crate) fn processes(&self) -> &Arc<ProcessTable> {
         &self.processes
     }
-
     pub(crate) fn config(&self) -> &LocalConfig {
         &self.config
     }
-
     pub(crate) fn containment_mode(&self) -> &containment::Containment {
         &self.containment
     }
@@ -420,6 +417,7 @@ impl LocalDriver {
     async fn stop_everything(&self, lease_id: &str) -> Result<(), DriverError> {
         let dir = self.workspace_of(lease_id)?;
         self.processes.close(lease_id).await;
+        processes::agent::stop(&self.root, lease_id);
         self.containment.kill_lease(lease_id, &dir).await;
         Ok(())
     }
@@ -490,7 +488,7 @@ impl EnvironmentDriver for LocalDriver {
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
         Ok(classify_driver(
             self,
-            Self::support_set(),
+            processes::with_sessions(Self::support_set()),
             Some(&Self::declaration()),
             input,
             true,
@@ -516,6 +514,9 @@ impl EnvironmentDriver for LocalDriver {
         Some(self)
     }
     fn as_recovery(&self) -> Option<&dyn Recovery> {
+        Some(self)
+    }
+    fn as_processes(&self) -> Option<&dyn envrt_runtime_core::ProcessSessions> {
         Some(self)
     }
 

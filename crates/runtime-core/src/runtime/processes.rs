@@ -174,9 +174,16 @@ impl EnvironmentRuntime {
     pub async fn output(&self, id: &str, from: &Offsets) -> Result<ProcessOutputStream, RuntimeError> {
         let found = self.find(id).await?;
         ProcessError::check_offsets(&found.info, from)?;
+        // Only the streams the process has reach the driver (`Offsets::zero()` names all).
+        let mut from_held = Offsets::default();
+        for held in &found.info.streams {
+            if let Some(offset) = from.get(held.stream) {
+                from_held = from_held.with(held.stream, offset);
+            }
+        }
         let sessions = self.gated(&found.resolved).await?;
         let inner = sessions
-            .output(&found.resolved.context, found.id.number, from)
+            .output(&found.resolved.context, found.id.number, &from_held)
             .await
             .map_err(lift)?;
         Ok(ProcessOutputStream {
