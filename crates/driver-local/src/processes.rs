@@ -310,8 +310,24 @@ impl ProcessSessions for LocalDriver {
     async fn spawn(&self, context: &LeaseContext, request: SpawnRequest) -> Result<ProcessInfo, DriverError> {
         let lease = &context.lease.id;
         let request = request_of(self, context, request)?;
+        let key = request.idempotency_key.clone();
         let client = self.agent_or_start(context).await?;
-        let info = client.spawn(request).await.map_err(|e| lift(lease, None, e))?;
+        let info = client.spawn(request).await.map_err(|e| match (&e, key) {
+            (ClientError::Refused(text), Some(key)) if text.ends_with(" with a different request") => {
+                match text
+                    .rsplit_once(" for process ")
+                    .and_then(|(_, rest)| rest.split_once(' '))
+                {
+                    Some((number, _)) if number.parse::<u64>().is_ok() => ProcessError::IdempotencyConflict {
+                        key,
+                        id: format!("{lease}/{number}"),
+                    }
+                    .into(),
+                    _ => lift(lease, None, e),
+                }
+            }
+            _ => lift(lease, None, e),
+        })?;
         Ok(info_of(lease, info))
     }
 

@@ -402,6 +402,14 @@ pub enum ProcessError {
         /// The signal as given.
         signal: String,
     },
+    /// The idempotency key names a process spawned with another request.
+    #[error("Idempotency key \"{key}\" was already used for process \"{id}\" with a different request.")]
+    IdempotencyConflict {
+        /// The key.
+        key: String,
+        /// The process it names.
+        id: String,
+    },
     /// The request cannot be spawned (empty argv, a bad `keep`, a terminal of 0 rows...).
     #[error("Cannot spawn the process: {reason}")]
     Spawn {
@@ -422,6 +430,7 @@ impl ProcessError {
             ProcessError::OffsetDropped { .. } => "process_offset_dropped",
             ProcessError::OffsetPastEnd { .. } => "process_offset_past_end",
             ProcessError::UnknownSignal { .. } => "process_unknown_signal",
+            ProcessError::IdempotencyConflict { .. } => "process_idempotency_conflict",
             ProcessError::Spawn { .. } => "process_spawn_refused",
         }
     }

@@ -84,6 +84,14 @@ fn every_refusal_has_its_exact_text() {
             "process_unknown_signal",
         ),
         (
+            ProcessError::IdempotencyConflict {
+                key: "k".into(),
+                id: id.clone(),
+            },
+            "Idempotency key \"k\" was already used for process \"lease-1/3\" with a different request.",
+            "process_idempotency_conflict",
+        ),
+        (
             ProcessError::Spawn {
                 reason: "argv is empty".into(),
             },
