@@ -204,7 +204,7 @@ fn dropped_at_bound(ctx: &Ctx) -> Result<(), String> {
 fn signal_group(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
         let marker = ctx.marker("group");
-        let script = format!("sh -c 'sleep 300; : {marker}' & echo ready; wait");
+        let script = format!("sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 & echo ready; wait");
         let id = spawn(&ctx.runtime, &lease, sh(&script)).await?;
         ensure_eq(
             first_chunk(&ctx.runtime, &id).await?,
@@ -451,7 +451,9 @@ fn concurrent_readers(ctx: &Ctx) -> Result<(), String> {
 fn timeout_kills(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
         let marker = ctx.marker("timeout");
-        let mut request = sh(&format!("sh -c 'sleep 300; : {marker}' & echo ready; wait"));
+        let mut request = sh(&format!(
+            "sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 & echo ready; wait"
+        ));
         request.timeout = Some(Duration::from_millis(500));
         let id = spawn(&ctx.runtime, &lease, request).await?;
         ensure_eq(
