@@ -199,7 +199,7 @@ mod tests {
         );
         let missing = empty.join(AGENT_BINARY);
         assert_eq!(
-            locate_in(Some(missing.clone()), &[full.clone()], None),
+            locate_in(Some(missing.clone()), std::slice::from_ref(&full), None),
             Err(format!(
                 "Process supervisor \"{}\" (set by ENVRT_AGENT) is not an executable file.",
                 missing.display()
