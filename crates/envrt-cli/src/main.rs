@@ -10,6 +10,7 @@
 mod output;
 
 mod app;
+mod attach;
 mod caps;
 mod cp;
 mod cp_merge;
@@ -83,6 +84,8 @@ enum Command {
     Ps(ps::PsArgs),
     /// Print a persistent process's output from an offset (`--follow`: until it ends).
     Logs(logs::LogsArgs),
+    /// Feed stdin to a persistent process and print its output live (Ctrl-] detaches).
+    Attach(attach::AttachArgs),
     /// Send a signal to a persistent process's group.
     Kill(signal::KillArgs),
     /// Wait for a persistent process to end; exits with its code (128+n for signal n).
@@ -156,6 +159,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Spawn(args) => spawn::run(&paths, args).await,
         Command::Ps(args) => ps::run(&paths, args).await,
         Command::Logs(args) => logs::run(&paths, args).await,
+        Command::Attach(args) => attach::run(&paths, args).await,
         Command::Kill(args) => signal::kill(&paths, args).await,
         Command::Wait(args) => signal::wait(&paths, args).await,
     }

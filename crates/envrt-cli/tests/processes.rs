@@ -147,3 +147,23 @@ fn after_the_spawner_and_a_reader_are_sigkilled_another_program_reads_from_zero_
     assert_eq!(released.code, Some(0), "{}", released.stderr);
     assert!(survivors(&mark).is_empty());
 }
+
+/// `attach` feeds stdin to the process and prints its output; the detach key leaves it
+/// running, and a later attach's end of stdin closes the process's stdin, so `cat` ends
+/// and attach exits with its code.
+#[test]
+fn attach_feeds_stdin_detaches_on_ctrl_bracket_and_ends_with_the_process() {
+    let site = Site::new();
+    let id = spawn(&site, &["--stdin", "--", "cat"]);
+    let first = site.run_with(&["attach", "--from", "0", &id], Some(b"hello\n\x1dignored\n"));
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    assert_eq!(first.stderr, format!("envrt: detached from {id}; it keeps running\n"));
+    let ps = site.run(&["ps", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&ps.stdout).unwrap();
+    assert_eq!(json[0]["status"], serde_json::json!({"state": "running"}));
+    let second = site.run_with(&["attach", "--from", "0", &id], Some(b"bye\n"));
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
+    assert_eq!(second.stdout_text(), "hello\nbye\n");
+    assert_eq!(site.run(&["wait", &id]).code, Some(0));
+    site.run(&["lease", "release", lease_of(&id)]);
+}
