@@ -39,11 +39,11 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ("envrt-runtime-core", &[API, FILES], &[CORE]),
     // What the tests share: the standard library only, and only ever a dev-dependency.
     ("envrt-test-support", &[], &[]),
-    // The in-lease supervisor stands alone: drivers will speak its protocol, not link it.
+    // The in-lease supervisor stands alone; a driver that runs it links its client.
     ("envrt-agent", &[], &[]),
     ("envrt-plugin-protocol", &[API, CORE], &[]),
     ("envrt-store-sqlite", &[API, CORE], &[]),
-    ("envrt-driver-local", &[API, FILES, CORE], &[]),
+    ("envrt-driver-local", &[API, FILES, CORE, "envrt-agent"], &[]),
     ("envrt-driver-docker", &[API, FILES, CORE], &[]),
     ("envrt-driver-ssh", &[API, FILES, CORE], &[]),
     ("envrt-egress", &[], &[]),

@@ -90,6 +90,9 @@ impl EnvironmentDriver for Recorder {
     fn as_templates(&self) -> Option<&dyn envrt_runtime_core::Templates> {
         self.inner.as_templates()
     }
+    fn as_processes(&self) -> Option<&dyn envrt_runtime_core::ProcessSessions> {
+        self.inner.as_processes()
+    }
     fn verified_verbs(&self) -> VerbSet {
         self.inner.verified_verbs()
     }

@@ -13,7 +13,9 @@ use crate::sync::{SyncOperation, SyncResult};
 use crate::template::{TemplateRef, Templates};
 
 mod path_scope;
+mod processes;
 pub use path_scope::PathScope;
+pub use processes::{ProcessOutput, ProcessSessions};
 
 /// Everything a driver needs to acquire a lease.
 #[derive(Clone, Debug)]
@@ -299,6 +301,12 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     /// templates.` (listing, and an acquire from a template), `... does not support
     /// template deletion.` (delete).
     fn as_templates(&self) -> Option<&dyn Templates> {
+        None
+    }
+    /// Persistent process sessions, if the driver has them. Without them, or on a lease
+    /// whose snapshot denies `persistentProcessSessions`: `Environment driver "{key}" does
+    /// not support persistent process sessions.` (section 11).
+    fn as_processes(&self) -> Option<&dyn ProcessSessions> {
         None
     }
 

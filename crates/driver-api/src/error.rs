@@ -104,6 +104,10 @@ pub enum RuntimeError {
         /// The requested status.
         status: crate::LeaseStatus,
     },
+    /// A process verb was refused (contract section 11): an unknown or exited process, no
+    /// terminal, an offset no longer held or past the end, ...
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
     /// The driver failed.
     #[error(transparent)]
     Driver(#[from] DriverError),
@@ -220,6 +224,9 @@ pub enum DriverError {
     /// The duplex channel is closed.
     #[error("Duplex channel is closed.")]
     ChannelClosed,
+    /// A process verb was refused by the driver's supervisor (section 11).
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
     /// The backend (engine, worker) cannot be reached or is not usable.
     #[error("{message}")]
     Unavailable {

@@ -37,6 +37,7 @@ pub mod driver;
 pub mod error;
 pub mod execute;
 pub mod model;
+pub mod process;
 pub mod secret;
 pub mod sync;
 pub mod template;
@@ -45,14 +46,18 @@ mod time;
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{
     AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
-    FileSync, InventoryItem, LeaseContext, LeaseGrant, PathScope, RealizeWorkspace, RealizedWorkspace, Recovery,
-    ReleaseInput, ResumeLease, WorkspaceRequest,
+    FileSync, InventoryItem, LeaseContext, LeaseGrant, PathScope, ProcessOutput, ProcessSessions, RealizeWorkspace,
+    RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, WorkspaceRequest,
 };
 pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};
 pub use execute::{
     CappedBuffer, ExecuteRequest, ExecuteResult, ExecuteRules, NameRules, OutputKeep, OutputSink, OutputStream, Wording,
 };
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
+pub use process::{
+    Offsets, OutputChunk, OutputEvent, ProcessError, ProcessId, ProcessInfo, ProcessStatus, ProcessStream,
+    SpawnRequest, StdinMode, StreamInfo, TtySize,
+};
 pub use secret::{EnvValue, Secret};
 pub use sync::{SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult};
 pub use template::{TemplateRef, Templates};

@@ -1,4 +1,5 @@
-//! Tidy: every error text the driver API can produce is written down, word for word, in
+//! Tidy: every error text the driver API can produce (`src/error.rs`, `src/process.rs`) is
+//! written down, word for word, in
 //! the project's contract (`docs/contract.md`), so the document users read cannot drift
 //! from the code.
 
@@ -11,7 +12,9 @@ use envrt_driver_api::UnsupportedOperation;
 /// one `{operation}` template is expanded to every row of its table.
 fn error_texts() -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let source = std::fs::read_to_string(root.join("src/error.rs")).expect("read src/error.rs");
+    let mut source = std::fs::read_to_string(root.join("src/error.rs")).expect("read src/error.rs");
+    // The process verbs' refusals (contract section 9).
+    source.push_str(&std::fs::read_to_string(root.join("src/process.rs")).expect("read src/process.rs"));
     source
         .lines()
         .filter_map(|line| {

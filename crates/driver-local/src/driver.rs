@@ -191,6 +191,7 @@ impl LocalDriver {
     async fn stop_everything(&self, lease_id: &str) -> Result<(), DriverError> {
         let dir = self.workspace_of(lease_id)?;
         self.processes.close(lease_id).await;
+        crate::processes::agent::stop(&self.root, lease_id);
         self.containment.kill_lease(lease_id, &dir).await;
         Ok(())
     }
@@ -261,7 +262,7 @@ impl EnvironmentDriver for LocalDriver {
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
         Ok(classify_driver(
             self,
-            Self::support_set(),
+            crate::processes::with_sessions(Self::support_set()),
             Some(&Self::declaration()),
             input,
             true,
@@ -287,6 +288,10 @@ impl EnvironmentDriver for LocalDriver {
         Some(self)
     }
     fn as_recovery(&self) -> Option<&dyn Recovery> {
+        Some(self)
+    }
+
+    fn as_processes(&self) -> Option<&dyn envrt_runtime_core::ProcessSessions> {
         Some(self)
     }
 

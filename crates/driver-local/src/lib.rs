@@ -27,9 +27,10 @@
 //! Static support set: `reusableLeases` (only under `reuse_by_environment`, by the
 //! classifier's narrowing), `nativeSyncIn`, `nativeSyncOut`, `independentControlCommands`,
 //! and the opt-in keys it declares, `incrementalSessionOutput` (the sink streams) and
-//! `concurrentSyncOperations` (sync in and out touch independent paths). Commands are
-//! one-shot, so no `persistentProcessSessions`; no duplex channels (the facade refuses
-//! with `Environment driver "local" does not support duplex channels.`); no runner ingress.
+//! `concurrentSyncOperations` (sync in and out touch independent paths), and
+//! `persistentProcessSessions` when the supervisor `envrt-agent` is found (`ENVRT_AGENT`,
+//! next to the executable, or on `PATH`): one per lease, started on its first `spawn`
+//! inside its containment, ended with it. No duplex channels; no runner ingress.
 //!
 //! ## Leases
 //! [`acquire_lease`](EnvironmentDriver::acquire_lease) creates `{root}/lease-{lease id}`
@@ -170,6 +171,7 @@ mod driver;
 mod execute;
 mod expiry;
 mod process;
+mod processes;
 mod realize;
 mod recovery;
 mod sync;

@@ -127,7 +127,7 @@ async fn capabilities_are_honest_and_duplex_is_refused_with_the_exact_text() {
             "reusableLeases": false,
             "nativeSyncIn": true,
             "nativeSyncOut": true,
-            "persistentProcessSessions": false,
+            "persistentProcessSessions": true,
             "independentControlCommands": true,
             "incrementalSessionOutput": true,
             "concurrentSyncOperations": true,

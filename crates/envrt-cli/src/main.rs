@@ -10,6 +10,7 @@
 mod output;
 
 mod app;
+mod attach;
 mod caps;
 mod cp;
 mod cp_merge;
@@ -21,7 +22,11 @@ mod gc_report;
 mod isolation;
 mod lease;
 mod lease_show;
+mod logs;
+mod ps;
 mod shell;
+mod signal;
+mod spawn;
 mod template;
 
 use std::path::PathBuf;
@@ -73,6 +78,18 @@ enum Command {
     Caps(caps::CapsArgs),
     /// Check the Docker engine, bwrap, the worker binaries and the lease store.
     Doctor(doctor::DoctorArgs),
+    /// Start a process that outlives this invocation; prints its id on the last line.
+    Spawn(spawn::SpawnArgs),
+    /// List persistent processes (of one lease, or of every active lease).
+    Ps(ps::PsArgs),
+    /// Print a persistent process's output from an offset (`--follow`: until it ends).
+    Logs(logs::LogsArgs),
+    /// Feed stdin to a persistent process and print its output live (Ctrl-] detaches).
+    Attach(attach::AttachArgs),
+    /// Send a signal to a persistent process's group.
+    Kill(signal::KillArgs),
+    /// Wait for a persistent process to end; exits with its code (128+n for signal n).
+    Wait(signal::WaitArgs),
 }
 
 /// Which environment an operation targets.
@@ -139,5 +156,11 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Gc(args) => lease::gc(&paths, args).await,
         Command::Caps(args) => caps::run(&paths, args).await,
         Command::Doctor(args) => doctor::run(&paths, args).await,
+        Command::Spawn(args) => spawn::run(&paths, args).await,
+        Command::Ps(args) => ps::run(&paths, args).await,
+        Command::Logs(args) => logs::run(&paths, args).await,
+        Command::Attach(args) => attach::run(&paths, args).await,
+        Command::Kill(args) => signal::kill(&paths, args).await,
+        Command::Wait(args) => signal::wait(&paths, args).await,
     }
 }

@@ -41,7 +41,7 @@
 
 // The driver API and the file helpers, at the paths they had before they moved out.
 pub use envrt_driver_api::{
-    capability, config_keys, descriptor, driver, error, execute, model, secret, sync, template,
+    capability, config_keys, descriptor, driver, error, execute, model, process, secret, sync, template,
 };
 pub use envrt_driver_files::{archive, sparse, tree};
 
@@ -54,13 +54,15 @@ pub use envrt_driver_api::{
     AcquireInput, Capabilities, CapabilityDeclaration, CapabilityInput, CapabilityKey, CapabilitySnapshot,
     CappedBuffer, CleanupStatus, DestroyLease, DriverError, DuplexChannel, DuplexChannels, DuplexExit, EnvValue,
     Environment, EnvironmentDriver, EnvironmentStatus, Execute, ExecuteRequest, ExecuteResult, ExecuteRules, FileSync,
-    InventoryItem, JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, NameRules, OutputKeep,
-    OutputSink, OutputStream, PathScope, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
-    RuntimeError, Secret, StoreError, SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult, TemplateRef,
-    Templates, Timestamp, UnsupportedOperation, Wording, WorkspaceRequest,
+    InventoryItem, JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, NameRules, Offsets, OutputChunk,
+    OutputEvent, OutputKeep, OutputSink, OutputStream, PathScope, ProcessError, ProcessId, ProcessInfo, ProcessOutput,
+    ProcessSessions, ProcessStatus, ProcessStream, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput,
+    ResumeLease, RuntimeError, Secret, SpawnRequest, StdinMode, StoreError, StreamInfo, SyncFile, SyncKind,
+    SyncOperation, SyncOperationResult, SyncResult, TemplateRef, Templates, Timestamp, TtySize, UnsupportedOperation,
+    Wording, WorkspaceRequest,
 };
 pub use runtime::{
-    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, RECONCILE_SETTLE,
-    ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,
+    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus,
+    ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,
 };
 pub use store::{LeaseFilter, LeaseStore, MemoryStore};

@@ -16,6 +16,8 @@ mod lifecycle;
 mod lifecycle_driver;
 mod observe;
 mod pool;
+mod processes;
+mod processes_refusals;
 mod sync;
 mod templates;
 mod tree;
@@ -121,6 +123,8 @@ pub(crate) fn all() -> Vec<Check> {
         expiry::CHECKS,
         templates::CHECKS,
         pool::CHECKS,
+        processes::CHECKS,
+        processes_refusals::CHECKS,
         cleanup::CHECKS,
     ]
     .concat()

@@ -4,6 +4,7 @@
 //! the honest local driver passes that check.
 
 mod duplex;
+pub(crate) mod processes;
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
@@ -94,6 +95,8 @@ pub(crate) enum Fault {
     DuplexDropsStderr,
     /// Class 3: a working duplex channel that carries stderr only after all of stdout.
     DuplexStderrLast,
+    /// Class 7: one broken promise of the process verbs.
+    Process(processes::ProcessFault),
 }
 
 /// The local driver with one fault.
@@ -191,6 +194,9 @@ impl EnvironmentDriver for Faulty {
             Fault::DuplexStderrLast,
         ];
         duplex.contains(&self.fault).then_some(self as _)
+    }
+    fn as_processes(&self) -> Option<&dyn ProcessSessions> {
+        self.inner.as_processes().map(|_| self as _)
     }
     fn as_templates(&self) -> Option<&dyn Templates> {
         Some(self)

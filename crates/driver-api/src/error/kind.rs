@@ -22,6 +22,7 @@ impl RuntimeError {
             RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",
             RuntimeError::LeaseExpired { .. } => "lease_expired",
             RuntimeError::TemplateNotFound { .. } => "template_not_found",
+            RuntimeError::Process(error) => error.kind(),
             RuntimeError::Driver(error) => error.kind(),
             RuntimeError::Store(_) => "store",
         }
@@ -46,6 +47,7 @@ impl DriverError {
             DriverError::ResourceGone { .. } => "resource_gone",
             DriverError::ProviderUnsupported { .. } => "provider_unsupported",
             DriverError::ChannelClosed => "channel_closed",
+            DriverError::Process(error) => error.kind(),
             DriverError::Unavailable { .. } => "unavailable",
             DriverError::Io { .. } => "io",
             DriverError::Other { .. } => "other",

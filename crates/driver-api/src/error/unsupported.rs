@@ -33,13 +33,16 @@ pub enum UnsupportedOperation {
     TemplateDelete,
     /// `templates` (listing), or an acquire from a template.
     Templates,
+    /// The process verbs (`spawn`, `processes`, `output`, ...): no process group, or the
+    /// snapshot denies `persistentProcessSessions`.
+    ProcessSessions,
 }
 
 /// One row: the operation, its stable error kind, the words its refusal ends with.
 type Row = (UnsupportedOperation, &'static str, &'static str);
 
 /// The table, in the enum's order (a test keeps it so).
-const ROWS: [Row; 10] = [
+const ROWS: [Row; 11] = [
     (UnsupportedOperation::Resume, "resume_unsupported", "lease resume"),
     (UnsupportedOperation::Destroy, "destroy_unsupported", "lease destroy"),
     (
@@ -66,11 +69,16 @@ const ROWS: [Row; 10] = [
         "template deletion",
     ),
     (UnsupportedOperation::Templates, "templates_unsupported", "templates"),
+    (
+        UnsupportedOperation::ProcessSessions,
+        "process_sessions_unsupported",
+        "persistent process sessions",
+    ),
 ];
 
 impl UnsupportedOperation {
     /// Every operation, in table order.
-    pub const ALL: [UnsupportedOperation; 10] = [
+    pub const ALL: [UnsupportedOperation; 11] = [
         UnsupportedOperation::Resume,
         UnsupportedOperation::Destroy,
         UnsupportedOperation::Realize,
@@ -81,6 +89,7 @@ impl UnsupportedOperation {
         UnsupportedOperation::TemplateCapture,
         UnsupportedOperation::TemplateDelete,
         UnsupportedOperation::Templates,
+        UnsupportedOperation::ProcessSessions,
     ];
 
     fn row(self) -> &'static Row {
@@ -121,7 +130,7 @@ mod tests {
     /// one replaced had.
     #[test]
     fn every_row_renders_the_pinned_text_and_kind() {
-        let rows: [(&str, UnsupportedOperation, &str, &str); 10] = [
+        let rows: [(&str, UnsupportedOperation, &str, &str); 11] = [
             (
                 "local",
                 UnsupportedOperation::Resume,
@@ -181,6 +190,12 @@ mod tests {
                 UnsupportedOperation::Templates,
                 "Environment driver \"a \"quoted\" key\" does not support templates.",
                 "templates_unsupported",
+            ),
+            (
+                "docker",
+                UnsupportedOperation::ProcessSessions,
+                "Environment driver \"docker\" does not support persistent process sessions.",
+                "process_sessions_unsupported",
             ),
         ];
         for (key, operation, text, kind) in rows {

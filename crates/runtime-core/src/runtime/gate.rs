@@ -47,6 +47,9 @@ pub(super) enum Operation {
     DeleteTemplate,
     /// `acquire_lease` with a template (environment level).
     AcquireFromTemplate,
+    /// Every process verb: `spawn`, `processes`, `process`, `output`, `write_stdin`,
+    /// `close_stdin`, `signal`, `resize`, `wait`.
+    Processes,
 }
 
 /// How a row refuses a denied capability (or a failed snapshot).
@@ -119,6 +122,7 @@ fn rule(operation: Operation) -> Rule {
         Operation::CaptureTemplate => row(U::TemplateCapture, None, true),
         Operation::ListTemplates | Operation::AcquireFromTemplate => row(U::Templates, None, false),
         Operation::DeleteTemplate => row(U::TemplateDelete, None, false),
+        Operation::Processes => row(U::ProcessSessions, Some(CapabilityKey::PersistentProcessSessions), true),
     }
 }
 
@@ -194,7 +198,7 @@ fn require_active(lease: &Lease) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
-    const ALL: [Operation; 11] = [
+    const ALL: [Operation; 12] = [
         Operation::Resume,
         Operation::Destroy,
         Operation::Realize,
@@ -206,6 +210,7 @@ mod tests {
         Operation::ListTemplates,
         Operation::DeleteTemplate,
         Operation::AcquireFromTemplate,
+        Operation::Processes,
     ];
 
     #[test]
@@ -225,6 +230,7 @@ mod tests {
                 "Environment driver \"k\" does not support templates.",
                 "Environment driver \"k\" does not support template deletion.",
                 "Environment driver \"k\" does not support templates.",
+                "Environment driver \"k\" does not support persistent process sessions.",
             ]
         );
     }
@@ -239,6 +245,10 @@ mod tests {
         assert_eq!(
             denied(Operation::SyncIn),
             "Environment driver \"k\" does not support native file sync."
+        );
+        assert_eq!(
+            denied(Operation::Processes),
+            "Environment driver \"k\" does not support persistent process sessions."
         );
         assert_eq!(
             denied(Operation::Resume),
@@ -259,12 +269,15 @@ mod tests {
                 None,
                 None,
                 None,
+                Some(CapabilityKey::PersistentProcessSessions),
             ]
         );
         let active: Vec<bool> = ALL.iter().map(|op| rule(*op).needs_active).collect();
         assert_eq!(
             active,
-            [false, false, true, true, true, true, true, true, false, false, false]
+            [
+                false, false, true, true, true, true, true, true, false, false, false, true
+            ]
         );
     }
 }

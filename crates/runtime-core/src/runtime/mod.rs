@@ -10,6 +10,7 @@ mod lifecycle;
 mod operations;
 mod pool;
 mod pool_drop;
+mod processes;
 mod recovery;
 mod templates;
 mod tenancy;
@@ -28,6 +29,7 @@ use crate::store::{LeaseFilter, LeaseStore, MemoryStore};
 
 pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE_KEY};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
+pub use processes::ProcessOutputStream;
 pub use recovery::{DriverItem, RECONCILE_SETTLE, ReconcileReport};
 
 /// The facade: a registry of drivers by key plus a lease store. Every operation resolves

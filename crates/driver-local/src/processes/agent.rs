@@ -1,0 +1,210 @@
+//! One supervisor (`envrt-agent`) per lease: where its binary is, where its socket lives,
+//! starting it inside the lease's containment and ending it with the lease.
+//!
+//! The agent's directory is `{root}/.agent-{id}` (mode 0700, beside the workspace so
+//! that no sync or command in the workspace can remove it by accident), its socket
+//! `sock` in it (0600, made by the agent; the names are short because a unix socket's
+//! path is bounded to 107 bytes). The agent is started through the same
+//! join script as a command, so it runs inside a cgroup of the lease's and everything it
+//! starts stays there; its environment is a command's (the allow-listed host variables,
+//! `HOME` = the workspace) and its working directory the workspace, so without cgroups
+//! the `/proc` scan of release, expiry and `gc` finds it and all it started. It runs in a
+//! process group of its own with `--subreaper`, so it does not die with the program that
+//! started it, and reaps what its processes leave behind.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use envrt_runtime_core::DriverError;
+use envrt_runtime_core::descriptor::{find_in_path, is_executable};
+use tokio::io::AsyncBufReadExt;
+
+use crate::process::containment::{Containment, JOIN_SCRIPT};
+use crate::workspace::{create_private_dir, lease_dir_name};
+
+/// The supervisor's binary name.
+pub(crate) const AGENT_BINARY: &str = "envrt-agent";
+/// The variable naming the supervisor's binary.
+pub(crate) const AGENT_VAR: &str = "ENVRT_AGENT";
+/// How long a starting agent has to say it listens.
+const START_BOUND: Duration = Duration::from_secs(10);
+
+/// The directories searched before `PATH`: the running executable's and its parent's (a
+/// test binary lives in `target/debug/deps`, the agent in `target/debug`).
+fn search_dirs() -> Vec<PathBuf> {
+    let Ok(exe) = std::env::current_exe() else {
+        return Vec::new();
+    };
+    exe.ancestors().skip(1).take(2).map(Path::to_path_buf).collect()
+}
+
+/// The supervisor binary: `ENVRT_AGENT` when set, else next to the running executable (or
+/// one directory up), else on `PATH`; the error is the exact text of what was tried.
+pub(crate) fn locate() -> Result<PathBuf, String> {
+    locate_in(
+        std::env::var_os(AGENT_VAR).map(PathBuf::from),
+        &search_dirs(),
+        find_in_path(AGENT_BINARY),
+    )
+}
+
+fn locate_in(configured: Option<PathBuf>, dirs: &[PathBuf], on_path: Option<PathBuf>) -> Result<PathBuf, String> {
+    if let Some(path) = configured {
+        return match is_executable(&path) {
+            true => Ok(path),
+            false => Err(format!(
+                "Process supervisor \"{}\" (set by {AGENT_VAR}) is not an executable file.",
+                path.display()
+            )),
+        };
+    }
+    if let Some(found) = dirs.iter().map(|d| d.join(AGENT_BINARY)).find(|p| is_executable(p)) {
+        return Ok(found);
+    }
+    on_path.ok_or_else(|| {
+        let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        format!(
+            "Process supervisor \"{AGENT_BINARY}\" was not found (looked in {}, and on PATH); set {AGENT_VAR}=/path/to/{AGENT_BINARY}, or put it on PATH.",
+            looked.join(", ")
+        )
+    })
+}
+
+/// The agent directory of a lease.
+pub(crate) fn dir(root: &Path, lease: &str) -> Result<PathBuf, DriverError> {
+    lease_dir_name(lease)?;
+    Ok(root.join(format!(".agent-{lease}")))
+}
+
+/// The socket of a lease's agent.
+pub(crate) fn socket(root: &Path, lease: &str) -> Result<PathBuf, DriverError> {
+    Ok(dir(root, lease)?.join("sock"))
+}
+
+/// What the agent needs to start.
+pub(crate) struct Start<'a> {
+    pub(crate) root: &'a Path,
+    pub(crate) lease: &'a str,
+    pub(crate) workspace: &'a Path,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) containment: &'a Containment,
+}
+
+/// Starts the lease's agent and waits until it listens. The caller holds the lease's
+/// start lock, so one agent starts per lease.
+pub(crate) async fn start(site: &Start<'_>) -> Result<(), DriverError> {
+    let binary = locate().map_err(|message| DriverError::Unavailable { message, source: None })?;
+    let dir = dir(site.root, site.lease)?;
+    match create_private_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(DriverError::io(format!("cannot create {}", dir.display()), e)),
+    }
+    let socket = socket(site.root, site.lease)?;
+    // A socket left by an agent that died: nobody answers on it.
+    let _ = std::fs::remove_file(&socket);
+    let procs = match site.containment.prepare(site.lease) {
+        Some(cgroup) => cgroup.join("cgroup.procs"),
+        None => PathBuf::from("/dev/null"),
+    };
+    let log = std::fs::File::create(dir.join("agent.log"))
+        .map_err(|e| DriverError::io(format!("cannot create {}", dir.join("agent.log").display()), e))?;
+    let mut command = tokio::process::Command::new("/bin/sh");
+    command
+        .arg("-c")
+        .arg(JOIN_SCRIPT)
+        .arg("sh")
+        .arg(&procs)
+        .arg("drop")
+        .arg(&binary)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--subreaper")
+        .env_clear()
+        .envs(site.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .current_dir(site.workspace)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .process_group(0);
+    let mut child = command
+        .spawn()
+        .map_err(|e| DriverError::io(format!("cannot start {}", binary.display()), e))?;
+    let stdout = child.stdout.take().expect("piped");
+    let mut line = String::new();
+    let mut reader = tokio::io::BufReader::new(stdout);
+    let said = tokio::time::timeout(START_BOUND, reader.read_line(&mut line)).await;
+    let expected = format!("envrt-agent listening on {}", socket.display());
+    match said {
+        Ok(Ok(_)) if line.trim_end() == expected => {
+            std::fs::write(dir.join("agent.pid"), child.id().unwrap_or(0).to_string())
+                .map_err(|e| DriverError::io("cannot record the supervisor's pid", e))?;
+            Ok(())
+        }
+        _ => {
+            let _ = child.start_kill();
+            let why = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+            Err(DriverError::other(format!(
+                "the process supervisor of lease {} did not start: {}",
+                site.lease,
+                why.trim()
+            )))
+        }
+    }
+}
+
+/// Ends the lease's agent (SIGKILL, when its pid still runs the agent of this socket) and
+/// removes its directory; the lease's containment kills what it started.
+pub(crate) fn stop(root: &Path, lease: &str) {
+    let Ok(dir) = dir(root, lease) else { return };
+    if let Ok(pid) = std::fs::read_to_string(dir.join("agent.pid"))
+        && let Ok(pid) = pid.trim().parse::<i32>()
+        && pid > 0
+    {
+        let socket = dir.join("sock");
+        let ours = std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+            cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == socket.as_os_str().as_encoded_bytes())
+        });
+        if ours {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_is_the_configured_one_else_found_in_the_search_dirs() {
+        let dir = std::env::temp_dir().join(format!("envrt-agent-lookup-{}", std::process::id()));
+        let (empty, full) = (dir.join("empty"), dir.join("full"));
+        std::fs::create_dir_all(&empty).unwrap();
+        std::fs::create_dir_all(&full).unwrap();
+        let agent = full.join(AGENT_BINARY);
+        std::fs::write(&agent, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(locate_in(None, &[empty.clone(), full.clone()], None), Ok(agent.clone()));
+        assert_eq!(locate_in(Some(agent.clone()), &[], None), Ok(agent.clone()));
+        assert_eq!(
+            locate_in(None, std::slice::from_ref(&empty), None),
+            Err(format!(
+                "Process supervisor \"envrt-agent\" was not found (looked in {}, and on PATH); set ENVRT_AGENT=/path/to/envrt-agent, or put it on PATH.",
+                empty.display()
+            ))
+        );
+        let missing = empty.join(AGENT_BINARY);
+        assert_eq!(
+            locate_in(Some(missing.clone()), std::slice::from_ref(&full), None),
+            Err(format!(
+                "Process supervisor \"{}\" (set by ENVRT_AGENT) is not an executable file.",
+                missing.display()
+            ))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
