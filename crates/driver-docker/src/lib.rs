@@ -87,6 +87,7 @@ mod engine;
 mod exec;
 mod expiry;
 mod hostkill;
+mod network;
 mod owner;
 mod process;
 mod realize;

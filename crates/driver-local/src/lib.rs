@@ -431,6 +431,11 @@ impl EnvironmentDriver for LocalDriver {
         DRIVER_KEY
     }
 
+    /// Commands run on this host, on its network: no policy can be enforced.
+    fn network_boundary(&self, _: &envrt_runtime_core::Environment) -> envrt_runtime_core::network::NetworkBoundary {
+        envrt_runtime_core::network::NetworkBoundary::HostShared
+    }
+
     async fn check_environment_config(&self, config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
         user::check_config(config)
     }

@@ -396,6 +396,11 @@ impl EnvironmentDriver for SshDriver {
         DRIVER_KEY
     }
 
+    /// Commands run on the remote host, on its network: no policy can be enforced.
+    fn network_boundary(&self, _: &envrt_runtime_core::Environment) -> envrt_runtime_core::network::NetworkBoundary {
+        envrt_runtime_core::network::NetworkBoundary::HostShared
+    }
+
     async fn check_environment_config(&self, config: &JsonMap) -> Result<(), DriverError> {
         target::check_config(config)
     }

@@ -21,6 +21,7 @@ mod gc_report;
 mod isolation;
 mod lease;
 mod lease_show;
+mod network;
 mod shell;
 mod template;
 

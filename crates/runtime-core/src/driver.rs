@@ -255,6 +255,13 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
         Ok(())
     }
 
+    /// What the driver does with its leases' network; the facade refuses every network
+    /// setting the boundary cannot enforce ([`crate::network`]). The default, undeclared,
+    /// accepts only environments that say nothing about the network.
+    fn network_boundary(&self, _environment: &Environment) -> crate::network::NetworkBoundary {
+        crate::network::NetworkBoundary::Undeclared
+    }
+
     /// Lease resume, if the driver has it. Without it the facade refuses with
     /// `Environment driver "{key}" does not support lease resume.` (section 3).
     fn as_resume(&self) -> Option<&dyn ResumeLease> {

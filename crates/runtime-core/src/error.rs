@@ -104,6 +104,10 @@ pub enum RuntimeError {
         /// The requested status.
         status: crate::LeaseStatus,
     },
+    /// A network setting the lease's driver cannot enforce, or a lease's policy beyond what
+    /// its environment grants (see [`crate::network`]).
+    #[error("Network policy refused: {0}")]
+    Network(#[from] crate::network::NetworkRefusal),
     /// The driver failed.
     #[error(transparent)]
     Driver(#[from] DriverError),

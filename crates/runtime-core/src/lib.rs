@@ -35,6 +35,7 @@ pub mod driver;
 pub mod error;
 pub mod execute;
 pub mod model;
+pub mod network;
 mod runtime;
 pub mod secret;
 pub mod sparse;

@@ -9,6 +9,7 @@ mod error;
 mod exec_stdin;
 mod fds;
 mod manifest;
+mod network;
 mod options;
 mod post_upload;
 mod process;

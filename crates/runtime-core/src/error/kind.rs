@@ -22,6 +22,7 @@ impl RuntimeError {
             RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",
             RuntimeError::LeaseExpired { .. } => "lease_expired",
             RuntimeError::TemplateNotFound { .. } => "template_not_found",
+            RuntimeError::Network(_) => "network_refused",
             RuntimeError::Driver(error) => error.kind(),
             RuntimeError::Store(_) => "store",
         }
