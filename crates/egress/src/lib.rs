@@ -1,6 +1,7 @@
 //! envrt egress: the network policy a lease runs under, and the egress proxy and DNS stub
-//! that enforce it. This crate stands alone (no other envrt crate depends on it yet); the
-//! drivers will bind its unix socket into leases that have no route of their own.
+//! that enforce it. `envrt-runtime-core` uses its policy type and grant rules for an
+//! environment's `[environment.network]` (`envrt_runtime_core::network`); no driver runs
+//! the proxy yet (they will bind its unix socket into leases that have no route of their own).
 //!
 //! # The policy (`[environment.network]`)
 //!
