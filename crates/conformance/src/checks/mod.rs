@@ -14,6 +14,7 @@ mod honesty;
 mod inputs;
 mod lifecycle;
 mod lifecycle_driver;
+mod network;
 mod observe;
 mod pool;
 mod sync;
@@ -122,6 +123,7 @@ pub(crate) fn all() -> Vec<Check> {
         templates::CHECKS,
         pool::CHECKS,
         cleanup::CHECKS,
+        network::CHECKS,
     ]
     .concat()
 }
