@@ -7,7 +7,16 @@ use std::path::{Path, PathBuf};
 use crate::util::root;
 
 /// Files allowed past [`MAX_LINES`], each with the reason it is still one file.
-const LONG_FILES: &[(&str, &str)] = &[];
+const LONG_FILES: &[(&str, &str)] = &[
+    (
+        "crates/driver-local/src/lib.rs",
+        "two lines over by the network_boundary hook; the per-concern split of the driver sources brings it under",
+    ),
+    (
+        "crates/driver-docker/src/driver.rs",
+        "two lines over by the network_boundary hook; the per-concern split of the driver sources brings it under",
+    ),
+];
 
 /// A file longer than this is asking to be split (house style).
 const MAX_LINES: usize = 600;

@@ -16,45 +16,50 @@ const HOST: EnvironmentNetwork = EnvironmentNetwork::Host(HostNetwork::Host);
 #[test]
 fn host_shared_drivers_keep_the_host_network_and_refuse_every_policy() {
     let b = NetworkBoundary::HostShared;
-    assert_eq!(environment_level("local", &b, None), Ok(NetworkLevel::HostNetwork));
-    assert_eq!(environment_level("ssh", &b, Some(&HOST)), Ok(NetworkLevel::HostNetwork));
+    assert_eq!(environment_level("here", &b, None), Ok(NetworkLevel::HostNetwork));
+    assert_eq!(
+        environment_level("remote", &b, Some(&HOST)),
+        Ok(NetworkLevel::HostNetwork)
+    );
     for egress in [Egress::None, Egress::Open] {
-        let err = environment_level("local", &b, Some(&config(egress, &[], &[]))).unwrap_err();
+        let err = environment_level("here", &b, Some(&config(egress, &[], &[]))).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "driver \"local\" cannot enforce a network policy: its commands share the host's network; \
+            "driver \"here\" cannot enforce a network policy: its commands share the host's network; \
              drop the policy, or set network = \"host\" to run on the host network unrestricted"
         );
     }
-    let err = lease_level("ssh", &b, None, Some(&Policy::none())).unwrap_err();
-    assert_eq!(err, NetworkRefusal::SharesHost { driver: "ssh".into() });
+    let err = lease_level("remote", &b, None, Some(&Policy::none())).unwrap_err();
+    assert_eq!(
+        err,
+        NetworkRefusal::SharesHost {
+            driver: "remote".into()
+        }
+    );
 }
 
 #[test]
 fn isolated_drivers_have_no_network_and_refuse_what_needs_a_proxy() {
     let b = NetworkBoundary::Isolated;
-    assert_eq!(environment_level("sandbox", &b, None), Ok(NetworkLevel::NoNetwork));
+    assert_eq!(environment_level("box", &b, None), Ok(NetworkLevel::NoNetwork));
     let none = config(Egress::None, &[], &["pypi.org"]);
+    assert_eq!(environment_level("box", &b, Some(&none)), Ok(NetworkLevel::NoNetwork));
     assert_eq!(
-        environment_level("sandbox", &b, Some(&none)),
-        Ok(NetworkLevel::NoNetwork)
-    );
-    assert_eq!(
-        environment_level("sandbox", &b, Some(&HOST)).unwrap_err().to_string(),
-        "driver \"sandbox\" cannot give a lease the host network: its leases have a network of their own \
+        environment_level("box", &b, Some(&HOST)).unwrap_err().to_string(),
+        "driver \"box\" cannot give a lease the host network: its leases have a network of their own \
          with no route out"
     );
     let allow = config(Egress::Allow, &["pypi.org"], &[]);
     assert_eq!(
-        environment_level("docker", &b, Some(&allow)).unwrap_err().to_string(),
-        "driver \"docker\" cannot enforce egress = \"allow\" yet: its leases have no network at all, \
+        environment_level("engine", &b, Some(&allow)).unwrap_err().to_string(),
+        "driver \"engine\" cannot enforce egress = \"allow\" yet: its leases have no network at all, \
          so only egress = \"none\" is accepted"
     );
     let open = config(Egress::Open, &[], &[]);
     assert_eq!(
-        environment_level("sandbox", &b, Some(&open)),
+        environment_level("box", &b, Some(&open)),
         Err(NetworkRefusal::NoProxy {
-            driver: "sandbox".into(),
+            driver: "box".into(),
             egress: "open"
         })
     );
@@ -66,20 +71,20 @@ fn a_lease_is_held_to_the_grantable_list_before_enforceability() {
     let none = config(Egress::None, &[], &["pypi.org:443"]);
     // Narrowing (asking for "none") is always granted.
     assert_eq!(
-        lease_level("sandbox", &b, Some(&none), Some(&Policy::none())),
+        lease_level("box", &b, Some(&none), Some(&Policy::none())),
         Ok(NetworkLevel::NoNetwork)
     );
-    assert_eq!(lease_level("sandbox", &b, None, None), Ok(NetworkLevel::NoNetwork));
+    assert_eq!(lease_level("box", &b, None, None), Ok(NetworkLevel::NoNetwork));
     // Widening outside grantable: the grant text.
     let asked = policy(Egress::Allow, &["example.com"]);
     assert_eq!(
-        lease_level("sandbox", &b, Some(&none), Some(&asked))
+        lease_level("box", &b, Some(&none), Some(&asked))
             .unwrap_err()
             .to_string(),
         "the lease asks for \"example.com\", which the environment's policy neither allows nor lists as grantable"
     );
     assert_eq!(
-        lease_level("sandbox", &b, None, Some(&policy(Egress::Open, &[])))
+        lease_level("box", &b, None, Some(&policy(Egress::Open, &[])))
             .unwrap_err()
             .to_string(),
         "the lease asks for egress = \"open\", but the environment's policy is egress = \"none\" and \"open\" is \
@@ -88,9 +93,9 @@ fn a_lease_is_held_to_the_grantable_list_before_enforceability() {
     // Within grantable, but this driver has no proxy: refused, never pretended.
     let asked = policy(Egress::Allow, &["pypi.org:443"]);
     assert_eq!(
-        lease_level("sandbox", &b, Some(&none), Some(&asked)),
+        lease_level("box", &b, Some(&none), Some(&asked)),
         Err(NetworkRefusal::NoProxy {
-            driver: "sandbox".into(),
+            driver: "box".into(),
             egress: "allow"
         })
     );
@@ -100,17 +105,17 @@ fn a_lease_is_held_to_the_grantable_list_before_enforceability() {
 fn unrestricted_and_undeclared_boundaries_refuse_every_setting() {
     let b = NetworkBoundary::Unrestricted("Docker network \"bridge\"".into());
     assert_eq!(
-        environment_level("docker", &b, None).unwrap().to_string(),
+        environment_level("engine", &b, None).unwrap().to_string(),
         "unrestricted (Docker network \"bridge\")"
     );
     assert_eq!(
-        environment_level("docker", &b, Some(&config(Egress::None, &[], &[])))
+        environment_level("engine", &b, Some(&config(Egress::None, &[], &[])))
             .unwrap_err()
             .to_string(),
-        "driver \"docker\" cannot enforce a network policy over Docker network \"bridge\": the lease would \
+        "driver \"engine\" cannot enforce a network policy over Docker network \"bridge\": the lease would \
          reach the network around the policy"
     );
-    assert!(lease_level("docker", &b, None, Some(&Policy::none())).is_err());
+    assert!(lease_level("engine", &b, None, Some(&Policy::none())).is_err());
     let u = NetworkBoundary::Undeclared;
     assert_eq!(
         environment_level("p", &u, None).unwrap().to_string(),
