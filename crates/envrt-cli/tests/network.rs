@@ -190,3 +190,83 @@ fn docker_shows_no_network_or_an_unrestricted_one_and_refuses_what_it_cannot_enf
          Docker network \"bridge\": the lease would reach the network around the policy\n"
     );
 }
+
+/// The reference worker next to the binary, or `None` (skipped loudly; a failure under
+/// `ENVRT_REQUIRE_SANDBOX=1`).
+fn sandbox_worker() -> Option<std::path::PathBuf> {
+    let worker = std::env::var_os("ENVRT_SANDBOX_WORKER")
+        .map(std::path::PathBuf::from)
+        .or_else(|| Some(std::path::Path::new(common::BIN).parent()?.join("envrt-sandbox-worker")))
+        .filter(|p| p.is_file());
+    if worker.is_none() {
+        assert!(
+            std::env::var("ENVRT_REQUIRE_SANDBOX").map_or(true, |v| v != "1"),
+            "ENVRT_REQUIRE_SANDBOX=1 but envrt-sandbox-worker was not found"
+        );
+        eprintln!("SKIPPED: no envrt-sandbox-worker (set ENVRT_SANDBOX_WORKER or build it next to envrt)");
+    }
+    worker
+}
+
+#[test]
+fn the_sandbox_has_no_network_and_refuses_a_lease_that_asks_for_more() {
+    let Some(worker) = sandbox_worker() else { return };
+    let s = Site::new();
+    write_config(
+        &s,
+        &format!(
+            "[sandbox]\nworker = \"{}\"\n[[environment]]\nid = \"box\"\ndriver = \"sandbox\"\n\
+             [environment.network]\ngrantable = [\"pypi.org:443\"]\n",
+            worker.display()
+        ),
+    );
+    assert_eq!(caps_egress(&s)[0], ("box".to_owned(), "no network".to_owned()));
+    let out = s.run(&["exec", "--env-id", "box", "--allow", "pypi.org:443", "--", "true"]);
+    assert_eq!(
+        (out.code, out.stderr.as_str()),
+        (
+            Some(2),
+            "Network policy refused: driver \"sandbox\" cannot enforce egress = \"allow\" yet: its leases have no \
+             network at all, so only egress = \"none\" is accepted\n"
+        )
+    );
+    let acquired = s.run(&["lease", "acquire", "--env-id", "box", "--detached", "--egress", "none"]);
+    assert_eq!(acquired.code, Some(0), "{}", acquired.stderr);
+    let id = acquired.stdout_text().trim().to_owned();
+    let out = s.run(&["lease", "network", &id, "--egress", "none"]);
+    assert_eq!(
+        (out.code, out.stdout_text()),
+        (Some(0), format!("{id} network: no network\n"))
+    );
+    let out = s.run(&["lease", "network", &id, "--egress", "open"]);
+    assert_eq!(
+        (out.code, out.stderr.as_str()),
+        (
+            Some(2),
+            "Network policy refused: the lease asks for egress = \"open\", but the environment's policy is egress = \
+             \"none\" and \"open\" is not grantable\n"
+        )
+    );
+    write_config(
+        &s,
+        &format!(
+            "[sandbox]\nworker = \"{}\"\n[[environment]]\nid = \"box\"\ndriver = \"sandbox\"\nnetwork = \"host\"\n",
+            worker.display()
+        ),
+    );
+    let out = s.run(&["lease", "release", &id]);
+    assert_eq!(out.code, Some(2));
+    assert_eq!(
+        out.stderr,
+        "envrt: config \"envrt.toml\": environment \"box\": driver \"sandbox\" cannot give a lease the host network: \
+         its leases have a network of their own with no route out\n"
+    );
+    write_config(
+        &s,
+        &format!(
+            "[sandbox]\nworker = \"{}\"\n[[environment]]\nid = \"box\"\ndriver = \"sandbox\"\n",
+            worker.display()
+        ),
+    );
+    assert_eq!(s.run(&["lease", "release", &id]).code, Some(0));
+}
