@@ -35,6 +35,9 @@
 //! ttl = "30m"               # default lease expiry (`lease acquire`, `exec`, `shell`); none by default
 //! [environment.config]      # driver-specific, passed as JSON
 //! image = "debian:12"
+//! [environment.network]     # or `network = "host"` (local, ssh); docs/contract.md section 9
+//! egress = "none"           # the default; "allow" / "open" are refused until a driver enforces them
+//! grantable = ["pypi.org:443"]   # what a lease may ask for on top
 //!
 //! [[environment]]
 //! id = "warm"
