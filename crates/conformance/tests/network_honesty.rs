@@ -18,10 +18,14 @@ fn a_driver_claiming_no_network_that_reaches_the_host_is_failed() {
     assert_eq!(outcome.status, Status::Failed, "{:?}", outcome.message);
     let message = outcome.message.unwrap_or_default();
     assert!(
-        message.starts_with("the driver declares no network, yet the lease reached the host's listener on port "),
+        message.starts_with("the driver declares no network, yet the lease reached the host's listeners on tcp port "),
         "{message}"
     );
-    assert!(message.contains("127.0.0.1:"), "{message}");
+    assert!(
+        message.contains("tcp from ") && message.contains("127.0.0.1"),
+        "{message}"
+    );
+    assert!(message.contains("udp from "), "{message}");
 
     let root = tempfile::tempdir().unwrap();
     let honest = suite(Fault::Honest, root.path());
