@@ -50,6 +50,13 @@ impl EnvironmentDriver for Recorder {
         self.inner.key()
     }
 
+    fn network_boundary(
+        &self,
+        environment: &envrt_runtime_core::Environment,
+    ) -> envrt_runtime_core::network::NetworkBoundary {
+        self.inner.network_boundary(environment)
+    }
+
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         self.record("acquire_lease");
         if input.template.is_some() {

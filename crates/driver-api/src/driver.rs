@@ -257,6 +257,13 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
         Ok(())
     }
 
+    /// What the driver does with its leases' network; the facade refuses every network
+    /// setting the boundary cannot enforce ([`crate::network`]). The default, undeclared,
+    /// accepts only environments that say nothing about the network.
+    fn network_boundary(&self, _environment: &Environment) -> crate::network::NetworkBoundary {
+        crate::network::NetworkBoundary::Undeclared
+    }
+
     /// Lease resume, if the driver has it. Without it the facade refuses with
     /// `Environment driver "{key}" does not support lease resume.` (section 3).
     fn as_resume(&self) -> Option<&dyn ResumeLease> {
@@ -305,7 +312,7 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     }
     /// Persistent process sessions, if the driver has them. Without them, or on a lease
     /// whose snapshot denies `persistentProcessSessions`: `Environment driver "{key}" does
-    /// not support persistent process sessions.` (section 11).
+    /// not support persistent process sessions.` (section 9).
     fn as_processes(&self) -> Option<&dyn ProcessSessions> {
         None
     }

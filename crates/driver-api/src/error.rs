@@ -104,10 +104,14 @@ pub enum RuntimeError {
         /// The requested status.
         status: crate::LeaseStatus,
     },
-    /// A process verb was refused (contract section 11): an unknown or exited process, no
+    /// A process verb was refused (contract section 9): an unknown or exited process, no
     /// terminal, an offset no longer held or past the end, ...
     #[error(transparent)]
     Process(#[from] crate::process::ProcessError),
+    /// A network setting the lease's driver cannot enforce, or a lease's policy beyond what
+    /// its environment grants (see [`crate::network`]).
+    #[error("Network policy refused: {0}")]
+    Network(#[from] crate::network::NetworkRefusal),
     /// The driver failed.
     #[error(transparent)]
     Driver(#[from] DriverError),
@@ -224,7 +228,7 @@ pub enum DriverError {
     /// The duplex channel is closed.
     #[error("Duplex channel is closed.")]
     ChannelClosed,
-    /// A process verb was refused by the driver's supervisor (section 11).
+    /// A process verb was refused by the driver's supervisor (section 9).
     #[error(transparent)]
     Process(#[from] crate::process::ProcessError),
     /// The backend (engine, worker) cannot be reached or is not usable.

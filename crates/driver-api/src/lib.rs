@@ -37,6 +37,7 @@ pub mod driver;
 pub mod error;
 pub mod execute;
 pub mod model;
+pub mod network;
 pub mod process;
 pub mod secret;
 pub mod sync;

@@ -53,6 +53,10 @@ pub struct Environment {
     /// Free-form metadata.
     #[serde(default)]
     pub metadata: Option<JsonMap>,
+    /// What network its leases get (`network = "host"` or `[environment.network]`);
+    /// `None`: the driver's default (see [`crate::network`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::network::EnvironmentNetwork>,
 }
 
 impl Environment {
@@ -65,6 +69,7 @@ impl Environment {
             status: EnvironmentStatus::Active,
             config: JsonMap::new(),
             metadata: None,
+            network: None,
         }
     }
 

@@ -1,4 +1,4 @@
-//! Persistent process sessions (contract section 11): what a caller asks for when it
+//! Persistent process sessions (contract section 9): what a caller asks for when it
 //! spawns a process that outlives it ([`SpawnRequest`]), what the facade reports about it
 //! ([`ProcessInfo`]), the ordered output stream ([`OutputEvent`]) and every refusal of the
 //! process verbs ([`ProcessError`]), each an exact text.
@@ -92,7 +92,7 @@ pub enum StdinMode {
     Piped,
 }
 
-/// What to spawn (contract section 11, "spawn").
+/// What to spawn (contract section 9, "spawn").
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SpawnRequest {
@@ -332,7 +332,7 @@ pub enum OutputEvent {
     Exit(ProcessInfo),
 }
 
-/// A refusal of a process verb: every text exact (contract section 11).
+/// A refusal of a process verb: every text exact (contract section 9).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProcessError {

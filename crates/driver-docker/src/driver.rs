@@ -369,6 +369,13 @@ impl EnvironmentDriver for DockerDriver {
         DRIVER_KEY
     }
 
+    fn network_boundary(
+        &self,
+        environment: &envrt_runtime_core::Environment,
+    ) -> envrt_runtime_core::network::NetworkBoundary {
+        crate::network::boundary(environment)
+    }
+
     async fn check_environment_config(&self, config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
         crate::config::check_keys(config)
     }

@@ -84,6 +84,7 @@ mod duplex;
 mod engine;
 mod execute;
 mod expiry;
+mod network;
 mod owner;
 mod process;
 mod realize;

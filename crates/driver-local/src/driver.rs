@@ -287,6 +287,11 @@ impl EnvironmentDriver for LocalDriver {
     fn as_templates(&self) -> Option<&dyn Templates> {
         Some(self)
     }
+    /// Commands run on this host, on its network: no policy can be enforced.
+    fn network_boundary(&self, _: &envrt_runtime_core::Environment) -> envrt_runtime_core::network::NetworkBoundary {
+        envrt_runtime_core::network::NetworkBoundary::HostShared
+    }
+
     fn as_recovery(&self) -> Option<&dyn Recovery> {
         Some(self)
     }

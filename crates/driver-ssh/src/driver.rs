@@ -339,6 +339,11 @@ impl EnvironmentDriver for SshDriver {
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         Some(self)
     }
+    /// Commands run on the remote host, on its network: no policy can be enforced.
+    fn network_boundary(&self, _: &envrt_runtime_core::Environment) -> envrt_runtime_core::network::NetworkBoundary {
+        envrt_runtime_core::network::NetworkBoundary::HostShared
+    }
+
     fn as_recovery(&self) -> Option<&dyn Recovery> {
         Some(self)
     }

@@ -1,6 +1,7 @@
 //! envrt egress: the network policy a lease runs under, and the egress proxy and DNS stub
-//! that enforce it. This crate stands alone (no other envrt crate depends on it yet); the
-//! drivers will bind its unix socket into leases that have no route of their own.
+//! that enforce it. `envrt-runtime-core` uses its policy type and grant rules for an
+//! environment's `[environment.network]` (`envrt_runtime_core::network`); no driver runs
+//! the proxy yet (they will bind its unix socket into leases that have no route of their own).
 //!
 //! # The policy (`[environment.network]`)
 //!
@@ -116,20 +117,32 @@
 //! - Domain fronting (an HTTP `Host` inside TLS that differs from the SNI) cannot be seen
 //!   without terminating TLS.
 
-mod dns;
+// The policy: its grammar, the denied ranges and the grant rules, free of any runtime so
+// the driver API's data model can carry it (`default-features = false`).
 mod entry;
-mod handle;
 mod network;
 mod policy;
-mod proxy;
 mod ranges;
+
+// The enforcement: the proxy, the DNS stub and the resolver (feature `proxy`, the default).
+#[cfg(feature = "proxy")]
+mod dns;
+#[cfg(feature = "proxy")]
+mod handle;
+#[cfg(feature = "proxy")]
+mod proxy;
+#[cfg(feature = "proxy")]
 mod resolve;
+#[cfg(feature = "proxy")]
 mod tunnel;
 
+#[cfg(feature = "proxy")]
 pub use dns::{ANSWER_TTL, DnsStub, MAX_QUERY};
 pub use entry::{Host, Rule};
 pub use network::{GrantError, NetworkConfig, RawNetwork};
 pub use policy::{Egress, Policy, PolicyError, RawPolicy, Refusal};
+#[cfg(feature = "proxy")]
 pub use proxy::{EgressProxy, Limits, too_many_connections_text};
 pub use ranges::{Cidr, DENIED, DeniedRange};
+#[cfg(feature = "proxy")]
 pub use resolve::{MAX_ADDRESSES, ResolveError, Resolver};

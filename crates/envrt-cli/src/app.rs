@@ -106,6 +106,23 @@ impl App {
         purpose: &str,
         template: Option<String>,
     ) -> Result<Lease, CliError> {
+        self.acquire_with(environment_id, policy, run_id, holder, ttl, purpose, template, None)
+            .await
+    }
+
+    /// [`acquire_from`](Self::acquire_from), with a network policy of the lease's own.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn acquire_with(
+        &self,
+        environment_id: &str,
+        policy: LeasePolicy,
+        run_id: Option<String>,
+        holder: Option<Holder>,
+        ttl: Option<std::time::Duration>,
+        purpose: &str,
+        template: Option<String>,
+        network: Option<envrt::core::network::Policy>,
+    ) -> Result<Lease, CliError> {
         let ttl = ttl.or_else(|| self.config.ttls.get(environment_id).copied());
         if let Some(driver) = self.environment_driver(environment_id).await? {
             self.check_driver(&driver)?;
@@ -123,6 +140,7 @@ impl App {
             metadata,
             requested_expires_at: ttl.map(|ttl| envrt::Timestamp::now().after(ttl)),
             template,
+            network,
             ..Default::default()
         };
         Ok(self.runtime.acquire_lease(request).await?)

@@ -56,7 +56,10 @@ pub(crate) async fn run(paths: &Paths, args: CapsArgs) -> Result<u8, CliError> {
             driver: environment.driver.clone(),
             capabilities,
             error,
-            enforces: crate::isolation::enforcement(environment).into_iter().collect(),
+            enforces: crate::isolation::enforcement(environment)
+                .into_iter()
+                .chain([("egress".to_owned(), crate::isolation::egress(&app.runtime, environment))])
+                .collect(),
         });
     }
     if args.json {

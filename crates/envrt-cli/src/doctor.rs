@@ -130,10 +130,11 @@ pub(crate) async fn run(paths: &Paths, args: DoctorArgs) -> Result<u8, CliError>
                 required: false,
                 ok: true,
                 detail: format!(
-                    "{} ({}): {}",
+                    "{} ({}): {}, egress={}",
                     environment.id,
                     environment.driver,
-                    crate::isolation::line(&crate::isolation::enforcement(environment))
+                    crate::isolation::line(&crate::isolation::enforcement(environment)),
+                    crate::isolation::egress(&app.runtime, environment)
                 ),
                 fix: None,
             });

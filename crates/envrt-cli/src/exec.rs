@@ -79,6 +79,9 @@ pub(crate) struct ExecArgs {
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     command: Vec<String>,
+    /// The ephemeral lease's own network policy (a new lease only).
+    #[command(flatten)]
+    network: crate::network::NetworkArgs,
 }
 
 /// Parses `K=V` pairs.
@@ -321,6 +324,12 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
         .as_deref()
         .map(|raw| envrt::config::parse_duration("--ttl", raw))
         .transpose()?;
+    let network = args.network.policy()?;
+    if network.is_some() && args.lease.is_some() {
+        return Err(CliError::Usage(
+            "envrt: --egress/--allow apply to a new lease; use `envrt lease network LEASE` for an existing one".into(),
+        ));
+    }
     // Before any lease exists: a refused stdin leaves nothing to clean up.
     let stdin = if args.no_stdin {
         None
@@ -336,7 +345,7 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
             let holder = Holder::current().ok();
             let template = args.template.clone();
             let lease = app
-                .acquire_from(
+                .acquire_with(
                     &environment,
                     LeasePolicy::Ephemeral,
                     None,
@@ -344,6 +353,7 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
                     ttl,
                     "envrt exec",
                     template,
+                    network,
                 )
                 .await?;
             (lease, true)

@@ -9,6 +9,16 @@ pub(crate) fn enforcement(environment: &Environment) -> Vec<(String, String)> {
     envrt::registry::isolation(environment)
 }
 
+/// What network `environment`'s leases get (`no network`, `host network`,
+/// `unrestricted (Docker network "bridge")`, ...) as its registered driver enforces it;
+/// the refusal or the missing driver otherwise. Shown as the `egress` row.
+pub(crate) fn egress(runtime: &envrt::EnvironmentRuntime, environment: &Environment) -> String {
+    match runtime.network_level(environment) {
+        Ok(level) => level.to_string(),
+        Err(e) => format!("unknown: {e}"),
+    }
+}
+
 /// The rows as one line: `k=v, k=v`.
 pub(crate) fn line(rows: &[(String, String)]) -> String {
     rows.iter()

@@ -38,6 +38,13 @@ pub(crate) enum LeaseCommand {
         /// The lease id.
         id: String,
     },
+    /// Replace a lease's network policy (none given: egress none) and print its level.
+    Network {
+        /// The lease id.
+        id: String,
+        #[command(flatten)]
+        network: crate::network::NetworkArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -67,6 +74,8 @@ pub(crate) struct AcquireArgs {
     /// Print the whole lease record as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    network: crate::network::NetworkArgs,
 }
 
 #[derive(Debug, Args)]
@@ -146,7 +155,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                 .transpose()?;
             let environment = app.environment_id(&args.target).await?;
             let lease = app
-                .acquire_from(
+                .acquire_with(
                     &environment,
                     args.policy,
                     args.run_id,
@@ -154,6 +163,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                     ttl,
                     "envrt lease acquire",
                     args.template,
+                    args.network.policy()?,
                 )
                 .await?;
             if args.json {
@@ -193,6 +203,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
             crate::out!("{} {} (destroyed)", lease.id, lease.status);
             Ok(0)
         }
+        LeaseCommand::Network { id, network } => crate::network::update(&app, &id, &network).await,
     }
 }
 

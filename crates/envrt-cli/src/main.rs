@@ -23,6 +23,7 @@ mod isolation;
 mod lease;
 mod lease_show;
 mod logs;
+mod network;
 mod ps;
 mod shell;
 mod signal;

@@ -41,7 +41,7 @@
 
 // The driver API and the file helpers, at the paths they had before they moved out.
 pub use envrt_driver_api::{
-    capability, config_keys, descriptor, driver, error, execute, model, process, secret, sync, template,
+    capability, config_keys, descriptor, driver, error, execute, model, network, process, secret, sync, template,
 };
 pub use envrt_driver_files::{archive, sparse, tree};
 

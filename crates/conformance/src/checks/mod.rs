@@ -14,6 +14,7 @@ mod honesty;
 mod inputs;
 mod lifecycle;
 mod lifecycle_driver;
+mod network;
 mod observe;
 mod pool;
 mod processes;
@@ -126,6 +127,7 @@ pub(crate) fn all() -> Vec<Check> {
         processes::CHECKS,
         processes_refusals::CHECKS,
         cleanup::CHECKS,
+        network::CHECKS,
     ]
     .concat()
 }

@@ -1,4 +1,4 @@
-//! Persistent process sessions (contract section 11), registered where the driver has the
+//! Persistent process sessions (contract section 9), registered where the driver has the
 //! group and the lease grants `persistentProcessSessions`: processes outlive the runtime
 //! that spawned them, replay from absolute offsets, count what they drop, take signals to
 //! their whole group, stdin and terminals, keep their exit status, honour idempotency

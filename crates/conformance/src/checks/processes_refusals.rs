@@ -1,4 +1,4 @@
-//! The refusals of the process verbs (contract section 11), each an exact text, and the
+//! The refusals of the process verbs (contract section 9), each an exact text, and the
 //! gate under `persistentProcessSessions` checked in both directions: a driver that grants
 //! it spawns, one that lacks the group or the grant is refused with the one text.
 

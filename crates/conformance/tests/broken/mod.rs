@@ -97,6 +97,8 @@ pub(crate) enum Fault {
     DuplexStderrLast,
     /// Class 7: one broken promise of the process verbs.
     Process(processes::ProcessFault),
+    /// Class 5: declares that its leases have no network while commands share the host's.
+    ClaimsNoNetwork,
 }
 
 /// The local driver with one fault.
@@ -119,6 +121,12 @@ impl Faulty {
 impl EnvironmentDriver for Faulty {
     fn key(&self) -> &str {
         &self.key
+    }
+    fn network_boundary(&self, environment: &Environment) -> envrt_runtime_core::network::NetworkBoundary {
+        match self.has(Fault::ClaimsNoNetwork) {
+            true => envrt_runtime_core::network::NetworkBoundary::Isolated,
+            false => self.inner.network_boundary(environment),
+        }
     }
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         if self.has(Fault::TemplateIsLive)

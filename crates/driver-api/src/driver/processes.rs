@@ -1,4 +1,4 @@
-//! The optional driver group behind `persistentProcessSessions` (contract section 11):
+//! The optional driver group behind `persistentProcessSessions` (contract section 9):
 //! processes that outlive the program that spawned them, held by one supervisor per lease.
 //!
 //! Every driver implements it the same way: it keeps one supervisor (`envrt-agent`) per

@@ -23,6 +23,7 @@ impl RuntimeError {
             RuntimeError::LeaseExpired { .. } => "lease_expired",
             RuntimeError::TemplateNotFound { .. } => "template_not_found",
             RuntimeError::Process(error) => error.kind(),
+            RuntimeError::Network(_) => "network_refused",
             RuntimeError::Driver(error) => error.kind(),
             RuntimeError::Store(_) => "store",
         }

@@ -5,6 +5,7 @@ mod driver;
 mod duplex;
 mod error;
 mod manifest;
+mod network;
 mod options;
 mod reference;
 mod worker;

@@ -56,6 +56,10 @@ fn refused_environment(paths: &Paths, id: &str, error: envrt_runtime_core::Runti
                 paths.config.as_deref().unwrap_or(Path::new("")).display()
             ))
         }
+        envrt_runtime_core::RuntimeError::Network(refusal) => ConfigError::Invalid(format!(
+            "envrt: config \"{}\": environment \"{id}\": {refusal}",
+            paths.config.as_deref().unwrap_or(Path::new("")).display()
+        )),
         other => other.into(),
     }
 }

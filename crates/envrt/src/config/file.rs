@@ -35,6 +35,9 @@
 //! ttl = "30m"               # default lease expiry (`lease acquire`, `exec`, `shell`); none by default
 //! [environment.config]      # driver-specific, passed as JSON
 //! image = "debian:12"
+//! [environment.network]     # or `network = "host"` (local, ssh); docs/contract.md section 10
+//! egress = "none"           # the default; "allow" / "open" are refused until a driver enforces them
+//! grantable = ["pypi.org:443"]   # what a lease may ask for on top
 //!
 //! [[environment]]
 //! id = "warm"
@@ -162,6 +165,8 @@ struct EnvironmentEntry {
     metadata: Option<toml::Table>,
     ttl: Option<String>,
     pool: Option<PoolEntry>,
+    /// `"host"` or `[environment.network]` (see `super::network`).
+    network: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -194,7 +199,7 @@ fn config_name(paths: &Paths) -> String {
 }
 
 /// A TOML value as an error message shows it.
-fn shown(value: &toml::Value) -> String {
+pub(super) fn shown(value: &toml::Value) -> String {
     match value {
         toml::Value::String(s) => format!("\"{s}\""),
         toml::Value::Integer(n) => n.to_string(),
@@ -302,6 +307,9 @@ impl Config {
             if !seen.insert(entry.id.as_str()) {
                 return Err(format!("environment \"{}\" is defined twice", entry.id));
             }
+            if let Some(network) = &entry.network {
+                super::network::parse(network).map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
+            }
             if let Some(raw) = &entry.ttl {
                 super::parse_duration("ttl", raw).map_err(|e| format!("environment \"{}\": {e}", entry.id))?;
             }
@@ -355,6 +363,8 @@ impl Config {
                 status: e.status.unwrap_or(EnvironmentStatus::Active),
                 config: to_json(e.config),
                 metadata: e.metadata.map(to_json),
+                // Checked by `parse`.
+                network: e.network.as_ref().and_then(|n| super::network::parse(n).ok()),
             })
             .collect();
         if !environments.iter().any(|e| e.id == IMPLICIT_LOCAL) {

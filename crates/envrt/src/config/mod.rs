@@ -27,6 +27,7 @@ mod assemble;
 mod compat;
 mod duration;
 mod file;
+mod network;
 
 pub use assemble::{Assembly, open_store};
 // Empty in a build without those drivers.

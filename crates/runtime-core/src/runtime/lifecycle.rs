@@ -41,6 +41,10 @@ pub struct AcquireRequest {
     /// templates, or has no such template. The lease's metadata records it as
     /// `sourceTemplateRef`.
     pub template: Option<String>,
+    /// A network policy of the lease's own, within the environment's policy or its
+    /// `grantable` list and enforceable by the driver, else the acquire is refused with
+    /// [`RuntimeError::Network`] (see [`crate::network`]); `None`: the environment's.
+    pub network: Option<crate::network::Policy>,
 }
 
 impl AcquireRequest {
@@ -153,6 +157,7 @@ impl EnvironmentRuntime {
         {
             self.check_tenant(&request.company_id)?;
             let (environment, driver) = self.check_acquirable(&request.environment_id).await?;
+            super::network::lease_level(&environment, driver.as_ref(), request.network.as_ref())?;
             if let Some(requested) = request.requested_expires_at
                 && requested <= Timestamp::now()
             {

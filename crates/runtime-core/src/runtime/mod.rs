@@ -7,6 +7,7 @@
 
 mod gate;
 mod lifecycle;
+mod network;
 mod operations;
 mod pool;
 mod pool_drop;
@@ -121,6 +122,7 @@ impl EnvironmentRuntime {
     pub async fn put_environment(&self, environment: Environment) -> Result<(), RuntimeError> {
         if let Some(driver) = self.driver(&environment.driver) {
             driver.check_environment_config(&environment.config).await?;
+            network::environment_level(&environment, driver.as_ref())?;
         }
         Ok(self.store.put_environment(&environment).await?)
     }

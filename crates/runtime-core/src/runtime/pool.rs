@@ -91,7 +91,7 @@ impl PoolKey {
 
     fn of_request(request: &AcquireRequest) -> Option<Self> {
         // Only a fresh acquire can honour these.
-        if request.requested_cwd.is_some() || request.requested_expires_at.is_some() {
+        if request.requested_cwd.is_some() || request.requested_expires_at.is_some() || request.network.is_some() {
             return None;
         }
         Some(PoolKey {

@@ -1,4 +1,4 @@
-//! The process verbs of the facade (contract section 11): spawn a process that outlives
+//! The process verbs of the facade (contract section 9): spawn a process that outlives
 //! its caller, list and find processes, read their output from absolute offsets, feed
 //! stdin, signal, resize, wait. Each passes the gate under `persistentProcessSessions`;
 //! the verbs on one process find it by its id (`{lease id}/{n}`) in the store first, and

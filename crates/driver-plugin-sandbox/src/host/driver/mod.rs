@@ -267,6 +267,10 @@ impl EnvironmentDriver for SandboxDriver {
         &self.key
     }
 
+    fn network_boundary(&self, _: &envrt_runtime_core::Environment) -> envrt_runtime_core::network::NetworkBoundary {
+        super::network::boundary(self.supervisor.manifest())
+    }
+
     async fn check_environment_config(&self, config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
         self.check_config(config).await
     }

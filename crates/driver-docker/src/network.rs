@@ -1,0 +1,55 @@
+//! What a Docker lease's network is: `NetworkMode: none` (the default `network = "none"`
+//! of the environment config) gives a container with loopback only, no route out; any
+//! other mode (`bridge`, `host`, a user network) is a network the driver does not restrict,
+//! so the facade refuses every network policy over it (see `envrt_runtime_core::network`).
+
+use envrt_runtime_core::Environment;
+use envrt_runtime_core::network::NetworkBoundary;
+
+use crate::config::EnvConfig;
+
+/// The boundary of `environment`'s containers; an environment whose config does not parse
+/// is undeclared (its acquire fails on the config anyway).
+pub(crate) fn boundary(environment: &Environment) -> NetworkBoundary {
+    match EnvConfig::of(environment) {
+        Ok(config) => mode_boundary(&config.network),
+        Err(_) => NetworkBoundary::Undeclared,
+    }
+}
+
+/// The boundary of Docker network mode `mode`.
+pub(crate) fn mode_boundary(mode: &str) -> NetworkBoundary {
+    if mode == "none" {
+        NetworkBoundary::Isolated
+    } else {
+        NetworkBoundary::Unrestricted(format!("Docker network \"{mode}\""))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_network_none_is_isolated() {
+        assert_eq!(mode_boundary("none"), NetworkBoundary::Isolated);
+        assert_eq!(
+            mode_boundary("bridge"),
+            NetworkBoundary::Unrestricted("Docker network \"bridge\"".into())
+        );
+        let mut config = envrt_runtime_core::JsonMap::new();
+        config.insert("image".into(), "img".into());
+        let env = Environment::new("d", "d", "docker").with_config(config.clone());
+        assert_eq!(boundary(&env), NetworkBoundary::Isolated);
+        config.insert("network".into(), "host".into());
+        let env = Environment::new("d", "d", "docker").with_config(config);
+        assert_eq!(
+            boundary(&env),
+            NetworkBoundary::Unrestricted("Docker network \"host\"".into())
+        );
+        assert_eq!(
+            boundary(&Environment::new("d", "d", "docker")),
+            NetworkBoundary::Undeclared
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! The network verbs of the facade: the checks `put_environment` and acquire run on an
+//! environment's network setting and a lease's asked policy, the level `envrt caps` shows,
+//! and [`EnvironmentRuntime::update_network_policy`] (see [`crate::network`]).
+
+use crate::driver::EnvironmentDriver;
+use crate::error::RuntimeError;
+use crate::model::{Environment, LeaseStatus};
+use crate::network::{self, NetworkLevel, Policy};
+
+use super::{EnvironmentRuntime, traced};
+
+/// The level `environment`'s leases get from `driver`, or the refusal of its setting.
+pub(super) fn environment_level(
+    environment: &Environment,
+    driver: &dyn EnvironmentDriver,
+) -> Result<NetworkLevel, RuntimeError> {
+    let boundary = driver.network_boundary(environment);
+    Ok(network::environment_level(
+        &environment.driver,
+        &boundary,
+        environment.network.as_ref(),
+    )?)
+}
+
+/// The level a lease asking for `asked` gets, or the refusal.
+pub(super) fn lease_level(
+    environment: &Environment,
+    driver: &dyn EnvironmentDriver,
+    asked: Option<&Policy>,
+) -> Result<NetworkLevel, RuntimeError> {
+    let boundary = driver.network_boundary(environment);
+    Ok(network::lease_level(
+        &environment.driver,
+        &boundary,
+        environment.network.as_ref(),
+        asked,
+    )?)
+}
+
+impl EnvironmentRuntime {
+    /// The network level of `environment`'s leases (`no network`, `host network`, ...), as
+    /// its registered driver enforces it; the refusal when its setting cannot be enforced.
+    pub fn network_level(&self, environment: &Environment) -> Result<NetworkLevel, RuntimeError> {
+        let driver = self.registered(&environment.driver)?;
+        environment_level(environment, driver.as_ref())
+    }
+
+    /// Replaces the network policy of an active lease. The policy must be within the
+    /// environment's policy or its `grantable` list, and the lease's driver must be able
+    /// to enforce it; otherwise [`RuntimeError::Network`] with the refusal, and nothing
+    /// changes. No driver runs the egress proxy yet, so the only policy accepted is
+    /// `egress = "none"` on a driver whose leases have no network, which they already
+    /// have (the update is then a no-op: there is no connection to cut).
+    pub async fn update_network_policy(&self, lease_id: &str, policy: &Policy) -> Result<NetworkLevel, RuntimeError> {
+        traced("update_network_policy", lease_id, async {
+            let resolved = self.resolve(lease_id).await?;
+            let lease = &resolved.context.lease;
+            if lease.status != LeaseStatus::Active {
+                return Err(RuntimeError::LeaseNotActive {
+                    id: lease.id.clone(),
+                    status: lease.status,
+                });
+            }
+            let environment = resolved.context.environment.clone().unwrap_or_else(|| {
+                Environment::new(
+                    lease.environment_id.clone().unwrap_or_default(),
+                    resolved.key.clone(),
+                    resolved.key.clone(),
+                )
+            });
+            lease_level(&environment, resolved.driver.as_ref(), Some(policy))
+        })
+        .await
+    }
+}
