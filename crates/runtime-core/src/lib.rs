@@ -35,6 +35,7 @@ pub mod driver;
 pub mod error;
 pub mod execute;
 pub mod model;
+pub mod plugin_state;
 mod runtime;
 pub mod secret;
 pub mod sparse;
@@ -54,6 +55,7 @@ pub use driver::{
 pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};
 pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputKeep, OutputSink, OutputStream};
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
+pub use plugin_state::{MemoryStateStore, PluginStateStore, StateKey};
 pub use runtime::{
     AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, RECONCILE_SETTLE,
     ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,
