@@ -17,6 +17,7 @@ mod routes;
 mod supervisor;
 mod sync_out;
 mod tail;
+mod worker_calls;
 
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;
@@ -25,3 +26,4 @@ pub use manifest::{DriverKind, EnvironmentDriverEntry, PluginManifest, WorkerCom
 pub use options::{DEFAULT_MAX_REQUEST_BYTES, MAX_STDIN_BYTES, ParentDeathSignal, RestartPolicy, SandboxOptions};
 pub use reference::{REFERENCE_WORKER_BINARY, reference_manifest};
 pub use routes::{DEFAULT_ROUTE_CEILING, DuplexLimits, RouteSlots};
+pub use worker_calls::{SUPPORTED_WORKER_METHODS, WorkerCallLimits, WorkerCallOptions};
