@@ -91,6 +91,6 @@ pub use descriptor::{
 };
 pub use host::{
     DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,
-    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, STREAM_STDIN_OVER, SandboxDriver, SandboxError, SandboxOptions,
-    reference_manifest,
+    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, STREAM_STDIN_OVER, SUPPORTED_WORKER_METHODS, SandboxDriver,
+    SandboxError, SandboxOptions, WorkerCallLimits, WorkerCallOptions, reference_manifest,
 };

@@ -113,6 +113,8 @@ pub(crate) struct WorkerCalls {
     in_flight: AtomicUsize,
     /// Values `secrets.resolve` handed out: redacted from logs and error texts.
     resolved: Mutex<Vec<Secret>>,
+    /// Serialises `state.set`, so the key-count bound holds under concurrent writes.
+    state_writes: tokio::sync::Mutex<()>,
 }
 
 /// A refusal or failure answered to the worker.
@@ -135,6 +137,7 @@ impl WorkerCalls {
             options,
             in_flight: AtomicUsize::new(0),
             resolved: Mutex::new(Vec::new()),
+            state_writes: tokio::sync::Mutex::new(()),
         }
     }
 

@@ -50,6 +50,7 @@ pub(super) async fn answer(calls: &WorkerCalls, method: &str, params: &Value) ->
             let value = params.get("value").cloned().unwrap_or(Value::Null);
             let text = value.to_string();
             let limits = &calls.options.limits;
+            let _one_writer = calls.state_writes.lock().await;
             if text.len() > limits.max_state_value_bytes {
                 return Err(invalid(
                     method,
