@@ -94,8 +94,8 @@ async fn every_supported_method_answers_as_the_sdk_types_it() {
         error(&out[14]),
         "\"http.fetch\": https:// is not supported by this host yet (plain http:// only)"
     );
-    for i in 15..=19 {
-        assert_eq!(ok(&out[i]), &Value::Null, "{i}");
+    for (i, outcome) in out.iter().enumerate().take(20).skip(15) {
+        assert_eq!(ok(outcome), &Value::Null, "{i}");
     }
     assert_eq!(error(&out[20]), "Host does not handle method \"db.query\"");
     assert_eq!(error(&out[21]), "Host does not handle method \"issues.list\"");

@@ -24,12 +24,14 @@ async fn a_resolved_secret_leaks_nowhere_on_the_host() {
         .await
         .unwrap();
 
-    let mut options = SandboxOptions::default();
-    options.worker_calls = WorkerCallOptions {
-        state: std::sync::Arc::new(store),
-        secrets: vec![reference.clone()],
-        http_allow: vec![format!("127.0.0.1:{}", server.port)],
-        ..WorkerCallOptions::default()
+    let options = SandboxOptions {
+        worker_calls: WorkerCallOptions {
+            state: std::sync::Arc::new(store),
+            secrets: vec![reference.clone()],
+            http_allow: vec![format!("127.0.0.1:{}", server.port)],
+            ..WorkerCallOptions::default()
+        },
+        ..SandboxOptions::default()
     };
     let (driver, runtime, lease) = lease_on(manifest(None), options.clone()).await;
     let calls = json!([

@@ -29,7 +29,7 @@ pub(super) async fn resolve(calls: &WorkerCalls, params: &Value) -> Result<Value
         }
         _ => return Err(invalid(METHOD, "secretRef must be a non-empty string")),
     };
-    if !calls.options.secrets.iter().any(|allowed| *allowed == reference) {
+    if !calls.options.secrets.contains(&reference) {
         return Err(refuse(
             codes::CAPABILITY_DENIED,
             format!(
