@@ -10,6 +10,7 @@ mod exec_stdin;
 mod fds;
 mod manifest;
 mod options;
+mod package;
 mod post_upload;
 mod process;
 mod reference;
