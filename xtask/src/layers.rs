@@ -5,7 +5,8 @@
 //! The rules (`docs/architecture.md` explains each):
 //! - the core (`envrt-runtime-core`) depends on no other crate of the workspace;
 //! - a driver depends on the core and, for the plugin host only, on `envrt-plugin-protocol`:
-//!   never on another driver, the facade, the store or the reference worker;
+//!   never on another driver, the facade, the store or the reference worker (the plugin
+//!   host's tests use the sqlite store, as a dev-dependency, to prove plugin state lasts);
 //! - the plugin host and the reference worker meet only in `envrt-plugin-protocol`;
 //! - the conformance kit sees drivers only through the core's trait (drivers are its
 //!   dev-dependencies, for the tests that run it);
@@ -26,10 +27,12 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ("envrt-driver-docker", &["envrt-runtime-core"], &[]),
     ("envrt-driver-ssh", &["envrt-runtime-core"], &[]),
     ("envrt-egress", &[], &[]),
+    // The plugin host keeps a worker's `ctx.state` in a `PluginStateStore` (core); its tests
+    // prove persistence against the real sqlite store, so the store is a dev-dependency.
     (
         "envrt-driver-plugin-sandbox",
         &["envrt-runtime-core", "envrt-plugin-protocol"],
-        &[],
+        &["envrt-store-sqlite"],
     ),
     (
         "envrt-sandbox-worker",
