@@ -88,7 +88,7 @@ async fn every_supported_method_answers_as_the_sdk_types_it() {
     );
     assert_eq!(
         error(&out[13]),
-        "\"http.fetch\" to localhost:1 refused: the host is not on plugin 'envrt.hostcalls''s allowlist"
+        "\"http.fetch\" to localhost:1 refused: the host is not on the allowlist of plugin 'envrt.hostcalls'"
     );
     assert_eq!(
         error(&out[14]),

@@ -93,7 +93,7 @@ pub(super) async fn fetch(calls: &WorkerCalls, params: &Value) -> Result<Value, 
         return Err(refuse(
             codes::CAPABILITY_DENIED,
             format!(
-                "\"{METHOD}\" to {}:{} refused: the host is not on plugin '{}''s allowlist",
+                "\"{METHOD}\" to {}:{} refused: the host is not on the allowlist of plugin '{}'",
                 target.host, target.port, calls.plugin_id
             ),
         ));
