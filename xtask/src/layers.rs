@@ -12,7 +12,8 @@
 //! - a driver (a crate with `[package.metadata.envrt] driver-key`) depends on the driver
 //!   API, the file helpers, the runtime (until the drivers are switched to the driver API)
 //!   and, for the plugin host only, on `envrt-plugin-protocol`: never on another driver,
-//!   the facade, the store or the reference worker;
+//!   the facade, the store or the reference worker (the plugin host's tests use the sqlite
+//!   store, as a dev-dependency, to prove plugin state lasts);
 //! - the plugin host and the reference worker meet only in `envrt-plugin-protocol`;
 //! - the conformance kit sees drivers only through the driver trait (drivers are its
 //!   dev-dependencies, for the tests that run it);
@@ -50,10 +51,12 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ("envrt-driver-docker", &[API, FILES, CORE], &[]),
     ("envrt-driver-ssh", &[API, FILES, CORE], &[]),
     ("envrt-egress", &[], &[]),
+    // The plugin host keeps a worker's `ctx.state` in a `PluginStateStore` (core); its tests
+    // prove persistence against the real sqlite store, so the store is a dev-dependency.
     (
         "envrt-driver-plugin-sandbox",
         &[API, FILES, CORE, "envrt-plugin-protocol"],
-        &[],
+        &["envrt-store-sqlite"],
     ),
     (
         "envrt-sandbox-worker",

@@ -28,8 +28,9 @@ tasks:
                          Python package's pytest suite)
   conformance [options]  the conformance kit against built-in drivers or a plugin worker
       --driver local|docker|sandbox|all   (default all)
-      --manifest FILE [--worker COMMAND]  run the kit against an external plugin worker (its
-                                          manifest; the command defaults to the manifest's
+      --manifest PATH [--worker COMMAND]  run the kit against an external plugin worker (its
+                                          manifest, or a package dir with paperclipPlugin in
+                                          package.json; the command defaults to the manifest's
                                           worker.command, or `node` + entrypoints.worker)
       --cases N                           property-test cases per check
       --deadline SECONDS                  per-check deadline (default 300)

@@ -34,8 +34,12 @@
 //!   (others are dropped). An `execute.log` may say `"encoding": "base64"` (used by
 //!   workers answering `environmentExecuteBinary`);
 //! - stdout lines that do not parse are logged (first 200 characters) and ignored, lines
-//!   over [`SandboxOptions::max_line_bytes`] are skipped unread, `id: null` answers and
-//!   worker → host requests (answered -32601) never disturb calls;
+//!   over [`SandboxOptions::max_line_bytes`] are skipped unread, and `id: null` answers
+//!   never disturb calls;
+//! - the worker's own requests (`ctx.config`, `ctx.state`, `ctx.secrets`, `ctx.http`, the
+//!   telemetry methods: [`SUPPORTED_WORKER_METHODS`]) are answered on tasks of their own
+//!   under the manifest's `capabilities` and [`SandboxOptions::worker_calls`]; any other
+//!   is refused -32601 `Host does not handle method "{method}"` (docs/plugin-protocol.md);
 //! - a worker exit fails every pending call at once with
 //!   `Worker process exited (code=…, signal=…)` plus the stderr tail, ends every duplex
 //!   route (exit code none, `transport_closed` true), and restarts the worker after
@@ -91,6 +95,6 @@ pub use descriptor::{
 };
 pub use host::{
     DEFAULT_DRIVER_KEY, DEFAULT_MAX_REQUEST_BYTES, DuplexLimits, MAX_STDIN_BYTES, ParentDeathSignal, PluginManifest,
-    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, STREAM_STDIN_OVER, SandboxDriver, SandboxError, SandboxOptions,
-    reference_manifest,
+    REFERENCE_WORKER_BINARY, RestartPolicy, RouteSlots, STREAM_STDIN_OVER, SUPPORTED_WORKER_METHODS, SandboxDriver,
+    SandboxError, SandboxOptions, WorkerCallLimits, WorkerCallOptions, reference_manifest,
 };

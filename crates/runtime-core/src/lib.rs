@@ -45,6 +45,8 @@ pub use envrt_driver_api::{
 };
 pub use envrt_driver_files::{archive, sparse, tree};
 
+pub mod plugin_state;
+
 mod runtime;
 pub mod store;
 #[cfg(feature = "testkit")]
@@ -61,6 +63,7 @@ pub use envrt_driver_api::{
     SyncOperation, SyncOperationResult, SyncResult, TemplateRef, Templates, Timestamp, TtySize, UnsupportedOperation,
     Wording, WorkspaceRequest,
 };
+pub use plugin_state::{MemoryStateStore, PluginStateStore, StateKey};
 pub use runtime::{
     AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus,
     ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,

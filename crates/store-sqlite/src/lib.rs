@@ -18,6 +18,9 @@
 //! Every call runs on tokio's blocking pool ([`tokio::task::spawn_blocking`]), never on an
 //! async worker thread.
 //!
+//! The same database keeps plugin workers' state ([`PluginStateStore`], table
+//! `plugin_state`), so a plugin's `ctx.state` survives worker and host restarts.
+//!
 //! The [`holder`] module records which process holds a lease (`holderPid` and
 //! `holderStartTime` in the lease metadata) so that a later process can tell whether the
 //! holder is gone — what `envrt gc` needs after a crash.
@@ -37,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 pub mod holder;
+mod plugin_state;
 mod private;
 mod sql;
 
@@ -45,6 +49,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+#[cfg(doc)]
+use envrt_runtime_core::PluginStateStore;
 use envrt_runtime_core::{Environment, Lease, LeaseFilter, LeaseStore, StoreError};
 use rusqlite::Connection;
 

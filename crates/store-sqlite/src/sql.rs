@@ -140,6 +140,7 @@ fn open_once(path: &Path, busy_timeout: Duration) -> Result<Connection, Failure>
         ))));
     }
     tx.execute_batch(SCHEMA).map_err(fail)?;
+    tx.execute_batch(crate::plugin_state::SCHEMA).map_err(fail)?;
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))
         .map_err(fail)?;
     tx.commit().map_err(fail)?;

@@ -125,9 +125,12 @@ impl PluginManifest {
     }
 
     /// Loads a manifest file; a published `entrypoints.worker` is resolved against the
-    /// file's folder.
+    /// file's folder. A directory is a package ([`load_package`](Self::load_package)).
     pub fn load(path: impl AsRef<Path>) -> Result<PluginManifest, SandboxError> {
         let path = path.as_ref();
+        if path.is_dir() {
+            return Self::load_package(path);
+        }
         let text = std::fs::read_to_string(path).map_err(|e| SandboxError::Manifest {
             message: format!("cannot read {}: {e}", path.display()),
         })?;

@@ -92,6 +92,9 @@ pub struct SandboxOptions {
     /// it moves duplex bytes over a socket of its own in binary frames with flow control;
     /// one that does not keeps the JSON frames.
     pub data_plane: bool,
+    /// What the worker's own calls to the host (`ctx.state`, `ctx.secrets`, `ctx.http`,
+    /// ...) may reach: state store, secret references, HTTP allowlist, bounds.
+    pub worker_calls: super::WorkerCallOptions,
 }
 
 /// The default [`SandboxOptions::max_request_bytes`]: 64 MiB, the reference worker's own
@@ -124,6 +127,7 @@ impl Default for SandboxOptions {
             duplex_limits: DuplexLimits::default(),
             route_slots: RouteSlots::global(),
             data_plane: true,
+            worker_calls: super::WorkerCallOptions::default(),
         }
     }
 }
@@ -148,6 +152,7 @@ impl std::fmt::Debug for SandboxOptions {
             .field("duplex_limits", &self.duplex_limits)
             .field("route_slots", &self.route_slots)
             .field("data_plane", &self.data_plane)
+            .field("worker_calls", &self.worker_calls)
             .finish()
     }
 }

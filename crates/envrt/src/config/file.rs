@@ -23,7 +23,8 @@
 //!                           # found next to the program, in the Python package, on PATH
 //!
 //! [[plugin]]                # a sandbox driver run by a plugin worker
-//! manifest = "plugin.json"  # relative to this file
+//! manifest = "plugin.json"  # relative to this file; or a package directory whose
+//!                           # package.json has a paperclipPlugin entry
 //! driver_key = "sandbox"    # which environmentDrivers entry; default "sandbox" or the first
 //! [plugin.config]           # plugin configuration sent in `initialize`
 //!

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::host::duplex::dataplane::PlaneSlot;
 use crate::host::error::SandboxError;
 use crate::host::worker::process::{Spawned, StderrTail, WorkerExit, WorkerProcess};
+use crate::host::worker_calls::WorkerCalls;
 use crate::protocol::handshake::CancelParams;
 use crate::protocol::{
     self, ErrorData, ErrorObject, Incoming, Invocation, InvocationScope, LineRead, LineReader, RequestId, codes,
@@ -32,6 +33,10 @@ pub(crate) trait ConnectionEvents: Send + Sync {
     fn on_duplex_frame(&self, generation: u64, method: &str, params: Value) -> bool;
     /// The worker ended; every pending call has been failed with `error`.
     fn on_exit(&self, generation: u64, error: SandboxError);
+    /// Who answers the worker's own requests (`None`: every one is "method not found").
+    fn worker_calls(&self) -> Option<Arc<WorkerCalls>> {
+        None
+    }
 }
 
 struct Pending {
@@ -297,6 +302,10 @@ impl Connection {
             Incoming::Response { id, outcome } => {
                 tracing::warn!(plugin = %self.plugin_id, ?id, ?outcome, "ignoring an unattributable response");
             }
+            Incoming::Request { id, method, params } if let Some(calls) = events.worker_calls() => {
+                let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                calls.spawn_answer(id, method, params, writer);
+            }
             Incoming::Request { id, method, .. } => {
                 self.send_line(protocol::error_response_line(
                     Some(&id),
@@ -318,6 +327,7 @@ impl Connection {
                         self.kill();
                     }
                 }
+                notifications::LOG if let Some(calls) = events.worker_calls() => calls.log_notification(&params),
                 notifications::LOG => {
                     let message = params.get("message").and_then(Value::as_str).unwrap_or_default();
                     tracing::info!(plugin = %self.plugin_id, "worker log: {message}");

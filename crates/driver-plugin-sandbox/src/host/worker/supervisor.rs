@@ -17,6 +17,7 @@ use crate::host::manifest::PluginManifest;
 use crate::host::options::{ParentDeathSignal, SandboxOptions};
 use crate::host::worker::connection::{Connection, ConnectionEvents, ExecSink};
 use crate::host::worker::process::spawn_worker;
+use crate::host::worker_calls::WorkerCalls;
 use crate::protocol::handshake::{InitializeParams, InitializeResult, InstanceInfo, NoParams};
 use crate::protocol::{methods, to_value};
 
@@ -54,11 +55,16 @@ pub(crate) struct Supervisor {
 struct Events {
     supervisor: Weak<Supervisor>,
     routes: Arc<RouteTable>,
+    calls: Arc<WorkerCalls>,
 }
 
 impl ConnectionEvents for Events {
     fn on_duplex_frame(&self, generation: u64, method: &str, params: Value) -> bool {
         self.routes.on_frame(generation, method, params)
+    }
+
+    fn worker_calls(&self) -> Option<Arc<WorkerCalls>> {
+        Some(self.calls.clone())
     }
 
     fn on_exit(&self, generation: u64, error: SandboxError) {
@@ -142,6 +148,7 @@ impl Supervisor {
         let events = Arc::new(Events {
             supervisor: self.me.clone(),
             routes: self.routes.clone(),
+            calls: Arc::new(WorkerCalls::for_manifest(&self.manifest, &self.options)),
         });
         let connection = Connection::start(
             spawned,
