@@ -21,8 +21,10 @@ mod gc_report;
 mod isolation;
 mod lease;
 mod lease_show;
+mod serve;
 mod shell;
 mod template;
+mod token;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,6 +75,11 @@ enum Command {
     Caps(caps::CapsArgs),
     /// Check the Docker engine, bwrap, the worker binaries and the lease store.
     Doctor(doctor::DoctorArgs),
+    /// Serve the runtime over HTTP and WebSocket under /v1/ (see docs/serve.md).
+    Serve(serve::ServeArgs),
+    /// Create, list and revoke the service's bearer tokens.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
 }
 
 /// Which environment an operation targets.
@@ -139,5 +146,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Gc(args) => lease::gc(&paths, args).await,
         Command::Caps(args) => caps::run(&paths, args).await,
         Command::Doctor(args) => doctor::run(&paths, args).await,
+        Command::Serve(args) => serve::run(&paths, args).await,
+        Command::Token(command) => token::run(&paths, command).await,
     }
 }

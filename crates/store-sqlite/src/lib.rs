@@ -39,6 +39,9 @@
 pub mod holder;
 mod private;
 mod sql;
+mod tokens;
+
+pub use tokens::TokenRecord;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
