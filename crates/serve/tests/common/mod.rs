@@ -61,7 +61,12 @@ impl Harness {
         })
         .unwrap();
         runtime.register_driver(Arc::new(local));
-        let probe = Arc::new(ProbeDriver::new("probe", ProbeShape::full(), None));
+        // Duplex declared, so a probe lease grants the duplex channel.
+        let declaration = envrt::core::capability::CapabilityDeclaration {
+            duplex_command_stream: Some(true),
+            ..Default::default()
+        };
+        let probe = Arc::new(ProbeDriver::new("probe", ProbeShape::full(), Some(declaration)));
         runtime.register_driver(probe.clone());
         runtime
             .put_environment(Environment::new("local", "Local", "local"))
