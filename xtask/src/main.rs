@@ -14,6 +14,7 @@ mod testlog;
 mod tidy;
 #[cfg(test)]
 mod tidy_drivers;
+mod typescript;
 mod util;
 
 use std::process::ExitCode;
@@ -25,7 +26,7 @@ tasks:
   demo                   the main job: build envrt, then acquire a local lease, copy a folder
                          in, run a command, copy results out, show capabilities, release
   ci                     fmt check, clippy -D warnings, doc -Dwarnings, every test (and the
-                         Python package's pytest suite)
+                         Python package's pytest suite, the TypeScript client's npm test)
   conformance [options]  the conformance kit against built-in drivers or a plugin worker
       --driver local|docker|sandbox|all   (default all)
       --manifest FILE [--worker COMMAND]  run the kit against an external plugin worker (its
