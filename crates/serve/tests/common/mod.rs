@@ -53,6 +53,11 @@ impl Harness {
 
     /// A service over the store and workspaces in `dir` (kept from an earlier one).
     pub async fn start_in(dir: tempfile::TempDir, limits: Limits) -> Harness {
+        Self::start_full(dir, limits, std::time::Duration::from_secs(10)).await
+    }
+
+    /// Like [`start_in`](Self::start_in), draining for at most `drain` on stop.
+    pub async fn start_full(dir: tempfile::TempDir, limits: Limits, drain: std::time::Duration) -> Harness {
         let store = SqliteStore::open(dir.path().join("envrt.db")).await.unwrap();
         let runtime = EnvironmentRuntime::with_store(Arc::new(store.clone()));
         let local = LocalDriver::new(LocalConfig {
@@ -88,7 +93,7 @@ impl Harness {
             async move {
                 let _ = stopped.await;
             },
-            std::time::Duration::from_secs(10),
+            drain,
         ));
         Harness {
             dir,
@@ -102,10 +107,50 @@ impl Harness {
     }
 
     /// Stops the service and waits for it; returns the scratch directory.
-    pub async fn stop(mut self) -> tempfile::TempDir {
+    pub async fn stop(self) -> tempfile::TempDir {
+        let (drained, dir) = self.stop_drained().await;
+        assert!(drained, "the service did not drain");
+        dir
+    }
+
+    /// Stops the service; whether every request ended within the drain bound.
+    pub async fn stop_drained(mut self) -> (bool, tempfile::TempDir) {
         let _ = self.stop.take().unwrap().send(());
-        assert!(self.served.take().unwrap().await.unwrap(), "the service did not drain");
-        self.dir
+        let drained = self.served.take().unwrap().await.unwrap();
+        (drained, self.dir)
+    }
+
+    /// Signals the stop without waiting; [`stopped`](Self::stopped) waits.
+    pub fn signal_stop(&mut self) {
+        let _ = self.stop.take().unwrap().send(());
+    }
+
+    /// Waits for a signalled stop; whether every request ended within the drain bound.
+    pub async fn stopped(&mut self) -> bool {
+        self.served.take().unwrap().await.unwrap()
+    }
+
+    /// Starts a request and answers its response head, its body still to read.
+    pub async fn open(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: String,
+    ) -> hyper::Response<hyper::body::Incoming> {
+        let stream = tokio::net::UnixStream::connect(&self.socket).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("http://serve{path}"))
+            .header("host", "serve")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        sender.send_request(request).await.unwrap()
     }
 
     /// A token for `tenant` allowing `ops` (every operation when empty).
