@@ -1,7 +1,9 @@
 //! `envrt token` and `envrt serve` end to end: a token is printed once and stored as a
 //! hash, revoked once; a non-loopback `--listen` without TLS is refused; a SIGKILLed
 //! service leaves only what `envrt gc` reconciles (its pool's leases), its clients'
-//! leases survive into the next start, and SIGTERM stops it cleanly.
+//! leases survive into the next start, and SIGTERM stops it cleanly; and one Docker smoke
+//! test (a container lease through the service; skips loudly without an engine, fails
+//! with `ENVRT_REQUIRE_DOCKER=1`).
 
 mod common;
 
@@ -170,4 +172,102 @@ fn a_sigkilled_service_leaves_only_what_gc_reconciles_and_its_leases_outlive_it(
         "a log line holds the token"
     );
     assert!(!socket.exists(), "the socket was left behind");
+}
+
+/// The Docker test image, as the other Docker tests take it.
+fn docker_image() -> String {
+    std::env::var("ENVRT_TEST_IMAGE").unwrap_or_else(|_| "envrt-test:latest".into())
+}
+
+/// Removes every container labelled with this state dir when the test ends.
+struct Containers(std::path::PathBuf);
+
+impl Drop for Containers {
+    fn drop(&mut self) {
+        let filter = format!("label=envrt.cli-state={}", self.0.display());
+        let Ok(out) = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--no-trunc", "--filter", &filter])
+            .output()
+        else {
+            return;
+        };
+        for id in String::from_utf8_lossy(&out.stdout).lines() {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f", "-v", id])
+                .output();
+        }
+    }
+}
+
+#[test]
+fn a_docker_lease_through_the_service_runs_and_syncs_in_a_container() {
+    let ready = std::process::Command::new("docker")
+        .args(["image", "inspect", &docker_image()])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ready {
+        assert!(
+            std::env::var("ENVRT_REQUIRE_DOCKER").map_or(true, |v| v != "1"),
+            "ENVRT_REQUIRE_DOCKER=1 but no engine or no image {}",
+            docker_image()
+        );
+        eprintln!("SKIPPED: no Docker engine or no image {}", docker_image());
+        return;
+    }
+    let s = Site::new();
+    std::fs::write(
+        s.path().join("envrt.toml"),
+        format!(
+            "[[environment]]\nid = \"ctr\"\ndriver = \"docker\"\n[environment.config]\nimage = \"{}\"\n",
+            docker_image()
+        ),
+    )
+    .unwrap();
+    let _containers = Containers(std::path::absolute(s.state()).unwrap());
+    let (_, token) = create_token(&s, "acme");
+    let socket = s.path().join("serve.sock");
+    let (mut child, _stderr) = start(&s, &socket);
+    let (status, lease) = http(&socket, "POST", "/v1/leases", &token, r#"{"environmentId":"ctr"}"#);
+    assert_eq!(status, 201, "{lease}");
+    let id = lease["id"].as_str().unwrap().to_owned();
+    assert_eq!(lease["provider"], "docker");
+    let run = |cmd: &str| {
+        let body = serde_json::json!({ "command": "sh", "args": ["-c", cmd] }).to_string();
+        http(&socket, "POST", &format!("/v1/leases/{id}/execute"), &token, &body)
+    };
+    let (status, result) = run("test -f /.dockerenv && echo in-a-container");
+    assert_eq!(
+        (status, result["stdout"].clone()),
+        (200, serde_json::json!("in-a-container\n"))
+    );
+    // A tar in, through the container, and back out.
+    let source = s.path().join("src");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("f.txt"), "through docker").unwrap();
+    let tar = std::process::Command::new("tar")
+        .args(["-C", source.to_str().unwrap(), "-cf", "-", "."])
+        .output()
+        .unwrap()
+        .stdout;
+    let mut stream = UnixStream::connect(&socket).unwrap();
+    write!(
+        stream,
+        "PUT /v1/leases/{id}/files?path=in HTTP/1.1\r\nHost: serve\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        tar.len()
+    )
+    .unwrap();
+    stream.write_all(&tar).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (_, result) = run("cat in/f.txt");
+    assert_eq!(result["stdout"], "through docker");
+    let (status, released) = http(&socket, "POST", &format!("/v1/leases/{id}/release"), &token, "");
+    assert_eq!(
+        (status, released["status"].clone()),
+        (200, serde_json::json!("released"))
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
 }
