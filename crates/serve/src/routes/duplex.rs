@@ -6,7 +6,7 @@
 //! "stop"}` half-closes or stops it; binary messages to the client are its output
 //! (stdout and stderr together, in order), and the last message is the text `{"type":
 //! "exit", "exitCode": N|null, "transportClosed": BOOL}` (or `{"type": "error", ...ERROR_BODY}`)
-//! before the close.
+//! before the close. A client that closes or drops the socket stops the command.
 
 use std::sync::Arc;
 
@@ -60,6 +60,9 @@ async fn pump(socket: WebSocket, channel: Arc<dyn DuplexChannel>) {
     let (mut to_client, mut from_client) = socket.split();
     let input = Arc::clone(&channel);
     let reader = tokio::spawn(async move {
+        // A client that closes the socket (or drops it) wants no more: the command is
+        // stopped rather than left running for nobody.
+        let mut gone = true;
         while let Some(Ok(message)) = from_client.next().await {
             let outcome = match message {
                 Message::Binary(data) => input.write(&data).await,
@@ -76,8 +79,12 @@ async fn pump(socket: WebSocket, channel: Arc<dyn DuplexChannel>) {
                 _ => Ok(()),
             };
             if outcome.is_err() {
+                gone = false;
                 break;
             }
+        }
+        if gone {
+            let _ = input.stop().await;
         }
     });
     let last = loop {
