@@ -3,11 +3,17 @@
 //! dependency edge that breaks a layer fails here, naming the edge and the rule.
 //!
 //! The rules (`docs/architecture.md` explains each):
-//! - the core (`envrt-runtime-core`) depends on no other crate of the workspace;
-//! - a driver depends on the core and, for the plugin host only, on `envrt-plugin-protocol`:
-//!   never on another driver, the facade, the store or the reference worker;
+//! - the driver API (`envrt-driver-api`) depends on no other crate of the workspace and on
+//!   no async runtime (no tokio, not even without features): not directly, not through a
+//!   dependency; the drivers' file helpers (`envrt-driver-files`) depend only on the driver
+//!   API, and on no async runtime either;
+//! - the runtime (`envrt-runtime-core`) depends on those two and re-exports them;
+//! - a driver (a crate with `[package.metadata.envrt] driver-key`) depends on the driver
+//!   API, the file helpers, the runtime (until the drivers are switched to the driver API)
+//!   and, for the plugin host only, on `envrt-plugin-protocol`: never on another driver,
+//!   the facade, the store or the reference worker;
 //! - the plugin host and the reference worker meet only in `envrt-plugin-protocol`;
-//! - the conformance kit sees drivers only through the core's trait (drivers are its
+//! - the conformance kit sees drivers only through the driver trait (drivers are its
 //!   dev-dependencies, for the tests that run it);
 //! - the CLI and the Python package reach everything through the facade `envrt`.
 
@@ -17,28 +23,31 @@ use std::collections::BTreeMap;
 /// A crate missing from this table fails the test: a new crate takes its place in the map
 /// on purpose.
 const ALLOWED: &[(&str, &[&str], &[&str])] = &[
-    ("envrt-runtime-core", &[], &[]),
+    ("envrt-driver-api", &[], &[]),
+    ("envrt-driver-files", &[API], &[]),
+    // Its own dev-dependency turns its `testkit` feature on for its tests.
+    ("envrt-runtime-core", &[API, FILES], &[CORE]),
     // The in-lease supervisor stands alone: drivers will speak its protocol, not link it.
     ("envrt-agent", &[], &[]),
-    ("envrt-plugin-protocol", &["envrt-runtime-core"], &[]),
-    ("envrt-store-sqlite", &["envrt-runtime-core"], &[]),
-    ("envrt-driver-local", &["envrt-runtime-core"], &[]),
-    ("envrt-driver-docker", &["envrt-runtime-core"], &[]),
-    ("envrt-driver-ssh", &["envrt-runtime-core"], &[]),
+    ("envrt-plugin-protocol", &[API, CORE], &[]),
+    ("envrt-store-sqlite", &[API, CORE], &[]),
+    ("envrt-driver-local", &[API, FILES, CORE], &[]),
+    ("envrt-driver-docker", &[API, FILES, CORE], &[]),
+    ("envrt-driver-ssh", &[API, FILES, CORE], &[]),
     ("envrt-egress", &[], &[]),
     (
         "envrt-driver-plugin-sandbox",
-        &["envrt-runtime-core", "envrt-plugin-protocol"],
+        &[API, FILES, CORE, "envrt-plugin-protocol"],
         &[],
     ),
     (
         "envrt-sandbox-worker",
-        &["envrt-runtime-core", "envrt-plugin-protocol"],
+        &[API, FILES, CORE, "envrt-plugin-protocol"],
         &[],
     ),
     (
         "envrt-conformance",
-        &["envrt-runtime-core"],
+        &[API, CORE],
         &[
             "envrt-driver-local",
             "envrt-driver-docker",
@@ -49,7 +58,9 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     (
         "envrt",
         &[
-            "envrt-runtime-core",
+            API,
+            FILES,
+            CORE,
             "envrt-store-sqlite",
             "envrt-driver-local",
             "envrt-driver-docker",
@@ -66,7 +77,9 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     (
         "envrt-bench",
         &[
-            "envrt-runtime-core",
+            API,
+            FILES,
+            CORE,
             "envrt-store-sqlite",
             "envrt-driver-local",
             "envrt-driver-docker",
@@ -78,6 +91,20 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ),
     ("xtask", &[], &[]),
 ];
+
+/// The driver API: what a driver crate depends on.
+const API: &str = "envrt-driver-api";
+/// The file helpers drivers share.
+const FILES: &str = "envrt-driver-files";
+/// The runtime (facade, gate, pools, reconcile, templates, store).
+const CORE: &str = "envrt-runtime-core";
+
+/// The crates a driver needs and that must therefore stay free of any async runtime.
+const RUNTIME_FREE: &[&str] = &[API, FILES];
+
+/// Async runtimes (and their reactors) none of [`RUNTIME_FREE`] may pull in, directly or
+/// through a dependency.
+const RUNTIMES: &[&str] = &["tokio", "async-std", "smol", "async-executor", "async-io", "mio"];
 
 /// Each workspace crate with its dependencies on workspace crates, as
 /// `(name, kind)` where kind is `normal`, `dev` or `build`.
@@ -140,4 +167,103 @@ fn the_crate_map_names_only_crates_that_exist() {
         .filter(|name| !edges.contains_key(*name))
         .collect();
     assert!(stale.is_empty(), "crate map rows naming no workspace crate: {stale:?}");
+}
+
+/// The packages `package` depends on through normal and build edges, directly or not
+/// (`cargo tree`'s view, features resolved as a build of `package` alone resolves them).
+fn transitive_dependencies(package: &str) -> Vec<String> {
+    let output = crate::util::cargo()
+        .args([
+            "tree",
+            "-p",
+            package,
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "-f",
+            "{p}",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("cargo tree");
+    assert!(
+        output.status.success(),
+        "cargo tree -p {package} failed ({})",
+        output.status
+    );
+    let mut names: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .filter(|name| name != package)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The async runtimes among `dependencies`.
+fn runtimes_among(dependencies: &[String]) -> Vec<&str> {
+    RUNTIMES
+        .iter()
+        .copied()
+        .filter(|runtime| dependencies.iter().any(|dep| dep == runtime))
+        .collect()
+}
+
+#[test]
+fn the_driver_api_and_the_file_helpers_depend_on_no_async_runtime() {
+    let mut broken = Vec::new();
+    for package in RUNTIME_FREE {
+        let dependencies = transitive_dependencies(package);
+        assert!(
+            dependencies.iter().any(|dep| dep == "serde"),
+            "cargo tree -p {package} listed no dependency at all: {dependencies:?}"
+        );
+        for runtime in runtimes_among(&dependencies) {
+            broken.push(format!("{package} -> {runtime}"));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "a crate drivers need pulls in an async runtime (docs/architecture.md): {broken:?}"
+    );
+}
+
+#[test]
+fn the_runtime_check_sees_a_runtime() {
+    let runtime_core = transitive_dependencies(CORE);
+    assert_eq!(runtimes_among(&runtime_core).first(), Some(&"tokio"));
+    assert!(runtimes_among(&["serde".to_owned(), "tokio-util".to_owned()]).is_empty());
+}
+
+/// The workspace's drivers: the packages with `[package.metadata.envrt] driver-key`.
+fn drivers() -> Vec<String> {
+    let json = crate::util::cargo_metadata().expect("cargo metadata");
+    json["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter(|package| package["metadata"]["envrt"]["driver-key"].is_string())
+        .filter_map(|package| package["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn drivers_never_depend_on_each_other() {
+    let drivers = drivers();
+    assert!(drivers.len() >= 4, "fewer drivers than expected: {drivers:?}");
+    let edges = workspace_edges();
+    let mut broken = Vec::new();
+    for driver in &drivers {
+        for (dep, kind) in &edges[driver] {
+            if drivers.contains(dep) {
+                broken.push(format!("{driver} -> {dep} ({kind} dependency)"));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "drivers depending on other drivers (docs/architecture.md): {broken:#?}"
+    );
 }

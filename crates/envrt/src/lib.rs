@@ -6,10 +6,12 @@
 //! container, or a sandbox whose driver runs as a plugin worker in another process.
 //!
 //! This is the facade crate: it re-exports [`envrt_runtime_core`] (as [`core`], with its
-//! main items at the top level), each driver behind a cargo feature, the durable SQLite
-//! lease store, and a [`RuntimeBuilder`] that registers every enabled driver. Each driver
-//! crate exports one descriptor (`envrt::core::descriptor`); [`registry`] is the list of
-//! the enabled ones, and everything here iterates it (see `docs/writing-a-driver.md`).
+//! main items at the top level; the driver API and file helpers it re-exports in turn
+//! are the runtime-free `envrt-driver-api` and `envrt-driver-files`), each driver behind
+//! a cargo feature, the durable SQLite lease store, and a [`RuntimeBuilder`] that
+//! registers every enabled driver. Each driver crate exports one descriptor
+//! (`envrt::core::descriptor`); [`registry`] is the list of the enabled ones, and
+//! everything here iterates it (see `docs/writing-a-driver.md`).
 //!
 //! ## Features
 //!
@@ -26,7 +28,7 @@
 //! The default is the local driver alone, so a library pays only for what it uses. The
 //! `envrt` command-line tool is its own crate (`envrt-cli`), which enables `config` and
 //! every driver. Each driver crate (`envrt-driver-local`, …) also works on its own with
-//! `envrt-runtime-core`.
+//! `envrt-runtime-core`, the runtime that drives it.
 //!
 //! ## Example
 //!
@@ -58,7 +60,9 @@ pub mod registry;
 pub use builder::{BuildError, RuntimeBuilder, SkippedDriver};
 pub use registry::known_drivers;
 
-/// The core crate: the driver trait, the facade, capabilities, errors and the data model.
+/// The core crate: the facade, its pools, reconcile and store, and (re-exported from
+/// `envrt-driver-api` and `envrt-driver-files` at the same paths) the driver trait,
+/// capabilities, errors, the data model and the drivers' file helpers.
 pub use envrt_runtime_core as core;
 
 pub use envrt_runtime_core::{

@@ -1,12 +1,24 @@
 //! # envrt-runtime-core
 //!
-//! The heart of envrt: the [`EnvironmentDriver`] trait with its optional groups, the
-//! [`EnvironmentRuntime`] facade that checks every operation in the contract's order and
-//! refuses with exact, typed [`RuntimeError`]s, the nine-key capability model with its
-//! [`classify`](capability::classify) function, and the data model of leases and
-//! environments.
+//! The runtime of envrt: the [`EnvironmentRuntime`] facade that checks every operation in
+//! the contract's order and refuses with exact, typed [`RuntimeError`]s, its capability
+//! gate, lease pools, reconcile and template orchestration, and the lease store
+//! ([`LeaseStore`], [`MemoryStore`]). It runs on tokio.
 //!
-//! ```
+//! What a driver implements and returns (the [`EnvironmentDriver`] trait with its
+//! optional groups, the model, the capability table with its
+//! [`classify`](capability::classify) function, errors, descriptors, requests and their
+//! [`validate`](ExecuteRequest::validate)) lives in the runtime-free `envrt-driver-api`,
+//! and the drivers' file helpers in `envrt-driver-files`; this crate re-exports both at
+//! the paths they always had (`envrt_runtime_core::driver::EnvironmentDriver`,
+//! `envrt_runtime_core::error::DriverError`, `envrt_runtime_core::archive`, ...), so code
+//! written against it keeps compiling. A driver crate needs only the driver API.
+//!
+//! The test driver (`testkit::ProbeDriver`) is behind the `testkit`
+//! feature, off by default.
+//!
+#![cfg_attr(feature = "testkit", doc = "```")]
+#![cfg_attr(not(feature = "testkit"), doc = "```ignore")]
 //! use std::sync::Arc;
 //! use envrt_runtime_core::{AcquireRequest, Environment, EnvironmentRuntime, ExecuteRequest};
 //! use envrt_runtime_core::testkit::{ProbeDriver, ProbeShape};
@@ -27,38 +39,28 @@
 
 #![forbid(unsafe_code)]
 
-pub mod archive;
-pub mod capability;
-pub mod config_keys;
-pub mod descriptor;
-pub mod driver;
-pub mod error;
-pub mod execute;
-pub mod model;
-mod runtime;
-pub mod secret;
-pub mod sparse;
-pub mod store;
-pub mod sync;
-pub mod template;
-pub mod testkit;
-mod time;
-pub mod tree;
-
-pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
-pub use driver::{
-    AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
-    FileSync, InventoryItem, LeaseContext, LeaseGrant, PathScope, RealizeWorkspace, RealizedWorkspace, Recovery,
-    ReleaseInput, ResumeLease, WorkspaceRequest,
+// The driver API and the file helpers, at the paths they had before they moved out.
+pub use envrt_driver_api::{
+    capability, config_keys, descriptor, driver, error, execute, model, secret, sync, template,
 };
-pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};
-pub use execute::{CappedBuffer, ExecuteRequest, ExecuteResult, OutputKeep, OutputSink, OutputStream};
-pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
+pub use envrt_driver_files::{archive, sparse, tree};
+
+mod runtime;
+pub mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use envrt_driver_api::{
+    AcquireInput, Capabilities, CapabilityDeclaration, CapabilityInput, CapabilityKey, CapabilitySnapshot,
+    CappedBuffer, CleanupStatus, DestroyLease, DriverError, DuplexChannel, DuplexChannels, DuplexExit, EnvValue,
+    Environment, EnvironmentDriver, EnvironmentStatus, Execute, ExecuteRequest, ExecuteResult, ExecuteRules, FileSync,
+    InventoryItem, JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, NameRules, OutputKeep,
+    OutputSink, OutputStream, PathScope, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
+    RuntimeError, Secret, StoreError, SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult, TemplateRef,
+    Templates, Timestamp, UnsupportedOperation, Wording, WorkspaceRequest,
+};
 pub use runtime::{
     AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus, RECONCILE_SETTLE,
     ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,
 };
-pub use secret::{EnvValue, Secret};
 pub use store::{LeaseFilter, LeaseStore, MemoryStore};
-pub use sync::{SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult};
-pub use template::{TemplateRef, Templates};

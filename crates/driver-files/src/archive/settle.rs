@@ -10,7 +10,7 @@ use std::rc::Rc;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 
 use super::beneath;
-use crate::error::DriverError;
+use envrt_driver_api::error::DriverError;
 
 /// Clears set-uid, set-gid and sticky bits below `root` (and of `root`) unless
 /// `keep_special_bits`, and refuses with [`DriverError::SyncTooLarge`] a tree whose regular

@@ -11,8 +11,8 @@
 //!   directory, or the one regular file of a file sync) and every later entry lies below
 //!   it; after the end-of-archive blocks only zero padding may follow.
 //! - Modes lose their set-uid, set-gid and sticky bits unless the request keeps them
-//!   ([`crate::sync::SyncFile::keep_special_bits`]); runs of zero blocks become holes and
-//!   every byte is charged to the entry's bound ([`crate::sync::SyncFile::max_bytes`]).
+//!   ([`envrt_driver_api::sync::SyncFile::keep_special_bits`]); runs of zero blocks become holes and
+//!   every byte is charged to the entry's bound ([`envrt_driver_api::sync::SyncFile::max_bytes`]).
 //!
 //! Only a [`Staging::place`] moves the tree onto its target; dropping a [`Staging`] removes
 //! everything it holds, so a refusal leaves the target as it was.
@@ -25,10 +25,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::error::DriverError;
 use crate::sparse::{ByteBudget, CopyError, write_sparse};
-use crate::sync::{ExcludeSet, SyncKind};
 use crate::tree;
+use envrt_driver_api::error::DriverError;
+use envrt_driver_api::sync::{ExcludeSet, SyncKind};
 
 mod beneath;
 mod settle;
@@ -213,7 +213,7 @@ pub fn extract<R: Read>(archive: R, plan: &ExtractPlan<'_>, staging: &Staging) -
             limit: plan.max_bytes,
         })
     };
-    let mask = crate::sync::kept_mode_bits(plan.keep_special_bits);
+    let mask = envrt_driver_api::sync::kept_mode_bits(plan.keep_special_bits);
     let mut budget = ByteBudget::new(plan.max_bytes);
     let mut counts = Counts::default();
     let mut top: Option<OsString> = None;

@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::model::JsonMap;
 use crate::secret::EnvValue;
 
+mod validate;
+pub use validate::{ExecuteRules, NameRules, Wording, is_portable_name, is_shell_name};
+
 /// Default cap on each captured stream: 16 MiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 16 * 1024 * 1024;
 

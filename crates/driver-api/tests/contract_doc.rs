@@ -1,10 +1,10 @@
-//! Tidy: every error text `runtime-core` can produce is written down, word for word, in
+//! Tidy: every error text the driver API can produce is written down, word for word, in
 //! the project's contract (`docs/contract.md`), so the document users read cannot drift
 //! from the code.
 
 use std::path::Path;
 
-use envrt_runtime_core::UnsupportedOperation;
+use envrt_driver_api::UnsupportedOperation;
 
 /// The `#[error("...")]` literals of `src/error.rs`, unescaped, leaving out those that only
 /// forward another error's text (`transparent`, `{message}`, `{context}: {source}`); the

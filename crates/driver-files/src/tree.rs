@@ -13,7 +13,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::error::DriverError;
+use envrt_driver_api::error::DriverError;
 
 /// Most links followed while resolving where one copied link leads (the kernel's ELOOP
 /// bound); a chain longer than this counts as an escape.

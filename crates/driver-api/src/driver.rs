@@ -175,7 +175,7 @@ pub trait DuplexChannel: Send + Sync {
 /// through an `as_*` accessor that returns `None` unless the driver implements it.
 ///
 /// Each method's doc is its contract: one line, the capability key it needs (if any), what
-/// the facade ([`EnvironmentRuntime`](crate::EnvironmentRuntime)) has already checked
+/// the facade (envrt-runtime-core's `EnvironmentRuntime`) has already checked
 /// before it calls, then the MUST / SHOULD rules, citing `docs/contract.md` by section.
 /// Every lease operation reaches a driver only after the facade found the lease's driver
 /// key (section 1) registered, else `Environment driver "{key}" is not registered in the
@@ -243,7 +243,7 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError>;
 
     /// Checks an environment's `config` before it is stored
-    /// ([`EnvironmentRuntime::put_environment`](crate::EnvironmentRuntime::put_environment)).
+    /// (`EnvironmentRuntime::put_environment`).
     ///
     /// Called only when the environment's driver is registered; an error stores nothing.
     ///
@@ -287,7 +287,7 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     }
     /// Recovery (inventory and reap), if the driver has it. Not a contract verb: it never
     /// enters the capability snapshot; `envrt gc` and
-    /// [`EnvironmentRuntime::reconcile`](crate::EnvironmentRuntime) loop over it.
+    /// `EnvironmentRuntime::reconcile` loop over it.
     fn as_recovery(&self) -> Option<&dyn Recovery> {
         None
     }
@@ -517,7 +517,7 @@ pub trait Recovery: Send + Sync {
     /// Every resource this driver instance made, as the backend (not the store) holds it.
     ///
     /// Needs no capability: recovery is not a contract verb. Called by
-    /// [`EnvironmentRuntime::reconcile`](crate::EnvironmentRuntime::reconcile) and `envrt gc`
+    /// `EnvironmentRuntime::reconcile` and `envrt gc`
     /// for every registered driver that has the group (section 8, "Reconciliation").
     ///
     /// - MUST be scoped by the driver's own configuration (a state directory, a label set,
@@ -531,7 +531,7 @@ pub trait Recovery: Send + Sync {
     ///
     /// The facade calls it only for an item whose lease is not active, retained, pending
     /// clean-up or released under `reuse_by_environment`, and, when the store did not know
-    /// the lease, only after a second look [`RECONCILE_SETTLE`](crate::RECONCILE_SETTLE)
+    /// the lease, only after a second look `RECONCILE_SETTLE` (envrt-runtime-core)
     /// later; never on a dry run.
     ///
     /// - MUST be idempotent: an item already gone is success.

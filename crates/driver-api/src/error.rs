@@ -11,7 +11,7 @@ pub use unsupported::UnsupportedOperation;
 /// A boxed error source.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
-/// An error of the [`EnvironmentRuntime`](crate::EnvironmentRuntime) facade. Match on the
+/// An error of the `EnvironmentRuntime` facade (envrt-runtime-core). Match on the
 /// variant, never on the text.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -171,7 +171,7 @@ pub enum DriverError {
         expected: &'static str,
     },
     /// A synced tree is nested deeper than the bound every driver's walk applies
-    /// ([`MAX_TREE_DEPTH`](crate::tree::MAX_TREE_DEPTH)); nothing was written.
+    /// (`envrt_driver_files::tree::MAX_TREE_DEPTH`); nothing was written.
     #[error("Sync source \"{path}\" is nested deeper than {limit} directory levels.")]
     TreeTooDeep {
         /// The sync source as given.
@@ -281,7 +281,7 @@ impl DriverError {
     }
 }
 
-/// A failure of a [`LeaseStore`](crate::LeaseStore).
+/// A failure of a lease store (envrt-runtime-core's `LeaseStore`).
 #[derive(Debug, thiserror::Error)]
 #[error("Lease store error: {message}")]
 pub struct StoreError {
