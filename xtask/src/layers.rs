@@ -70,7 +70,7 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
         &[],
     ),
     // The service is a layer over the facade, as the CLI is; the CLI starts it.
-    ("envrt-serve", &["envrt"], &[]),
+    ("envrt-serve", &["envrt"], &[CORE]),
     ("envrt-cli", &["envrt", "envrt-serve"], &[]),
     ("envrt-python", &["envrt"], &[]),
     // The bench measures every layer against the bare tools, so it may reach any of them.
