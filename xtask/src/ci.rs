@@ -31,6 +31,10 @@ pub(crate) fn run_all() -> Result<(), String> {
     let (ok, output) = testlog::run_merged(&test, true)?;
     // The Python package's tests (pytest prints its own closing line).
     let python_ok = crate::python::run_pytest()?;
+    // The TypeScript client's tests against a real `envrt serve`.
+    let typescript_ok = crate::typescript::run_tests()?;
+    // schemathesis against the served OpenAPI document.
+    let schemathesis_ok = crate::schemathesis::run_schemathesis()?;
     let report = testlog::parse(&output);
     if !report.failures.is_empty() {
         println!("\nfailed tests, by test binary:");
@@ -41,9 +45,11 @@ pub(crate) fn run_all() -> Result<(), String> {
         "tests: {} passed, {} failed, {} skipped",
         report.passed, report.failed, report.ignored
     );
-    match (ok, python_ok) {
-        (true, true) => Ok(()),
-        (false, _) => Err("cargo test failed".into()),
-        (true, false) => Err("pytest failed (crates/envrt-python/tests)".into()),
+    match (ok, python_ok, typescript_ok, schemathesis_ok) {
+        (true, true, true, true) => Ok(()),
+        (false, ..) => Err("cargo test failed".into()),
+        (true, false, ..) => Err("pytest failed (crates/envrt-python/tests)".into()),
+        (true, true, false, _) => Err("npm test failed (clients/typescript)".into()),
+        (true, true, true, false) => Err("schemathesis failed (crates/serve/openapi.json)".into()),
     }
 }

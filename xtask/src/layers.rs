@@ -65,7 +65,9 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ),
     ("envrt-conformance", &[API, CORE], &[DRIVER]),
     ("envrt", &[API, FILES, CORE, "envrt-store-sqlite", DRIVER], &[]),
-    ("envrt-cli", &["envrt"], &[]),
+    // The service is a layer over the facade, as the CLI is; the CLI starts it.
+    ("envrt-serve", &["envrt"], &[CORE]),
+    ("envrt-cli", &["envrt", "envrt-serve"], &[]),
     ("envrt-python", &["envrt"], &[]),
     // The bench measures every layer against the bare tools, so it may reach any of them.
     (

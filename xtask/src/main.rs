@@ -7,6 +7,7 @@ mod drivers;
 #[cfg(test)]
 mod layers;
 mod python;
+mod schemathesis;
 mod soak;
 mod stress;
 mod testlog;
@@ -14,6 +15,7 @@ mod testlog;
 mod tidy;
 #[cfg(test)]
 mod tidy_drivers;
+mod typescript;
 mod util;
 
 use std::process::ExitCode;
@@ -25,7 +27,8 @@ tasks:
   demo                   the main job: build envrt, then acquire a local lease, copy a folder
                          in, run a command, copy results out, show capabilities, release
   ci                     fmt check, clippy -D warnings, doc -Dwarnings, every test (and the
-                         Python package's pytest suite)
+                         Python package's pytest suite, the TypeScript client's npm test,
+                         schemathesis against envrt serve)
   conformance [options]  the conformance kit against built-in drivers or a plugin worker
       --driver local|docker|sandbox|all   (default all)
       --manifest PATH [--worker COMMAND]  run the kit against an external plugin worker (its
@@ -38,6 +41,8 @@ tasks:
   setup                  install and start what the tests need (apt packages, dockerd,
                          the test image, the SDK fixture, the Python venv); idempotent
   docker-image           build the local test image envrt-test:latest
+  schemathesis           schemathesis against a fresh envrt serve and its OpenAPI document
+                         (the step of ci; its venv: $ENVRT_SCHEMATHESIS_VENV)
   bench [--quick] [--only ROW]  benchmarks as ratios to baselines (target/bench/latest.json;
                          the Python row, also `--only python`, to target/bench/python.json)
       --list                              the scenarios, their rows and targets; runs nothing
@@ -67,6 +72,8 @@ fn main() -> ExitCode {
         Some("soak") => soak::run_soak(&args[1..]),
         Some("stress") => stress::run_stress(&args[1..]),
         Some(stress::HOG_TASK) => return stress::hog(),
+        Some("schemathesis") => schemathesis::run_schemathesis()
+            .and_then(|ok| ok.then_some(()).ok_or_else(|| "schemathesis failed".to_owned())),
         Some("docker-image") => util::run_script("scripts/docker-test-image.sh", &[]),
         Some(other) => Err(format!("unknown task {other:?}\n\n{TASKS}")),
         None => {

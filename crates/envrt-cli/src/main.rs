@@ -25,10 +25,12 @@ mod lease_show;
 mod logs;
 mod network;
 mod ps;
+mod serve;
 mod shell;
 mod signal;
 mod spawn;
 mod template;
+mod token;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -91,6 +93,11 @@ enum Command {
     Kill(signal::KillArgs),
     /// Wait for a persistent process to end; exits with its code (128+n for signal n).
     Wait(signal::WaitArgs),
+    /// Serve the runtime over HTTP and WebSocket under /v1/ (see docs/serve.md).
+    Serve(serve::ServeArgs),
+    /// Create, list and revoke the service's bearer tokens.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
 }
 
 /// Which environment an operation targets.
@@ -163,5 +170,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Attach(args) => attach::run(&paths, args).await,
         Command::Kill(args) => signal::kill(&paths, args).await,
         Command::Wait(args) => signal::wait(&paths, args).await,
+        Command::Serve(args) => serve::run(&paths, args).await,
+        Command::Token(command) => token::run(&paths, command).await,
     }
 }

@@ -43,6 +43,9 @@ pub mod holder;
 mod plugin_state;
 mod private;
 mod sql;
+mod tokens;
+
+pub use tokens::TokenRecord;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

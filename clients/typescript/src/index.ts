@@ -1,0 +1,314 @@
+/**
+ * @module @envrt/client
+ *
+ * A typed client of `envrt serve` (see docs/serve.md and crates/serve/openapi.json):
+ * leases, execute (buffered and streamed), sync in and out as tar, templates and
+ * capabilities, over HTTP on a unix socket (`socketPath`) or TCP (`baseUrl`). Every
+ * refusal or failure rejects with an {@link EnvrtError} carrying the service's status, its
+ * stable `kind` and its exact `message`.
+ */
+
+import * as http from "node:http";
+import * as https from "node:https";
+
+/** How to reach a service. */
+export interface ClientOptions {
+  /** A bearer token from `envrt token create`. */
+  token: string;
+  /** The unix socket of `envrt serve --socket PATH`. */
+  socketPath?: string;
+  /** `http://127.0.0.1:PORT` or `https://HOST:PORT` for `envrt serve --listen`. */
+  baseUrl?: string;
+}
+
+/** The error body of every refusal: `{kind, message}`. */
+export class EnvrtError extends Error {
+  constructor(
+    /** The HTTP status. */
+    readonly status: number,
+    /** The stable snake_case kind (`lease_not_found`, `forbidden`, ...). */
+    readonly kind: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "EnvrtError";
+  }
+}
+
+export type LeasePolicy = "ephemeral" | "reuse_by_environment" | "reuse_by_execution_workspace" | "retain_on_failure";
+export type LeaseStatus = "active" | "released" | "expired" | "failed" | "retained" | "pending_cleanup";
+
+/** A configured environment. */
+export interface Environment {
+  id: string;
+  name: string;
+  driver: string;
+  status: string;
+}
+
+/** A lease record. */
+export interface Lease {
+  id: string;
+  companyId: string;
+  environmentId: string | null;
+  status: LeaseStatus;
+  leasePolicy: LeasePolicy;
+  provider: string | null;
+  providerLeaseId: string | null;
+  acquiredAt: number;
+  expiresAt: number | null;
+  releasedAt: number | null;
+  failureReason: string | null;
+  metadata: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+/** What `acquireLease` takes. */
+export interface AcquireOptions {
+  environmentId: string;
+  policy?: LeasePolicy;
+  runId?: string;
+  issueId?: string;
+  executionWorkspaceId?: string;
+  requestedCwd?: string;
+  ttlMs?: number;
+  template?: string;
+}
+
+/** A command to run. */
+export interface ExecuteOptions {
+  command: string;
+  args?: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  stdin?: string;
+  stdinBase64?: string;
+  timeoutMs?: number;
+  maxOutputBytes?: number;
+  keep?: "head" | "tail";
+  user?: string;
+}
+
+/** What a command did. */
+export interface ExecuteResult {
+  exitCode: number | null;
+  signal: string | null;
+  timedOut: boolean;
+  stdout?: string;
+  stdoutEncoding?: "utf8" | "base64";
+  stdoutTruncated: boolean;
+  stderr?: string;
+  stderrEncoding?: "utf8" | "base64";
+  stderrTruncated: boolean;
+  durationMs: number;
+}
+
+/** One event of a streamed execute. */
+export type ExecuteEvent =
+  | { type: "output"; stream: "stdout" | "stderr"; data: Buffer }
+  | { type: "result"; result: ExecuteResult };
+
+/** Counts of a sync. */
+export interface SyncResult {
+  operations: { operationId: string; filesTransferred: number; bytesTransferred: number }[];
+}
+
+/** A template of an environment. */
+export interface Template {
+  id: string;
+  kind: string;
+  environmentId: string;
+  companyId: string;
+  label?: string | null;
+  sourceLeaseId?: string | null;
+  createdAt?: number | null;
+}
+
+interface Raw {
+  status: number;
+  body: Buffer;
+  headers: http.IncomingHttpHeaders;
+}
+
+/** A client of one service. */
+export class EnvrtClient {
+  readonly #options: ClientOptions;
+
+  constructor(options: ClientOptions) {
+    if (!options.socketPath === !options.baseUrl) {
+      throw new TypeError("give exactly one of socketPath and baseUrl");
+    }
+    this.#options = options;
+  }
+
+  #open(method: string, path: string, headers: Record<string, string | number>): http.ClientRequest {
+    const auth = { ...headers, authorization: `Bearer ${this.#options.token}` };
+    if (this.#options.socketPath) {
+      return http.request({ socketPath: this.#options.socketPath, path, method, headers: { ...auth, host: "envrt" } });
+    }
+    const url = new URL(path, this.#options.baseUrl);
+    const transport = url.protocol === "https:" ? https : http;
+    return transport.request(url, { method, headers: auth });
+  }
+
+  #send(method: string, path: string, body?: Buffer, type = "application/json"): Promise<Raw> {
+    return new Promise((resolve, reject) => {
+      const headers: Record<string, string | number> = {};
+      if (body) {
+        headers["content-type"] = type;
+        headers["content-length"] = body.length;
+      }
+      const request = this.#open(method, path, headers);
+      request.on("error", reject);
+      request.on("response", (response) => {
+        const chunks: Buffer[] = [];
+        response.on("data", (chunk: Buffer) => chunks.push(chunk));
+        response.on("error", reject);
+        response.on("end", () =>
+          resolve({ status: response.statusCode ?? 0, body: Buffer.concat(chunks), headers: response.headers }),
+        );
+      });
+      request.end(body);
+    });
+  }
+
+  static #check(raw: Raw): Raw {
+    if (raw.status >= 400) {
+      let kind = "http";
+      let message = raw.body.toString("utf8");
+      try {
+        const parsed = JSON.parse(message) as { kind?: string; message?: string };
+        kind = parsed.kind ?? kind;
+        message = parsed.message ?? message;
+      } catch {
+        // Not the error body: keep the raw text.
+      }
+      throw new EnvrtError(raw.status, kind, message);
+    }
+    return raw;
+  }
+
+  async #json<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const raw = EnvrtClient.#check(await this.#send(method, path, payload));
+    return JSON.parse(raw.body.toString("utf8")) as T;
+  }
+
+  /** The configured environments. */
+  listEnvironments(): Promise<Environment[]> {
+    return this.#json("GET", "/v1/environments");
+  }
+
+  /** An environment's capability snapshot. */
+  environmentCapabilities(id: string): Promise<Record<string, unknown>> {
+    return this.#json("GET", `/v1/environments/${enc(id)}/capabilities`);
+  }
+
+  /** Acquires a lease for the token's tenant. */
+  acquireLease(options: AcquireOptions): Promise<Lease> {
+    return this.#json("POST", "/v1/leases", options);
+  }
+
+  /** The tenant's active and pending-cleanup leases (every one with `all`). */
+  listLeases(all = false): Promise<Lease[]> {
+    return this.#json("GET", all ? "/v1/leases?all=true" : "/v1/leases");
+  }
+
+  /** One lease. */
+  getLease(id: string): Promise<Lease> {
+    return this.#json("GET", `/v1/leases/${enc(id)}`);
+  }
+
+  /** Releases a lease (as `released` unless `status` says otherwise). */
+  releaseLease(id: string, status?: "released" | "failed" | "expired"): Promise<Lease> {
+    return this.#json("POST", `/v1/leases/${enc(id)}/release`, status ? { status } : {});
+  }
+
+  /** Resumes a kept lease. */
+  resumeLease(id: string): Promise<Lease> {
+    return this.#json("POST", `/v1/leases/${enc(id)}/resume`);
+  }
+
+  /** Destroys a lease's resource whatever its policy. */
+  destroyLease(id: string): Promise<Lease> {
+    return this.#json("DELETE", `/v1/leases/${enc(id)}`);
+  }
+
+  /** A lease's effective capability snapshot. */
+  leaseCapabilities(id: string): Promise<Record<string, unknown>> {
+    return this.#json("GET", `/v1/leases/${enc(id)}/capabilities`);
+  }
+
+  /** Runs a command and resolves with its whole result. */
+  execute(leaseId: string, options: ExecuteOptions): Promise<ExecuteResult> {
+    return this.#json("POST", `/v1/leases/${enc(leaseId)}/execute`, options);
+  }
+
+  /** Runs a command, yielding its output as it comes, then its result. */
+  async *executeStream(leaseId: string, options: ExecuteOptions): AsyncGenerator<ExecuteEvent> {
+    const body = Buffer.from(JSON.stringify(options));
+    const request = this.#open("POST", `/v1/leases/${enc(leaseId)}/execute/stream`, {
+      "content-type": "application/json",
+      "content-length": body.length,
+    });
+    const response = await new Promise<http.IncomingMessage>((resolve, reject) => {
+      request.on("error", reject);
+      request.on("response", resolve);
+      request.end(body);
+    });
+    if ((response.statusCode ?? 0) >= 400) {
+      const chunks: Buffer[] = [];
+      for await (const chunk of response) chunks.push(chunk as Buffer);
+      EnvrtClient.#check({ status: response.statusCode ?? 0, body: Buffer.concat(chunks), headers: response.headers });
+    }
+    let pending = "";
+    for await (const chunk of response) {
+      pending += (chunk as Buffer).toString("utf8");
+      let newline: number;
+      while ((newline = pending.indexOf("\n")) >= 0) {
+        const line = JSON.parse(pending.slice(0, newline));
+        pending = pending.slice(newline + 1);
+        if (line.error) throw new EnvrtError(500, line.error.kind, line.error.message);
+        if (line.result) yield { type: "result", result: line.result as ExecuteResult };
+        else yield { type: "output", stream: line.stream, data: Buffer.from(line.data, "base64") };
+      }
+    }
+  }
+
+  /** Unpacks a tar archive into the directory `path` of the lease. */
+  async syncIn(leaseId: string, path: string, tar: Buffer): Promise<SyncResult> {
+    const raw = EnvrtClient.#check(
+      await this.#send("PUT", `/v1/leases/${enc(leaseId)}/files?path=${enc(path)}`, tar, "application/x-tar"),
+    );
+    return JSON.parse(raw.body.toString("utf8")) as SyncResult;
+  }
+
+  /** A tar archive of `path` in the lease: a directory's contents, or one file. */
+  async syncOut(leaseId: string, path: string, kind: "directory" | "file" = "directory"): Promise<Buffer> {
+    const query = `path=${enc(path)}${kind === "file" ? "&kind=file" : ""}`;
+    return EnvrtClient.#check(await this.#send("GET", `/v1/leases/${enc(leaseId)}/files?${query}`)).body;
+  }
+
+  /** The tenant's templates of an environment. */
+  listTemplates(environmentId: string): Promise<Template[]> {
+    return this.#json("GET", `/v1/environments/${enc(environmentId)}/templates`);
+  }
+
+  /** Captures the lease's state as a new template. */
+  captureTemplate(leaseId: string, label?: string): Promise<Template> {
+    return this.#json("POST", `/v1/leases/${enc(leaseId)}/templates`, label === undefined ? {} : { label });
+  }
+
+  /** Deletes a template; false when there was none by that id. */
+  async deleteTemplate(environmentId: string, templateId: string): Promise<boolean> {
+    const answer = await this.#json<{ deleted: boolean }>(
+      "DELETE",
+      `/v1/environments/${enc(environmentId)}/templates/${enc(templateId)}`,
+    );
+    return answer.deleted;
+  }
+}
+
+function enc(part: string): string {
+  return encodeURIComponent(part);
+}

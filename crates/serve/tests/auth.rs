@@ -1,0 +1,198 @@
+//! Every request is authenticated and authorised before a driver is touched: no token, a
+//! malformed one, a revoked one, a token without the operation, and another tenant's
+//! token each get their exact status and body, and the drivers see no call (counted on
+//! the probe driver and as local workspaces).
+
+mod common;
+
+use common::{Harness, error};
+use serde_json::json;
+
+const UNAUTH: &str = "A valid bearer token is required.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_a_malformed_or_revoked_one_are_refused_before_any_driver() {
+    let h = Harness::start().await;
+    let (id, token) = h.token("acme", &[]).await;
+    let acquire = json!({ "environmentId": "probe" }).to_string();
+    let wrong_secret = format!(
+        "{}{}",
+        &token[..token.len() - 1],
+        if token.ends_with('0') { '1' } else { '0' }
+    );
+    let cases: Vec<(Option<String>, &str)> = vec![
+        (None, "no header"),
+        (Some("Basic dXNlcjpwYXNz".into()), "another scheme"),
+        (Some("Bearer".into()), "no token"),
+        (Some("Bearer not-a-token".into()), "malformed"),
+        (Some(format!("Bearer {}", token.to_uppercase())), "upper case"),
+        (Some(format!("Bearer {wrong_secret}")), "wrong secret"),
+        (
+            Some("Bearer envrt_0000000000000000_".to_owned() + &"0".repeat(64)),
+            "unknown id",
+        ),
+    ];
+    for (header, what) in &cases {
+        for (method, path) in [("POST", "/v1/leases"), ("GET", "/v1/leases"), ("GET", "/v1/nope")] {
+            let answer = h.send(method, path, header.as_deref(), acquire.clone()).await;
+            assert_eq!(answer.status, 401, "{what} {method} {path}");
+            assert_eq!(answer.json(), error("unauthenticated", UNAUTH), "{what}");
+        }
+    }
+    assert!(h.store.revoke_token(&id, 2).await.unwrap());
+    let answer = h
+        .call("POST", "/v1/leases", &token, json!({ "environmentId": "probe" }))
+        .await;
+    assert_eq!(answer.status, 401);
+    assert_eq!(answer.json(), error("unauthenticated", UNAUTH));
+    assert_eq!(h.probe.operation_calls(), 0, "a refused request reached the driver");
+    assert_eq!(h.local_workspaces(), 0);
+    assert!(
+        h.audit.lock().unwrap().is_empty(),
+        "a refused request was audited as a call"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_without_the_operation_is_refused_with_its_text_before_any_driver() {
+    let h = Harness::start().await;
+    let (owner_id, owner) = h.token("acme", &[]).await;
+    let lease = h.acquire(&owner, "probe").await;
+    let before = h.probe.operation_calls();
+    let (id, reader) = h.token("acme", &["leases:read"]).await;
+    let refused = |op: &str| {
+        error(
+            "forbidden",
+            &format!("Token \"{id}\" does not allow the operation \"{op}\"."),
+        )
+    };
+    let cases = [
+        (
+            "POST",
+            "/v1/leases".to_owned(),
+            json!({ "environmentId": "probe" }),
+            "leases:write",
+        ),
+        ("POST", format!("/v1/leases/{lease}/release"), json!({}), "leases:write"),
+        ("DELETE", format!("/v1/leases/{lease}"), json!(null), "leases:write"),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/execute"),
+            json!({ "command": "true" }),
+            "execute",
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/execute/stream"),
+            json!({ "command": "true" }),
+            "execute",
+        ),
+        ("PUT", format!("/v1/leases/{lease}/files?path=x"), json!(null), "sync"),
+        ("GET", format!("/v1/leases/{lease}/files?path=x"), json!(null), "sync"),
+        (
+            "GET",
+            format!("/v1/leases/{lease}/duplex?command=sh"),
+            json!(null),
+            "duplex",
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/templates"),
+            json!({}),
+            "templates:write",
+        ),
+        (
+            "GET",
+            "/v1/environments/probe/templates".to_owned(),
+            json!(null),
+            "templates:read",
+        ),
+        ("GET", "/v1/environments".to_owned(), json!(null), "environments:read"),
+    ];
+    for (method, path, body, op) in cases {
+        let answer = h.call(method, &path, &reader, body).await;
+        assert_eq!(answer.status, 403, "{method} {path}");
+        assert_eq!(answer.json(), refused(op), "{method} {path}");
+    }
+    assert_eq!(
+        h.probe.operation_calls(),
+        before,
+        "a forbidden request reached the driver"
+    );
+    // What it may do, it does.
+    let answer = h
+        .call("GET", &format!("/v1/leases/{lease}"), &reader, json!(null))
+        .await;
+    assert_eq!(answer.status, 200);
+    let audit = h.audit.lock().unwrap().clone();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["who"], owner_id.as_str());
+    assert_eq!(audit[0]["audit"], "lease.acquire");
+    assert!(
+        !audit[0].to_string().contains(&owner[6..]),
+        "the audit line holds the token"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_lease_and_template_answer_as_unknown_ones() {
+    let h = Harness::start().await;
+    let (_, acme) = h.token("acme", &[]).await;
+    let (_, globex) = h.token("globex", &[]).await;
+    let lease = h.acquire(&acme, "local").await;
+    assert_eq!(h.local_workspaces(), 1);
+    let captured = h
+        .call("POST", &format!("/v1/leases/{lease}/templates"), &acme, json!({}))
+        .await;
+    assert_eq!(captured.status, 201, "{}", String::from_utf8_lossy(&captured.body));
+    let template = captured.json()["id"].as_str().unwrap().to_owned();
+    let unknown = "00000000-0000-0000-0000-000000000000";
+    for id in [lease.as_str(), unknown] {
+        let not_found = error("lease_not_found", &format!("Lease \"{id}\" was not found."));
+        for (method, path, body) in [
+            ("GET", format!("/v1/leases/{id}"), json!(null)),
+            ("GET", format!("/v1/leases/{id}/capabilities"), json!(null)),
+            ("POST", format!("/v1/leases/{id}/release"), json!({})),
+            ("POST", format!("/v1/leases/{id}/resume"), json!(null)),
+            ("DELETE", format!("/v1/leases/{id}"), json!(null)),
+            ("POST", format!("/v1/leases/{id}/execute"), json!({ "command": "true" })),
+            (
+                "POST",
+                format!("/v1/leases/{id}/execute/stream"),
+                json!({ "command": "true" }),
+            ),
+            ("GET", format!("/v1/leases/{id}/files?path=x"), json!(null)),
+            ("PUT", format!("/v1/leases/{id}/files?path=x"), json!(null)),
+            ("POST", format!("/v1/leases/{id}/templates"), json!({})),
+        ] {
+            let answer = h.call(method, &path, &globex, body).await;
+            assert_eq!(
+                (answer.status, answer.json()),
+                (404, not_found.clone()),
+                "{method} {path}"
+            );
+        }
+    }
+    let listed = h.call("GET", "/v1/leases", &globex, json!(null)).await;
+    assert_eq!(listed.json(), json!([]));
+    let templates = h
+        .call("GET", "/v1/environments/local/templates", &globex, json!(null))
+        .await;
+    assert_eq!(templates.json(), json!([]));
+    let path = format!("/v1/environments/local/templates/{template}");
+    let deleted = h.call("DELETE", &path, &globex, json!(null)).await;
+    assert_eq!(deleted.json(), json!({ "deleted": false }));
+    // Still the owner's, and still alive.
+    let templates = h
+        .call("GET", "/v1/environments/local/templates", &acme, json!(null))
+        .await;
+    assert_eq!(templates.json().as_array().unwrap().len(), 1);
+    let shown = h.call("GET", &format!("/v1/leases/{lease}"), &acme, json!(null)).await;
+    assert_eq!(shown.json()["status"], "active");
+    assert_eq!(h.local_workspaces(), 1);
+    let deleted = h.call("DELETE", &path, &acme, json!(null)).await;
+    assert_eq!(deleted.json(), json!({ "deleted": true }));
+    h.stop().await;
+}

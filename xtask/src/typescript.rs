@@ -1,0 +1,24 @@
+//! The TypeScript client's tests (`clients/typescript`, `node --test`) in `cargo xtask
+//! ci`: the `envrt` binary is built, then `npm ci && npm test` runs there with
+//! `ENVRT_BIN` naming it, so the tests start a real `envrt serve`. Node 20 and npm come
+//! from `scripts/setup.sh`.
+
+use std::process::Command;
+
+use crate::util::{cargo, root, run, target_dir};
+
+/// Builds the CLI and runs the client's tests; `Ok(false)` when they failed.
+pub(crate) fn run_tests() -> Result<bool, String> {
+    let mut build = cargo();
+    build.args(["build", "--quiet", "--bin", "envrt"]);
+    run(build)?;
+    let package = root().join("clients/typescript");
+    let mut install = Command::new("npm");
+    install.args(["ci", "--no-audit", "--no-fund"]).current_dir(&package);
+    run(install)?;
+    let mut test = Command::new("npm");
+    test.arg("test")
+        .current_dir(&package)
+        .env("ENVRT_BIN", target_dir().join("debug/envrt"));
+    Ok(run(test).is_ok())
+}
