@@ -118,6 +118,8 @@
 
 mod dns;
 mod entry;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handle;
 mod network;
 mod policy;

@@ -31,6 +31,8 @@ use crate::sync::{ExcludeSet, SyncKind};
 use crate::tree;
 
 mod beneath;
+#[doc(hidden)]
+pub mod fuzzing;
 mod settle;
 
 pub use settle::settle_tree;

@@ -18,6 +18,8 @@ mod supervisor;
 mod sync_out;
 mod tail;
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use error::SandboxError;
 pub use exec_stdin::STREAM_STDIN_OVER;
