@@ -91,7 +91,11 @@ pub fn archive_extract(data: &[u8]) {
         .map(|e| e.path())
         .collect();
     if placed {
-        assert_eq!(beside, std::slice::from_ref(&target), "only the target is left beside it");
+        assert_eq!(
+            beside,
+            std::slice::from_ref(&target),
+            "only the target is left beside it"
+        );
         if !keep {
             for path in listing(&target) {
                 let meta = fs::symlink_metadata(&path).expect("a listed path");
