@@ -4,6 +4,7 @@
 //! the honest local driver passes that check.
 
 mod duplex;
+mod group_kill;
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
@@ -94,6 +95,9 @@ pub(crate) enum Fault {
     DuplexDropsStderr,
     /// Class 3: a working duplex channel that carries stderr only after all of stdout.
     DuplexStderrLast,
+    /// At a timeout, kills the command's process group only: a child in a new session
+    /// or a process group of its own survives.
+    KillsOnlyTheProcessGroup,
 }
 
 /// The local driver with one fault.
@@ -341,6 +345,9 @@ impl Execute for Faulty {
                 return inner.execute(&shared, request).await;
             }
             Fault::LeaksHostDescriptors => return leaky_execute(context, &request),
+            Fault::KillsOnlyTheProcessGroup if request.timeout.is_some() => {
+                return group_kill::group_only_execute(&workspace_of(context), &request).await;
+            }
             Fault::OwnNotFoundText => {
                 let command = request.command.clone();
                 let mut result = inner.execute(context, request).await?;
