@@ -98,6 +98,8 @@ pub fn egress_head(data: &[u8]) {
     }
     let status = answer
         .strip_prefix(b"HTTP/1.1 ")
+        // hyper answers an HTTP/1.0 request in HTTP/1.0
+        .or_else(|| answer.strip_prefix(b"HTTP/1.0 "))
         .and_then(|rest| rest.get(..3))
         .unwrap_or_else(|| panic!("not an HTTP answer: {:?}", String::from_utf8_lossy(&answer)));
     assert!(
