@@ -1,5 +1,6 @@
 //! `cargo xtask ci`: if it passes locally, CI is green. Every test binary runs even after
-//! a failure, and every failure is listed at the end.
+//! a failure, and every failure is listed at the end. The fuzz corpora are replayed on
+//! stable by the crates' `fuzz_corpus_replay` tests (no nightly needed).
 
 use crate::testlog;
 use crate::util::{cargo, run};
@@ -25,6 +26,10 @@ pub(crate) fn run_all() -> Result<(), String> {
     doc.args(["doc", "--workspace", "--no-deps", "--all-features"])
         .env("RUSTDOCFLAGS", "-Dwarnings");
     run(doc)?;
+
+    // The fuzz corpora are replayed by stable tests in the crates they fuzz; make sure
+    // every target has one (and a corpus), so no target drops out of the replay unseen.
+    crate::fuzz::check_corpora()?;
 
     let mut test = cargo();
     test.args(["test", "--workspace", "--all-features", "--no-fail-fast"]);

@@ -4,6 +4,7 @@ mod bench;
 mod ci;
 mod conformance;
 mod drivers;
+mod fuzz;
 #[cfg(test)]
 mod layers;
 mod python;
@@ -38,6 +39,13 @@ tasks:
       --cases N                           property-test cases per check
       --deadline SECONDS                  per-check deadline (default 300)
       --report PATH                       one JSON report (default target/conformance/report.json)
+  fuzz [options]         build the fuzz targets of fuzz/ with `cargo +nightly fuzz` and run
+                         them one at a time (niced), each input bounded to 1 s and the
+                         process to -rss_limit_mb; prints the executions per target
+      --target T                          only this target (repeatable)
+      --seconds S                         seconds per target (default 60)
+      --rss-mb M                          libFuzzer's -rss_limit_mb (default 2048)
+      --minimize                          merge the findings into fuzz/corpus/T (-merge=1)
   setup                  install and start what the tests need (apt packages, dockerd,
                          the test image, the SDK fixture, the Python venv); idempotent
   docker-image           build the local test image envrt-test:latest
@@ -68,6 +76,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(),
         Some("setup") => util::run_script("scripts/setup.sh", &[]),
         Some("conformance") => conformance::run(&args[1..]),
+        Some("fuzz") => fuzz::run(&args[1..]),
         Some("bench") => bench::run_bench(&args[1..]),
         Some("soak") => soak::run_soak(&args[1..]),
         Some("stress") => stress::run_stress(&args[1..]),

@@ -60,6 +60,8 @@
 //! socket.
 
 pub mod client;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod proto;
 mod refuse;
 mod ring;

@@ -366,11 +366,16 @@ pub enum Frame {
 /// Reads one frame; `Ok(None)` at a clean end of stream between frames.
 pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<Frame>, String> {
     let mut len = [0u8; 4];
-    match reader.read_exact(&mut len).await {
+    // Only an end before a frame's first byte is clean; one inside the length is a cut.
+    match reader.read_exact(&mut len[..1]).await {
         Ok(_) => {}
         Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(error) => return Err(format!("reading a frame: {error}")),
     }
+    reader
+        .read_exact(&mut len[1..])
+        .await
+        .map_err(|error| format!("reading a frame: {error}"))?;
     let len = u32::from_be_bytes(len) as usize;
     if len == 0 || len > MAX_FRAME {
         return Err(format!(

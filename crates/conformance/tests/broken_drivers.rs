@@ -68,6 +68,24 @@ fn leaks_a_process_past_a_timeout() {
 }
 
 #[test]
+fn kills_only_the_process_group_at_a_timeout() {
+    let root = tempfile::tempdir().unwrap();
+    let suite = suite(Fault::KillsOnlyTheProcessGroup, root.path());
+    // The tree the older check builds stays in the command's group: this driver passes it.
+    let older = suite.run_check("execute_timeout_kills_tree").expect("registered");
+    let outcome = suite.run_check("execute_timeout_kills_new_session");
+    for pid in envrt_conformance::processes_with_marker(suite.marker_prefix()) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    assert!(older.is_ok(), "{older:?}");
+    let message = outcome.expect("registered").expect_err("a group-only kill passed");
+    assert!(message.starts_with("processes survived"), "{message}");
+    honest_passes(&["execute_timeout_kills_new_session", "execute_timeout_kills_tree"]);
+}
+
+#[test]
 fn leaks_a_host_descriptor_to_the_command() {
     let message = failure_of(Fault::LeaksHostDescriptors, "execute_host_descriptors_not_inherited");
     assert!(

@@ -31,6 +31,8 @@ use envrt_driver_api::error::DriverError;
 use envrt_driver_api::sync::{ExcludeSet, SyncKind};
 
 mod beneath;
+#[doc(hidden)]
+pub mod fuzzing;
 mod settle;
 
 pub use settle::settle_tree;

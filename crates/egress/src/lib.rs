@@ -120,6 +120,9 @@
 // The policy: its grammar, the denied ranges and the grant rules, free of any runtime so
 // the driver API's data model can carry it (`default-features = false`).
 mod entry;
+#[cfg(feature = "proxy")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod network;
 mod policy;
 mod ranges;

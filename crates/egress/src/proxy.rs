@@ -118,6 +118,20 @@ impl EgressProxy {
         }
     }
 
+    /// Serves one client connection on this task to its end (the fuzz targets' way in:
+    /// see the `fuzzing` module). Not API.
+    #[doc(hidden)]
+    pub async fn serve_io<I>(&self, io: I)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let shared = self.shared.clone();
+        match shared.conns.clone().try_acquire_owned() {
+            Ok(permit) => serve_connection(io, shared, Arc::new(permit)).await,
+            Err(_) => refuse_overflow(io, shared.limits.max_connections).await,
+        }
+    }
+
     /// Serves one client connection (its own task), or answers 503 when over the bound.
     fn admit<I>(&self, io: I)
     where

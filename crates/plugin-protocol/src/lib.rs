@@ -32,6 +32,8 @@ pub mod duplex;
 pub mod envelope;
 pub mod environment;
 pub mod error_data;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod handshake;
 pub mod line;
 pub mod login;

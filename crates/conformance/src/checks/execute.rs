@@ -198,13 +198,13 @@ fn streams_apart(ctx: &Ctx) -> Result<(), String> {
 }
 
 /// A shell loop whose command line carries `marker`, so it can be found in `/proc`.
-fn marked_loop(marker: &str) -> String {
+pub(super) fn marked_loop(marker: &str) -> String {
     format!("sh -c 'while :; do sleep 1; done' {marker}")
 }
 
 /// No process carrying `marker` is left (within a bounded moment: killing is
 /// asynchronous in the kernel); "not checked" when processes cannot be seen.
-async fn no_survivor(ctx: &Ctx, marker: &str) -> Result<Checked, String> {
+pub(super) async fn no_survivor(ctx: &Ctx, marker: &str) -> Result<Checked, String> {
     no_survivor_within(ctx, marker, Duration::from_secs(5)).await
 }
 

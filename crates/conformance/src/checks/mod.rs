@@ -8,6 +8,7 @@ use crate::context::{Ctx, Profile};
 mod cleanup;
 mod descriptors;
 mod duplex;
+mod escape;
 mod execute;
 mod expiry;
 mod honesty;
@@ -116,6 +117,7 @@ pub(crate) fn all() -> Vec<Check> {
         lifecycle::CHECKS,
         lifecycle_driver::CHECKS,
         execute::CHECKS,
+        escape::CHECKS,
         descriptors::CHECKS,
         inputs::CHECKS,
         sync::CHECKS,

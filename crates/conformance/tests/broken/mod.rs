@@ -4,6 +4,7 @@
 //! the honest local driver passes that check.
 
 mod duplex;
+mod group_kill;
 pub(crate) mod processes;
 
 use std::collections::HashSet;
@@ -99,6 +100,9 @@ pub(crate) enum Fault {
     Process(processes::ProcessFault),
     /// Class 5: declares that its leases have no network while commands share the host's.
     ClaimsNoNetwork,
+    /// At a timeout, kills the command's process group only: a child in a new session
+    /// or a process group of its own survives.
+    KillsOnlyTheProcessGroup,
 }
 
 /// The local driver with one fault.
@@ -355,6 +359,9 @@ impl Execute for Faulty {
                 return inner.execute(&shared, request).await;
             }
             Fault::LeaksHostDescriptors => return leaky_execute(context, &request),
+            Fault::KillsOnlyTheProcessGroup if request.timeout.is_some() => {
+                return group_kill::group_only_execute(&workspace_of(context), &request).await;
+            }
             Fault::OwnNotFoundText => {
                 let command = request.command.clone();
                 let mut result = inner.execute(context, request).await?;

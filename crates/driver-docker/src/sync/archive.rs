@@ -366,6 +366,9 @@ fn walk<W: Write>(
 }
 
 #[cfg(test)]
+mod roundtrip_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

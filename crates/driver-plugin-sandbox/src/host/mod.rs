@@ -12,6 +12,8 @@ mod reference;
 mod worker;
 mod worker_calls;
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub use driver::{DEFAULT_DRIVER_KEY, SandboxDriver};
 pub use duplex::exec_stdin::STREAM_STDIN_OVER;
 pub use duplex::routes::{DEFAULT_ROUTE_CEILING, DuplexLimits, RouteSlots};

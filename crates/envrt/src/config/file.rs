@@ -276,6 +276,40 @@ impl Config {
         self.drivers.get(C::KEY)?.downcast_ref::<C>()
     }
 
+    /// The entry point of the `config_toml` fuzz target in the repository's `fuzz/`
+    /// directory (and of the stable test that replays its corpus): the bytes as an
+    /// `envrt.toml`. A refusal has a text, the same one each time; an accepted file has
+    /// the implicit `local` environment and every environment it names. Not API.
+    #[doc(hidden)]
+    pub fn fuzz_config_toml(data: &[u8]) {
+        let Ok(text) = std::str::from_utf8(data) else {
+            return;
+        };
+        let paths = Paths {
+            config: Some(PathBuf::from("/nonexistent/envrt-fuzz/envrt.toml")),
+            state_dir: PathBuf::from("/nonexistent/envrt-fuzz/state"),
+        };
+        let read = |text: &str| {
+            Self::parse(text).and_then(|file| {
+                let ids: Vec<String> = file.environments.iter().map(|e| e.id.clone()).collect();
+                Self::from_file(file, &paths).map(|config| (config, ids))
+            })
+        };
+        match (read(text), read(text)) {
+            (Err(first), Err(again)) => {
+                assert!(!first.is_empty());
+                assert_eq!(first, again);
+            }
+            (Ok((config, ids)), Ok(_)) => {
+                assert!(config.environment(IMPLICIT_LOCAL).is_some());
+                for id in ids {
+                    assert!(config.environment(&id).is_some(), "environment {id:?} was lost");
+                }
+            }
+            _ => panic!("the same text parsed two ways"),
+        }
+    }
+
     /// Parses the text of an `envrt.toml`; the error is the message without the file name.
     fn parse(text: &str) -> Result<File, String> {
         let mut table: toml::Table = toml::from_str(text).map_err(|e| e.message().to_owned())?;
