@@ -4,7 +4,7 @@
 //! (each driver's default), `network = "host"` (an explicit opt-in to the host's network,
 //! unrestricted), or `[environment.network]`, a policy in the `envrt-egress` grammar
 //! (`egress = "none" | "allow" | "open"`, `allow`, `grantable`). A lease may ask for a
-//! policy of its own at acquire, and [`update_network_policy`] replaces it later; both
+//! policy of its own at acquire, and `EnvironmentRuntime::update_network_policy` (the runtime's) replaces it later; both
 //! within the environment's policy or its `grantable` list.
 //!
 //! A driver declares its [`NetworkBoundary`]; the facade refuses, with a
@@ -18,7 +18,6 @@
 //! | [`Unrestricted`](NetworkBoundary::Unrestricted) (Docker `bridge`, `host`, ...) | unrestricted | refused | refused | refused |
 //! | [`Undeclared`](NetworkBoundary::Undeclared) (plugins) | undeclared | refused | refused | refused |
 //!
-//! [`update_network_policy`]: crate::EnvironmentRuntime::update_network_policy
 
 use serde::{Deserialize, Serialize};
 
