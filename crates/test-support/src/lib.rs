@@ -9,6 +9,7 @@
 //! - [`sandbox`]: the built reference worker (`ENVRT_SANDBOX_WORKER`, or the one in this
 //!   target directory) and the "worker, or skip" preamble.
 //! - [`ssh`]: the settings of the test sshd of `scripts/start-sshd.sh`.
+//! - [`fuzz`]: the stable replay of the fuzz corpora through each target's entry point.
 //!
 //! It depends on the standard library only, so that the tests of any crate, drivers
 //! included, can use it without a dependency cycle; the set-ups that need a driver's types
@@ -17,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod docker;
+pub mod fuzz;
 pub mod sandbox;
 pub mod ssh;
 
