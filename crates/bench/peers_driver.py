@@ -74,7 +74,9 @@ class SweRex:
 
         self.Command, self.BashAction = Command, BashAction
         self.local = LocalRuntime()
-        await self.local.create_session(CreateBashSessionRequest(session="bench"))
+        # SWE-ReX waits 1 s for a new bash session's prompt by default; a loaded machine
+        # needs longer, and the start is not what the bench measures.
+        await self.local.create_session(CreateBashSessionRequest(session="bench", startup_timeout=60))
         stack.append(self.local.close)
 
         token = os.urandom(16).hex()
@@ -94,7 +96,7 @@ class SweRex:
         stack.append(stop_server)
         self.remote = RemoteRuntime(host="http://127.0.0.1", port=port, auth_token=token)
         await self.remote.wait_until_alive(timeout=60)
-        await self.remote.create_session(CreateBashSessionRequest(session="bench"))
+        await self.remote.create_session(CreateBashSessionRequest(session="bench", startup_timeout=60))
         return {
             "swerex-local": self.local_exec,
             "swerex-session": self.local_session,
