@@ -324,6 +324,40 @@ mod tests {
     }
 
     #[test]
+    fn every_kill_text_is_valid_sh() {
+        let launch_text = launch(
+            &Launch {
+                workspace: "/w",
+                run: "/l/run/x",
+                cwd: None,
+                allowlist: &[],
+                stdin_len: Some(0),
+            },
+            "true",
+            &[],
+        );
+        for script in [
+            signal_run("/l/run/x", "TERM"),
+            signal_run("/l/run/x", "KILL"),
+            kill_lease("/l"),
+            remove_lease("/l"),
+            watchdog(),
+            prologue(),
+            launch_text,
+        ] {
+            let out = std::process::Command::new("/bin/sh")
+                .args(["-n", "-c", &script])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{script}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    #[test]
     fn names_and_values_are_checked() {
         assert!(valid_name("ENVRT_P_1") && valid_name("_x"));
         assert!(!valid_name("1A") && !valid_name("A-B") && !valid_name(""));
