@@ -117,12 +117,6 @@ fn main() {
                     "OpenSSH's multiplexing protocol relays a command's exit status but not its \
                      exit-signal: a signal the driver did not send itself is reported as neither \
                      an exit code nor a signal (metadata.signal = \"unknown\")",
-                )
-                .with_deviation(
-                    "execute_timeout_kills_new_session",
-                    "a timeout does not reach a child the command moved into a new session \
-                     (setsid): it keeps running on the host and holds the command's stdout, so \
-                     the execute does not return (found by this check, not fixed yet)",
                 ))
         })
     });

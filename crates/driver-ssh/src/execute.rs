@@ -1,7 +1,8 @@
 //! Execute over an SSH session channel, with the local driver's semantics: the exit code
 //! from the channel, 127 for a missing program, capped output streamed to the sink, env
 //! as an allow-list plus the request's variables (sent on stdin), and a timeout that kills
-//! the command's whole remote process group.
+//! everything of the command's run on the remote (its process group, its session and
+//! whatever holds its output: see `remote`) and returns with the output gathered so far.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +17,9 @@ use envrt_runtime_core::{Execute, LeaseContext};
 use crate::SshDriver;
 use crate::connection::{Host, exit_code};
 use crate::remote::{self, CWD_MISSING, CWD_OUTSIDE, CWD_REFUSED_CODE, Launch};
+
+/// How long the output and the exit status are awaited after a timeout's `KILL`.
+const DRAIN: Duration = Duration::from_secs(5);
 
 /// Where a command runs.
 pub(crate) struct ExecSite<'a> {
@@ -113,6 +117,8 @@ pub(crate) async fn run(
     let mut timed_out = false;
     let mut sent: Option<&'static str> = None;
     let mut kills = Vec::new();
+    // Set once the kill has been sent: the output stops being awaited then.
+    let mut draining = false;
 
     while out_reader.is_some() || err_reader.is_some() {
         tokio::select! {
@@ -135,23 +141,40 @@ pub(crate) async fn run(
                 }
             },
             () = &mut timer, if timer_armed => {
+                if draining {
+                    // Whatever still holds the output after the kill (the kill raced a
+                    // fork) does not hold the call: it returns with what came so far.
+                    out_reader = None;
+                    err_reader = None;
+                    timer_armed = false;
+                    continue;
+                }
                 let signal = if timed_out { "KILL" } else { "TERM" };
                 timed_out = true;
                 sent = Some(signal);
                 let host = site.host.clone();
                 let script = remote::signal_run(&run, signal);
                 kills.push(tokio::spawn(async move { host.run(&script, &[]).await }));
-                if signal == "TERM" {
-                    timer.as_mut().reset(tokio::time::Instant::now() + site.kill_grace);
+                let wait = if signal == "TERM" {
+                    site.kill_grace
                 } else {
-                    timer_armed = false;
-                }
+                    draining = true;
+                    DRAIN
+                };
+                timer.as_mut().reset(tokio::time::Instant::now() + wait);
             }
         }
     }
     drop(stdin);
-    let status = remote.child.wait().await;
-    let code = exit_code(status);
+    let code = if draining {
+        // The exit status can only come once `sshd` has seen the output end: bounded too.
+        match tokio::time::timeout(DRAIN, remote.child.wait()).await {
+            Ok(status) => exit_code(status),
+            Err(_) => None,
+        }
+    } else {
+        exit_code(remote.child.wait().await)
+    };
     for kill in kills {
         let _ = kill.await;
     }

@@ -1,7 +1,7 @@
 //! The remote side: every command the driver asks `sshd` to run, as POSIX `sh` text. The
 //! login shell of the remote user must read POSIX `sh` (`sh`, `dash`, `bash`, `ksh`); the
-//! remote host needs `env`, `head`, `setsid`, `tar`, `readlink -f` and `sleep` with
-//! fractions (GNU coreutils or BusyBox).
+//! remote host needs `env`, `head`, `setsid`, `tar`, `readlink -f`, `awk`, `tr`, `grep` and
+//! `sleep` with fractions (GNU coreutils or BusyBox).
 //!
 //! Nothing secret is ever put in these texts: request variables travel on the channel's
 //! stdin (see [`env_block`]), and command lines only carry paths, names and arguments.
@@ -72,18 +72,44 @@ pub(crate) fn validate(command: &str, args: &[String], env: &BTreeMap<String, En
     Ok(())
 }
 
+/// A `sh` function, `envrt_kill SIGNAL PID RUN`, that sends SIGNAL to everything of one
+/// command's run: its process group (PID, the command's pid); where there is a `/proc`,
+/// also every process of the command's session (a job-control shell's jobs keep it) and
+/// every process holding the command's stdin, stdout or stderr as one of its own
+/// descriptors (a child that moved into a new session with `setsid`, keeping the output
+/// open). The descriptors are recorded by the prologue in `RUN.fds`: its first line is the
+/// pid of `sshd`'s session process, which holds the other end of those pipes and is never
+/// signalled.
+const KILL_FN: &str = r#"envrt_kill() {
+  kill -"$1" "-$2" 2>/dev/null
+  [ -d /proc/self ] || return 0
+  for q in $(cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$2" '{ x = $0; sub(/.*\) /, "", x); split(x, a, " "); if (a[3] == p || a[4] == p) print $1 }'
+    [ -s "$3.fds" ] && ls -l /proc/[0-9]*/fd 2>/dev/null | awk 'NR == FNR { if (FNR == 1) s = $0; else t[$0] = 1; next }
+      /^\/proc\/[0-9]+\/fd:$/ { d = substr($0, 7); sub(/\/fd:$/, "", d); next }
+      ($NF in t) && d != "" && d != s { print d }' "$3.fds" -); do
+    kill -"$1" "$q" 2>/dev/null
+  done
+  return 0
+}
+"#;
+
 /// The watchdog each command gets (arguments: the command's pid, which is its process
-/// group; the pid of the `sshd` session that runs it; the run file prefix). It lives in a
-/// session of its own, polls, and kills the command's whole group when the command has
-/// ended (whatever it left behind: a background child holding stdout) or when `sshd`'s
-/// session is gone (the connection broke). Then it removes the pid file.
-const WATCHDOG: &str = r#"p=$1 s=$2 r=$3
+/// group and session; the pid of the `sshd` session that runs it; the run file prefix).
+/// It lives in a session of its own, polls, and kills everything of the command's run
+/// ([`KILL_FN`], twice, for what forked meanwhile) when the command has ended (whatever
+/// it left behind: a background child holding stdout, in its group or a new session) or
+/// when `sshd`'s session is gone (the connection broke). Then it removes the run files.
+fn watchdog() -> String {
+    format!(
+        r#"{KILL_FN}p=$1 s=$2 r=$3
 while kill -0 "$p" 2>/dev/null; do
   kill -0 "$s" 2>/dev/null || break
   sleep 0.2
 done
-kill -KILL "-$p" 2>/dev/null
-rm -f "$r.pid" "$r.in""#;
+envrt_kill KILL "$p" "$r"; envrt_kill KILL "$p" "$r"
+rm -f "$r.pid" "$r.in" "$r.fds""#
+    )
+}
 
 /// Exit code of the prologue when the requested cwd is refused; the reason is the first
 /// line of stderr ([`CWD_OUTSIDE`] or [`CWD_MISSING`]).
@@ -95,8 +121,9 @@ pub(crate) const CWD_MISSING: &[u8] = b"envrt-ssh: cwd missing\n";
 
 /// The inner prologue, run by a clean `/bin/sh` (arguments: workspace, run file prefix,
 /// cwd or empty, stdin length or `stream`, then the command and its arguments): enters the
-/// cwd (refusing one that resolves outside the workspace), reads the variables from
-/// stdin, records its pid, starts the watchdog, and becomes the command. `sshd` is its
+/// cwd (refusing one that resolves outside the workspace), records the channel's
+/// descriptors and `sshd`'s pid (for [`KILL_FN`]), reads the variables from stdin, records
+/// its pid, starts the watchdog, and becomes the command. `sshd` is its
 /// parent and put it in a session and process group of its own, so the exit code is the
 /// command's own.
 ///
@@ -117,6 +144,9 @@ else
   cd -- "$w" || exit 125
 fi
 unset OLDPWD
+if [ -d /proc/self ]; then
+  {{ echo "$PPID"; for i in 0 1 2; do t=$(readlink "/proc/$$/fd/$i" 2>/dev/null) && case $t in pipe:*|socket:*) echo "$t";; esac; done; }} >"$r.fds"
+fi
 IFS= read -r n || exit 125
 if [ "$n" -gt 0 ]; then eval "$(head -c "$n")" || exit 125; fi
 echo $$ >"$r.pid"
@@ -132,7 +162,7 @@ exec 3<&0
 {{ if [ "$m" -gt 0 ]; then head -c "$m"; fi >"$r.in"; rm -f "$r.in"; cat >/dev/null; kill -KILL -$$; }} <&3 >/dev/null 2>&1 &
 exec "$@" <"$r.in" 3<&-"#,
         code = CWD_REFUSED_CODE,
-        watchdog = quote(WATCHDOG),
+        watchdog = quote(&watchdog()),
     )
 }
 
@@ -198,28 +228,40 @@ pub(crate) fn launch(at: &Launch<'_>, command: &str, args: &[String]) -> String 
     out
 }
 
-/// Sends `signal` to the process group recorded at `run`.pid, if it is still there.
+/// Sends `signal` to everything of the run recorded at `run`.pid ([`KILL_FN`]), if it is
+/// still there; a `KILL` twice, for what forked meanwhile.
 pub(crate) fn signal_run(run: &str, signal: &str) -> String {
+    let again = if signal == "KILL" {
+        format!("; envrt_kill KILL \"$p\" {r}", r = quote(run))
+    } else {
+        String::new()
+    };
     format!(
-        "p=$(cat {f} 2>/dev/null) && [ -n \"$p\" ] && kill -{signal} \"-$p\" 2>/dev/null; exit 0",
-        f = quote(&format!("{run}.pid"))
+        "{KILL_FN}p=$(cat {f} 2>/dev/null) && [ -n \"$p\" ] && {{ envrt_kill {signal} \"$p\" {r}{again}; }}; exit 0",
+        f = quote(&format!("{run}.pid")),
+        r = quote(run),
     )
 }
 
-/// Kills every command a lease runs: each recorded process group, then every process of
-/// the remote user whose working directory lies in the lease directory (what left its
-/// group with `setsid`), looked up in `/proc` where there is one.
+/// Kills every command a lease runs: everything of each recorded run ([`KILL_FN`]), then
+/// every process of the remote user whose working directory lies in the lease directory
+/// or whose `HOME` is the workspace (what left its run altogether: a double fork into a
+/// new session that closed the command's descriptors), looked up in `/proc` where there
+/// is one.
 pub(crate) fn kill_lease(lease_dir: &str) -> String {
     format!(
-        r#"d={d}
+        r#"{KILL_FN}d={d}
 for f in "$d"/run/*.pid; do
   [ -f "$f" ] || continue
-  p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && kill -KILL "-$p" 2>/dev/null
+  p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && envrt_kill KILL "$p" "${{f%.pid}}"
 done
 if [ -d /proc/self ]; then
   for c in /proc/[0-9]*/cwd; do
+    q=${{c#/proc/}}; q=${{q%/cwd}}
+    [ "$q" = "$$" ] && continue
     t=$(readlink "$c" 2>/dev/null) || continue
-    case "$t/" in "$d"/*) q=${{c#/proc/}}; kill -KILL "${{q%/cwd}}" 2>/dev/null ;; esac
+    case "$t/" in "$d"/*) kill -KILL "$q" 2>/dev/null; continue ;; esac
+    tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -Fqx "HOME=$d/work" && kill -KILL "$q" 2>/dev/null
   done
 fi
 exit 0"#,
@@ -279,6 +321,40 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8(out.stdout).unwrap(), hostile);
+    }
+
+    #[test]
+    fn every_kill_text_is_valid_sh() {
+        let launch_text = launch(
+            &Launch {
+                workspace: "/w",
+                run: "/l/run/x",
+                cwd: None,
+                allowlist: &[],
+                stdin_len: Some(0),
+            },
+            "true",
+            &[],
+        );
+        for script in [
+            signal_run("/l/run/x", "TERM"),
+            signal_run("/l/run/x", "KILL"),
+            kill_lease("/l"),
+            remove_lease("/l"),
+            watchdog(),
+            prologue(),
+            launch_text,
+        ] {
+            let out = std::process::Command::new("/bin/sh")
+                .args(["-n", "-c", &script])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{script}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 
     #[test]
