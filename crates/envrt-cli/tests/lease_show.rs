@@ -43,8 +43,9 @@ fn lease_show_prints_one_lease_with_its_driver_capabilities_expiry_and_holder() 
     assert_eq!(lines[7], format!("EXPIRES      {expires}"));
     assert_eq!(
         lines[8],
-        "CAPABILITIES reusableLeases nativeSyncIn nativeSyncOut independentControlCommands \
-         incrementalSessionOutput concurrentSyncOperations"
+        // persistentProcessSessions: the supervisor `envrt-agent` is built next to `envrt`.
+        "CAPABILITIES reusableLeases nativeSyncIn nativeSyncOut persistentProcessSessions \
+         independentControlCommands incrementalSessionOutput concurrentSyncOperations"
     );
     let json = s.run(&["lease", "show", &id, "--json"]);
     let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
