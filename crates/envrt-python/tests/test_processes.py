@@ -172,6 +172,26 @@ async def test_every_refusal_keeps_the_contract_text(local) -> None:
             f"Offset 11 of process \"{proc.id}\"'s stdout is past its end: 10 bytes written so far."
         )
 
+        with pytest.raises(envrt.EnvrtValueError, match='^unknown stream "stdot": expected stdout, stderr or tty$'):
+            proc.output(from_offset={"stdot": 1})
+        with pytest.raises(ValueError, match="^an output offset is a byte count from 0, not -1$"):
+            proc.output(from_offset=-1)
+        with pytest.raises(ValueError, match="^an output offset is a byte count from 0, not '3'$"):
+            proc.output(from_offset={"stdout": "3"})  # type: ignore[dict-item]
+        for kwargs, reason in [
+            ({"tty": (0, 80)}, "a terminal must be at least 1 row by 1 column"),
+            ({"keep": 0}, "keep of 0 bytes is outside the bound of 1 to 1073741824 bytes"),
+            ({"tty": (24, 80), "stdin": True}, "a process with a terminal reads its terminal: stdin must not be piped"),
+        ]:
+            assert await refused(lease.spawn(["true"], **kwargs), "process_spawn_refused", ValueError) == (
+                f"Cannot spawn the process: {reason}"
+            )
+
+        keyed = await lease.spawn(["true"], idempotency_key="k2")
+        assert await refused(lease.spawn(["false"], idempotency_key="k2"), "process_idempotency_conflict") == (
+            f'Idempotency key "k2" was already used for process "{keyed.id}" with a different request.'
+        )
+
         running = await lease.spawn(["sleep", "300"])
         assert await refused(running.write(b"x"), "process_stdin_not_piped") == (
             f'Process "{running.id}" was not started with piped stdin.'

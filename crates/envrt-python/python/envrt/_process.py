@@ -138,11 +138,28 @@ def _contract(status: ProcessStatus) -> dict[str, Any]:
     return out
 
 
+_STREAMS = ("stdout", "stderr", "tty")
+
+
+def _check_offsets(from_offset: int | Mapping[str, int] | None) -> None:
+    """Refuses what no process could hold: a stream name that is none of the three, an
+    offset that is not a whole number of bytes from 0."""
+    from ._errors import EnvrtValueError
+
+    offsets = {} if from_offset is None else from_offset if isinstance(from_offset, Mapping) else {"": from_offset}
+    for stream, offset in offsets.items():
+        if stream and stream not in _STREAMS:
+            raise EnvrtValueError(f'unknown stream "{stream}": expected stdout, stderr or tty', "invalid_input")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise EnvrtValueError(f"an output offset is a byte count from 0, not {offset!r}", "invalid_input")
+
+
 class ProcessOutput:
     """``async for chunk in process.output()``: chunks in order until the process ends;
     then :attr:`exit` holds its final status (and the process's record is updated)."""
 
     def __init__(self, process: Process, from_offset: int | Mapping[str, int] | None) -> None:
+        _check_offsets(from_offset)
         self._process = process
         self._from = from_offset
         self._native: Any = None
