@@ -1,6 +1,7 @@
 //! The Python package's tests (`crates/envrt-python/tests`, pytest) in `cargo xtask ci`:
 //! the extension module is rebuilt in place (debug) into the virtual environment that
-//! `scripts/python-venv.sh` makes, the sandbox worker and the CLI are built,
+//! `scripts/python-venv.sh` makes, the sandbox worker, the process supervisor and the CLI
+//! are built,
 //! then pytest runs as this user; as root, Inspect's self-checks run once more on the
 //! local driver as `nobody` (permission checks mean nothing to root).
 //!
@@ -44,13 +45,25 @@ pub(crate) fn run_pytest() -> Result<bool, String> {
     let package = root().join("crates/envrt-python");
 
     let mut worker = cargo();
-    // The sandbox worker for the sandbox driver, the CLI for connection().
-    worker.args(["build", "--quiet", "--bin", "envrt-sandbox-worker", "--bin", "envrt"]);
+    // The sandbox worker for the sandbox driver, the supervisor for the local driver's
+    // processes, the CLI for connection().
+    worker.args([
+        "build",
+        "--quiet",
+        "--bin",
+        "envrt-sandbox-worker",
+        "--bin",
+        "envrt-agent",
+        "--bin",
+        "envrt",
+    ]);
     run(worker)?;
-    // The package looks for the worker in its own directory first, where a wheel carries
-    // it (crates/envrt-python/build-wheel.sh); put the one just built there, as develop.sh
-    // does, so the tests see the layout users get.
-    place_worker_beside_the_package(&package)?;
+    // The package looks for the worker and the supervisor in its own directory first,
+    // where a wheel carries them (crates/envrt-python/build-wheel.sh); put the ones just
+    // built there, as develop.sh does, so the tests see the layout users get.
+    for binary in ["envrt-sandbox-worker", "envrt-agent"] {
+        place_beside_the_package(&package, binary)?;
+    }
 
     let mut develop = Command::new(venv.join("bin/maturin"));
     develop
@@ -73,12 +86,12 @@ pub(crate) fn run_pytest() -> Result<bool, String> {
     Ok(ok)
 }
 
-/// Copies `target/debug/envrt-sandbox-worker` to `python/envrt/` (git ignores it there).
-/// The old file is removed first, so a worker still running from it is not disturbed.
-fn place_worker_beside_the_package(package: &std::path::Path) -> Result<(), String> {
+/// Copies `target/debug/{binary}` to `python/envrt/` (git ignores it there). The old file
+/// is removed first, so a worker or supervisor still running from it is not disturbed.
+fn place_beside_the_package(package: &std::path::Path, binary: &str) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
-    let built = target_dir().join("debug/envrt-sandbox-worker");
-    let beside = package.join("python/envrt/envrt-sandbox-worker");
+    let built = target_dir().join("debug").join(binary);
+    let beside = package.join("python/envrt").join(binary);
     let _ = std::fs::remove_file(&beside);
     std::fs::copy(&built, &beside)
         .map_err(|e| format!("cannot copy {} to {}: {e}", built.display(), beside.display()))?;

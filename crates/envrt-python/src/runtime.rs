@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 
 use crate::duplex::NativeDuplex;
 use crate::errors::{native, runtime_error};
+use crate::process::NativeProcesses;
 use crate::result::{Bytes, ExecResult};
 use crate::transfer;
 
@@ -80,11 +81,11 @@ impl NativeRuntime {
     }
 }
 
-fn from_json<T: DeserializeOwned>(text: &str) -> PyResult<T> {
+pub(crate) fn from_json<T: DeserializeOwned>(text: &str) -> PyResult<T> {
     serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("invalid JSON: {e}")))
 }
 
-fn to_json<T: Serialize>(value: &T) -> String {
+pub(crate) fn to_json<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".into())
 }
 
@@ -115,6 +116,11 @@ impl NativeRuntime {
         crate::rt::future_into_py(py, async move {
             runtime.put_environment(environment).await.map_err(runtime_error)
         })
+    }
+
+    /// The process verbs (contract section 9) of this runtime.
+    fn process_verbs(&self) -> NativeProcesses {
+        NativeProcesses::new(self.inner.clone())
     }
 
     /// The registered driver keys.
@@ -333,6 +339,6 @@ impl NativeRuntime {
 }
 
 /// Seconds from Python as a duration; refuses negative and non-finite values.
-fn seconds(value: f64) -> PyResult<Duration> {
+pub(crate) fn seconds(value: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| PyValueError::new_err(format!("invalid duration {value} s")))
 }

@@ -30,12 +30,21 @@ from ._errors import (
     EnvrtUserRefusedError,
     EnvrtValueError,
 )
+from ._process import OutputChunk, Process, ProcessOutput, ProcessStatus
 from ._runtime import DuplexStream, Lease, Runtime, SyncFile, SyncOperation
 
 # The wheel installs the reference sandbox worker beside this file: a ``driver = "sandbox"``
 # environment without ``[[plugin]]`` finds it there (after ``[sandbox] worker`` in
 # envrt.toml, before PATH).
 _envrt.add_worker_search_dir(_os.path.dirname(_os.path.abspath(__file__)))
+
+# The wheel installs the process supervisor ``envrt-agent`` beside this file too. The local
+# driver looks for it through ``ENVRT_AGENT``, then beside the running executable (here the
+# interpreter) and on ``PATH``: name the packaged one unless ``ENVRT_AGENT`` is already set.
+# Set at import, before the module's runtime threads exist.
+_agent = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "envrt-agent")
+if "ENVRT_AGENT" not in _os.environ and _os.access(_agent, _os.X_OK):
+    _os.environ["ENVRT_AGENT"] = _agent
 
 
 def sandbox_worker(configured: str | _os.PathLike[str] | None = None) -> str:
@@ -60,6 +69,10 @@ __all__ = [
     "EnvrtValueError",
     "ExecResult",
     "Lease",
+    "OutputChunk",
+    "Process",
+    "ProcessOutput",
+    "ProcessStatus",
     "Runtime",
     "SyncFile",
     "SyncOperation",

@@ -16,13 +16,22 @@ kind (or the operating-system cause)    also an instance of
 ``is_a_directory``                      :class:`IsADirectoryError`
 ``source_kind`` (a directory expected)  :class:`NotADirectoryError`
 ``lease_expired``                       :class:`TimeoutError`
-``lease_not_found``, ``environment_…``  :class:`LookupError`
+``lease_not_found``, ``environment_…``,
+``process_not_found``                   :class:`LookupError`
 ``…_unsupported``, ``duplex_not_granted`` :class:`NotImplementedError`
-``invalid_input``, ``invalid_glob``, …  :class:`ValueError`
+``invalid_input``, ``invalid_glob``, …,
+``process_offset_dropped``,
+``process_offset_past_end``,
+``process_no_stream``,
+``process_unknown_signal``,
+``process_idempotency_conflict``,
+``process_spawn_refused``               :class:`ValueError`
 ======================================  =====================================
 
 ``user_refused`` (exec as a user the driver will not run as) is
-:class:`EnvrtUserRefusedError`, with no built-in base.
+:class:`EnvrtUserRefusedError`, with no built-in base, as are ``process_exited``, ``process_no_tty`` and
+``process_stdin_not_piped`` (a verb the process's state refuses): plain
+:class:`EnvrtError`, told apart by ``kind``.
 """
 
 from __future__ import annotations
@@ -64,7 +73,7 @@ class EnvrtTimeoutError(EnvrtError, TimeoutError):
 
 
 class EnvrtLookupError(EnvrtError, LookupError):
-    """An unknown lease or environment."""
+    """An unknown lease, environment or process."""
 
 
 class EnvrtUnsupportedError(EnvrtError, NotImplementedError):
@@ -102,6 +111,13 @@ _BY_KIND = {
     "invalid_glob": EnvrtValueError,
     "invalid_release_status": EnvrtValueError,
     "post_upload_cwd": EnvrtValueError,
+    "process_not_found": EnvrtLookupError,
+    "process_offset_dropped": EnvrtValueError,
+    "process_offset_past_end": EnvrtValueError,
+    "process_no_stream": EnvrtValueError,
+    "process_unknown_signal": EnvrtValueError,
+    "process_idempotency_conflict": EnvrtValueError,
+    "process_spawn_refused": EnvrtValueError,
 }
 
 

@@ -30,6 +30,11 @@ from inspect_ai.util import (
     SandboxUserUnsupportedError,
     sandboxenv,
 )
+from inspect_ai.util._sandbox.exec_remote import (
+    ExecRemoteAwaitableOptions,
+    ExecRemoteProcess,
+    ExecRemoteStreamingOptions,
+)
 from pydantic import BaseModel
 
 from ._errors import EnvrtUserRefusedError
@@ -100,6 +105,7 @@ class EnvrtSandboxEnvironment(SandboxEnvironment):
         super().__init__()
         self.lease = lease
         self._identity: tuple[str, str] | None = None
+        self._processes: bool | None = None
 
     @classmethod
     def config_files(cls) -> list[str]:
@@ -187,6 +193,34 @@ class EnvrtSandboxEnvironment(SandboxEnvironment):
         if code == 126:
             raise PermissionError(errno.EACCES, f"Permission denied: {stderr.strip() or cmd[0]}", cmd[0])
         return ExecResult(success=code == 0, returncode=code, stdout=stdout, stderr=stderr)
+
+    async def exec_remote(  # type: ignore[override]
+        self,
+        cmd: list[str],
+        options: ExecRemoteStreamingOptions | ExecRemoteAwaitableOptions | None = None,
+        *,
+        stream: bool = True,
+    ) -> ExecRemoteProcess | ExecResult[str]:
+        """Where the lease grants ``persistentProcessSessions``: the command spawned as an
+        envrt process (``envrt._inspect_remote``), no tool injected; else (or for another
+        ``user``) Inspect's own ``exec_remote``."""
+        from . import _inspect_remote
+
+        opts = options or (ExecRemoteStreamingOptions() if stream else ExecRemoteAwaitableOptions())
+        user = opts.user
+        if user is not None and await self._is_default_user(user):
+            user = None
+        if user is not None or not await self._has_processes():
+            return await super().exec_remote(cmd, options, stream=stream)  # type: ignore[call-overload,no-any-return]
+        if stream:
+            return await _inspect_remote.spawn_remote(self.lease, cmd, opts)
+        return await _inspect_remote.run_remote(self.lease, cmd, opts)
+
+    async def _has_processes(self) -> bool:
+        if self._processes is None:
+            capabilities = await self.lease.capabilities() or {}
+            self._processes = bool(capabilities.get("persistentProcessSessions"))
+        return self._processes
 
     async def _is_default_user(self, user: str) -> bool:
         """Whether ``user`` is who the lease's commands already run as, other than root:

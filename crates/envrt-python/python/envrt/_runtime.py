@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Literal, Mapping, Seq
 from . import _envrt
 from ._envrt import ExecResult
 from ._errors import EnvrtError, EnvrtValueError
+from ._process import Process
 
 OutputCallback = Callable[[str, bytes], Any]
 """``on_output(stream, chunk)``: ``stream`` is ``"stdout"`` or ``"stderr"``."""
@@ -337,6 +338,12 @@ class Runtime:
         text = await self._native.leases(environment_id, list(statuses))
         return [Lease(self, info) for info in json.loads(text)]
 
+    async def process(self, process_id: str) -> Process:
+        """The process ``process_id`` (``{lease id}/{n}``), spawned by any program on the
+        same lease store; an unknown id raises :class:`EnvrtLookupError`."""
+        verbs = self._native.process_verbs()
+        return Process(verbs, json.loads(await verbs.process(process_id)))
+
     async def lease(self, lease_id: str) -> "Lease | None":
         """The stored lease ``lease_id``, or ``None``."""
         text = await self._native.lease(lease_id)
@@ -475,6 +482,39 @@ class Lease:
     async def open_duplex(self, argv: Sequence[str]) -> "DuplexStream":
         """Starts ``argv`` with a live two-way byte channel (needs ``duplexCommandStream``)."""
         return DuplexStream(await self.runtime._native.open_duplex(self.id, list(argv)))
+
+    async def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        tty: tuple[int, int] | None = None,
+        keep: int | None = None,
+        stdin: bool = False,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> Process:
+        """Starts ``argv`` as a persistent process (needs ``persistentProcessSessions``)
+        that outlives this program; answers once it runs. ``tty=(rows, cols)`` gives it a
+        terminal, ``keep`` bytes per stream are held for replay (8 MiB by default),
+        ``stdin=True`` makes its stdin a pipe for :meth:`Process.write`, ``timeout`` kills
+        its group that many seconds after the start, and the same ``idempotency_key`` with
+        the same request returns the same process."""
+        verbs = self.runtime._native.process_verbs()
+        text = await verbs.spawn(
+            self.id, list(argv), tty, keep, stdin, dict(env or {}), cwd, timeout, idempotency_key
+        )
+        return Process(verbs, json.loads(text))
+
+    async def processes(self) -> list[Process]:
+        """Every process of the lease, exited ones included, in spawn order."""
+        verbs = self.runtime._native.process_verbs()
+        return [Process(verbs, record) for record in json.loads(await verbs.processes(self.id))]
+
+    async def process(self, process_id: str) -> Process:
+        """The process ``process_id`` (see :meth:`Runtime.process`)."""
+        return await self.runtime.process(process_id)
 
     async def capabilities(self) -> dict[str, bool] | None:
         """The lease's effective capability snapshot (nine keys)."""
