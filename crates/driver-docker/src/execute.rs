@@ -6,12 +6,12 @@ use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
-use envrt_runtime_core::PathScope;
-use envrt_runtime_core::execute::signal_name;
-use envrt_runtime_core::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
+use envrt_driver_api::PathScope;
+use envrt_driver_api::execute::signal_name;
+use envrt_driver_api::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 
 use async_trait::async_trait;
-use envrt_runtime_core::{Execute, LeaseContext};
+use envrt_driver_api::{Execute, LeaseContext};
 
 use crate::DockerDriver;
 use crate::config::EnvConfig;
@@ -352,7 +352,7 @@ pub(crate) async fn execute(
             )));
         }
     }
-    let ending = envrt_runtime_core::execute::Ending {
+    let ending = envrt_driver_api::execute::Ending {
         exit_code,
         signal,
         timed_out,
@@ -396,7 +396,7 @@ impl Execute for DockerDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envrt_runtime_core::Secret;
+    use envrt_driver_api::Secret;
 
     #[test]
     fn the_poll_pause_grows_with_running_commands_within_the_engines_window() {

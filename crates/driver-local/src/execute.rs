@@ -13,10 +13,10 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envrt_runtime_core::execute::signal_name;
+use envrt_driver_api::execute::signal_name;
 
 use async_trait::async_trait;
-use envrt_runtime_core::{Execute, LeaseContext};
+use envrt_driver_api::{Execute, LeaseContext};
 
 use crate::LocalDriver;
 use crate::process::bulk::{BulkReader, Delivery};
@@ -24,7 +24,7 @@ use crate::process::containment::{self, Containment};
 use crate::process::groups::{ProcessTable, reap_group, signal_group};
 use crate::process::program::{SCRIPT_SHELL, find_program};
 use crate::process::user;
-use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputStream};
+use envrt_driver_api::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputStream};
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -482,9 +482,9 @@ async fn supervise(
     out.finish().await;
     err.finish().await;
 
-    let mut metadata = envrt_runtime_core::JsonMap::new();
+    let mut metadata = envrt_driver_api::JsonMap::new();
     metadata.insert("pid".into(), pgid.into());
-    let ending = envrt_runtime_core::execute::Ending {
+    let ending = envrt_driver_api::execute::Ending {
         exit_code: status.code(),
         signal: status.signal().map(signal_name),
         timed_out,
@@ -537,7 +537,7 @@ impl Execute for LocalDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envrt_runtime_core::{EnvValue, Secret};
+    use envrt_driver_api::{EnvValue, Secret};
 
     #[test]
     fn validation_never_echoes_env_values() {

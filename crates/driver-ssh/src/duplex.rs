@@ -10,13 +10,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit};
+use envrt_driver_api::{DriverError, DuplexChannel, DuplexExit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Mutex, mpsc, watch};
 
 use crate::connection::{Host, exit_code};
 use crate::{SshDriver, remote};
-use envrt_runtime_core::{DuplexChannels, LeaseContext};
+use envrt_driver_api::{DuplexChannels, LeaseContext};
 
 /// One duplex channel.
 pub(crate) struct SshDuplex {

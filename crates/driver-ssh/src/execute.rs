@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envrt_runtime_core::execute::{Ending, signal_name};
-use envrt_runtime_core::{DriverError, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
+use envrt_driver_api::execute::{Ending, signal_name};
+use envrt_driver_api::{DriverError, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use async_trait::async_trait;
-use envrt_runtime_core::{Execute, LeaseContext};
+use envrt_driver_api::{Execute, LeaseContext};
 
 use crate::SshDriver;
 use crate::connection::{Host, exit_code};

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use envrt_runtime_core::{DriverError, EnvValue};
+use envrt_driver_api::{DriverError, EnvValue};
 
 /// Quotes `text` for `sh` as one word.
 pub(crate) fn quote(text: &str) -> String {
