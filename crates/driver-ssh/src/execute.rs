@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envrt_driver_api::execute::{Ending, signal_name};
-use envrt_driver_api::{DriverError, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
+use envrt_driver_api::{DriverError, ExecuteRequest, ExecuteResult, JsonMap, NameRules, OutputStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use async_trait::async_trait;
@@ -61,7 +61,7 @@ pub(crate) async fn run(
     request: ExecuteRequest,
     cwd: Option<&str>,
 ) -> Result<ExecuteResult, DriverError> {
-    remote::validate(&request.command, &request.args, &request.env)?;
+    request.validate(NameRules::Shell)?;
     let started = Instant::now();
     let run = format!("{}/run/{}", site.lease_dir, uuid::Uuid::new_v4().simple());
     let script = remote::launch(
