@@ -181,7 +181,7 @@ fn the_test_support_crate_is_a_dev_dependency_only() {
         BTreeMap::from([(
             "envrt-driver-local".to_owned(),
             vec![
-                ("envrt-runtime-core".to_owned(), "normal".to_owned()),
+                ("envrt-driver-api".to_owned(), "normal".to_owned()),
                 ("envrt-test-support".to_owned(), kind.to_owned()),
             ],
         )])
@@ -203,6 +203,36 @@ fn the_test_support_crate_is_a_dev_dependency_only() {
     assert_eq!(
         broken_edges(own, &[]),
         ["envrt-test-support -> envrt-runtime-core (normal dependency)"]
+    );
+}
+
+#[test]
+fn drivers_reach_the_runtime_only_from_their_tests() {
+    // A driver with a row of its own and one under DRIVER_ROW, each on the runtime.
+    let drivers = ["envrt-driver-local".to_owned(), "envrt-driver-new".to_owned()];
+    let edges = |kind: &str| {
+        BTreeMap::from(drivers.clone().map(|driver| {
+            let deps = vec![
+                (API.to_owned(), "normal".to_owned()),
+                (CORE.to_owned(), kind.to_owned()),
+            ];
+            (driver, deps)
+        }))
+    };
+    assert_eq!(broken_edges(edges("dev"), &drivers), Vec::<String>::new());
+    assert_eq!(
+        broken_edges(edges("normal"), &drivers),
+        [
+            "envrt-driver-local -> envrt-runtime-core (normal dependency)",
+            "envrt-driver-new -> envrt-runtime-core (normal dependency)",
+        ]
+    );
+    assert_eq!(
+        broken_edges(edges("build"), &drivers),
+        [
+            "envrt-driver-local -> envrt-runtime-core (build dependency)",
+            "envrt-driver-new -> envrt-runtime-core (build dependency)",
+        ]
     );
 }
 
