@@ -344,13 +344,13 @@ pub(crate) fn container_name(lease_id: &str) -> String {
 
 /// The static support set, written out key by key so that a key added to the model is
 /// not granted here until somebody decides Docker supports it. Not here:
-/// `runnerWebSocketIngress` (the driver serves no ingress endpoint).
+/// `runnerWebSocketIngress` (the driver serves no ingress endpoint) and
+/// `persistentProcessSessions` (the driver has no process group, `as_processes`, yet).
 fn support_set() -> SupportSet {
     [
         CapabilityKey::ReusableLeases,
         CapabilityKey::NativeSyncIn,
         CapabilityKey::NativeSyncOut,
-        CapabilityKey::PersistentProcessSessions,
         CapabilityKey::IndependentControlCommands,
         CapabilityKey::IncrementalSessionOutput,
         CapabilityKey::ConcurrentSyncOperations,

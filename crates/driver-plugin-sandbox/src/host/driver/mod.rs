@@ -321,12 +321,12 @@ impl EnvironmentDriver for SandboxDriver {
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
         // Written out key by key: a key added to the model is not granted until somebody
         // decides workers can serve it. Not here: `runnerWebSocketIngress` (the host
-        // does not forward ingress endpoints yet).
+        // does not forward ingress endpoints yet) and `persistentProcessSessions` (the
+        // host has no process group, `as_processes`, and the protocol no process verbs).
         let supported: SupportSet = [
             CapabilityKey::ReusableLeases,
             CapabilityKey::NativeSyncIn,
             CapabilityKey::NativeSyncOut,
-            CapabilityKey::PersistentProcessSessions,
             CapabilityKey::IndependentControlCommands,
             CapabilityKey::IncrementalSessionOutput,
             CapabilityKey::ConcurrentSyncOperations,
