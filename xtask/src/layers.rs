@@ -10,11 +10,13 @@
 //!   API, and on no async runtime either;
 //! - the runtime (`envrt-runtime-core`) depends on those two and re-exports them;
 //! - a driver (a crate with `[package.metadata.envrt] driver-key`) depends on the driver
-//!   API, the file helpers, the runtime (until the drivers are switched to the driver API)
-//!   and, for the plugin host only, on `envrt-plugin-protocol`: never on another driver,
-//!   the facade, the store or the reference worker (the plugin host's tests use the sqlite
-//!   store, as a dev-dependency, to prove plugin state lasts);
-//! - the plugin host and the reference worker meet only in `envrt-plugin-protocol`;
+//!   API, the file helpers and, for the plugin host only, on `envrt-plugin-protocol`:
+//!   never on the runtime (`envrt-runtime-core` only as a dev-dependency, for tests that
+//!   run the driver behind the facade), another driver, the facade, the store or the
+//!   reference worker (the plugin host's tests use the sqlite store, as a dev-dependency,
+//!   to prove plugin state lasts);
+//! - the plugin host and the reference worker meet only in `envrt-plugin-protocol`, which
+//!   depends on the driver API alone;
 //! - the conformance kit sees drivers only through the driver trait (drivers are its
 //!   dev-dependencies, for the tests that run it);
 //! - the CLI and the Python package reach everything through the facade `envrt`;
@@ -26,9 +28,9 @@ use std::collections::BTreeMap;
 /// `[package.metadata.envrt] driver-key` (so a new driver needs no edit here).
 const DRIVER: &str = "<every driver crate>";
 
-/// The dependencies of a driver crate without a row of its own: the driver API, the file
-/// helpers and (until the drivers leave it) the core.
-const DRIVER_ROW: (&[&str], &[&str]) = (&[API, FILES, CORE], &[]);
+/// The dependencies of a driver crate without a row of its own: the driver API and the
+/// file helpers; the runtime only for its tests.
+const DRIVER_ROW: (&[&str], &[&str]) = (&[API, FILES], &[CORE]);
 
 /// Normal and dev dependencies each workspace crate may have on other workspace crates
 /// ([`DRIVER`] stands for any driver crate; a driver crate without a row follows
@@ -45,24 +47,20 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ("envrt-test-support", &[], &[]),
     // The in-lease supervisor stands alone; a driver that runs it links its client.
     ("envrt-agent", &[], &[]),
-    ("envrt-plugin-protocol", &[API, CORE], &[]),
+    ("envrt-plugin-protocol", &[API], &[]),
     ("envrt-store-sqlite", &[API, CORE], &[]),
-    ("envrt-driver-local", &[API, FILES, CORE, "envrt-agent"], &[]),
-    ("envrt-driver-docker", &[API, FILES, CORE], &[]),
-    ("envrt-driver-ssh", &[API, FILES, CORE], &[]),
+    ("envrt-driver-local", &[API, FILES, "envrt-agent"], &[CORE]),
+    ("envrt-driver-docker", &[API, FILES], &[CORE]),
+    ("envrt-driver-ssh", &[API, FILES], &[CORE]),
     ("envrt-egress", &[], &[]),
-    // The plugin host keeps a worker's `ctx.state` in a `PluginStateStore` (core); its tests
-    // prove persistence against the real sqlite store, so the store is a dev-dependency.
+    // The plugin host keeps a worker's `ctx.state` in a `PluginStateStore` (driver API); its
+    // tests prove persistence against the real sqlite store, so the store is a dev-dependency.
     (
         "envrt-driver-plugin-sandbox",
-        &[API, FILES, CORE, "envrt-plugin-protocol"],
-        &["envrt-store-sqlite"],
+        &[API, FILES, "envrt-plugin-protocol"],
+        &[CORE, "envrt-store-sqlite"],
     ),
-    (
-        "envrt-sandbox-worker",
-        &[API, FILES, CORE, "envrt-plugin-protocol"],
-        &[],
-    ),
+    ("envrt-sandbox-worker", &[API, FILES, "envrt-plugin-protocol"], &[]),
     ("envrt-conformance", &[API, CORE], &[DRIVER]),
     ("envrt", &[API, FILES, CORE, "envrt-store-sqlite", DRIVER], &[]),
     // The service is a layer over the facade, as the CLI is; the CLI starts it.
@@ -183,7 +181,7 @@ fn the_test_support_crate_is_a_dev_dependency_only() {
         BTreeMap::from([(
             "envrt-driver-local".to_owned(),
             vec![
-                ("envrt-runtime-core".to_owned(), "normal".to_owned()),
+                ("envrt-driver-api".to_owned(), "normal".to_owned()),
                 ("envrt-test-support".to_owned(), kind.to_owned()),
             ],
         )])
@@ -205,6 +203,36 @@ fn the_test_support_crate_is_a_dev_dependency_only() {
     assert_eq!(
         broken_edges(own, &[]),
         ["envrt-test-support -> envrt-runtime-core (normal dependency)"]
+    );
+}
+
+#[test]
+fn drivers_reach_the_runtime_only_from_their_tests() {
+    // A driver with a row of its own and one under DRIVER_ROW, each on the runtime.
+    let drivers = ["envrt-driver-local".to_owned(), "envrt-driver-new".to_owned()];
+    let edges = |kind: &str| {
+        BTreeMap::from(drivers.clone().map(|driver| {
+            let deps = vec![
+                (API.to_owned(), "normal".to_owned()),
+                (CORE.to_owned(), kind.to_owned()),
+            ];
+            (driver, deps)
+        }))
+    };
+    assert_eq!(broken_edges(edges("dev"), &drivers), Vec::<String>::new());
+    assert_eq!(
+        broken_edges(edges("normal"), &drivers),
+        [
+            "envrt-driver-local -> envrt-runtime-core (normal dependency)",
+            "envrt-driver-new -> envrt-runtime-core (normal dependency)",
+        ]
+    );
+    assert_eq!(
+        broken_edges(edges("build"), &drivers),
+        [
+            "envrt-driver-local -> envrt-runtime-core (build dependency)",
+            "envrt-driver-new -> envrt-runtime-core (build dependency)",
+        ]
     );
 }
 

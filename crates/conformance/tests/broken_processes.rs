@@ -85,6 +85,8 @@ catches! {
         "processes_refusal_texts", "an unknown process: expected \"Process \\\"";
     a_grant_without_spawns: ClaimsProcessesButRefuses =>
         "honesty_processes", "spawn despite the capability: no processes here";
+    a_grant_without_the_group: GrantsWithoutTheGroup =>
+        "honesty_processes", "the lease grants persistentProcessSessions but the driver has no process group";
 }
 
 /// Whether the skipped chunk held all of stdout or only its start depends on how the

@@ -6,7 +6,8 @@
 //! [`classify`](capability::classify) function, the errors ([`DriverError`] for drivers,
 //! [`RuntimeError`] for the facade, [`UnsupportedOperation`] for refusals), driver
 //! [`descriptor`]s, the execute, sync and template request and result types,
-//! [`Secret`]s, and the one check of an execute request, [`ExecuteRequest::validate`].
+//! [`Secret`]s, the [`PluginStateStore`] a plugin host keeps its workers' state in, and the
+//! one check of an execute request, [`ExecuteRequest::validate`].
 //!
 //! The shape is tower-service's: small, stable, documented, and free of any async runtime
 //! (no tokio). The runtime that drives these traits (the `EnvironmentRuntime` facade, its
@@ -38,6 +39,7 @@ pub mod error;
 pub mod execute;
 pub mod model;
 pub mod network;
+pub mod plugin_state;
 pub mod process;
 pub mod secret;
 pub mod sync;
@@ -55,10 +57,11 @@ pub use execute::{
     CappedBuffer, ExecuteRequest, ExecuteResult, ExecuteRules, NameRules, OutputKeep, OutputSink, OutputStream, Wording,
 };
 pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
+pub use plugin_state::{MemoryStateStore, PluginStateStore, StateKey};
 pub use process::{
     Offsets, OutputChunk, OutputEvent, ProcessError, ProcessId, ProcessInfo, ProcessStatus, ProcessStream,
     SpawnRequest, StdinMode, StreamInfo, TtySize,
 };
 pub use secret::{EnvValue, Secret};
 pub use sync::{SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult};
-pub use template::{TemplateRef, Templates};
+pub use template::{SOURCE_TEMPLATE_KEY, TemplateRef, Templates};

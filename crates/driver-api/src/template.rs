@@ -14,6 +14,10 @@ use crate::driver::LeaseContext;
 use crate::error::DriverError;
 use crate::model::{Environment, JsonMap, Timestamp};
 
+/// The lease metadata key that records the template a lease was started from (the
+/// runtime writes it at acquire; a driver reads it to know a lease's source template).
+pub const SOURCE_TEMPLATE_KEY: &str = "sourceTemplateRef";
+
 /// A captured template, as its driver reports it (Paperclip's capture result
 /// `{templateRef, templateKind, metadata}`, plus what envrt lists).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -10,7 +10,7 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 
 use crate::config::{DockerConfig, WorkspaceMount};
 

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use envrt_runtime_core::sync::normalize_absolute;
-use envrt_runtime_core::{DriverError, Environment, JsonMap, Lease};
+use envrt_driver_api::sync::normalize_absolute;
+use envrt_driver_api::{DriverError, Environment, JsonMap, Lease};
 use serde::Deserialize;
 
 /// The engine address used when neither [`DockerConfig::host`] nor `DOCKER_HOST` is set.
@@ -184,7 +184,7 @@ pub(crate) const KNOWN_CONFIG_KEYS: [&str; 11] = [
 /// Refuses a Docker environment config key the driver does not know (a misspelled
 /// hardening key such as `pidLimit` would otherwise run with the default).
 pub(crate) fn check_keys(config: &JsonMap) -> Result<(), DriverError> {
-    envrt_runtime_core::config_keys::check_known_keys("Docker environment config", config, &KNOWN_CONFIG_KEYS)
+    envrt_driver_api::config_keys::check_known_keys("Docker environment config", config, &KNOWN_CONFIG_KEYS)
 }
 
 /// The text of the error for a missing or empty `image`.

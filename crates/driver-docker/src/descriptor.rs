@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use envrt_runtime_core::Environment;
-use envrt_runtime_core::descriptor::{
+use envrt_driver_api::Environment;
+use envrt_driver_api::descriptor::{
     BuildContext, Built, DoctorCheck, DoctorContext, DriverConfig, DriverDescriptor, DriverSettings, SettingsContext,
     read_section, settings_as, shown,
 };

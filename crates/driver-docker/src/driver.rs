@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{CreateContainerOptionsBuilder, StopContainerOptionsBuilder};
-use envrt_runtime_core::capability::{CapabilityKey, SupportSet};
-use envrt_runtime_core::driver::classify_driver;
-use envrt_runtime_core::{
+use envrt_driver_api::capability::{CapabilityKey, SupportSet};
+use envrt_driver_api::driver::classify_driver;
+use envrt_driver_api::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError,
     DuplexChannels, EnvironmentDriver, Execute, FileSync, JsonMap, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus,
     RealizeWorkspace, ReleaseInput, ResumeLease, Timestamp,
@@ -164,10 +164,7 @@ impl DockerDriver {
         metadata.insert("containerName".into(), name.into());
         metadata.insert("dockerHost".into(), self.engine.address.clone().into());
         metadata.insert(META_WORKSPACE_DIR.into(), workspace.into());
-        metadata.insert(
-            envrt_runtime_core::model::WORKSPACE_METADATA_KEY.into(),
-            workspace.into(),
-        );
+        metadata.insert(envrt_driver_api::model::WORKSPACE_METADATA_KEY.into(), workspace.into());
         if let Some(config) = config {
             metadata.insert("image".into(), config.image.clone().into());
         }
@@ -347,13 +344,13 @@ pub(crate) fn container_name(lease_id: &str) -> String {
 
 /// The static support set, written out key by key so that a key added to the model is
 /// not granted here until somebody decides Docker supports it. Not here:
-/// `runnerWebSocketIngress` (the driver serves no ingress endpoint).
+/// `runnerWebSocketIngress` (the driver serves no ingress endpoint) and
+/// `persistentProcessSessions` (the driver has no process group, `as_processes`, yet).
 fn support_set() -> SupportSet {
     [
         CapabilityKey::ReusableLeases,
         CapabilityKey::NativeSyncIn,
         CapabilityKey::NativeSyncOut,
-        CapabilityKey::PersistentProcessSessions,
         CapabilityKey::IndependentControlCommands,
         CapabilityKey::IncrementalSessionOutput,
         CapabilityKey::ConcurrentSyncOperations,
@@ -371,12 +368,12 @@ impl EnvironmentDriver for DockerDriver {
 
     fn network_boundary(
         &self,
-        environment: &envrt_runtime_core::Environment,
-    ) -> envrt_runtime_core::network::NetworkBoundary {
+        environment: &envrt_driver_api::Environment,
+    ) -> envrt_driver_api::network::NetworkBoundary {
         crate::network::boundary(environment)
     }
 
-    async fn check_environment_config(&self, config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
+    async fn check_environment_config(&self, config: &envrt_driver_api::JsonMap) -> Result<(), DriverError> {
         crate::config::check_keys(config)
     }
 
@@ -441,8 +438,8 @@ impl EnvironmentDriver for DockerDriver {
     }
 
     /// A lease is a whole container: any absolute path in it.
-    fn path_scope(&self) -> envrt_runtime_core::PathScope {
-        envrt_runtime_core::PathScope::WholeEnvironment
+    fn path_scope(&self) -> envrt_driver_api::PathScope {
+        envrt_driver_api::PathScope::WholeEnvironment
     }
 
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
@@ -482,13 +479,13 @@ impl EnvironmentDriver for DockerDriver {
     fn as_sync(&self) -> Option<&dyn FileSync> {
         Some(self)
     }
-    fn as_recovery(&self) -> Option<&dyn envrt_runtime_core::Recovery> {
+    fn as_recovery(&self) -> Option<&dyn envrt_driver_api::Recovery> {
         Some(self)
     }
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         Some(self)
     }
-    fn as_templates(&self) -> Option<&dyn envrt_runtime_core::Templates> {
+    fn as_templates(&self) -> Option<&dyn envrt_driver_api::Templates> {
         Some(self)
     }
 }

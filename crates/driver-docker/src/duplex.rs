@@ -15,7 +15,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Mutex, Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
-use envrt_runtime_core::{DriverError, DuplexChannel, DuplexChannels, DuplexExit, LeaseContext};
+use envrt_driver_api::{DriverError, DuplexChannel, DuplexChannels, DuplexExit, LeaseContext};
 
 use crate::DockerDriver;
 use crate::engine::Engine;

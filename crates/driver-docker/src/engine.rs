@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use bollard::errors::Error as BollardError;
 use bollard::{API_DEFAULT_VERSION, ClientVersion, Docker};
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 
 use crate::config::DockerConfig;
 

@@ -6,12 +6,15 @@ use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
-use envrt_runtime_core::PathScope;
-use envrt_runtime_core::execute::signal_name;
-use envrt_runtime_core::{CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
+use envrt_driver_api::PathScope;
+use envrt_driver_api::execute::signal_name;
+use envrt_driver_api::{
+    CappedBuffer, DriverError, EnvValue, ExecuteRequest, ExecuteResult, ExecuteRules, JsonMap, NameRules, OutputStream,
+    Wording,
+};
 
 use async_trait::async_trait;
-use envrt_runtime_core::{Execute, LeaseContext};
+use envrt_driver_api::{Execute, LeaseContext};
 
 use crate::DockerDriver;
 use crate::config::EnvConfig;
@@ -73,13 +76,6 @@ pub(crate) struct ExecEnv {
     pub(crate) secret_count: usize,
 }
 
-/// Whether `name` can be assigned by a POSIX shell.
-fn is_shell_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
-        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
-}
-
 /// The wrapper line that sets secret `name` to `value`: every byte as an octal escape
 /// expanded by `printf %b`, with a sentinel so trailing newlines survive the substitution.
 fn secret_line(name: &str, value: &str) -> String {
@@ -93,32 +89,13 @@ fn secret_line(name: &str, value: &str) -> String {
 /// Checks a request's program, arguments and environment; messages name variables, never
 /// their values.
 pub(crate) fn check_request(request: &ExecuteRequest) -> Result<ExecEnv, DriverError> {
-    if request.command.is_empty() {
-        return Err(DriverError::invalid("The command is empty."));
-    }
-    if request.command.contains('\0') || request.args.iter().any(|a| a.contains('\0')) {
-        return Err(DriverError::invalid("The command or an argument contains a NUL byte."));
-    }
+    // Plain variables go through the exec API (any name `execve` takes); secrets through
+    // the wrapper's shell lines, so each secret's name must be a shell identifier.
+    request.validate(ExecuteRules::new(NameRules::ShellSecrets, Wording::Sentence))?;
     let mut env = ExecEnv::default();
     for (name, value) in &request.env {
-        if name.is_empty() || name.contains('=') || name.contains('\0') {
-            return Err(DriverError::invalid(format!(
-                "Environment variable name \"{}\" is not valid.",
-                name.replace('\0', "\\0")
-            )));
-        }
-        if value.expose().contains('\0') {
-            return Err(DriverError::invalid(format!(
-                "The value of environment variable \"{name}\" contains a NUL byte."
-            )));
-        }
         match value {
             EnvValue::Secret(secret) => {
-                if !is_shell_name(name) {
-                    return Err(DriverError::invalid(format!(
-                        "Secret environment variable \"{name}\" must be named with letters, digits and underscores."
-                    )));
-                }
                 env.secret_lines
                     .extend_from_slice(secret_line(name, secret.expose()).as_bytes());
                 env.secret_count += 1;
@@ -352,7 +329,7 @@ pub(crate) async fn execute(
             )));
         }
     }
-    let ending = envrt_runtime_core::execute::Ending {
+    let ending = envrt_driver_api::execute::Ending {
         exit_code,
         signal,
         timed_out,
@@ -396,7 +373,7 @@ impl Execute for DockerDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envrt_runtime_core::Secret;
+    use envrt_driver_api::Secret;
 
     #[test]
     fn the_poll_pause_grows_with_running_commands_within_the_engines_window() {

@@ -14,7 +14,7 @@
 //! Acquire starts it; resume starts it again when the container's init has no watchdog (a
 //! reused lease's container is stopped at release, and started with a new init at resume).
 
-use envrt_runtime_core::Timestamp;
+use envrt_driver_api::Timestamp;
 
 use crate::engine::Engine;
 

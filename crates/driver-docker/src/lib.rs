@@ -74,7 +74,7 @@
 #![forbid(unsafe_code)]
 
 #[cfg(doc)]
-use envrt_runtime_core::PathScope;
+use envrt_driver_api::PathScope;
 
 mod bind;
 mod config;

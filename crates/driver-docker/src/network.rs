@@ -1,10 +1,10 @@
 //! What a Docker lease's network is: `NetworkMode: none` (the default `network = "none"`
 //! of the environment config) gives a container with loopback only, no route out; any
 //! other mode (`bridge`, `host`, a user network) is a network the driver does not restrict,
-//! so the facade refuses every network policy over it (see `envrt_runtime_core::network`).
+//! so the facade refuses every network policy over it (see `envrt_driver_api::network`).
 
-use envrt_runtime_core::Environment;
-use envrt_runtime_core::network::NetworkBoundary;
+use envrt_driver_api::Environment;
+use envrt_driver_api::network::NetworkBoundary;
 
 use crate::config::EnvConfig;
 
@@ -37,7 +37,7 @@ mod tests {
             mode_boundary("bridge"),
             NetworkBoundary::Unrestricted("Docker network \"bridge\"".into())
         );
-        let mut config = envrt_runtime_core::JsonMap::new();
+        let mut config = envrt_driver_api::JsonMap::new();
         config.insert("image".into(), "img".into());
         let env = Environment::new("d", "d", "docker").with_config(config.clone());
         assert_eq!(boundary(&env), NetworkBoundary::Isolated);

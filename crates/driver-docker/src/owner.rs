@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use bollard::query_parameters::DownloadFromContainerOptionsBuilder;
 use futures::StreamExt;
 
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 
 use crate::config::EnvConfig;
 use crate::driver::DockerDriver;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
-use envrt_runtime_core::{DriverError, InventoryItem, Recovery};
+use envrt_driver_api::{DriverError, InventoryItem, Recovery};
 
 use crate::driver::{DockerDriver, LABEL_LEASE_ID, LABEL_MANAGED};
 use crate::engine::{has_status, is_not_found};

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use bollard::models::ContainerConfig;
 use bollard::query_parameters::{CommitContainerOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder};
-use envrt_runtime_core::template::{check_template_id, new_template_id};
-use envrt_runtime_core::{DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp};
+use envrt_driver_api::template::{check_template_id, new_template_id};
+use envrt_driver_api::{DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp};
 
 use crate::config::EnvConfig;
 use crate::driver::{DockerDriver, LABEL_COMPANY_ID, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED};
@@ -229,7 +229,7 @@ impl DockerDriver {
         if context
             .lease
             .metadata
-            .contains_key(envrt_runtime_core::SOURCE_TEMPLATE_KEY)
+            .contains_key(envrt_driver_api::SOURCE_TEMPLATE_KEY)
             && let Err(error) = self.prune_template_images().await
         {
             tracing::debug!(%error, "pruning deleted template images failed");

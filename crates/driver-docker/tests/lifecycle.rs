@@ -2,7 +2,9 @@
 
 mod common;
 
-use envrt_runtime_core::{CapabilityKey, DriverError, LeasePolicy, LeaseStatus, RuntimeError, WorkspaceRequest};
+use envrt_runtime_core::{
+    CapabilityKey, DriverError, LeasePolicy, LeaseStatus, RuntimeError, SpawnRequest, WorkspaceRequest,
+};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,12 +183,24 @@ async fn capabilities_follow_the_declaration_and_the_config() {
         let lease = h.default_lease().await;
         let caps = h.runtime.resolve_capabilities(&lease.id).await.unwrap().unwrap();
         for key in CapabilityKey::ALL {
+            // No process group (`as_processes`) yet, so no `persistentProcessSessions`.
             let expected = !matches!(
                 key,
-                CapabilityKey::RunnerWebSocketIngress | CapabilityKey::ReusableLeases
+                CapabilityKey::RunnerWebSocketIngress
+                    | CapabilityKey::ReusableLeases
+                    | CapabilityKey::PersistentProcessSessions
             );
             assert_eq!(caps.get(key), expected, "{key:?}");
         }
+        let err = h
+            .runtime
+            .spawn(&lease.id, SpawnRequest::new(["true"]))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Environment driver \"docker\" does not support persistent process sessions."
+        );
         let no_duplex = h.lease(json!({"duplex": false}), LeasePolicy::Ephemeral).await;
         let caps = h.runtime.resolve_capabilities(&no_duplex.id).await.unwrap().unwrap();
         assert!(!caps.duplex_command_stream);

@@ -1,9 +1,9 @@
 //! The example driver: leases that hold nothing, no optional group, no capability.
 
 use async_trait::async_trait;
-use envrt_runtime_core::descriptor::DriverConfig;
-use envrt_runtime_core::driver::{AcquireInput, CapabilityInput, LeaseGrant, ReleaseInput, classify_driver};
-use envrt_runtime_core::{CapabilitySnapshot, DriverError, EnvironmentDriver};
+use envrt_driver_api::descriptor::DriverConfig;
+use envrt_driver_api::driver::{AcquireInput, CapabilityInput, LeaseGrant, ReleaseInput, classify_driver};
+use envrt_driver_api::{CapabilitySnapshot, DriverError, EnvironmentDriver};
 
 /// The registry key of this driver.
 pub const DRIVER_KEY: &str = "example";

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use envrt_runtime_core::PathScope;
+use envrt_driver_api::PathScope;
 
 /// `{temp dir}/envrt-local-{effective uid}`: one root per user, so that no user can
 /// prepare another's.

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use envrt_runtime_core::Environment;
-use envrt_runtime_core::PathScope;
-use envrt_runtime_core::descriptor::{
+use envrt_driver_api::Environment;
+use envrt_driver_api::PathScope;
+use envrt_driver_api::descriptor::{
     BuildContext, Built, DoctorCheck, DoctorContext, DriverConfig, DriverDescriptor, DriverSettings, SettingsContext,
     read_section, settings_as, shown,
 };

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use envrt_runtime_core::capability::{CapabilityDeclaration, CapabilityKey, SupportSet};
-use envrt_runtime_core::driver::classify_driver;
-use envrt_runtime_core::{
+use envrt_driver_api::capability::{CapabilityDeclaration, CapabilityKey, SupportSet};
+use envrt_driver_api::driver::classify_driver;
+use envrt_driver_api::{
     AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, EnvironmentDriver, Execute, FileSync,
     LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, PathScope, RealizeWorkspace, Recovery, ReleaseInput,
     ResumeLease, Templates, Timestamp,
@@ -132,10 +132,10 @@ impl LocalDriver {
     }
 
     fn grant(&self, lease_id: &str, dir: &Path, expires_at: Option<Timestamp>) -> Result<LeaseGrant, DriverError> {
-        let mut metadata = envrt_runtime_core::JsonMap::new();
+        let mut metadata = envrt_driver_api::JsonMap::new();
         metadata.insert("driver".into(), DRIVER_KEY.into());
         metadata.insert(
-            envrt_runtime_core::model::WORKSPACE_METADATA_KEY.into(),
+            envrt_driver_api::model::WORKSPACE_METADATA_KEY.into(),
             path_str(dir)?.into(),
         );
         Ok(LeaseGrant {
@@ -203,7 +203,7 @@ impl EnvironmentDriver for LocalDriver {
         DRIVER_KEY
     }
 
-    async fn check_environment_config(&self, config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
+    async fn check_environment_config(&self, config: &envrt_driver_api::JsonMap) -> Result<(), DriverError> {
         user::check_config(config)
     }
 
@@ -288,15 +288,15 @@ impl EnvironmentDriver for LocalDriver {
         Some(self)
     }
     /// Commands run on this host, on its network: no policy can be enforced.
-    fn network_boundary(&self, _: &envrt_runtime_core::Environment) -> envrt_runtime_core::network::NetworkBoundary {
-        envrt_runtime_core::network::NetworkBoundary::HostShared
+    fn network_boundary(&self, _: &envrt_driver_api::Environment) -> envrt_driver_api::network::NetworkBoundary {
+        envrt_driver_api::network::NetworkBoundary::HostShared
     }
 
     fn as_recovery(&self) -> Option<&dyn Recovery> {
         Some(self)
     }
 
-    fn as_processes(&self) -> Option<&dyn envrt_runtime_core::ProcessSessions> {
+    fn as_processes(&self) -> Option<&dyn envrt_driver_api::ProcessSessions> {
         Some(self)
     }
 

@@ -13,10 +13,10 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envrt_runtime_core::execute::signal_name;
+use envrt_driver_api::execute::signal_name;
 
 use async_trait::async_trait;
-use envrt_runtime_core::{Execute, LeaseContext};
+use envrt_driver_api::{Execute, LeaseContext};
 
 use crate::LocalDriver;
 use crate::process::bulk::{BulkReader, Delivery};
@@ -24,7 +24,7 @@ use crate::process::containment::{self, Containment};
 use crate::process::groups::{ProcessTable, reap_group, signal_group};
 use crate::process::program::{SCRIPT_SHELL, find_program};
 use crate::process::user;
-use envrt_runtime_core::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, OutputStream};
+use envrt_driver_api::{CappedBuffer, DriverError, ExecuteRequest, ExecuteResult, NameRules, OutputStream};
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -72,29 +72,6 @@ pub(crate) struct ExecSite<'a> {
     pub(crate) containment: &'a Containment,
     /// Host uid and gid to run as (see `user`); the driver's own when `None`.
     pub(crate) identity: Option<(u32, u32)>,
-}
-
-/// Checks the request for what `execve` cannot take, without ever echoing an env value.
-fn validate(request: &ExecuteRequest) -> Result<(), DriverError> {
-    if request.command.is_empty() {
-        return Err(DriverError::invalid("the command is empty"));
-    }
-    if request.command.contains('\0') || request.args.iter().any(|a| a.contains('\0')) {
-        return Err(DriverError::invalid("the command or an argument contains a NUL byte"));
-    }
-    for (name, value) in &request.env {
-        if name.is_empty() || name.contains('=') || name.contains('\0') {
-            return Err(DriverError::invalid(format!(
-                "environment variable name {name:?} is not valid"
-            )));
-        }
-        if value.expose().contains('\0') {
-            return Err(DriverError::invalid(format!(
-                "environment variable {name} contains a NUL byte"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// The command's environment: the allow-listed host variables, `PATH` (a default when the
@@ -264,7 +241,8 @@ async fn bulk_done(bulk: Option<&mut BulkReader>) -> CappedBuffer {
 
 /// Runs `request` at `site` to completion, timeout or kill.
 pub(crate) async fn run(site: &ExecSite<'_>, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
-    validate(&request)?;
+    // What `execve` cannot take, without ever echoing an env value.
+    request.validate(NameRules::Portable)?;
     let started = Instant::now();
     let env = command_env(site, &request);
     let path = env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
@@ -482,9 +460,9 @@ async fn supervise(
     out.finish().await;
     err.finish().await;
 
-    let mut metadata = envrt_runtime_core::JsonMap::new();
+    let mut metadata = envrt_driver_api::JsonMap::new();
     metadata.insert("pid".into(), pgid.into());
-    let ending = envrt_runtime_core::execute::Ending {
+    let ending = envrt_driver_api::execute::Ending {
         exit_code: status.code(),
         signal: status.signal().map(signal_name),
         timed_out,
@@ -537,7 +515,7 @@ impl Execute for LocalDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envrt_runtime_core::{EnvValue, Secret};
+    use envrt_driver_api::{EnvValue, Secret};
 
     #[test]
     fn validation_never_echoes_env_values() {
@@ -545,7 +523,7 @@ mod tests {
         request
             .env
             .insert("TOKEN".into(), EnvValue::from(Secret::new("hunter2\0x")));
-        let err = validate(&request).unwrap_err();
+        let err = request.validate(NameRules::Portable).unwrap_err();
         assert_eq!(
             err.to_string(),
             "Invalid input: environment variable TOKEN contains a NUL byte"
@@ -553,13 +531,13 @@ mod tests {
         assert!(!format!("{err:?}").contains("hunter2"));
         let empty = ExecuteRequest::new("", [""; 0]);
         assert_eq!(
-            validate(&empty).unwrap_err().to_string(),
+            empty.validate(NameRules::Portable).unwrap_err().to_string(),
             "Invalid input: the command is empty"
         );
         let mut bad_name = ExecuteRequest::new("true", [""; 0]);
         bad_name.env.insert("A=B".into(), "x".into());
         assert_eq!(
-            validate(&bad_name).unwrap_err().to_string(),
+            bad_name.validate(NameRules::Portable).unwrap_err().to_string(),
             "Invalid input: environment variable name \"A=B\" is not valid"
         );
     }

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::{DriverError, Timestamp};
+use envrt_driver_api::{DriverError, Timestamp};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 

@@ -122,7 +122,7 @@
 //!   source's permission bits (special bits included: commands already run as the
 //!   driver's user, so this grants nothing new). `access` and `writablePath` concern
 //!   providers that mount; a copy ignores them.
-//! - `exclude` globs follow [`ExcludeSet`](envrt_runtime_core::sync::ExcludeSet).
+//! - `exclude` globs follow [`ExcludeSet`](envrt_driver_api::sync::ExcludeSet).
 //! - Post-upload commands (`sync_in` only) run with `sh -c` after the files land, in order,
 //!   stopping at the first failure; the default cwd is the first target (its parent for a
 //!   file).
@@ -131,7 +131,7 @@
 //!   workspace.
 //!
 //! ## Templates
-//! [`capture_template`](envrt_runtime_core::Templates::capture_template) copies the lease's
+//! [`capture_template`](envrt_driver_api::Templates::capture_template) copies the lease's
 //! workspace to `{root}/.templates/{id}/tree` (with `template.json` beside it; kind
 //! `snapshot`): each file is cloned with `FICLONE` where the file system shares blocks
 //! (btrfs, XFS with reflink), copied otherwise; links stay links; permission bits are kept;
@@ -159,11 +159,11 @@
 //! Path confinement is checked on the real file system before each operation; a command
 //! racing the driver to swap a directory for a symlink during a sync is not defended
 //! against. Synced trees deeper than
-//! [`MAX_TREE_DEPTH`](envrt_runtime_core::tree::MAX_TREE_DEPTH) levels are refused.
+//! [`MAX_TREE_DEPTH`](envrt_driver_files::tree::MAX_TREE_DEPTH) levels are refused.
 
 // The names the crate doc above links to.
 #[cfg(doc)]
-use envrt_runtime_core::{DriverError, EnvironmentDriver, Recovery};
+use envrt_driver_api::{DriverError, EnvironmentDriver, Recovery};
 
 mod config;
 mod descriptor;

@@ -15,12 +15,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use envrt_agent::client::{Client, ClientError, Event, Output};
 use envrt_agent::proto;
-use envrt_runtime_core::capability::{CapabilityKey, SupportSet};
-use envrt_runtime_core::process::{
+use envrt_driver_api::capability::{CapabilityKey, SupportSet};
+use envrt_driver_api::process::{
     Offsets, OutputChunk, OutputEvent, ProcessError, ProcessId, ProcessInfo, ProcessStatus, ProcessStream,
     SpawnRequest, StdinMode, StreamInfo,
 };
-use envrt_runtime_core::{DriverError, LeaseContext, ProcessOutput, ProcessSessions, Timestamp};
+use envrt_driver_api::{DriverError, LeaseContext, ProcessOutput, ProcessSessions, Timestamp};
 
 use crate::LocalDriver;
 

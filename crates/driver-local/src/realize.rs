@@ -2,7 +2,7 @@
 //! inside it.
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, LeaseContext, RealizeWorkspace, RealizedWorkspace, WorkspaceRequest};
+use envrt_driver_api::{DriverError, LeaseContext, RealizeWorkspace, RealizedWorkspace, WorkspaceRequest};
 
 use crate::LocalDriver;
 use crate::workspace::{check_no_escape, path_str, resolve_in_workspace};
@@ -27,9 +27,9 @@ impl RealizeWorkspace for LocalDriver {
                 dir
             }
         };
-        let mut metadata = envrt_runtime_core::JsonMap::new();
+        let mut metadata = envrt_driver_api::JsonMap::new();
         metadata.insert(
-            envrt_runtime_core::model::WORKSPACE_METADATA_KEY.into(),
+            envrt_driver_api::model::WORKSPACE_METADATA_KEY.into(),
             path_str(&workspace)?.into(),
         );
         Ok(RealizedWorkspace {

@@ -13,7 +13,7 @@
 //! that the store does not keep, so two stores must not share a root.
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, InventoryItem, Lease, Recovery};
+use envrt_driver_api::{DriverError, InventoryItem, Lease, Recovery};
 
 use crate::LocalDriver;
 use crate::workspace::{LEASE_DIR_PREFIX, lease_dir_name};

@@ -13,8 +13,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use envrt_runtime_core::template::{check_template_id, new_template_id};
-use envrt_runtime_core::{DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp};
+use envrt_driver_api::template::{check_template_id, new_template_id};
+use envrt_driver_api::{DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp};
 
 use crate::LocalDriver;
 use crate::workspace::{create_private_dir, remove_tree};

@@ -7,8 +7,8 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::sync::{confine_to_workspace, is_within};
-use envrt_runtime_core::{DriverError, PathScope};
+use envrt_driver_api::sync::{confine_to_workspace, is_within};
+use envrt_driver_api::{DriverError, PathScope};
 
 use crate::LocalDriver;
 

@@ -70,7 +70,7 @@
 //! `envrt-plugin-protocol` crate, re-exported as [`protocol`].
 //!
 //! Errors are [`SandboxError`]s carried inside
-//! [`DriverError::Other`](envrt_runtime_core::DriverError::Other); find them with
+//! [`DriverError::Other`](envrt_driver_api::DriverError::Other); find them with
 //! [`SandboxError::of`].
 //!
 //! ```no_run

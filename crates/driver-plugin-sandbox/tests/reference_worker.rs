@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use envrt_driver_plugin_sandbox::SandboxOptions;
 use envrt_runtime_core::{
-    DuplexExit, ExecuteRequest, LeaseStatus, OutputStream, SyncFile, SyncOperation, WorkspaceRequest,
+    DuplexExit, ExecuteRequest, LeaseStatus, OutputStream, SpawnRequest, SyncFile, SyncOperation, WorkspaceRequest,
 };
 use host_common::*;
 
@@ -34,6 +34,14 @@ async fn binary_execute_and_half_close_run_end_to_end() {
     let lease = acquire(&runtime).await;
     let caps = runtime.resolve_capabilities(&lease.id).await.unwrap().unwrap();
     assert!(caps.duplex_command_stream && caps.native_sync_in && caps.native_sync_out);
+    // The host has no process group (`as_processes`), so it grants no process sessions and
+    // the gate refuses a spawn with the one text.
+    assert!(!caps.persistent_process_sessions);
+    let err = runtime.spawn(&lease.id, SpawnRequest::new(["true"])).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Environment driver \"sandbox\" does not support persistent process sessions."
+    );
 
     // arbitrary bytes survive execute both ways, and stream to the sink
     let bytes: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();

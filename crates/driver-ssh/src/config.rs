@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[cfg(doc)]
-use envrt_runtime_core::Recovery;
+use envrt_driver_api::Recovery;
 
 use crate::SshTarget;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 

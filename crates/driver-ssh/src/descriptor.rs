@@ -9,8 +9,8 @@ use std::any::Any;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use envrt_runtime_core::Environment;
-use envrt_runtime_core::descriptor::{
+use envrt_driver_api::Environment;
+use envrt_driver_api::descriptor::{
     BuildContext, Built, DoctorCheck, DoctorContext, DoctorPhase, DriverConfig, DriverDescriptor, DriverSettings,
     SettingsContext, settings_as,
 };

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use envrt_runtime_core::capability::{CapabilityDeclaration, CapabilityKey, SupportSet};
-use envrt_runtime_core::driver::classify_driver;
-use envrt_runtime_core::sync::confine_to_workspace;
-use envrt_runtime_core::{
+use envrt_driver_api::capability::{CapabilityDeclaration, CapabilityKey, SupportSet};
+use envrt_driver_api::driver::classify_driver;
+use envrt_driver_api::sync::confine_to_workspace;
+use envrt_driver_api::{
     AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannels, EnvironmentDriver,
     Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy,
     LeaseStatus, RealizeWorkspace, Recovery, ReleaseInput, ResumeLease,
@@ -131,7 +131,7 @@ impl SshDriver {
     fn target_of_lease(
         &self,
         lease: &Lease,
-        environment: Option<&envrt_runtime_core::Environment>,
+        environment: Option<&envrt_driver_api::Environment>,
     ) -> Result<SshTarget, DriverError> {
         if let Some(recorded) = lease.metadata.get("ssh").and_then(|v| v.as_object()) {
             return SshTarget::from_config(recorded, self.config.target.as_ref());
@@ -340,8 +340,8 @@ impl EnvironmentDriver for SshDriver {
         Some(self)
     }
     /// Commands run on the remote host, on its network: no policy can be enforced.
-    fn network_boundary(&self, _: &envrt_runtime_core::Environment) -> envrt_runtime_core::network::NetworkBoundary {
-        envrt_runtime_core::network::NetworkBoundary::HostShared
+    fn network_boundary(&self, _: &envrt_driver_api::Environment) -> envrt_driver_api::network::NetworkBoundary {
+        envrt_driver_api::network::NetworkBoundary::HostShared
     }
 
     fn as_recovery(&self) -> Option<&dyn Recovery> {

@@ -10,13 +10,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit};
+use envrt_driver_api::{DriverError, DuplexChannel, DuplexExit, ExecuteRequest, NameRules};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Mutex, mpsc, watch};
 
 use crate::connection::{Host, exit_code};
 use crate::{SshDriver, remote};
-use envrt_runtime_core::{DuplexChannels, LeaseContext};
+use envrt_driver_api::{DuplexChannels, LeaseContext};
 
 /// One duplex channel.
 pub(crate) struct SshDuplex {
@@ -178,7 +178,7 @@ impl DuplexChannels for SshDriver {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| DriverError::invalid("the command is empty"))?;
-        remote::validate(program, args, &Default::default())?;
+        ExecuteRequest::new(program, args.iter().cloned()).validate(NameRules::Shell)?;
         let run = format!("{}/run/{}", place.lease_dir, uuid::Uuid::new_v4().simple());
         let script = remote::launch(
             &remote::Launch {

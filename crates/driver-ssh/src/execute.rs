@@ -7,12 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envrt_runtime_core::execute::{Ending, signal_name};
-use envrt_runtime_core::{DriverError, ExecuteRequest, ExecuteResult, JsonMap, OutputStream};
+use envrt_driver_api::execute::{Ending, signal_name};
+use envrt_driver_api::{DriverError, ExecuteRequest, ExecuteResult, JsonMap, NameRules, OutputStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use async_trait::async_trait;
-use envrt_runtime_core::{Execute, LeaseContext};
+use envrt_driver_api::{Execute, LeaseContext};
 
 use crate::SshDriver;
 use crate::connection::{Host, exit_code};
@@ -65,7 +65,7 @@ pub(crate) async fn run(
     request: ExecuteRequest,
     cwd: Option<&str>,
 ) -> Result<ExecuteResult, DriverError> {
-    remote::validate(&request.command, &request.args, &request.env)?;
+    request.validate(NameRules::Shell)?;
     let started = Instant::now();
     let run = format!("{}/run/{}", site.lease_dir, uuid::Uuid::new_v4().simple());
     let script = remote::launch(

@@ -81,7 +81,7 @@
 
 // The names the crate doc above links to.
 #[cfg(doc)]
-use envrt_runtime_core::{DriverError, EnvironmentDriver, Recovery};
+use envrt_driver_api::{DriverError, EnvironmentDriver, Recovery};
 
 mod config;
 mod connection;

@@ -2,8 +2,8 @@
 //! it by one remote script that refuses a path leading out of the workspace.
 
 use async_trait::async_trait;
-use envrt_runtime_core::sync::confine_to_workspace;
-use envrt_runtime_core::{DriverError, JsonMap, LeaseContext, RealizeWorkspace, RealizedWorkspace, WorkspaceRequest};
+use envrt_driver_api::sync::confine_to_workspace;
+use envrt_driver_api::{DriverError, JsonMap, LeaseContext, RealizeWorkspace, RealizedWorkspace, WorkspaceRequest};
 
 use crate::{SshDriver, remote};
 

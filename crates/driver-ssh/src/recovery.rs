@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, InventoryItem, Lease, Recovery};
+use envrt_driver_api::{DriverError, InventoryItem, Lease, Recovery};
 
 use crate::connection::Host;
 use crate::{SshDriver, remote};
@@ -77,7 +77,7 @@ impl Recovery for SshDriver {
     }
 
     async fn kill_leftovers(&self, lease: &Lease) -> Result<usize, DriverError> {
-        let context = envrt_runtime_core::LeaseContext {
+        let context = envrt_driver_api::LeaseContext {
             lease: lease.clone(),
             environment: None,
         };

@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use envrt_runtime_core::{DriverError, EnvValue};
+use envrt_driver_api::EnvValue;
+use envrt_driver_api::execute::is_shell_name;
 
 /// Quotes `text` for `sh` as one word.
 pub(crate) fn quote(text: &str) -> String {
@@ -23,13 +24,6 @@ pub(crate) fn quote(text: &str) -> String {
     }
     out.push('\'');
     out
-}
-
-/// Whether `name` can be a variable of `sh` (`export` refuses anything else).
-pub(crate) fn valid_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
-        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
 /// The request's variables as the text the remote prologue reads from stdin: a decimal
@@ -47,29 +41,6 @@ pub(crate) fn env_block(env: &BTreeMap<String, EnvValue>) -> Vec<u8> {
     let mut out = format!("{}\n", body.len()).into_bytes();
     out.extend_from_slice(body.as_bytes());
     out
-}
-
-/// Checks a request's command, arguments and variables before anything is sent.
-pub(crate) fn validate(command: &str, args: &[String], env: &BTreeMap<String, EnvValue>) -> Result<(), DriverError> {
-    if command.is_empty() {
-        return Err(DriverError::invalid("the command is empty"));
-    }
-    if command.contains('\0') || args.iter().any(|a| a.contains('\0')) {
-        return Err(DriverError::invalid("the command or an argument contains a NUL byte"));
-    }
-    for (name, value) in env {
-        if !valid_name(name) {
-            return Err(DriverError::invalid(format!(
-                "environment variable name {name:?} is not valid"
-            )));
-        }
-        if value.expose().contains('\0') {
-            return Err(DriverError::invalid(format!(
-                "environment variable {name} contains a NUL byte"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// A `sh` function, `envrt_kill SIGNAL PID RUN`, that sends SIGNAL to everything of one
@@ -191,7 +162,8 @@ pub(crate) fn launch(at: &Launch<'_>, command: &str, args: &[String]) -> String 
     let mut out = String::from("exec env -i");
     let mut has_path = false;
     for name in at.allowlist {
-        if !valid_name(name) || name == "HOME" {
+        // `export` refuses anything but a shell identifier.
+        if !is_shell_name(name) || name == "HOME" {
             continue;
         }
         if name == "PATH" {
@@ -311,6 +283,7 @@ pub(crate) fn list_leases(root: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envrt_driver_api::{ExecuteRequest, NameRules};
 
     #[test]
     fn quoting_survives_a_real_shell() {
@@ -359,16 +332,19 @@ mod tests {
 
     #[test]
     fn names_and_values_are_checked() {
-        assert!(valid_name("ENVRT_P_1") && valid_name("_x"));
-        assert!(!valid_name("1A") && !valid_name("A-B") && !valid_name(""));
-        let mut env = BTreeMap::new();
-        env.insert("A-B".to_string(), EnvValue::from("x"));
+        assert!(is_shell_name("ENVRT_P_1") && is_shell_name("_x"));
+        assert!(!is_shell_name("1A") && !is_shell_name("A-B") && !is_shell_name(""));
+        let mut request = ExecuteRequest::new("true", [""; 0]);
+        request.env.insert("A-B".to_string(), EnvValue::from("x"));
         assert_eq!(
-            validate("true", &[], &env).unwrap_err().to_string(),
+            request.validate(NameRules::Shell).unwrap_err().to_string(),
             "Invalid input: environment variable name \"A-B\" is not valid"
         );
         assert_eq!(
-            validate("", &[], &BTreeMap::new()).unwrap_err().to_string(),
+            ExecuteRequest::new("", [""; 0])
+                .validate(NameRules::Shell)
+                .unwrap_err()
+                .to_string(),
             "Invalid input: the command is empty"
         );
     }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use envrt_runtime_core::{DriverError, JsonMap};
+use envrt_driver_api::{DriverError, JsonMap};
 
 /// An SSH destination and how to trust and log in to it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -154,7 +154,7 @@ pub(crate) const KNOWN_CONFIG_KEYS: [&str; 8] = [
 
 /// Refuses an ssh environment config key the driver does not know.
 pub(crate) fn check_config(config: &JsonMap) -> Result<(), DriverError> {
-    envrt_runtime_core::config_keys::check_known_keys("ssh environment config", config, &KNOWN_CONFIG_KEYS)
+    envrt_driver_api::config_keys::check_known_keys("ssh environment config", config, &KNOWN_CONFIG_KEYS)
 }
 
 #[cfg(test)]

@@ -68,9 +68,13 @@ async fn release_kills_what_escaped_its_command_and_the_workspace() {
     let marker = format!("envrt-ssh-escaped-{}", common::uuid_like());
     // A double fork into a new session, out of the workspace, with no descriptor of the
     // command's: nothing of the command's run leads to it, only its HOME (the workspace).
+    // The command ends only once the escapee is in its new session (it leaves a file then):
+    // until `setsid` has run it is still of the command's session, which the command's end
+    // rightly kills.
     let script = format!(
-        "(cd / && setsid {l} </dev/null >/dev/null 2>&1 &) ; echo started",
-        l = looping(&marker)
+        "(cd / && setsid sh -c ': > \"$HOME/escaped\"; while :; do sleep 1; done' {marker} \
+         </dev/null >/dev/null 2>&1 &) ; \
+         while [ ! -e \"$HOME/escaped\" ]; do sleep 0.05; done; echo started"
     );
     let r = tokio::time::timeout(
         BOUND,

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use envrt_runtime_core::sync::{SyncOperation, SyncResult};
-pub use envrt_runtime_core::{JsonMap, RealizedWorkspace, WorkspaceRequest};
+pub use envrt_driver_api::sync::{SyncOperation, SyncResult};
+pub use envrt_driver_api::{JsonMap, RealizedWorkspace, WorkspaceRequest};
 
 /// The fields every environment verb carries (`PluginEnvironmentDriverBaseParams`). Read
 /// leniently: a field that is missing or `null` is empty.

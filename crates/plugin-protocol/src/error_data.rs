@@ -10,7 +10,7 @@
 //! workspace.", "data": {"kind": "path_outside_workspace", "fields": {"path": "/etc"}}}`.
 //! Each kind is [`DriverError::kind`]'s name for the variant.
 
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 use serde::{Deserialize, Serialize};
 
 use crate::codes;

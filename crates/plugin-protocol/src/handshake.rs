@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use envrt_runtime_core::JsonMap;
+use envrt_driver_api::JsonMap;
 
 use crate::envelope::RequestId;
 

@@ -41,11 +41,10 @@
 
 // The driver API and the file helpers, at the paths they had before they moved out.
 pub use envrt_driver_api::{
-    capability, config_keys, descriptor, driver, error, execute, model, network, process, secret, sync, template,
+    capability, config_keys, descriptor, driver, error, execute, model, network, plugin_state, process, secret, sync,
+    template,
 };
 pub use envrt_driver_files::{archive, sparse, tree};
-
-pub mod plugin_state;
 
 mod runtime;
 pub mod store;
@@ -63,7 +62,7 @@ pub use envrt_driver_api::{
     SyncOperation, SyncOperationResult, SyncResult, TemplateRef, Templates, Timestamp, TtySize, UnsupportedOperation,
     Wording, WorkspaceRequest,
 };
-pub use plugin_state::{MemoryStateStore, PluginStateStore, StateKey};
+pub use envrt_driver_api::{MemoryStateStore, PluginStateStore, StateKey};
 pub use runtime::{
     AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus,
     ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,

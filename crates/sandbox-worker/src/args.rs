@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use envrt_runtime_core::execute::DEFAULT_OUTPUT_LIMIT;
+use envrt_driver_api::execute::DEFAULT_OUTPUT_LIMIT;
 
 use super::uids::{self, Ids};
 use super::{MAX_LINE, policy};

@@ -26,7 +26,7 @@ use std::os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::{Notify, mpsc};

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use envrt_driver_api::DriverError;
 use envrt_plugin_protocol::notifications;
-use envrt_runtime_core::DriverError;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

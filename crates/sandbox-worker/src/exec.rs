@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use envrt_driver_api::DriverError;
+use envrt_driver_api::execute::{CappedBuffer, signal_name};
 use envrt_plugin_protocol::notifications;
-use envrt_runtime_core::DriverError;
-use envrt_runtime_core::execute::{CappedBuffer, signal_name};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -155,8 +155,8 @@ pub(crate) fn check_exec_cwd(lease_dir: &Path, cwd: Option<&str>) -> Result<Stri
     let Some(given) = cwd else {
         return check_cwd(lease_dir, None);
     };
-    let normalized = envrt_runtime_core::PathScope::CwdAnywhere.resolve_cwd(WORKSPACE, given)?;
-    if envrt_runtime_core::sync::is_within(WORKSPACE, &normalized) {
+    let normalized = envrt_driver_api::PathScope::CwdAnywhere.resolve_cwd(WORKSPACE, given)?;
+    if envrt_driver_api::sync::is_within(WORKSPACE, &normalized) {
         check_cwd(lease_dir, Some(given))
     } else {
         Ok(normalized)

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use envrt_runtime_core::{DriverError, Timestamp};
+use envrt_driver_api::{DriverError, Timestamp};
 
 use super::sandbox::Sandbox;
 

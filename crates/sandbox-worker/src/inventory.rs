@@ -11,8 +11,8 @@
 
 use std::path::Path;
 
+use envrt_driver_api::{DriverError, Timestamp};
 use envrt_plugin_protocol::environment::{ListLeasesResult, WorkerLease};
-use envrt_runtime_core::{DriverError, Timestamp};
 use rustix::fs::XattrFlags;
 
 use super::lease::Leases;

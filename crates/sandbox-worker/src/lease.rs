@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use rustix::fd::{AsRawFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 
-use envrt_runtime_core::DriverError;
-use envrt_runtime_core::sync::confine_to_workspace;
+use envrt_driver_api::DriverError;
+use envrt_driver_api::sync::confine_to_workspace;
 
 use super::policy::Policy;
 use super::sandbox::WORKSPACE;

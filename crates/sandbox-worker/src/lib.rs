@@ -146,7 +146,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 

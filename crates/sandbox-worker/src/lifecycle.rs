@@ -2,13 +2,13 @@
 //! acquire, resume, release, destroy and workspace realization, answered with the
 //! protocol's typed results.
 
+use envrt_driver_api::sync::confine_to_workspace;
+use envrt_driver_api::{DriverError, Timestamp};
 use envrt_plugin_protocol::environment::{
     AcquireLeaseParams, EndLeaseParams, EndState, JsonMap, LeaseRef, ProbeResult, RealizeWorkspaceParams,
     RealizedWorkspace, ResumeLeaseParams, TerminationReceipt, ValidateConfigParams, ValidationResult,
 };
 use envrt_plugin_protocol::{methods, to_value};
-use envrt_runtime_core::sync::confine_to_workspace;
-use envrt_runtime_core::{DriverError, Timestamp};
 use serde_json::{Value, json};
 
 use super::rpc::RpcError;
@@ -47,7 +47,7 @@ pub(super) fn validate(params: Value) -> Result<Value, RpcError> {
         ..Default::default()
     };
     Ok(to_value(&match p.config {
-        Value::Object(config) => match envrt_runtime_core::config_keys::unknown_key(&config, &[]) {
+        Value::Object(config) => match envrt_driver_api::config_keys::unknown_key(&config, &[]) {
             Some(error) => refused(error),
             None => ValidationResult {
                 ok: true,

@@ -2,13 +2,13 @@
 //! lines mean here, and the single stdout writer. Classification, the line reader, error
 //! codes, structured refusals and line shapes come from `envrt-plugin-protocol`.
 
+use envrt_driver_api::DriverError;
 use envrt_plugin_protocol::codes as code;
 use envrt_plugin_protocol::error_data;
 use envrt_plugin_protocol::line::dropped_request_id;
 use envrt_plugin_protocol::{
     ErrorObject, LineRead, LineReader, RequestId, error_response_line, notification_line, response_line,
 };
-use envrt_runtime_core::DriverError;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::sync::mpsc;

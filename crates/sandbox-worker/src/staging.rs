@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 
 fn io(context: &str, path: &Path, e: std::io::Error) -> DriverError {
     DriverError::io(format!("{context} {}", path.display()), e)

@@ -9,9 +9,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use envrt_runtime_core::DriverError;
-use envrt_runtime_core::sparse::ByteBudget;
-use envrt_runtime_core::sync::{ExcludeSet, SyncFile, SyncKind, check_post_upload_cwd, is_within, normalize_absolute};
+use envrt_driver_api::DriverError;
+use envrt_driver_api::sync::{ExcludeSet, SyncFile, SyncKind, check_post_upload_cwd, is_within, normalize_absolute};
+use envrt_driver_files::sparse::ByteBudget;
 use serde_json::{Value, json};
 
 use super::exec::{check_argv, check_cwd, run};
@@ -62,7 +62,7 @@ pub(crate) async fn sync(
                     Direction::In => &f.target_path,
                     Direction::Out => &f.source_path,
                 };
-                envrt_runtime_core::PathScope::WholeEnvironment.resolve(WORKSPACE, p)
+                envrt_driver_api::PathScope::WholeEnvironment.resolve(WORKSPACE, p)
             })
             .collect::<Result<Vec<_>, _>>()?;
         for command in &op.post_upload_commands {
@@ -135,7 +135,7 @@ pub(crate) async fn sync(
                 None,
             )
             .await?;
-            envrt_runtime_core::sync::post_upload_verdict(
+            envrt_driver_api::sync::post_upload_verdict(
                 &command.command,
                 outcome.timed_out,
                 outcome.signal.as_deref(),
@@ -361,7 +361,7 @@ pub(crate) fn io(context: &str, path: &Path, e: std::io::Error) -> DriverError {
 /// trees are refused with [`DriverError::TreeTooDeep`] before anything is placed; the walk
 /// itself is iterative, so depth never costs stack (the worker raises its open-file limit
 /// at start: a walk in a lease holds one descriptor per level).
-pub(crate) use envrt_runtime_core::tree::MAX_TREE_DEPTH;
+pub(crate) use envrt_driver_files::tree::MAX_TREE_DEPTH;
 
 /// One step of the iterative walk.
 enum Step {
@@ -481,7 +481,7 @@ impl Copier<'_> {
         };
         if meta.is_dir() {
             if depth >= MAX_TREE_DEPTH {
-                return Err(envrt_runtime_core::tree::too_deep(&self.source_display));
+                return Err(envrt_driver_files::tree::too_deep(&self.source_display));
             }
             let key = (meta.dev(), meta.ino());
             if self.ancestors.contains(&key) {

@@ -6,8 +6,8 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use envrt_runtime_core::DriverError;
-use envrt_runtime_core::sparse::{ByteBudget, CopyError, copy_file_sparse};
+use envrt_driver_api::DriverError;
+use envrt_driver_files::sparse::{ByteBudget, CopyError, copy_file_sparse};
 
 use super::sync::io;
 

@@ -19,8 +19,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use envrt_runtime_core::DriverError;
-use envrt_runtime_core::sync::{ExcludeSet, SyncFile, SyncKind};
+use envrt_driver_api::DriverError;
+use envrt_driver_api::sync::{ExcludeSet, SyncFile, SyncKind};
 
 use super::sandbox::Sandbox;
 use super::sync::{Counts, Direction, place_copied, stage_in};

@@ -20,8 +20,8 @@
 
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::template::{check_template_id, new_template_id};
-use envrt_runtime_core::{DriverError, Timestamp};
+use envrt_driver_api::template::{check_template_id, new_template_id};
+use envrt_driver_api::{DriverError, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

@@ -35,7 +35,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 
 /// First uid of the default range.
 pub(crate) const DEFAULT_BASE: u32 = 2_100_000_000;

@@ -2,7 +2,7 @@
 //! `UID:GID`, `NAME` or `NAME:GROUP`, names as the sandbox's own read-only `/etc/passwd`
 //! and `/etc/group` know them.
 
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 
 /// Refusal reason of a user the sandbox cannot take.
 pub(crate) const USER_FORM: &str = "the sandbox takes UID, UID:GID, NAME or NAME:GROUP.";

@@ -12,7 +12,7 @@ pub(super) const CHECKS: &[Check] = &[
     Check::new("processes_refusal_texts", granted, refusal_texts)
         .promise("An unknown or exited process, a resize without a terminal, and an offset no longer held or past the end are each refused with the contract's exact text."),
     Check::new("honesty_processes", always, honesty)
-        .promise("A lease granting persistentProcessSessions spawns; without the group or the grant the exact refusal comes."),
+        .promise("A lease granting persistentProcessSessions spawns; without the group or the grant the exact refusal comes; a driver without the group never grants it."),
 ];
 
 fn text<T: std::fmt::Debug>(result: Result<T, envrt_runtime_core::RuntimeError>) -> String {
@@ -67,6 +67,11 @@ fn refusal_texts(ctx: &Ctx) -> Result<(), String> {
 
 fn honesty(ctx: &Ctx) -> Result<(), String> {
     ctx.with_lease(LeasePolicy::Ephemeral, |lease| async move {
+        // The other direction: a grant the driver cannot serve (no process group) is a lie
+        // even though the gate then refuses every spawn.
+        if !ctx.profile.has_processes && ctx.profile.ephemeral.persistent_process_sessions {
+            return Err("the lease grants persistentProcessSessions but the driver has no process group".into());
+        }
         let result = ctx.runtime.spawn(&lease.id, SpawnRequest::new(["true"])).await;
         if granted(&ctx.profile) {
             let info = result.map_err(|e| format!("spawn despite the capability: {e}"))?;

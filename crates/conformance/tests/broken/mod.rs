@@ -208,6 +208,9 @@ impl EnvironmentDriver for Faulty {
         duplex.contains(&self.fault).then_some(self as _)
     }
     fn as_processes(&self) -> Option<&dyn ProcessSessions> {
+        if self.fault == Fault::Process(processes::ProcessFault::GrantsWithoutTheGroup) {
+            return None;
+        }
         self.inner.as_processes().map(|_| self as _)
     }
     fn as_templates(&self) -> Option<&dyn Templates> {

@@ -47,6 +47,8 @@ pub(crate) enum ProcessFault {
     InventsProcesses,
     /// Has the group and the grant, then refuses every spawn.
     ClaimsProcessesButRefuses,
+    /// Grants `persistentProcessSessions` (the local driver's snapshot) without the group.
+    GrantsWithoutTheGroup,
 }
 
 static READERS: AtomicUsize = AtomicUsize::new(0);

@@ -26,7 +26,7 @@ use futures::{Stream, StreamExt};
 use tokio::io::AsyncWrite;
 use tokio::time::Instant;
 
-use envrt_runtime_core::{DriverError, OutputStream};
+use envrt_driver_api::{DriverError, OutputStream};
 
 use crate::engine::Engine;
 

@@ -7,9 +7,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
-use envrt_runtime_core::sync::ExcludeSet;
-use envrt_runtime_core::tree;
-use envrt_runtime_core::{DriverError, SyncKind};
+use envrt_driver_api::sync::ExcludeSet;
+use envrt_driver_api::{DriverError, SyncKind};
+use envrt_driver_files::tree;
 use tokio::sync::mpsc;
 
 /// Bytes gathered before a chunk is handed to the upload.

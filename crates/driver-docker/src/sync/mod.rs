@@ -7,7 +7,7 @@ pub(crate) mod sync_in;
 pub(crate) mod sync_out;
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, FileSync, LeaseContext, SyncOperation, SyncResult};
+use envrt_driver_api::{DriverError, FileSync, LeaseContext, SyncOperation, SyncResult};
 
 use crate::DockerDriver;
 

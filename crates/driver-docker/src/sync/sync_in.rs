@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bollard::query_parameters::UploadToContainerOptionsBuilder;
-use envrt_runtime_core::PathScope;
-use envrt_runtime_core::sync::{ExcludeSet, check_post_upload_cwd};
-use envrt_runtime_core::{
+use envrt_driver_api::PathScope;
+use envrt_driver_api::sync::{ExcludeSet, check_post_upload_cwd};
+use envrt_driver_api::{
     DriverError, ExecuteRequest, LeaseContext, SyncKind, SyncOperation, SyncOperationResult, SyncResult,
 };
 use tokio::sync::mpsc;
@@ -309,7 +309,7 @@ pub(crate) async fn sync_in(
             let outcome =
                 crate::execute::execute(&driver.engine, driver.config.kill_grace, container, &workspace, request)
                     .await?;
-            envrt_runtime_core::sync::post_upload_verdict(
+            envrt_driver_api::sync::post_upload_verdict(
                 &command.command,
                 outcome.timed_out,
                 outcome.signal.as_deref(),

@@ -1,7 +1,7 @@
 //! `sync_out` (container → host, contract section 6) through the archive API.
 //!
 //! The engine's tar stream is read as it arrives (never held whole) on a blocking thread
-//! and extracted by the shared extractor ([`envrt_runtime_core::archive`]) into a staging
+//! and extracted by the shared extractor ([`envrt_driver_files::archive`]) into a staging
 //! sibling of the host target, which then replaces the target by a rename. Entries with
 //! `..` or absolute names and links that lead out of the target are refused
 //! ([`DriverError::EntryEscapesTarget`]); no path is resolved through an entry of the
@@ -10,12 +10,12 @@
 use std::path::PathBuf;
 
 use bollard::query_parameters::{ContainerArchiveInfoOptionsBuilder, DownloadFromContainerOptionsBuilder};
-use envrt_runtime_core::PathScope;
-use envrt_runtime_core::sync::ExcludeSet;
-use envrt_runtime_core::{DriverError, LeaseContext, SyncKind, SyncOperation, SyncOperationResult, SyncResult};
+use envrt_driver_api::PathScope;
+use envrt_driver_api::sync::ExcludeSet;
+use envrt_driver_api::{DriverError, LeaseContext, SyncKind, SyncOperation, SyncOperationResult, SyncResult};
 use futures::{StreamExt, TryStreamExt};
 
-use envrt_runtime_core::archive::{ExtractError, ExtractPlan, Staging, extract};
+use envrt_driver_files::archive::{ExtractError, ExtractPlan, Staging, extract};
 
 use crate::driver::DockerDriver;
 use crate::engine::is_not_found;

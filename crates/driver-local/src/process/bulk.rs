@@ -15,7 +15,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use envrt_runtime_core::{CappedBuffer, OutputSink, OutputStream};
+use envrt_driver_api::{CappedBuffer, OutputSink, OutputStream};
 use nix::fcntl::{FcntlArg, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 

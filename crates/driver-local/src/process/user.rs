@@ -11,7 +11,7 @@
 //! the cgroup tree, which the command no longer has): it is contained by its process
 //! group, and on release by the `/proc` scan, as on a host without cgroups.
 
-use envrt_runtime_core::{DriverError, LeaseContext};
+use envrt_driver_api::{DriverError, LeaseContext};
 use nix::unistd::{Group, Uid, User};
 
 /// The environment config key listing who commands may run as.
@@ -60,8 +60,8 @@ pub(crate) fn check_reachable(user: &str, cwd: &std::path::Path, (uid, gid): (u3
 pub(crate) const KNOWN_CONFIG_KEYS: [&str; 1] = [ALLOWED_USERS_KEY];
 
 /// Refuses a local environment config key the driver does not know.
-pub(crate) fn check_config(config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
-    envrt_runtime_core::config_keys::check_known_keys("local environment config", config, &KNOWN_CONFIG_KEYS)
+pub(crate) fn check_config(config: &envrt_driver_api::JsonMap) -> Result<(), DriverError> {
+    envrt_driver_api::config_keys::check_known_keys("local environment config", config, &KNOWN_CONFIG_KEYS)
 }
 
 /// The host uid and gid to run `user` as, or the exact refusal.

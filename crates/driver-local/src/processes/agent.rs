@@ -15,8 +15,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use envrt_runtime_core::DriverError;
-use envrt_runtime_core::descriptor::{find_in_path, is_executable};
+use envrt_driver_api::DriverError;
+use envrt_driver_api::descriptor::{find_in_path, is_executable};
 use tokio::io::AsyncBufReadExt;
 
 use crate::process::containment::{Containment, JOIN_SCRIPT};

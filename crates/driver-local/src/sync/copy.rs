@@ -10,12 +10,12 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::DriverError;
-use envrt_runtime_core::sync::{ExcludeSet, SyncKind};
-use envrt_runtime_core::tree;
+use envrt_driver_api::DriverError;
+use envrt_driver_api::sync::{ExcludeSet, SyncKind};
+use envrt_driver_files::tree;
 use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
 
-use envrt_runtime_core::sparse::{ByteBudget, CopyError, copy_file_sparse};
+use envrt_driver_files::sparse::{ByteBudget, CopyError, copy_file_sparse};
 
 use crate::workspace::remove_tree;
 

@@ -4,16 +4,16 @@
 
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::sync::{
+use envrt_driver_api::sync::{
     ExcludeSet, PostUploadCommand, SyncKind, check_post_upload_cwd, is_within, normalize_absolute,
 };
-use envrt_runtime_core::{DriverError, ExecuteRequest, LeaseContext, SyncOperation, SyncOperationResult, SyncResult};
+use envrt_driver_api::{DriverError, ExecuteRequest, LeaseContext, SyncOperation, SyncOperationResult, SyncResult};
 
 use crate::LocalDriver;
 mod copy;
 
 use async_trait::async_trait;
-use envrt_runtime_core::FileSync;
+use envrt_driver_api::FileSync;
 
 use crate::execute::{self, ExecSite};
 use crate::workspace::{check_no_escape, path_str};
@@ -72,7 +72,7 @@ fn check_targets(plans: &[Planned], workspace: Option<&Path>) -> Result<(), Driv
     Ok(())
 }
 
-fn plan_entry(file: &envrt_runtime_core::SyncFile, source: PathBuf, target: PathBuf) -> Result<Planned, DriverError> {
+fn plan_entry(file: &envrt_driver_api::SyncFile, source: PathBuf, target: PathBuf) -> Result<Planned, DriverError> {
     Ok(Planned {
         source,
         source_shown: file.source_path.clone(),
@@ -126,7 +126,7 @@ fn transfer(plans: &[Planned], confine: Option<&Path>, direction: Direction) -> 
                     Direction::Out => confine,
                 },
                 mask: plan.mask,
-                budget: std::cell::Cell::new(envrt_runtime_core::sparse::ByteBudget::new(match direction {
+                budget: std::cell::Cell::new(envrt_driver_files::sparse::ByteBudget::new(match direction {
                     Direction::In => u64::MAX,
                     Direction::Out => plan.max_bytes,
                 })),
@@ -253,7 +253,7 @@ async fn run_post_upload(
         identity: None,
     };
     let outcome = execute::run(&site, request).await?;
-    envrt_runtime_core::sync::post_upload_verdict(
+    envrt_driver_api::sync::post_upload_verdict(
         &command.command,
         outcome.timed_out,
         outcome.signal.as_deref(),

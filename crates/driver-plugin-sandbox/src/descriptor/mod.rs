@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use envrt_runtime_core::descriptor::{
+use envrt_driver_api::descriptor::{
     BuildContext, Built, DoctorCheck, DoctorContext, DoctorPhase, DriverConfig, DriverDescriptor, DriverSettings,
     SettingsContext, find_in_path, read_section, settings_as,
 };
-use envrt_runtime_core::{DriverError, Environment, JsonMap};
+use envrt_driver_api::{DriverError, Environment, JsonMap};
 
 use crate::{DEFAULT_DRIVER_KEY, PluginManifest, SandboxDriver, SandboxOptions, reference_manifest};
 

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::descriptor::{find_in_path, is_executable};
+use envrt_driver_api::descriptor::{find_in_path, is_executable};
 
 use crate::REFERENCE_WORKER_BINARY as WORKER;
 

@@ -2,7 +2,7 @@
 //! driver hands them to callers inside [`DriverError::Other`] with the typed error as its
 //! source, so callers match with [`SandboxError::of`].
 
-use envrt_runtime_core::DriverError;
+use envrt_driver_api::DriverError;
 
 use crate::protocol::ErrorData;
 use crate::protocol::codes;
@@ -424,7 +424,7 @@ mod tests {
             DriverError::invalid("command must not be empty"),
             DriverError::ResourceGone { id: "sbx-1".into() },
             DriverError::ChannelClosed,
-            envrt_runtime_core::tree::too_deep("/deep \"tree\""),
+            envrt_driver_files::tree::too_deep("/deep \"tree\""),
         ];
         for case in cases {
             let want = format!("{case:?}");

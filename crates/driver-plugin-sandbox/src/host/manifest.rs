@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use envrt_runtime_core::CapabilityDeclaration;
+use envrt_driver_api::CapabilityDeclaration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -1,9 +1,9 @@
 //! What a plugin sandbox lease's network is. The reference worker runs every command under
 //! bubblewrap with `--unshare-all`, so each lease has a network namespace of its own with
 //! loopback only, no route out; any other plugin worker says nothing about its network, so
-//! the facade refuses every network setting on it (see `envrt_runtime_core::network`).
+//! the facade refuses every network setting on it (see `envrt_driver_api::network`).
 
-use envrt_runtime_core::network::NetworkBoundary;
+use envrt_driver_api::network::NetworkBoundary;
 
 use super::manifest::PluginManifest;
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use envrt_runtime_core::JsonMap;
+use envrt_driver_api::JsonMap;
 
 use crate::host::duplex::routes::{DuplexLimits, RouteSlots};
 

@@ -7,8 +7,8 @@ pub(crate) mod sync_out;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use envrt_runtime_core::sync::{check_post_upload_cwd, post_upload_verdict};
-use envrt_runtime_core::{
+use envrt_driver_api::sync::{check_post_upload_cwd, post_upload_verdict};
+use envrt_driver_api::{
     DriverError, ExecuteRequest, FileSync, LeaseContext, SyncKind, SyncOperation, SyncOperationResult, SyncResult,
 };
 

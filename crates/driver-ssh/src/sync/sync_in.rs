@@ -8,9 +8,9 @@ use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::sync::{ExcludeSet, SyncKind, confine_to_workspace, is_within, normalize_absolute};
-use envrt_runtime_core::tree::{MAX_TREE_DEPTH, check_tree_links_except, too_deep};
-use envrt_runtime_core::{DriverError, SyncFile};
+use envrt_driver_api::sync::{ExcludeSet, SyncKind, confine_to_workspace, is_within, normalize_absolute};
+use envrt_driver_api::{DriverError, SyncFile};
+use envrt_driver_files::tree::{MAX_TREE_DEPTH, check_tree_links_except, too_deep};
 
 use crate::connection::{Host, exit_code};
 use crate::remote::quote;

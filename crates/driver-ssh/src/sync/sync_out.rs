@@ -3,15 +3,15 @@
 //! inside too) and streamed as a tar archive over a channel of its own. The stream is
 //! hostile bytes (whatever runs on the remote host as its user can shape it, e.g. a
 //! `~/.ssh/rc` that writes to the channel): the host feeds it, as it arrives and through a
-//! bounded queue, to the shared extractor ([`envrt_runtime_core::archive`]), which stages
+//! bounded queue, to the shared extractor ([`envrt_driver_files::archive`]), which stages
 //! it beside the target without ever resolving a path through an entry of it, and renames
 //! every entry of the operation into place once all are staged.
 
 use std::path::PathBuf;
 
-use envrt_runtime_core::archive::{Counts as Extracted, ExtractError, ExtractPlan, Staging, extract};
-use envrt_runtime_core::sync::{ExcludeSet, SyncKind, confine_to_workspace};
-use envrt_runtime_core::{DriverError, SyncFile};
+use envrt_driver_api::sync::{ExcludeSet, SyncKind, confine_to_workspace};
+use envrt_driver_api::{DriverError, SyncFile};
+use envrt_driver_files::archive::{Counts as Extracted, ExtractError, ExtractPlan, Staging, extract};
 use tokio::io::AsyncReadExt;
 
 use crate::connection::{Host, exit_code};

@@ -58,8 +58,7 @@ impl AcquireRequest {
     }
 }
 
-/// The lease metadata key that records the template a lease was started from.
-pub const SOURCE_TEMPLATE_KEY: &str = "sourceTemplateRef";
+pub use envrt_driver_api::template::SOURCE_TEMPLATE_KEY;
 
 /// One lease that `release_leases` could not release.
 #[derive(Debug)]

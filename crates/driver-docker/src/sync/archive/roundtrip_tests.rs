@@ -10,9 +10,9 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::SyncKind;
-use envrt_runtime_core::archive::{ExtractPlan, Staging, extract};
-use envrt_runtime_core::sync::{ExcludeSet, kept_mode_bits};
+use envrt_driver_api::SyncKind;
+use envrt_driver_api::sync::{ExcludeSet, kept_mode_bits};
+use envrt_driver_files::archive::{ExtractPlan, Staging, extract};
 use proptest::prelude::*;
 
 use super::{TarPlan, build_tar};

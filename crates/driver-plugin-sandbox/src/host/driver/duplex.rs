@@ -2,7 +2,7 @@
 //! route the host's channel picks.
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, DuplexChannel, DuplexChannels, LeaseContext};
+use envrt_driver_api::{DriverError, DuplexChannel, DuplexChannels, LeaseContext};
 
 use super::SandboxDriver;
 use crate::host::duplex::channel;

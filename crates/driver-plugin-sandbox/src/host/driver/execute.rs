@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use envrt_runtime_core::{DriverError, Execute, ExecuteRequest, ExecuteResult, LeaseContext};
+use envrt_driver_api::{DriverError, Execute, ExecuteRequest, ExecuteResult, LeaseContext};
 use serde_json::Value;
 
 use super::SandboxDriver;
@@ -117,7 +117,7 @@ impl Execute for SandboxDriver {
             (stdout, stderr) = tail.into_buffers();
             (stdout_cut, stderr_cut) = (false, false);
         }
-        let ending = envrt_runtime_core::execute::Ending {
+        let ending = envrt_driver_api::execute::Ending {
             exit_code: wire.exit_code,
             signal: wire.signal,
             timed_out: wire.timed_out,

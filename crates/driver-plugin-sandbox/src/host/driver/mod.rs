@@ -5,9 +5,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use envrt_runtime_core::capability::{CapabilityKey, SupportSet, VerbSet};
-use envrt_runtime_core::driver::classify_driver;
-use envrt_runtime_core::{
+use envrt_driver_api::capability::{CapabilityKey, SupportSet, VerbSet};
+use envrt_driver_api::driver::classify_driver;
+use envrt_driver_api::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError,
     DuplexChannels, EnvironmentDriver, Execute, FileSync, JsonMap, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus,
     RealizeWorkspace, Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Timestamp,
@@ -39,7 +39,7 @@ mod validate;
 
 /// The driver key used when the manifest names none: runtime-core's fallback key, so a
 /// lease that names no driver reaches this one.
-pub const DEFAULT_DRIVER_KEY: &str = envrt_runtime_core::model::FALLBACK_DRIVER_KEY;
+pub const DEFAULT_DRIVER_KEY: &str = envrt_driver_api::model::FALLBACK_DRIVER_KEY;
 
 /// A sandbox provider run as a plugin worker. Optional operations are offered only while
 /// the live worker advertises their verb.
@@ -210,7 +210,7 @@ impl SandboxDriver {
         // The documented key beside the protocol's remoteCwd.
         if let Some(cwd) = metadata.get("remoteCwd").filter(|v| v.is_string()).cloned() {
             metadata
-                .entry(envrt_runtime_core::model::WORKSPACE_METADATA_KEY)
+                .entry(envrt_driver_api::model::WORKSPACE_METADATA_KEY)
                 .or_insert(cwd);
         }
         let expires_at = match result.get("expiresAt") {
@@ -267,11 +267,11 @@ impl EnvironmentDriver for SandboxDriver {
         &self.key
     }
 
-    fn network_boundary(&self, _: &envrt_runtime_core::Environment) -> envrt_runtime_core::network::NetworkBoundary {
+    fn network_boundary(&self, _: &envrt_driver_api::Environment) -> envrt_driver_api::network::NetworkBoundary {
         super::network::boundary(self.supervisor.manifest())
     }
 
-    async fn check_environment_config(&self, config: &envrt_runtime_core::JsonMap) -> Result<(), DriverError> {
+    async fn check_environment_config(&self, config: &envrt_driver_api::JsonMap) -> Result<(), DriverError> {
         self.check_config(config).await
     }
 
@@ -321,12 +321,12 @@ impl EnvironmentDriver for SandboxDriver {
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
         // Written out key by key: a key added to the model is not granted until somebody
         // decides workers can serve it. Not here: `runnerWebSocketIngress` (the host
-        // does not forward ingress endpoints yet).
+        // does not forward ingress endpoints yet) and `persistentProcessSessions` (the
+        // host has no process group, `as_processes`, and the protocol no process verbs).
         let supported: SupportSet = [
             CapabilityKey::ReusableLeases,
             CapabilityKey::NativeSyncIn,
             CapabilityKey::NativeSyncOut,
-            CapabilityKey::PersistentProcessSessions,
             CapabilityKey::IndependentControlCommands,
             CapabilityKey::IncrementalSessionOutput,
             CapabilityKey::ConcurrentSyncOperations,
@@ -377,7 +377,7 @@ impl EnvironmentDriver for SandboxDriver {
     }
 
     /// Always offered: a worker without the verbs is refused in Paperclip's words.
-    fn as_templates(&self) -> Option<&dyn envrt_runtime_core::Templates> {
+    fn as_templates(&self) -> Option<&dyn envrt_driver_api::Templates> {
         Some(self)
     }
 
@@ -385,13 +385,13 @@ impl EnvironmentDriver for SandboxDriver {
     /// `envrtCwdAnywhere`), `cwd-anywhere` while it advertises only `envrtCwdAnywhere`,
     /// else the workspace: the host cannot know what a worker confines, so it takes its
     /// word.
-    fn path_scope(&self) -> envrt_runtime_core::PathScope {
+    fn path_scope(&self) -> envrt_driver_api::PathScope {
         if self.advertises(methods::FILES_ANYWHERE) && self.advertises(methods::CWD_ANYWHERE) {
-            envrt_runtime_core::PathScope::WholeEnvironment
+            envrt_driver_api::PathScope::WholeEnvironment
         } else if self.advertises(methods::CWD_ANYWHERE) {
-            envrt_runtime_core::PathScope::CwdAnywhere
+            envrt_driver_api::PathScope::CwdAnywhere
         } else {
-            envrt_runtime_core::PathScope::Workspace
+            envrt_driver_api::PathScope::Workspace
         }
     }
 

@@ -1,8 +1,8 @@
 //! The host-side check of post-upload command cwds, made before anything is sent to the
 //! worker.
 
-use envrt_runtime_core::DriverError;
-use envrt_runtime_core::sync::{SyncOperation, check_post_upload_cwd, normalize_absolute};
+use envrt_driver_api::DriverError;
+use envrt_driver_api::sync::{SyncOperation, check_post_upload_cwd, normalize_absolute};
 
 /// Refuses a post-upload cwd that is not absolute, contains `..`, or is not under one of
 /// its operation's targets. Relative targets are relative to the lease's remote working
@@ -38,8 +38,8 @@ pub(crate) fn check_cwds(operations: &[SyncOperation], remote_cwd: Option<&str>)
 
 #[cfg(test)]
 mod tests {
-    use envrt_runtime_core::SyncFile;
-    use envrt_runtime_core::sync::PostUploadCommand;
+    use envrt_driver_api::SyncFile;
+    use envrt_driver_api::sync::PostUploadCommand;
 
     use super::*;
 

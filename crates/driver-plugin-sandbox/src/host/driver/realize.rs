@@ -1,7 +1,7 @@
 //! Realize over the worker: `environmentRealizeWorkspace`.
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, LeaseContext, RealizeWorkspace, RealizedWorkspace, WorkspaceRequest};
+use envrt_driver_api::{DriverError, LeaseContext, RealizeWorkspace, RealizedWorkspace, WorkspaceRequest};
 
 use super::SandboxDriver;
 use crate::host::error::SandboxError;

@@ -3,7 +3,7 @@
 //! while the live worker advertises the extension (see `as_recovery`).
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, InventoryItem, Recovery};
+use envrt_driver_api::{DriverError, InventoryItem, Recovery};
 
 use super::SandboxDriver;
 use crate::host::error::SandboxError;

@@ -6,12 +6,12 @@
 //! worker's: capturing it is [`SandboxDriver::capture_setup`] (`environmentCaptureTemplate`
 //! on its `providerLeaseId`).
 
+use envrt_driver_api::{DriverError, Environment, TemplateRef};
 use envrt_plugin_protocol::methods;
 use envrt_plugin_protocol::setup::{
     CancelInteractiveSetupParams, CancelInteractiveSetupResult, CaptureTemplateParams, GetInteractiveSetupParams,
     InteractiveSetupSession, StartInteractiveSetupParams,
 };
-use envrt_runtime_core::{DriverError, Environment, TemplateRef};
 use serde::de::DeserializeOwned;
 
 use super::SandboxDriver;

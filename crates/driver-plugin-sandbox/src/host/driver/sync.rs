@@ -2,7 +2,7 @@
 //! the host first (post-upload cwds; sync-out targets held until the worker is done).
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, FileSync, LeaseContext, SyncOperation, SyncResult};
+use envrt_driver_api::{DriverError, FileSync, LeaseContext, SyncOperation, SyncResult};
 
 use super::SandboxDriver;
 use crate::protocol::methods;

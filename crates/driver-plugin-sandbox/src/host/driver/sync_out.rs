@@ -5,7 +5,7 @@
 //! built by the sandboxed command. So each host target is rewritten to a private hold
 //! directory beside it (`.envrt-hold-<uuid>`, mode `0700`); once the worker has written
 //! every entry there, the host resolves every link of each tree with the shared resolver
-//! ([`envrt_runtime_core::tree::check_tree_links`], the local and Docker drivers' check),
+//! ([`envrt_driver_files::tree::check_tree_links`], the local and Docker drivers' check),
 //! clears set-uid/set-gid/sticky bits the request did not keep and holds each tree to its
 //! byte bound ([`settle_tree`]), and only then are the entries renamed onto their targets.
 //! A refusal or a failure removes every hold directory and leaves the targets as they were.
@@ -14,10 +14,10 @@ use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use envrt_runtime_core::archive::settle_tree;
-use envrt_runtime_core::sync::normalize_absolute;
-use envrt_runtime_core::tree::check_tree_links;
-use envrt_runtime_core::{DriverError, SyncKind, SyncOperation};
+use envrt_driver_api::sync::normalize_absolute;
+use envrt_driver_api::{DriverError, SyncKind, SyncOperation};
+use envrt_driver_files::archive::settle_tree;
+use envrt_driver_files::tree::check_tree_links;
 
 /// One entry written into a hold directory.
 struct Held {

@@ -1,10 +1,10 @@
-//! Tail capture ([`OutputKeep::Tail`](envrt_runtime_core::OutputKeep)): the worker caps
+//! Tail capture ([`OutputKeep::Tail`](envrt_driver_api::OutputKeep)): the worker caps
 //! each stream by its head, but streams every byte as `execute.log`; with tail mode the
 //! host keeps the newest bytes of that stream itself and uses them as the result's output.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use envrt_runtime_core::{CappedBuffer, ExecuteRequest, OutputKeep, OutputStream};
+use envrt_driver_api::{CappedBuffer, ExecuteRequest, OutputKeep, OutputStream};
 
 use crate::host::worker::connection::ExecSink;
 

@@ -10,12 +10,12 @@
 //! through and the worker refuses an unknown one itself.
 
 use async_trait::async_trait;
+use envrt_driver_api::{
+    AcquireInput, DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp,
+};
 use envrt_plugin_protocol::environment::{AcquireLeaseParams, DriverBase};
 use envrt_plugin_protocol::methods;
 use envrt_plugin_protocol::setup::{CaptureTemplateParams, DeleteTemplateParams, DeleteTemplateResult};
-use envrt_runtime_core::{
-    AcquireInput, DriverError, Environment, JsonMap, LeaseContext, TemplateRef, Templates, Timestamp,
-};
 use serde_json::Value;
 
 use super::SandboxDriver;
@@ -112,7 +112,7 @@ impl Templates for SandboxDriver {
             source_template_ref: context
                 .lease
                 .metadata
-                .get(envrt_runtime_core::SOURCE_TEMPLATE_KEY)
+                .get(envrt_driver_api::SOURCE_TEMPLATE_KEY)
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             template_label: label.map(str::to_owned),

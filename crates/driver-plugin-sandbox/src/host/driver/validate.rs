@@ -2,7 +2,7 @@
 //! (`environmentValidateConfig`), asked once per configuration and handed to the shared
 //! classifier as `config_resolved`.
 
-use envrt_runtime_core::{DriverError, Environment, JsonMap};
+use envrt_driver_api::{DriverError, Environment, JsonMap};
 use serde_json::Value;
 
 use super::SandboxDriver;

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, DuplexChannel, DuplexExit};
+use envrt_driver_api::{DriverError, DuplexChannel, DuplexExit};
 use serde_json::Value;
 use tokio::time::Instant;
 

@@ -23,7 +23,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use envrt_runtime_core::{DriverError, DuplexExit};
+use envrt_driver_api::{DriverError, DuplexExit};
 use tokio::io::BufReader;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use envrt_runtime_core::DuplexExit;
+use envrt_driver_api::DuplexExit;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;

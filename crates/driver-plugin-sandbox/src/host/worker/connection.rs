@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use envrt_runtime_core::OutputStream;
-use envrt_runtime_core::execute::signal_name;
+use envrt_driver_api::OutputStream;
+use envrt_driver_api::execute::signal_name;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt as _;

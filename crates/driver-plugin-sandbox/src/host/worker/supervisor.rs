@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use envrt_runtime_core::capability::VerbSet;
+use envrt_driver_api::capability::VerbSet;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};

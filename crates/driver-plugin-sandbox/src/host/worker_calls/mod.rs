@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use envrt_runtime_core::{JsonMap, MemoryStateStore, PluginStateStore, Secret};
+use envrt_driver_api::{JsonMap, MemoryStateStore, PluginStateStore, Secret};
 use serde_json::Value;
 use tokio::sync::mpsc;
 

@@ -1,13 +1,13 @@
 //! `secrets.resolve`: a secret reference resolved from a source the host's configuration
 //! names — `env:NAME` (the host's environment) or `file:/absolute/path` — and only when
 //! the reference is on the plugin's list. The value is held as a
-//! [`Secret`](envrt_runtime_core::Secret): it goes to the worker in the answer and
+//! [`Secret`](envrt_driver_api::Secret): it goes to the worker in the answer and
 //! nowhere else; errors name the reference, never a value; the host remembers resolved
 //! values only to redact them from what the worker logs and from error texts.
 
 use std::io::Read as _;
 
-use envrt_runtime_core::Secret;
+use envrt_driver_api::Secret;
 use serde_json::Value;
 
 use super::{WorkerCalls, invalid, refuse};

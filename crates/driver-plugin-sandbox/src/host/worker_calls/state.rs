@@ -1,8 +1,8 @@
 //! `state.get` / `state.set` / `state.delete`: the SDK's scoped key/value state, kept in
-//! the host's [`PluginStateStore`](envrt_runtime_core::PluginStateStore), keyed as the
+//! the host's [`PluginStateStore`](envrt_driver_api::PluginStateStore), keyed as the
 //! SDK's harness keys it (a missing `scopeId` is `""`, a missing `namespace` `default`).
 
-use envrt_runtime_core::StateKey;
+use envrt_driver_api::StateKey;
 use serde_json::Value;
 
 use super::{WorkerCalls, invalid, refuse};
@@ -29,7 +29,7 @@ fn key(calls: &WorkerCalls, method: &str, params: &Value) -> Result<StateKey, Er
     })
 }
 
-fn store_failed(method: &str, error: envrt_runtime_core::StoreError) -> ErrorObject {
+fn store_failed(method: &str, error: envrt_driver_api::StoreError) -> ErrorObject {
     refuse(codes::INTERNAL_ERROR, format!("\"{method}\" failed: {}", error.message))
 }
 

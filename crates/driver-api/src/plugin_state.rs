@@ -1,6 +1,10 @@
 //! Plugin state: the key/value records a plugin worker keeps through its host
 //! (`ctx.state` in the Paperclip SDK), scoped as the SDK scopes them and kept in envrt's
 //! store so they outlive a worker restart and a host restart.
+//!
+//! The table's trait lives in the driver API because the plugin host (a driver) keeps a
+//! worker's state through it; the runtime (envrt-runtime-core) re-exports it at its old
+//! path, and envrt-store-sqlite implements it.
 
 use std::collections::BTreeMap;
 use std::sync::RwLock;
