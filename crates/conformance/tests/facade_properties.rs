@@ -86,6 +86,8 @@ fn predicted(case: &Case) -> CapabilitySnapshot {
         let narrowed = match key {
             CapabilityKey::ReusableLeases => case.policy == LeasePolicy::ReuseByEnvironment,
             CapabilityKey::NativeSyncIn | CapabilityKey::NativeSyncOut => !(case.job_backend || case.sync_unsupported),
+            // The probe has no process group, so it does not support the key at all.
+            CapabilityKey::PersistentProcessSessions => false,
             _ => true,
         };
         verified && declared && narrowed

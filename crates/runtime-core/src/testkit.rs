@@ -162,7 +162,12 @@ impl EnvironmentDriver for ProbeDriver {
         if self.fail_capabilities.load(Ordering::SeqCst) {
             return Err(DriverError::other("probe capability resolution failed"));
         }
-        let supported = CapabilityKey::ALL.into_iter().collect();
+        // Every key but persistentProcessSessions: the probe has no process group, and a
+        // driver that grants the key without it is dishonest (`honesty_processes`).
+        let supported = CapabilityKey::ALL
+            .into_iter()
+            .filter(|key| *key != CapabilityKey::PersistentProcessSessions)
+            .collect();
         Ok(classify_driver(self, supported, self.declaration.as_ref(), input, true))
     }
 
