@@ -41,14 +41,18 @@ fn search_dirs() -> Vec<PathBuf> {
 /// The supervisor binary: `ENVRT_AGENT` when set, else next to the running executable (or
 /// one directory up), else on `PATH`; the error is the exact text of what was tried.
 pub(crate) fn locate() -> Result<PathBuf, String> {
-    locate_in(
-        std::env::var_os(AGENT_VAR).map(PathBuf::from),
-        &search_dirs(),
-        find_in_path(AGENT_BINARY),
-    )
+    locate_in(std::env::var_os(AGENT_VAR).map(PathBuf::from), &search_dirs(), || {
+        find_in_path(AGENT_BINARY)
+    })
 }
 
-fn locate_in(configured: Option<PathBuf>, dirs: &[PathBuf], on_path: Option<PathBuf>) -> Result<PathBuf, String> {
+/// `on_path` searches `PATH` only when neither `configured` nor `dirs` gave the binary:
+/// every capability resolution of a local lease asks, so the common case stays a few `stat`s.
+fn locate_in(
+    configured: Option<PathBuf>,
+    dirs: &[PathBuf],
+    on_path: impl FnOnce() -> Option<PathBuf>,
+) -> Result<PathBuf, String> {
     if let Some(path) = configured {
         return match is_executable(&path) {
             true => Ok(path),
@@ -61,7 +65,7 @@ fn locate_in(configured: Option<PathBuf>, dirs: &[PathBuf], on_path: Option<Path
     if let Some(found) = dirs.iter().map(|d| d.join(AGENT_BINARY)).find(|p| is_executable(p)) {
         return Ok(found);
     }
-    on_path.ok_or_else(|| {
+    on_path().ok_or_else(|| {
         let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         format!(
             "Process supervisor \"{AGENT_BINARY}\" was not found (looked in {}, and on PATH); set {AGENT_VAR}=/path/to/{AGENT_BINARY}, or put it on PATH.",
@@ -188,10 +192,13 @@ mod tests {
         std::fs::write(&agent, "#!/bin/sh\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(locate_in(None, &[empty.clone(), full.clone()], None), Ok(agent.clone()));
-        assert_eq!(locate_in(Some(agent.clone()), &[], None), Ok(agent.clone()));
         assert_eq!(
-            locate_in(None, std::slice::from_ref(&empty), None),
+            locate_in(None, &[empty.clone(), full.clone()], || None),
+            Ok(agent.clone())
+        );
+        assert_eq!(locate_in(Some(agent.clone()), &[], || None), Ok(agent.clone()));
+        assert_eq!(
+            locate_in(None, std::slice::from_ref(&empty), || None),
             Err(format!(
                 "Process supervisor \"envrt-agent\" was not found (looked in {}, and on PATH); set ENVRT_AGENT=/path/to/envrt-agent, or put it on PATH.",
                 empty.display()
@@ -199,7 +206,7 @@ mod tests {
         );
         let missing = empty.join(AGENT_BINARY);
         assert_eq!(
-            locate_in(Some(missing.clone()), std::slice::from_ref(&full), None),
+            locate_in(Some(missing.clone()), std::slice::from_ref(&full), || None),
             Err(format!(
                 "Process supervisor \"{}\" (set by ENVRT_AGENT) is not an executable file.",
                 missing.display()
