@@ -47,9 +47,15 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ("envrt-test-support", &[], &[]),
     // The in-lease supervisor stands alone; a driver that runs it links its client.
     ("envrt-agent", &[], &[]),
+    // The drivers' bridge to it: the process verbs over the supervisor's client.
+    ("envrt-driver-agent", &[API, "envrt-agent"], &[]),
     ("envrt-plugin-protocol", &[API], &[]),
     ("envrt-store-sqlite", &[API, CORE], &[]),
-    ("envrt-driver-local", &[API, FILES, "envrt-agent"], &[CORE]),
+    (
+        "envrt-driver-local",
+        &[API, FILES, "envrt-agent", "envrt-driver-agent"],
+        &[CORE],
+    ),
     ("envrt-driver-docker", &[API, FILES], &[CORE]),
     ("envrt-driver-ssh", &[API, FILES], &[CORE]),
     ("envrt-egress", &[], &[]),

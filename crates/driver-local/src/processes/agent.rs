@@ -15,64 +15,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use envrt_driver_agent::locate;
 use envrt_driver_api::DriverError;
-use envrt_driver_api::descriptor::{find_in_path, is_executable};
 use tokio::io::AsyncBufReadExt;
 
 use crate::process::containment::{Containment, JOIN_SCRIPT};
 use crate::workspace::{create_private_dir, lease_dir_name};
 
-/// The supervisor's binary name.
-pub(crate) const AGENT_BINARY: &str = "envrt-agent";
-/// The variable naming the supervisor's binary.
-pub(crate) const AGENT_VAR: &str = "ENVRT_AGENT";
 /// How long a starting agent has to say it listens.
 const START_BOUND: Duration = Duration::from_secs(10);
-
-/// The directories searched before `PATH`: the running executable's and its parent's (a
-/// test binary lives in `target/debug/deps`, the agent in `target/debug`).
-fn search_dirs() -> Vec<PathBuf> {
-    let Ok(exe) = std::env::current_exe() else {
-        return Vec::new();
-    };
-    exe.ancestors().skip(1).take(2).map(Path::to_path_buf).collect()
-}
-
-/// The supervisor binary: `ENVRT_AGENT` when set, else next to the running executable (or
-/// one directory up), else on `PATH`; the error is the exact text of what was tried.
-pub(crate) fn locate() -> Result<PathBuf, String> {
-    locate_in(std::env::var_os(AGENT_VAR).map(PathBuf::from), &search_dirs(), || {
-        find_in_path(AGENT_BINARY)
-    })
-}
-
-/// `on_path` searches `PATH` only when neither `configured` nor `dirs` gave the binary:
-/// every capability resolution of a local lease asks, so the common case stays a few `stat`s.
-fn locate_in(
-    configured: Option<PathBuf>,
-    dirs: &[PathBuf],
-    on_path: impl FnOnce() -> Option<PathBuf>,
-) -> Result<PathBuf, String> {
-    if let Some(path) = configured {
-        return match is_executable(&path) {
-            true => Ok(path),
-            false => Err(format!(
-                "Process supervisor \"{}\" (set by {AGENT_VAR}) is not an executable file.",
-                path.display()
-            )),
-        };
-    }
-    if let Some(found) = dirs.iter().map(|d| d.join(AGENT_BINARY)).find(|p| is_executable(p)) {
-        return Ok(found);
-    }
-    on_path().ok_or_else(|| {
-        let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-        format!(
-            "Process supervisor \"{AGENT_BINARY}\" was not found (looked in {}, and on PATH); set {AGENT_VAR}=/path/to/{AGENT_BINARY}, or put it on PATH.",
-            looked.join(", ")
-        )
-    })
-}
 
 /// The agent directory of a lease.
 pub(crate) fn dir(root: &Path, lease: &str) -> Result<PathBuf, DriverError> {
@@ -176,42 +127,4 @@ pub(crate) fn stop(root: &Path, lease: &str) {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_agent_is_the_configured_one_else_found_in_the_search_dirs() {
-        let dir = std::env::temp_dir().join(format!("envrt-agent-lookup-{}", std::process::id()));
-        let (empty, full) = (dir.join("empty"), dir.join("full"));
-        std::fs::create_dir_all(&empty).unwrap();
-        std::fs::create_dir_all(&full).unwrap();
-        let agent = full.join(AGENT_BINARY);
-        std::fs::write(&agent, "#!/bin/sh\n").unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(
-            locate_in(None, &[empty.clone(), full.clone()], || None),
-            Ok(agent.clone())
-        );
-        assert_eq!(locate_in(Some(agent.clone()), &[], || None), Ok(agent.clone()));
-        assert_eq!(
-            locate_in(None, std::slice::from_ref(&empty), || None),
-            Err(format!(
-                "Process supervisor \"envrt-agent\" was not found (looked in {}, and on PATH); set ENVRT_AGENT=/path/to/envrt-agent, or put it on PATH.",
-                empty.display()
-            ))
-        );
-        let missing = empty.join(AGENT_BINARY);
-        assert_eq!(
-            locate_in(Some(missing.clone()), std::slice::from_ref(&full), || None),
-            Err(format!(
-                "Process supervisor \"{}\" (set by ENVRT_AGENT) is not an executable file.",
-                missing.display()
-            ))
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }
