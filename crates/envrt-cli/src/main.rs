@@ -27,6 +27,7 @@ mod network;
 mod ps;
 mod serve;
 mod shell;
+mod shell_tty;
 mod signal;
 mod spawn;
 mod template;

@@ -1,6 +1,8 @@
-//! `envrt shell`: an interactive session over a duplex channel. When stdin is a terminal it
-//! is switched to raw mode (restored on every way out), so keys such as Ctrl-C reach the
-//! command as bytes instead of stopping envrt.
+//! `envrt shell`: an interactive session. Where the lease grants `persistentProcessSessions`
+//! and stdin is a terminal, the command gets a real pseudo-terminal (`shell_tty`). Else it
+//! runs over a duplex channel: when stdin is a terminal it is switched to raw mode
+//! (restored on every way out), so keys such as Ctrl-C reach the command as bytes instead
+//! of stopping envrt.
 //!
 //! The drivers' duplex channels are pipes, not terminals: nothing on the far side echoes
 //! or turns Enter into a newline. So the raw mode keeps three cooked habits: typed keys
@@ -94,9 +96,18 @@ pub(crate) async fn run(paths: &Paths, args: ShellArgs) -> Result<u8, CliError> 
     } else {
         args.argv
     };
-    let outcome = match app.runtime.open_duplex_channel(&lease.id, &argv).await {
-        Ok(channel) => session(Arc::from(channel), !args.no_raw, &mut interrupts).await,
-        Err(e) => Err(e.into()),
+    // A real terminal where the lease has process sessions and this side is one.
+    let on_terminal = match !args.no_raw && std::io::stdin().is_terminal() {
+        true => crate::shell_tty::session(&app, &lease.id, argv.clone(), &mut interrupts).await,
+        false => Ok(None),
+    };
+    let outcome = match on_terminal {
+        Ok(Some(code)) => Ok(code),
+        Ok(None) => match app.runtime.open_duplex_channel(&lease.id, &argv).await {
+            Ok(channel) => session(Arc::from(channel), !args.no_raw, &mut interrupts).await,
+            Err(e) => Err(e.into()),
+        },
+        Err(e) => Err(e),
     };
     if own {
         app.release_own(&lease, LeaseStatus::Released).await;

@@ -24,8 +24,32 @@ struct PtySession {
 
 impl PtySession {
     fn start(dir: &Path, path_dir: Option<&Path>, args: &[&str]) -> PtySession {
-        let pty = nix::pty::openpty(None, None).unwrap();
-        let mut command = Command::new(BIN);
+        Self::start_on(dir, path_dir, args, None)
+    }
+
+    /// envrt as the leader of a new session whose controlling terminal is a fresh one of
+    /// `rows` x `cols` (through util-linux `setsid --ctty --wait`), so that a change of the
+    /// terminal's size signals it as a real terminal does.
+    fn start_controlling(dir: &Path, args: &[&str], rows: u16, cols: u16) -> PtySession {
+        let size = nix::pty::Winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        Self::start_on(dir, None, args, Some(size))
+    }
+
+    fn start_on(dir: &Path, path_dir: Option<&Path>, args: &[&str], ctty: Option<nix::pty::Winsize>) -> PtySession {
+        let pty = nix::pty::openpty(ctty.as_ref(), None).unwrap();
+        let mut command = match ctty {
+            Some(_) => {
+                let mut setsid = Command::new("setsid");
+                setsid.args(["--ctty", "--wait", BIN]);
+                setsid
+            }
+            None => Command::new(BIN),
+        };
         command
             .args(args)
             .current_dir(dir)
@@ -65,6 +89,17 @@ impl PtySession {
 
     fn type_keys(&mut self, keys: &[u8]) {
         self.writer.write_all(keys).unwrap();
+    }
+
+    /// Changes the terminal's size, as a resized window does (its session gets SIGWINCH).
+    fn resize(&self, rows: u16, cols: u16) {
+        let size = rustix::termios::Winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        rustix::termios::tcsetwinsize(&self.writer, size).unwrap();
     }
 
     /// Reads until `needle` shows up (bounded).
@@ -150,6 +185,65 @@ fn interactive_round(dir: &Path, path_dir: Option<&Path>, env_id: &str) {
     eof.expect("round trip\r\nround trip");
     eof.type_keys(b"\x04");
     assert_eq!(eof.wait(), Some(0));
+}
+
+/// On a lease with process sessions (local here) the command gets a real terminal: a
+/// `/dev/pts/N` of this terminal's size that follows its changes, the far side's echo,
+/// Ctrl-C interrupting the foreground job and not envrt, the exit code passed through,
+/// this terminal restored and the ephemeral lease released.
+#[test]
+fn shell_on_a_lease_with_processes_gets_a_real_terminal_of_this_terminals_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = PtySession::start_controlling(dir.path(), &["shell"], 30, 100);
+    let before = termios::tcgetattr(session.slave()).unwrap();
+    session.type_keys(b"tty; echo size-$(stty size | tr ' ' x)\r");
+    session.expect("size-30x100");
+    let shown = String::from_utf8_lossy(&session.seen).into_owned();
+    assert!(shown.contains("/dev/pts/"), "{shown:?}");
+    assert!(!shown.contains("not a tty"), "{shown:?}");
+    // Full raw mode here: the far side's terminal echoes and turns Enter into a newline.
+    let during = termios::tcgetattr(session.slave()).unwrap();
+    assert!(!during.local_flags.contains(LocalFlags::ECHO));
+    assert!(!during.local_flags.contains(LocalFlags::ICANON));
+    assert!(!during.local_flags.contains(LocalFlags::ISIG));
+    session.resize(40, 120);
+    // The size reaches the far side's terminal through SIGWINCH and `resize`: asked until
+    // it shows (the signal and the resize race the next command line).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut round = 0;
+    loop {
+        round += 1;
+        session.type_keys(format!("echo r{round}-$(stty size | tr ' ' x)\r").as_bytes());
+        session.expect(&format!("r{round}-"));
+        std::thread::sleep(Duration::from_millis(200));
+        while let Ok(chunk) = session.output.try_recv() {
+            session.seen.extend(chunk);
+        }
+        if String::from_utf8_lossy(&session.seen).contains(&format!("r{round}-40x120")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new size never reached the far side");
+    }
+    // Ctrl-C kills the foreground job (its marker says it runs), not the shell or envrt.
+    session.type_keys(b"sh -c 'echo job-$((2+2)); exec sleep 3600'\r");
+    session.expect("job-4");
+    session.type_keys(b"\x03");
+    session.type_keys(b"echo after-$((1+1))\r");
+    session.expect("after-2");
+    session.type_keys(b"exit 7\r");
+    assert_eq!(session.wait(), Some(7));
+    let after = termios::tcgetattr(session.slave()).unwrap();
+    assert_eq!(after.local_flags, before.local_flags);
+    assert_eq!(after.input_flags, before.input_flags);
+    assert_eq!(after.output_flags, before.output_flags);
+    let leases = Command::new(BIN)
+        .args(["lease", "list", "--json"])
+        .current_dir(dir.path())
+        .env("ENVRT_STATE_DIR", dir.path().join("state"))
+        .env_remove("ENVRT_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&leases.stdout).trim(), "[]");
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! `envrt shell` ended by a signal while its command runs: a SIGHUP from a terminal that
 //! closed (as `tmux kill-session` does) and a SIGTERM release its ephemeral lease, stop
-//! the command (a container is removed) and exit 128+n, as `envrt exec` does. Against
-//! Docker and the sandbox worker (the local driver has no duplex channels, so a local
-//! `shell` never runs); each fails instead of skipping with `ENVRT_REQUIRE_DOCKER=1` /
+//! the command (a container is removed) and exit 128+n, as `envrt exec` does. Against the
+//! local driver (a real terminal, through its process sessions), Docker and the sandbox
+//! worker; the last two fail instead of skipping with `ENVRT_REQUIRE_DOCKER=1` /
 //! `ENVRT_REQUIRE_SANDBOX=1`.
 
 mod common;
@@ -101,6 +101,15 @@ fn signal_a_running_shell(
     );
     drop(master);
     status.code()
+}
+
+#[test]
+fn a_hung_up_terminal_ends_a_local_shell_on_a_real_terminal_and_releases_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let code = signal_a_running_shell(dir.path(), None, "local", Signal::SIGHUP, true);
+    assert_eq!(code, Some(129));
+    let code = signal_a_running_shell(dir.path(), None, "local", Signal::SIGTERM, false);
+    assert_eq!(code, Some(143));
 }
 
 fn sandbox_site() -> Option<(tempfile::TempDir, PathBuf)> {
