@@ -60,6 +60,7 @@
 //! socket.
 
 pub mod client;
+pub mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod proto;

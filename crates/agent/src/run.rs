@@ -23,6 +23,8 @@ pub struct Options {
     pub max_processes: u64,
     /// The bound on replay bytes reserved.
     pub max_buffer_bytes: u64,
+    /// Forwarders from the lease's loopback to sockets the host bound in (`--forward`).
+    pub forwards: Vec<crate::forward::Forward>,
 }
 
 impl Options {
@@ -35,6 +37,7 @@ impl Options {
             subreaper: false,
             max_processes: defaults.max_processes,
             max_buffer_bytes: defaults.buffer_bound,
+            forwards: Vec::new(),
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -48,6 +51,7 @@ impl Options {
                 "--subreaper" => options.subreaper = true,
                 "--max-processes" => options.max_processes = number(arg, value(arg)?)?,
                 "--max-buffer-bytes" => options.max_buffer_bytes = number(arg, value(arg)?)?,
+                "--forward" => options.forwards.push(crate::forward::Forward::parse(&value(arg)?)?),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -109,6 +113,11 @@ pub async fn run(options: Options) -> Result<(), String> {
     let mut term = signal(SignalKind::terminate()).map_err(|error| format!("cannot watch SIGTERM: {error}"))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|error| format!("cannot watch SIGINT: {error}"))?;
     let listener = listen(&options.socket)?;
+    // Bound before the agent says it listens: a port in use fails the start.
+    let mut forwards = Vec::with_capacity(options.forwards.len());
+    for forward in &options.forwards {
+        forwards.push(forward.bind().await?);
+    }
     println!("envrt-agent listening on {}", options.socket.display());
     let _ = std::io::stdout().flush();
     let server = tokio::spawn(crate::server::serve(Arc::clone(&agent), listener));
@@ -123,6 +132,7 @@ pub async fn run(options: Options) -> Result<(), String> {
     }
     agent.kill_all();
     server.abort();
+    forwards.iter().for_each(tokio::task::JoinHandle::abort);
     let _ = std::fs::remove_file(&options.socket);
     Ok(())
 }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{DNSClass, RData, Record, RecordType};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket, UnixListener};
 use tokio::sync::Semaphore;
 
 use crate::policy::normalize;
@@ -71,7 +71,24 @@ impl DnsStub {
         }
     }
 
-    async fn serve_stream(&self, mut stream: TcpStream) {
+    /// Answers length-prefixed queries (DNS-over-TCP framing) on connections to the unix
+    /// socket `listener` until accepting fails: how a lease with no network reaches the
+    /// stub through a socket bound into it. Bounded as [`serve_tcp`](Self::serve_tcp).
+    pub async fn serve_unix(&self, listener: UnixListener) -> std::io::Result<()> {
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+                continue;
+            };
+            let stub = self.clone();
+            tokio::spawn(async move {
+                stub.serve_stream(stream).await;
+                drop(permit);
+            });
+        }
+    }
+
+    async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(&self, mut stream: S) {
         let idle = self.shared.limits.header_timeout;
         loop {
             let mut len = [0u8; 2];

@@ -137,6 +137,8 @@ mod proxy;
 #[cfg(feature = "proxy")]
 mod resolve;
 #[cfg(feature = "proxy")]
+pub mod standalone;
+#[cfg(feature = "proxy")]
 mod tunnel;
 
 #[cfg(feature = "proxy")]
