@@ -49,6 +49,13 @@ pub struct AcquireInput {
     /// by the facade). A driver MUST seed the new lease with it or fail the acquire; it
     /// is only ever set for a driver with the [`Templates`] group.
     pub template: Option<TemplateRef>,
+    /// The network policy in force for the lease (the one it asked for, granted within
+    /// the environment's, or the environment's own), set only when the driver's
+    /// [`network_boundary`](EnvironmentDriver::network_boundary) is
+    /// [`Proxied`](crate::network::NetworkBoundary::Proxied) and the environment or the
+    /// lease names a policy; the facade has checked it. The driver MUST enforce it from
+    /// the lease's first command on.
+    pub network: Option<crate::network::Policy>,
 }
 
 /// What a driver returns from acquire or resume.
@@ -262,6 +269,22 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     /// accepts only environments that say nothing about the network.
     fn network_boundary(&self, _environment: &Environment) -> crate::network::NetworkBoundary {
         crate::network::NetworkBoundary::Undeclared
+    }
+
+    /// Replaces the network policy of an active lease (the facade checked it against the
+    /// environment and the boundary first). Called only for a driver whose boundary is
+    /// [`Proxied`](crate::network::NetworkBoundary::Proxied), which MUST apply it to new
+    /// connections within a second and cut open ones it denies. The default refuses: a
+    /// driver that declares a proxy must say how it updates it.
+    async fn update_network_policy(
+        &self,
+        _context: &LeaseContext,
+        _policy: &crate::network::Policy,
+    ) -> Result<(), DriverError> {
+        Err(DriverError::other(format!(
+            "driver \"{}\" declares an egress proxy but cannot update a lease's policy",
+            self.key()
+        )))
     }
 
     /// Lease resume, if the driver has it. Without it the facade refuses with

@@ -14,7 +14,8 @@
 //! | boundary | default | `network = "host"` | `egress = "none"` | `"allow"` / `"open"` |
 //! |---|---|---|---|---|
 //! | [`HostShared`](NetworkBoundary::HostShared) (local, ssh) | host network | host network | refused | refused |
-//! | [`Isolated`](NetworkBoundary::Isolated) (sandbox, Docker `network = "none"`) | no network | refused | no network | refused (no proxy yet) |
+//! | [`Isolated`](NetworkBoundary::Isolated) (sandbox, Docker `network = "none"` without the proxy) | no network | refused | no network | refused (no proxy) |
+//! | [`Proxied`](NetworkBoundary::Proxied) (Docker `network = "none"` with `envrt-egress`) | no network | refused | no network | egress proxy |
 //! | [`Unrestricted`](NetworkBoundary::Unrestricted) (Docker `bridge`, `host`, ...) | unrestricted | refused | refused | refused |
 //! | [`Undeclared`](NetworkBoundary::Undeclared) (plugins) | undeclared | refused | refused | refused |
 //!
@@ -50,6 +51,12 @@ pub enum NetworkBoundary {
     HostShared,
     /// Leases have a network of their own with no route out (loopback only).
     Isolated,
+    /// Leases have no route out of their own, and an egress proxy of the driver's carries
+    /// what their policy allows (names and addresses judged by `envrt-egress`, DNS under the
+    /// same policy). A driver declaring it MUST implement
+    /// [`update_network_policy`](crate::EnvironmentDriver::update_network_policy) and start
+    /// each lease under [`AcquireInput::network`](crate::AcquireInput::network).
+    Proxied,
     /// Leases have a network the driver does not restrict; the text says which (e.g.
     /// `Docker network "bridge"`).
     Unrestricted(String),
@@ -66,6 +73,9 @@ pub enum NetworkLevel {
     HostNetwork,
     /// A network of the driver's own, unrestricted (`unrestricted (WHAT)`).
     Unrestricted(String),
+    /// No route out but an egress proxy enforcing the policy (`egress proxy (allow)`,
+    /// `egress proxy (open)`).
+    Proxied(Egress),
     /// Not declared by the driver (`undeclared by the driver`).
     Undeclared,
 }
@@ -76,6 +86,7 @@ impl std::fmt::Display for NetworkLevel {
             NetworkLevel::NoNetwork => f.write_str("no network"),
             NetworkLevel::HostNetwork => f.write_str("host network"),
             NetworkLevel::Unrestricted(what) => write!(f, "unrestricted ({what})"),
+            NetworkLevel::Proxied(egress) => write!(f, "egress proxy ({})", egress.as_str()),
             NetworkLevel::Undeclared => f.write_str("undeclared by the driver"),
         }
     }
@@ -103,7 +114,7 @@ pub enum NetworkRefusal {
         /// The driver key.
         driver: String,
     },
-    /// A policy that opens egress on a driver that has no egress proxy yet.
+    /// A policy that opens egress on a driver that runs no egress proxy.
     #[error(
         "driver \"{driver}\" cannot enforce egress = \"{egress}\" yet: its leases have no network at all, \
          so only egress = \"none\" is accepted"
@@ -155,6 +166,9 @@ pub fn environment_level(
         (NetworkBoundary::Isolated, None) => Ok(NetworkLevel::NoNetwork),
         (NetworkBoundary::Isolated, Some(EnvironmentNetwork::Host(_))) => Err(NetworkRefusal::NoHostNetwork { driver }),
         (NetworkBoundary::Isolated, Some(EnvironmentNetwork::Policy(config))) => isolated(driver, config.policy()),
+        (NetworkBoundary::Proxied, None) => Ok(NetworkLevel::NoNetwork),
+        (NetworkBoundary::Proxied, Some(EnvironmentNetwork::Host(_))) => Err(NetworkRefusal::NoHostNetwork { driver }),
+        (NetworkBoundary::Proxied, Some(EnvironmentNetwork::Policy(config))) => Ok(proxied(config.policy())),
         (NetworkBoundary::Unrestricted(what), None) => Ok(NetworkLevel::Unrestricted(what.clone())),
         (NetworkBoundary::Unrestricted(what), Some(_)) => Err(NetworkRefusal::Unrestricted {
             driver,
@@ -186,20 +200,47 @@ pub fn lease_level(
             what: what.clone(),
         }),
         NetworkBoundary::Undeclared => Err(NetworkRefusal::Undeclared { driver }),
-        NetworkBoundary::Isolated => {
-            let default = NetworkConfig::default();
-            let config = match network {
-                Some(EnvironmentNetwork::Policy(config)) => config,
-                _ => &default,
-            };
-            let granted = config.lease_policy(Some(asked))?;
-            isolated(driver, &granted)
-        }
+        NetworkBoundary::Isolated => isolated(driver, &granted_policy(network, asked)?),
+        NetworkBoundary::Proxied => Ok(proxied(&granted_policy(network, asked)?)),
     }
 }
 
-/// An isolated lease under `policy`: no network when it is `"none"`, else refused (no
-/// driver runs the egress proxy yet).
+/// The policy a lease asking for `asked` is granted within `network` (the environment's
+/// policy, or `egress = "none"` when it says nothing).
+fn granted_policy(network: Option<&EnvironmentNetwork>, asked: &Policy) -> Result<Policy, NetworkRefusal> {
+    let default = NetworkConfig::default();
+    let config = match network {
+        Some(EnvironmentNetwork::Policy(config)) => config,
+        _ => &default,
+    };
+    Ok(config.lease_policy(Some(asked))?)
+}
+
+/// The policy in force for a lease of an environment with `network` that asked for
+/// `asked` (the facade checked it with [`lease_level`] first): the granted one, the
+/// environment's when it asked for none, `None` when the environment says nothing about
+/// the network (or says `"host"`) and the lease asked for nothing.
+pub fn lease_policy(
+    network: Option<&EnvironmentNetwork>,
+    asked: Option<&Policy>,
+) -> Result<Option<Policy>, NetworkRefusal> {
+    match (asked, network) {
+        (Some(asked), _) => granted_policy(network, asked).map(Some),
+        (None, Some(EnvironmentNetwork::Policy(config))) => Ok(Some(config.policy().clone())),
+        (None, _) => Ok(None),
+    }
+}
+
+/// A proxied lease under `policy`: no network when it is `"none"`.
+fn proxied(policy: &Policy) -> NetworkLevel {
+    match policy.egress() {
+        Egress::None => NetworkLevel::NoNetwork,
+        other => NetworkLevel::Proxied(other),
+    }
+}
+
+/// An isolated lease under `policy`: no network when it is `"none"`, else refused (the
+/// driver runs no egress proxy).
 fn isolated(driver: String, policy: &Policy) -> Result<NetworkLevel, NetworkRefusal> {
     match policy.egress() {
         Egress::None => Ok(NetworkLevel::NoNetwork),

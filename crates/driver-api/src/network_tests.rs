@@ -66,6 +66,48 @@ fn isolated_drivers_have_no_network_and_refuse_what_needs_a_proxy() {
 }
 
 #[test]
+fn proxied_drivers_enforce_allow_and_open_within_the_grants() {
+    let b = NetworkBoundary::Proxied;
+    assert_eq!(environment_level("ctr", &b, None), Ok(NetworkLevel::NoNetwork));
+    assert_eq!(
+        environment_level("ctr", &b, Some(&HOST)),
+        Err(NetworkRefusal::NoHostNetwork { driver: "ctr".into() })
+    );
+    let allow = config(Egress::Allow, &["pypi.org"], &["api.github.com:443"]);
+    assert_eq!(
+        environment_level("ctr", &b, Some(&allow)),
+        Ok(NetworkLevel::Proxied(Egress::Allow))
+    );
+    assert_eq!(NetworkLevel::Proxied(Egress::Allow).to_string(), "egress proxy (allow)");
+    assert_eq!(NetworkLevel::Proxied(Egress::Open).to_string(), "egress proxy (open)");
+    // A lease narrowing to none has no network; one widening within grantable is proxied.
+    assert_eq!(
+        lease_level("ctr", &b, Some(&allow), Some(&Policy::none())),
+        Ok(NetworkLevel::NoNetwork)
+    );
+    let widened = policy(Egress::Allow, &["pypi.org", "api.github.com:443"]);
+    assert_eq!(
+        lease_level("ctr", &b, Some(&allow), Some(&widened)),
+        Ok(NetworkLevel::Proxied(Egress::Allow))
+    );
+    assert_eq!(
+        lease_level("ctr", &b, Some(&allow), Some(&policy(Egress::Allow, &["evil.test"])))
+            .unwrap_err()
+            .to_string(),
+        "the lease asks for \"evil.test\", which the environment's policy neither allows nor lists as grantable"
+    );
+    // The policy in force: the granted one, else the environment's, else none named.
+    assert_eq!(lease_policy(Some(&allow), Some(&widened)), Ok(Some(widened.clone())));
+    assert_eq!(
+        lease_policy(Some(&allow), None),
+        Ok(Some(policy(Egress::Allow, &["pypi.org"])))
+    );
+    assert_eq!(lease_policy(None, None), Ok(None));
+    assert_eq!(lease_policy(Some(&HOST), None), Ok(None));
+    assert_eq!(lease_policy(None, Some(&Policy::none())), Ok(Some(Policy::none())));
+}
+
+#[test]
 fn a_lease_is_held_to_the_grantable_list_before_enforceability() {
     let b = NetworkBoundary::Isolated;
     let none = config(Egress::None, &[], &["pypi.org:443"]);

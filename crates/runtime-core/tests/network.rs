@@ -10,10 +10,12 @@ use envrt_runtime_core::driver::classify_driver;
 use envrt_runtime_core::network::{Egress, EnvironmentNetwork, HostNetwork, NetworkBoundary, NetworkConfig, Policy};
 use envrt_runtime_core::*;
 
-/// A driver declaring `boundary`, counting its acquires.
+/// A driver declaring `boundary`, counting its acquires and recording the policy each
+/// acquire and each update handed it.
 struct Bounded {
     boundary: NetworkBoundary,
     acquires: Mutex<usize>,
+    policies: Mutex<Vec<(&'static str, Option<Policy>)>>,
 }
 
 #[async_trait]
@@ -24,9 +26,14 @@ impl EnvironmentDriver for Bounded {
     fn network_boundary(&self, _: &Environment) -> NetworkBoundary {
         self.boundary.clone()
     }
-    async fn acquire_lease(&self, _: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         *self.acquires.lock().unwrap() += 1;
+        self.policies.lock().unwrap().push(("acquire", input.network.clone()));
         Ok(LeaseGrant::default())
+    }
+    async fn update_network_policy(&self, _: &LeaseContext, policy: &Policy) -> Result<(), DriverError> {
+        self.policies.lock().unwrap().push(("update", Some(policy.clone())));
+        Ok(())
     }
     async fn release_lease(&self, _: &ReleaseInput) -> Result<(), DriverError> {
         Ok(())
@@ -41,6 +48,7 @@ fn runtime(boundary: NetworkBoundary) -> (EnvironmentRuntime, std::sync::Arc<Bou
     let driver = std::sync::Arc::new(Bounded {
         boundary,
         acquires: Mutex::new(0),
+        policies: Mutex::new(Vec::new()),
     });
     let runtime = EnvironmentRuntime::new();
     runtime.register_driver(driver.clone());
@@ -147,4 +155,56 @@ async fn an_undeclared_driver_accepts_only_environments_silent_on_the_network() 
         .await
         .unwrap_err();
     assert!(matches!(err, RuntimeError::Network(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_proxied_driver_is_handed_the_policy_in_force_at_acquire_and_on_each_update() {
+    let (rt, driver) = runtime(NetworkBoundary::Proxied);
+    let env_policy = policy(Egress::Allow, &["pypi.org:443"]);
+    let config = NetworkConfig::new(env_policy.clone(), &["api.github.com:443"]).unwrap();
+    rt.put_environment(with_network(EnvironmentNetwork::Policy(config)))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.network_level(&rt.environment("e").await.unwrap().unwrap())
+            .unwrap()
+            .to_string(),
+        "egress proxy (allow)"
+    );
+    // The environment's policy, then a lease's own widened within grantable.
+    let plain = rt.acquire_lease(AcquireRequest::new("e", "acme")).await.unwrap();
+    let mut request = AcquireRequest::new("e", "acme");
+    let widened = policy(Egress::Allow, &["pypi.org:443", "api.github.com:443"]);
+    request.network = Some(widened.clone());
+    let own = rt.acquire_lease(request).await.unwrap();
+    // An update within the grants reaches the driver; one beyond them does not.
+    let level = rt.update_network_policy(&plain.id, &Policy::none()).await.unwrap();
+    assert_eq!(level.to_string(), "no network");
+    let err = rt
+        .update_network_policy(&own.id, &policy(Egress::Allow, &["evil.test"]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Network policy refused: the lease asks for \"evil.test\", which the environment's policy neither \
+         allows nor lists as grantable"
+    );
+    assert_eq!(
+        *driver.policies.lock().unwrap(),
+        vec![
+            ("acquire", Some(env_policy)),
+            ("acquire", Some(widened)),
+            ("update", Some(Policy::none())),
+        ]
+    );
+    // Refused before any driver on a boundary that cannot take host networking.
+    let err = rt
+        .put_environment(with_network(EnvironmentNetwork::Host(HostNetwork::Host)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Network policy refused: driver \"bounded\" cannot give a lease the host network: its leases have a \
+         network of their own with no route out"
+    );
 }

@@ -157,6 +157,7 @@ impl EnvironmentRuntime {
             self.check_tenant(&request.company_id)?;
             let (environment, driver) = self.check_acquirable(&request.environment_id).await?;
             super::network::lease_level(&environment, driver.as_ref(), request.network.as_ref())?;
+            let network = super::network::proxied_policy(&environment, driver.as_ref(), request.network.as_ref())?;
             if let Some(requested) = request.requested_expires_at
                 && requested <= Timestamp::now()
             {
@@ -186,6 +187,7 @@ impl EnvironmentRuntime {
                 metadata,
                 requested_expires_at: request.requested_expires_at,
                 template,
+                network,
             };
             tracing::Span::current().record("lease_id", input.lease_id.as_str());
             let grant = driver.acquire_lease(&input).await?;

@@ -5,7 +5,7 @@
 use crate::driver::EnvironmentDriver;
 use crate::error::RuntimeError;
 use crate::model::{Environment, LeaseStatus};
-use crate::network::{self, NetworkLevel, Policy};
+use crate::network::{self, NetworkBoundary, NetworkLevel, Policy};
 
 use super::{EnvironmentRuntime, traced};
 
@@ -37,6 +37,20 @@ pub(super) fn lease_level(
     )?)
 }
 
+/// The policy a driver with an egress proxy enforces for a lease asking for `asked`
+/// ([`AcquireInput::network`](crate::driver::AcquireInput::network)); `None` for every other
+/// boundary, and where nothing names a policy.
+pub(super) fn proxied_policy(
+    environment: &Environment,
+    driver: &dyn EnvironmentDriver,
+    asked: Option<&Policy>,
+) -> Result<Option<Policy>, RuntimeError> {
+    if driver.network_boundary(environment) != NetworkBoundary::Proxied {
+        return Ok(None);
+    }
+    Ok(network::lease_policy(environment.network.as_ref(), asked)?)
+}
+
 impl EnvironmentRuntime {
     /// The network level of `environment`'s leases (`no network`, `host network`, ...), as
     /// its registered driver enforces it; the refusal when its setting cannot be enforced.
@@ -48,9 +62,10 @@ impl EnvironmentRuntime {
     /// Replaces the network policy of an active lease. The policy must be within the
     /// environment's policy or its `grantable` list, and the lease's driver must be able
     /// to enforce it; otherwise [`RuntimeError::Network`] with the refusal, and nothing
-    /// changes. No driver runs the egress proxy yet, so the only policy accepted is
-    /// `egress = "none"` on a driver whose leases have no network, which they already
-    /// have (the update is then a no-op: there is no connection to cut).
+    /// changes. A driver with an egress proxy applies it to new connections and cuts open
+    /// ones it denies; on a driver whose leases have no network the only policy accepted is
+    /// `egress = "none"`, which they already have (the update is then a no-op: there is
+    /// no connection to cut).
     pub async fn update_network_policy(&self, lease_id: &str, policy: &Policy) -> Result<NetworkLevel, RuntimeError> {
         traced("update_network_policy", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
@@ -68,7 +83,14 @@ impl EnvironmentRuntime {
                     resolved.key.clone(),
                 )
             });
-            lease_level(&environment, resolved.driver.as_ref(), Some(policy))
+            let level = lease_level(&environment, resolved.driver.as_ref(), Some(policy))?;
+            if let Some(granted) = proxied_policy(&environment, resolved.driver.as_ref(), Some(policy))? {
+                resolved
+                    .driver
+                    .update_network_policy(&resolved.context, &granted)
+                    .await?;
+            }
+            Ok(level)
         })
         .await
     }
