@@ -89,6 +89,7 @@ mod descriptor;
 mod driver;
 mod duplex;
 mod execute;
+mod processes;
 mod realize;
 mod recovery;
 mod remote;

@@ -103,6 +103,14 @@ impl Drop for Root {
     }
 }
 
+/// The guard of the remote root `relative` (removed with everything below it when dropped).
+pub fn root_at(server: &Server, relative: String) -> Root {
+    Root {
+        relative,
+        home: server.home(),
+    }
+}
+
 /// A driver with its own root, and a runtime with one environment on the server.
 pub async fn runtime(
     server: &Server,
