@@ -1,7 +1,8 @@
 //! The remote side: every command the driver asks `sshd` to run, as POSIX `sh` text. The
 //! login shell of the remote user must read POSIX `sh` (`sh`, `dash`, `bash`, `ksh`); the
 //! remote host needs `env`, `head`, `setsid`, `tar`, `readlink -f`, `awk`, `tr`, `grep` and
-//! `sleep` with fractions (GNU coreutils or BusyBox).
+//! `sleep` with fractions (GNU coreutils or BusyBox), and `flock` for persistent process
+//! sessions (without it a host does not get them).
 //!
 //! Nothing secret is ever put in these texts: request variables travel on the channel's
 //! stdin (see [`env_block`]), and command lines only carry paths, names and arguments.
