@@ -126,6 +126,10 @@ impl SshDriver {
             .map(|(_, h)| h)
             .collect();
         for host in hosts {
+            if let Some(session) = host.current().await {
+                // Its forwards end with it: their local ends are dead files.
+                self.forget_forwards(&session);
+            }
             host.close().await;
         }
     }

@@ -50,6 +50,42 @@ use supervisor::{Binary, Site};
 
 /// How long connecting to the supervisor (through the forward, hello included) may take.
 const CONNECT_BOUND: Duration = Duration::from_secs(15);
+/// How long one of the supervisor's remote scripts may take (the probe runs the remote
+/// binary, which the remote account could make hang; the start waits at most 40 s).
+const SCRIPT_BOUND: Duration = Duration::from_secs(60);
+/// How long copying the supervisor binary may take.
+const COPY_BOUND: Duration = Duration::from_secs(600);
+
+/// Runs `script` on `host` for `what` within `bound`; its stdout, or why not.
+async fn bounded_run(
+    host: &Host,
+    what: &str,
+    script: &str,
+    input: &[u8],
+    bound: Duration,
+) -> Result<(i32, Vec<u8>, Vec<u8>), DriverError> {
+    match tokio::time::timeout(bound, host.run(script, input)).await {
+        Ok(result) => result,
+        Err(_) => Err(host.unavailable(
+            &format!("cannot {what}"),
+            format!("no answer within {} s", bound.as_secs()),
+        )),
+    }
+}
+
+/// [`bounded_run`] with no stdin, failing unless the script exits 0.
+async fn bounded_ok(host: &Host, what: &str, script: &str) -> Result<Vec<u8>, DriverError> {
+    let (code, out, err) = bounded_run(host, what, script, &[], SCRIPT_BOUND).await?;
+    if code == 0 {
+        Ok(out)
+    } else {
+        Err(DriverError::other(format!(
+            "cannot {what} on {}: exit code {code}: {}",
+            host.target().shown(),
+            String::from_utf8_lossy(&err).trim()
+        )))
+    }
+}
 
 /// A host's supervisor site as probed: fit (`Ok`), or the exact text of why not. A probe
 /// that could not reach the host is not remembered.
@@ -97,8 +133,7 @@ impl SshDriver {
         let binary = self.binary().await.map_err(Ok)?;
         let shown = host.target().shown();
         let ask = |name: String| async move {
-            let out = host
-                .run_ok("probe for the process supervisor", &supervisor::probe(&name))
+            let out = bounded_ok(host, "probe for the process supervisor", &supervisor::probe(&name))
                 .await
                 .map_err(Err)?;
             supervisor::parse_probe(&String::from_utf8_lossy(&out)).ok_or_else(|| {
@@ -127,10 +162,15 @@ impl SshDriver {
                 })?;
             // Named by what is sent, should the file have been rebuilt meanwhile.
             name = supervisor::remote_name(&bytes);
-            let (code, _, err) = host
-                .run(&supervisor::install(&name, bytes.len()), &bytes)
-                .await
-                .map_err(Err)?;
+            let (code, _, err) = bounded_run(
+                host,
+                "copy the process supervisor",
+                &supervisor::install(&name, bytes.len()),
+                &bytes,
+                COPY_BOUND,
+            )
+            .await
+            .map_err(Err)?;
             if code != 0 {
                 return Err(Ok(format!(
                     "The process supervisor could not be copied to {shown}: exit code {code}: {}",
@@ -222,6 +262,21 @@ impl SshDriver {
         Err(lift(lease, Some(0), ClientError::Broken(last)))
     }
 
+    /// Removes the local ends of every forward of the master `session` (it is closing:
+    /// they would be dead files), and each lease's forward directory left empty.
+    pub(crate) fn forget_forwards(&self, session: &Session) {
+        let master = short_hash(session.control_socket().as_os_str().as_encoded_bytes());
+        let Ok(entries) = std::fs::read_dir(&self.control_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with("p-") {
+                let _ = std::fs::remove_file(entry.path().join(&master));
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+
     /// Ends this program's forward of the lease at `lease_dir` on `host` (when its master
     /// is up) and removes the lease's forward directory (every program's forward of it).
     pub(crate) async fn drop_forwards(&self, host: &Arc<Host>, lease_dir: &str) {
@@ -290,10 +345,12 @@ impl AgentHost for SshDriver {
             Err(error) => error,
         };
         if !start {
-            let exists = place
-                .host
-                .run_ok("look for the process supervisor", &supervisor::socket_exists(&socket))
-                .await?;
+            let exists = bounded_ok(
+                &place.host,
+                "look for the process supervisor",
+                &supervisor::socket_exists(&socket),
+            )
+            .await?;
             // No supervisor: the lease has spawned nothing (or it ended with the lease).
             if exists.is_empty() {
                 return Ok(None);
@@ -301,13 +358,12 @@ impl AgentHost for SshDriver {
             return Err(first);
         }
         let env = remote::clean_env(&self.config.env_allowlist, &place.workspace);
-        let out = place
-            .host
-            .run_ok(
-                "start the process supervisor",
-                &supervisor::start(&place.lease_dir, &socket, &site.binary, &env),
-            )
-            .await?;
+        let out = bounded_ok(
+            &place.host,
+            "start the process supervisor",
+            &supervisor::start(&place.lease_dir, &socket, &site.binary, &env),
+        )
+        .await?;
         let said = String::from_utf8_lossy(&out);
         match said.trim() {
             supervisor::STARTED | supervisor::RUNNING => self.connect(lease, &place, &socket).await.map(Some),
@@ -334,13 +390,12 @@ impl AgentHost for SshDriver {
             None => place.workspace.clone(),
             Some(cwd) => {
                 let lexical = confine_to_workspace(&place.workspace, cwd)?;
-                let out = place
-                    .host
-                    .run_ok(
-                        "resolve the working directory",
-                        &supervisor::resolve_cwd(&place.workspace, &lexical),
-                    )
-                    .await?;
+                let out = bounded_ok(
+                    &place.host,
+                    "resolve the working directory",
+                    &supervisor::resolve_cwd(&place.workspace, &lexical),
+                )
+                .await?;
                 let out = String::from_utf8_lossy(&out).into_owned();
                 match out.split_once('\n') {
                     Some((supervisor::CWD_OK, path)) if path.starts_with('/') => path.to_owned(),

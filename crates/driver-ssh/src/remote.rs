@@ -272,7 +272,7 @@ pub(crate) fn signal_run(run: &str, signal: &str) -> String {
 }
 
 /// Kills every command a lease runs: first its process supervisor and everything below it
-/// ([`AGENT_KILL_FN`]; its socket and pid file are removed), then everything of each
+/// ([`AGENT_KILL_FN`]; its socket, pid file and log are removed), then everything of each
 /// recorded run ([`KILL_FN`]), then
 /// every process of the remote user whose working directory lies in the lease directory
 /// or whose `HOME` is the workspace (what left its run altogether: a double fork into a
@@ -282,7 +282,7 @@ pub(crate) fn kill_lease(lease_dir: &str) -> String {
     format!(
         r#"{KILL_FN}{AGENT_KILL_FN}d={d}
 envrt_agent_kill "$d"
-rm -f -- "$HOME"/{socket} "$d/agent.pid"
+rm -f -- "$HOME"/{socket} "$d/agent.pid" "$d/agent.log"
 for f in "$d"/run/*.pid; do
   [ -f "$f" ] || continue
   p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && envrt_kill KILL "$p" "${{f%.pid}}"

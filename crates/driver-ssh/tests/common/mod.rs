@@ -4,6 +4,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod supervisor;
+
 use std::sync::Arc;
 
 use envrt_driver_ssh::{SshConfig, SshDriver, SshTarget};
