@@ -27,8 +27,9 @@ pub struct SshDriver {
     pub(crate) config: SshConfig,
     pub(crate) control_dir: PathBuf,
     pub(crate) hosts: std::sync::Mutex<HashMap<SshTarget, Arc<Host>>>,
-    /// The process supervisor binary of this host, found and hashed on first need.
-    pub(crate) agent_binary: tokio::sync::OnceCell<Result<crate::processes::supervisor::Binary, String>>,
+    /// The process supervisor binary of this host, once found and hashed (a failure is
+    /// not remembered: a binary built later is found).
+    pub(crate) agent_binary: tokio::sync::Mutex<Option<crate::processes::supervisor::Binary>>,
 }
 
 impl std::fmt::Debug for SshDriver {
@@ -75,7 +76,7 @@ impl SshDriver {
             config,
             control_dir,
             hosts: std::sync::Mutex::new(HashMap::new()),
-            agent_binary: tokio::sync::OnceCell::new(),
+            agent_binary: tokio::sync::Mutex::new(None),
         })
     }
 

@@ -94,28 +94,33 @@ pub(crate) type SiteSlot = tokio::sync::Mutex<Option<Result<Arc<Site>, String>>>
 envrt_driver_agent::process_sessions!(SshDriver);
 
 impl SshDriver {
-    /// This host's supervisor binary, found and hashed once.
+    /// This host's supervisor binary, found and hashed once (a failure is not remembered).
     async fn binary(&self) -> Result<Binary, String> {
-        self.agent_binary
-            .get_or_init(|| async {
-                let configured = self.config.agent.clone();
-                tokio::task::spawn_blocking(move || supervisor::local_binary(configured.as_deref()).map(|(b, _)| b))
-                    .await
-                    .unwrap_or_else(|e| Err(format!("the supervisor lookup failed: {e}")))
-            })
-            .await
-            .clone()
+        let mut slot = self.agent_binary.lock().await;
+        if let Some(binary) = slot.as_ref() {
+            return Ok(binary.clone());
+        }
+        let configured = self.config.agent.clone();
+        let found =
+            tokio::task::spawn_blocking(move || supervisor::local_binary(configured.as_deref()).map(|(b, _)| b))
+                .await
+                .unwrap_or_else(|e| Err(format!("the supervisor lookup failed: {e}")))?;
+        *slot = Some(found.clone());
+        Ok(found)
     }
 
     /// Whether leases on `host` can have persistent process sessions: `Ok` with where the
     /// supervisor runs from, `Err(Ok(text))` with the exact reason they cannot, or
-    /// `Err(Err(error))` when the host could not be asked (not remembered).
+    /// `Err(Err(error))` when the host could not be asked. Neither that nor this host's
+    /// binary missing is remembered.
     async fn site(&self, host: &Arc<Host>) -> Result<Arc<Site>, Result<String, DriverError>> {
         let mut slot = host.site.lock().await;
         if let Some(known) = slot.as_ref() {
             return known.clone().map_err(Ok);
         }
-        let found = self.probe_site(host).await;
+        // This host's binary missing is not remembered for the host: one built later counts.
+        let binary = self.binary().await.map_err(Ok)?;
+        let found = self.probe_site(host, binary).await;
         match found {
             Ok(site) => {
                 *slot = Some(Ok(site.clone()));
@@ -129,8 +134,7 @@ impl SshDriver {
         }
     }
 
-    async fn probe_site(&self, host: &Arc<Host>) -> Result<Arc<Site>, Result<String, DriverError>> {
-        let binary = self.binary().await.map_err(Ok)?;
+    async fn probe_site(&self, host: &Arc<Host>, binary: Binary) -> Result<Arc<Site>, Result<String, DriverError>> {
         let shown = host.target().shown();
         let ask = |name: String| async move {
             let out = bounded_ok(host, "probe for the process supervisor", &supervisor::probe(&name))

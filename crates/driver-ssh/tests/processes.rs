@@ -131,6 +131,16 @@ async fn a_supervisor_that_cannot_be_placed_withholds_the_capability_with_its_re
         rt.spawn(&lease.id, sh("true")).await.unwrap_err().to_string(),
         "Environment driver \"ssh\" does not support persistent process sessions."
     );
+    // A binary put there later is found: the refusal is not remembered.
+    std::fs::copy(envrt_driver_agent_path(), &missing).unwrap();
+    driver.process_support(&server.target()).await.unwrap();
+    assert!(
+        rt.resolve_capabilities(&lease.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .persistent_process_sessions
+    );
     // A script is no executable of any architecture.
     let script = control.path().join("script-agent");
     std::fs::write(&script, "#!/bin/sh\n").unwrap();
