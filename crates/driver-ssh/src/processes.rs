@@ -56,7 +56,8 @@ const SCRIPT_BOUND: Duration = Duration::from_secs(60);
 /// How long copying the supervisor binary may take.
 const COPY_BOUND: Duration = Duration::from_secs(600);
 
-/// Runs `script` on `host` for `what` within `bound`; its stdout, or why not.
+/// Runs `script` on `host` (with `input` on its stdin) for `what` within `bound`: its exit
+/// code and outputs, or why not.
 async fn bounded_run(
     host: &Host,
     what: &str,
@@ -141,10 +142,11 @@ impl SshDriver {
                 .await
                 .map_err(Err)?;
             supervisor::parse_probe(&String::from_utf8_lossy(&out)).ok_or_else(|| {
+                // What the remote side said, bounded (it could be anything).
+                let said: String = String::from_utf8_lossy(&out).chars().take(200).collect();
                 Ok(format!(
-                    "The remote host {} answered the process supervisor's probe with something else: {:?}",
+                    "The remote host {} answered the process supervisor's probe with something else: {said:?}",
                     host.target().shown(),
-                    String::from_utf8_lossy(&out)
                 ))
             })
         };
