@@ -194,6 +194,15 @@ async fn a_cwd_is_resolved_on_the_remote_host_and_confined_to_the_workspace() {
         String::from_utf8_lossy(&text),
         format!("{workspace}/sub\n{workspace}\n")
     );
+    // A name with quotes, a newline and a dollar reaches the remote side as one word.
+    let odd = "it's \"odd\"\n$HOME";
+    rt.execute(&lease.id, envrt_runtime_core::ExecuteRequest::new("mkdir", [odd]))
+        .await
+        .unwrap();
+    let mut request = sh("pwd");
+    request.cwd = Some(odd.into());
+    let id = rt.spawn(&lease.id, request).await.unwrap().id.to_string();
+    assert_eq!(stdout_until(&rt, &id, "$HOME\n").await, format!("{workspace}/{odd}\n"));
     let mut outside = sh("true");
     outside.cwd = Some("out".into());
     assert_eq!(

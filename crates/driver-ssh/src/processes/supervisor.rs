@@ -15,9 +15,9 @@ use crate::remote::{self, AGENT_CACHE, quote};
 /// The longest path a unix socket can be bound or reached at (`sun_path` less its NUL).
 pub(crate) const SOCKET_PATH_MAX: usize = 107;
 
-/// How long a supervisor has to say it listens, in tenths of a second (the start script
-/// polls its log).
-const START_TENTHS: u32 = 100;
+/// How many times the start script looks, 20 ms apart, for the supervisor to say it
+/// listens (10 s in all; it usually has after one or two looks).
+const START_POLLS: u32 = 500;
 
 /// The supervisor binary of this host.
 #[derive(Clone, Debug)]
@@ -249,10 +249,10 @@ cd -- "$d/work" || exit 3
 p=$!
 echo "$p" >"$d/agent.pid"
 i=0
-while [ $i -lt {START_TENTHS} ]; do
+while [ $i -lt {START_POLLS} ]; do
   if grep -Fqx "envrt-agent listening on $s" "$d/agent.log" 2>/dev/null; then echo {STARTED}; exit 0; fi
   kill -0 "$p" 2>/dev/null || break
-  sleep 0.1; i=$((i+1))
+  sleep 0.02; i=$((i+1))
 done
 kill -KILL "$p" 2>/dev/null
 rm -f -- "$d/agent.pid"
