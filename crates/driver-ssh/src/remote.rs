@@ -272,7 +272,10 @@ pub(crate) fn signal_run(run: &str, signal: &str) -> String {
 }
 
 /// Kills every command a lease runs: first its process supervisor and everything below it
-/// ([`AGENT_KILL_FN`]; its socket, pid file and log are removed), then everything of each
+/// ([`AGENT_KILL_FN`]; its socket, pid file and log are removed), holding the lease's
+/// start lock so that a spawn starting one at the same time either finishes first (and
+/// its supervisor is killed) or comes after (and finds the lease gone when this is a
+/// removal, which keeps the lock until the directory is gone), then everything of each
 /// recorded run ([`KILL_FN`]), then
 /// every process of the remote user whose working directory lies in the lease directory
 /// or whose `HOME` is the workspace (what left its run altogether: a double fork into a
@@ -281,6 +284,7 @@ pub(crate) fn signal_run(run: &str, signal: &str) -> String {
 pub(crate) fn kill_lease(lease_dir: &str) -> String {
     format!(
         r#"{KILL_FN}{AGENT_KILL_FN}d={d}
+if [ -d "$d/work" ] && [ ! -L "$d" ] && command -v flock >/dev/null 2>&1; then exec 9>>"$d/agent.lock" && flock -w 30 9; fi
 envrt_agent_kill "$d"
 rm -f -- "$HOME"/{socket} "$d/agent.pid" "$d/agent.log"
 for f in "$d"/run/*.pid; do

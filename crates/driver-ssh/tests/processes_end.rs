@@ -262,3 +262,41 @@ async fn the_release_of_a_kept_lease_ends_its_supervisor_and_keeps_its_workspace
     assert_eq!(processes_in(&lease_dir), Vec::<String>::new());
     driver.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_spawn_racing_the_release_leaves_nothing_running() {
+    let Some(server) = server() else { return };
+    let relative = unique_root("proc-race");
+    let _root = root_guard(&server, relative.clone());
+    let control = control_dir();
+    let (driver, rt) = runtime_on(&server, &relative, control.path(), None, |_| {}).await;
+    for round in 0..4 {
+        let lease = rt.acquire_lease(AcquireRequest::new("env-ssh", "acme")).await.unwrap();
+        let lease_dir = lease.metadata["workspace"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches("/work")
+            .to_owned();
+        let marker = format!("envrt-ssh-race-{round}-{}", common::uuid_like());
+        let (spawned, released) = tokio::join!(rt.spawn(&lease.id, sh(&format!("sleep 300; : {marker}"))), async {
+            // Let the spawn get as far as the supervisor's start in some rounds.
+            tokio::time::sleep(Duration::from_millis(20 * round)).await;
+            rt.release_lease(&lease.id, LeaseStatus::Released).await
+        });
+        released.unwrap();
+        // The spawn wins (its process then dies with the lease), or finds the lease ended,
+        // gone, or its supervisor killed under it; never anything else.
+        if let Err(error) = &spawned {
+            let text = error.to_string();
+            assert!(
+                text.contains("is not active")
+                    || text.ends_with("does not exist.")
+                    || text.contains("is not reachable"),
+                "round {round}: {text}"
+            );
+        }
+        assert_eq!(survivors(&marker).await, Vec::<u32>::new(), "round {round}");
+        assert_eq!(processes_in(&lease_dir), Vec::<String>::new(), "round {round}");
+    }
+    driver.shutdown().await;
+}

@@ -232,7 +232,8 @@ pub(crate) const GONE: &str = "gone";
 /// runs detached from the channel (`setsid`, stdin from `/dev/null`, its output to
 /// `{lease_dir}/agent.log`), so it outlives the connection, with `--subreaper`, in the
 /// workspace, with a command's environment (`env` is [`remote::clean_env`]'s text);
-/// its pid goes to `{lease_dir}/agent.pid`. Prints [`STARTED`], [`RUNNING`] or [`GONE`];
+/// its pid goes to `{lease_dir}/agent.pid`. One runs when that pid is alive, its cwd lies
+/// in the lease directory (a recycled pid does not count) and its socket exists. Prints [`STARTED`], [`RUNNING`] or [`GONE`];
 /// a supervisor that did not say it listens is killed and its log goes to stderr.
 pub(crate) fn start(lease_dir: &str, socket: &str, binary: &str, env: &str) -> String {
     format!(
@@ -242,7 +243,9 @@ d={d}; s={s}
 exec 9>"$d/agent.lock"
 flock -w 30 9 || {{ echo 'the start lock was not free within 30 s' >&2; exit 3; }}
 a=$(cat "$d/agent.pid" 2>/dev/null)
-if [ -n "$a" ] && [ -S "$s" ] && kill -0 "$a" 2>/dev/null; then echo {RUNNING}; exit 0; fi
+if [ -n "$a" ] && [ -S "$s" ] && kill -0 "$a" 2>/dev/null; then
+  case "$(readlink "/proc/$a/cwd" 2>/dev/null)/" in "$d"/*) echo {RUNNING}; exit 0 ;; esac
+fi
 rm -f -- "$s"
 cd -- "$d/work" || exit 3
 {env} setsid {b} --socket "$s" --subreaper </dev/null >"$d/agent.log" 2>&1 9>&- &
