@@ -141,14 +141,8 @@ impl SshDriver {
             let out = bounded_ok(host, "probe for the process supervisor", &supervisor::probe(&name))
                 .await
                 .map_err(Err)?;
-            supervisor::parse_probe(&String::from_utf8_lossy(&out)).ok_or_else(|| {
-                // What the remote side said, bounded (it could be anything).
-                let said: String = String::from_utf8_lossy(&out).chars().take(200).collect();
-                Ok(format!(
-                    "The remote host {} answered the process supervisor's probe with something else: {said:?}",
-                    host.target().shown(),
-                ))
-            })
+            supervisor::parse_probe(&String::from_utf8_lossy(&out))
+                .ok_or_else(|| Ok(supervisor::unrecognised(&host.target().shown(), &out)))
         };
         let mut name = binary.name.clone();
         let mut probe = ask(name.clone()).await?;
@@ -178,18 +172,18 @@ impl SshDriver {
             .await
             .map_err(Err)?;
             if code != 0 {
-                return Err(Ok(format!(
-                    "The process supervisor could not be copied to {shown}: exit code {code}: {}",
-                    String::from_utf8_lossy(&err).trim()
-                )));
+                return Err(Ok(supervisor::not_copied(&shown, code, &err)));
             }
             probe = ask(name.clone()).await?;
         }
         let binary_path = format!("{}/{}/{name}", probe.home, remote::AGENT_CACHE);
         if !probe.binary || probe.fails.is_some() {
-            return Err(Ok(format!(
-                "The process supervisor copied to {shown} ({binary_path}) does not run there: {}",
-                probe.fails.unwrap_or_else(|| "it is not there".into())
+            // A copy that does not run is no use to anyone: not left in the account's cache.
+            let _ = bounded_ok(host, "remove the process supervisor", &supervisor::uninstall(&name)).await;
+            return Err(Ok(supervisor::does_not_run(
+                &shown,
+                &binary_path,
+                probe.fails.as_deref().unwrap_or("it is not there"),
             )));
         }
         Ok(Arc::new(Site {

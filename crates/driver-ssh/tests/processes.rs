@@ -271,3 +271,47 @@ async fn a_broken_master_connection_is_replaced_and_the_process_read_again_throu
     assert_eq!(survivors(&marker).await, Vec::<u32>::new());
     driver.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_binary_that_does_not_run_there_withholds_the_capability_and_is_removed() {
+    let Some(server) = server() else { return };
+    let relative = unique_root("proc-norun");
+    let _root = root_guard(&server, relative.clone());
+    let control = control_dir();
+    // An x86_64 ELF header (this host's supervisor's) with nothing runnable behind it.
+    let mut bytes = std::fs::read(envrt_driver_agent_path()).unwrap();
+    bytes.truncate(64);
+    bytes.extend_from_slice(common::uuid_like().as_bytes());
+    let broken = control.path().join("broken-agent");
+    std::fs::write(&broken, &bytes).unwrap();
+    let (driver, rt) = runtime_on(&server, &relative, control.path(), None, |c| {
+        c.agent = Some(broken.clone())
+    })
+    .await;
+    let lease = rt.acquire_lease(AcquireRequest::new("env-ssh", "acme")).await.unwrap();
+    let caps = rt.resolve_capabilities(&lease.id).await.unwrap().unwrap();
+    assert!(!caps.persistent_process_sessions);
+    let why = driver.process_support(&server.target()).await.unwrap_err();
+    let prefix = format!(
+        "The process supervisor copied to {} ({}/.cache/envrt-agent/envrt-agent-",
+        server.target().shown(),
+        server.home()
+    );
+    assert!(why.starts_with(&prefix), "{why}");
+    let name = why[prefix.len() - "envrt-agent-".len()..]
+        .split(')')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(why.contains(") does not run there: "), "{why}");
+    assert!(
+        !std::path::Path::new(&format!("{}/.cache/envrt-agent/{name}", server.home())).exists(),
+        "the copy that does not run is removed"
+    );
+    assert_eq!(
+        rt.spawn(&lease.id, sh("true")).await.unwrap_err().to_string(),
+        "Environment driver \"ssh\" does not support persistent process sessions."
+    );
+    rt.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    driver.shutdown().await;
+}

@@ -203,6 +203,32 @@ pub(crate) fn unfit(shown: &str, binary: &Binary, probe: &Probe) -> Option<Strin
     None
 }
 
+/// The refusal of a probe answer that is not one; quotes at most 200 characters of what
+/// the remote side said (a login shell's chatter, an rc file: anything).
+pub(crate) fn unrecognised(shown: &str, said: &[u8]) -> String {
+    let said: String = String::from_utf8_lossy(said).chars().take(200).collect();
+    format!("The remote host {shown} answered the process supervisor's probe with something else: {said:?}")
+}
+
+/// The refusal of a copy that failed on the remote side (`err` is its stderr).
+pub(crate) fn not_copied(shown: &str, code: i32, err: &[u8]) -> String {
+    format!(
+        "The process supervisor could not be copied to {shown}: exit code {code}: {}",
+        String::from_utf8_lossy(err).trim()
+    )
+}
+
+/// The refusal of a copy that does not run on the host (`said`: the first line it
+/// printed when run, or why it is not there).
+pub(crate) fn does_not_run(shown: &str, path: &str, said: &str) -> String {
+    format!("The process supervisor copied to {shown} ({path}) does not run there: {said}")
+}
+
+/// Removes `{AGENT_CACHE}/{name}`.
+pub(crate) fn uninstall(name: &str) -> String {
+    format!("cd && rm -f -- {}; exit 0", quote(&format!("{AGENT_CACHE}/{name}")))
+}
+
 /// Writes stdin (exactly `len` bytes) to `{AGENT_CACHE}/{name}`: a temporary file, its
 /// length checked, `0700`, renamed into place.
 pub(crate) fn install(name: &str, len: usize) -> String {
@@ -305,6 +331,7 @@ mod tests {
         for script in [
             probe("envrt-agent-x"),
             install("envrt-agent-x", 10),
+            uninstall("envrt-agent-x"),
             start("/l", "/h/s.sock", "/h/b", "env -i PATH=/bin HOME=/l/work"),
             socket_exists("/h/s.sock"),
             resolve_cwd("/l/work", "/l/work/x"),
@@ -394,6 +421,26 @@ mod tests {
                 "The remote home \"/{}\" on u@h:22 is too long for the process supervisor's socket path (112 bytes, at most 107).",
                 "h".repeat(70)
             )
+        );
+    }
+
+    #[test]
+    fn a_probe_answer_a_copy_and_a_run_that_fail_are_refused_with_their_exact_texts() {
+        let chatter = format!("Welcome to {}\n", "x".repeat(300));
+        assert_eq!(
+            unrecognised("u@h:22", chatter.as_bytes()),
+            format!(
+                "The remote host u@h:22 answered the process supervisor's probe with something else: \"Welcome to {}\"",
+                "x".repeat(189)
+            )
+        );
+        assert_eq!(
+            not_copied("u@h:22", 1, b"received 10 of 20 bytes\n"),
+            "The process supervisor could not be copied to u@h:22: exit code 1: received 10 of 20 bytes"
+        );
+        assert_eq!(
+            does_not_run("u@h:22", "/h/.cache/envrt-agent/envrt-agent-x", "Exec format error"),
+            "The process supervisor copied to u@h:22 (/h/.cache/envrt-agent/envrt-agent-x) does not run there: Exec format error"
         );
     }
 
