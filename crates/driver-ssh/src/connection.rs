@@ -81,6 +81,12 @@ impl Host {
         let mut slot = self.session.lock().await;
         if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
             *slot = None;
+            // The host may have rebooted (its boot time moved, its supervisors are gone):
+            // the process supervisor's site is probed again. Not while a probe runs (it
+            // holds the slot, and may be what found the master dead).
+            if let Ok(mut site) = self.site.try_lock() {
+                *site = None;
+            }
         }
     }
 
