@@ -53,7 +53,8 @@
 //! Contract section 9, held by one supervisor (`envrt-agent`) per lease on the remote host
 //! and reached through a unix socket the master connection forwards
 //! (`ssh -O forward -L LOCAL:REMOTE`, over the mux protocol). The first capability
-//! resolution for a host probes it once: this host's supervisor binary
+//! resolution for a host probes it (once, and again after its connection was replaced,
+//! for a host that may have rebooted): this host's supervisor binary
 //! ([`SshConfig::agent`], else `ENVRT_AGENT`, next to the executable, `PATH`) must be built
 //! for the host's `uname -m`, the host must have `setsid` and `flock`, and the binary,
 //! copied over the master when missing (into `~/.cache/envrt-agent`, `0700`, named by its

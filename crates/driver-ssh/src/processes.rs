@@ -5,7 +5,7 @@
 //! ([`envrt_driver_agent::process_sessions!`]).
 //!
 //! - **Where it can run** ([`SshDriver::process_support`], probed once per host and
-//!   remembered): this host's supervisor binary ([`SshConfig::agent`](crate::SshConfig::agent),
+//!   remembered until its connection is replaced): this host's supervisor binary ([`SshConfig::agent`](crate::SshConfig::agent),
 //!   else `ENVRT_AGENT`, next to the executable, `PATH`) is built for the remote
 //!   architecture (its ELF machine against `uname -m`), the host has `setsid` and `flock`,
 //!   the socket path fits, and the binary, copied over the master when missing (see
