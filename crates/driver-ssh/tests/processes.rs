@@ -67,9 +67,20 @@ async fn a_process_outlives_the_program_and_the_connection_that_spawned_it() {
     assert_eq!(processes_with(&marker).len(), 1, "the process still runs");
 
     let (second_driver, second) = runtime_on(&server, &relative, control_b.path(), Some(store), |_| {}).await;
+    let started = std::time::Instant::now();
     let found = second.process(&id).await.unwrap();
+    let first_call = started.elapsed();
     assert_eq!(found.status, ProcessStatus::Running);
     assert_eq!(found.pid, info.pid);
+    // A verb is one connection through the forward (and the hello) plus the request.
+    let started = std::time::Instant::now();
+    for _ in 0..10 {
+        assert_eq!(second.process(&id).await.unwrap().pid, info.pid);
+    }
+    eprintln!(
+        "from a new program: first verb {first_call:?} (probe, forward), then {:?} a verb",
+        started.elapsed() / 10
+    );
     second.write_stdin(&id, b"hello\n").await.unwrap();
     let mut output = second.output(&id, &Offsets::zero()).await.unwrap();
     let mut stdout = Vec::new();
