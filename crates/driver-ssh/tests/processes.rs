@@ -326,3 +326,35 @@ async fn a_copied_binary_that_does_not_run_there_withholds_the_capability_and_is
     rt.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     driver.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envrt_doctor_says_the_supervisor_runs_on_a_reachable_host() {
+    let Some(server) = server() else { return };
+    use envrt_driver_ssh::DESCRIPTOR;
+    use envrt_runtime_core::descriptor::{DoctorContext, DriverDescriptor};
+    let environments = [envrt_runtime_core::Environment::new("env-ssh", "Remote", "ssh").with_config(server.config())];
+    let settings = SshConfig::default();
+    let checks = DESCRIPTOR
+        .doctor(&DoctorContext {
+            environments: &environments,
+            settings: &settings,
+            skipped: &[],
+            others: &[],
+        })
+        .await;
+    let shown: Vec<(String, bool, bool, String)> = checks
+        .into_iter()
+        .map(|c| (c.name, c.required, c.ok, c.detail))
+        .collect();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert_eq!(shown[0].0, "ssh host");
+    assert_eq!(
+        shown[1],
+        (
+            "ssh process supervisor".to_owned(),
+            false,
+            true,
+            "env-ssh: envrt-agent runs there: persistent process sessions".to_owned()
+        )
+    );
+}
