@@ -57,7 +57,7 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
         &[CORE],
     ),
     ("envrt-driver-docker", &[API, FILES], &[CORE]),
-    ("envrt-driver-ssh", &[API, FILES], &[CORE]),
+    ("envrt-driver-ssh", &[API, FILES, "envrt-driver-agent"], &[CORE]),
     ("envrt-egress", &[], &[]),
     // The plugin host keeps a worker's `ctx.state` in a `PluginStateStore` (driver API); its
     // tests prove persistence against the real sqlite store, so the store is a dev-dependency.

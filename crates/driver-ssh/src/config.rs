@@ -32,6 +32,13 @@ pub struct SshConfig {
     /// Where the control sockets live (`0700`, this user's); `{temp dir}/envrt-ssh-{uid}`
     /// when `None`.
     pub control_dir: Option<PathBuf>,
+    /// The process supervisor (`envrt-agent`) copied to remote hosts for persistent
+    /// process sessions; found as every driver finds it (`ENVRT_AGENT`, next to the
+    /// running executable, `PATH`) when `None`. It must be built for the remote host's
+    /// architecture and run there (a static build runs on any Linux of that
+    /// architecture: `crates/agent/README.md`); where it cannot, leases on that host do
+    /// not get `persistentProcessSessions`.
+    pub agent: Option<PathBuf>,
 }
 
 impl Default for SshConfig {
@@ -47,6 +54,7 @@ impl Default for SshConfig {
             kill_grace: Duration::from_secs(2),
             known_targets: Vec::new(),
             control_dir: None,
+            agent: None,
         }
     }
 }

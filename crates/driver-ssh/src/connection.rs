@@ -20,6 +20,8 @@ pub(crate) struct Host {
     session: Mutex<Option<Arc<Session>>>,
     channels: Arc<Semaphore>,
     opened: AtomicU64,
+    /// Where the process supervisor of this host's leases runs from, once probed.
+    pub(crate) site: crate::processes::SiteSlot,
 }
 
 /// A spawned remote command, holding one channel permit.
@@ -39,6 +41,7 @@ impl Host {
             session: Mutex::new(None),
             channels: Arc::new(Semaphore::new(max_channels.max(1))),
             opened: AtomicU64::new(0),
+            site: crate::processes::SiteSlot::default(),
         }
     }
 
@@ -54,6 +57,11 @@ impl Host {
             .await
             .as_ref()
             .map(|s| s.control_socket().to_path_buf())
+    }
+
+    /// The current master, if there is one (no connection is made).
+    pub(crate) async fn current(&self) -> Option<Arc<Session>> {
+        self.session.lock().await.clone()
     }
 
     /// The current master, connecting when there is none.
@@ -73,6 +81,12 @@ impl Host {
         let mut slot = self.session.lock().await;
         if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
             *slot = None;
+            // The host may have rebooted (its boot time moved, its supervisors are gone):
+            // the process supervisor's site is probed again. Not while a probe runs (it
+            // holds the slot, and may be what found the master dead).
+            if let Ok(mut site) = self.site.try_lock() {
+                *site = None;
+            }
         }
     }
 

@@ -3,7 +3,9 @@
 //! check of every configured host: it connects the way a lease would (host key checked
 //! against the environment's known-hosts file, key login) and runs a no-op command, so an
 //! unreachable host, an unknown or changed host key and a refused login each show with
-//! their own reason before any lease is taken.
+//! their own reason before any lease is taken; for a reachable host, an optional check
+//! says whether the process supervisor runs there (persistent process sessions) or why
+//! not.
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -92,8 +94,45 @@ impl DriverDescriptor for SshDescriptor {
                 fix,
                 phase: DoctorPhase::Environments,
             });
+            if ok {
+                let (ok, detail, fix) = supervisor_check(environment).await;
+                checks.push(DoctorCheck {
+                    name: "ssh process supervisor".into(),
+                    required: false,
+                    ok,
+                    detail,
+                    fix,
+                    phase: DoctorPhase::Environments,
+                });
+            }
         }
         checks
+    }
+}
+
+/// `(ok, detail, fix)` of persistent process sessions on one environment's (reachable)
+/// host: whether the supervisor can be placed and runs there (the probe copies it when
+/// missing, as a lease's first capability resolution would).
+async fn supervisor_check(environment: &Environment) -> (bool, String, Option<String>) {
+    let Ok(driver) = SshDriver::new(SshConfig::default()) else {
+        return (false, format!("{}: no driver", environment.id), None);
+    };
+    let outcome = match driver.target_of(&environment.config) {
+        Ok(target) => driver.process_support(&target).await,
+        Err(e) => Err(e.to_string()),
+    };
+    driver.shutdown().await;
+    match outcome {
+        Ok(()) => (
+            true,
+            format!("{}: envrt-agent runs there: persistent process sessions", environment.id),
+            None,
+        ),
+        Err(why) => (
+            false,
+            format!("{}: no persistent process sessions: {why}", environment.id),
+            Some("build envrt-agent for the remote architecture (a static build runs on any Linux host: crates/agent/README.md) and set ENVRT_AGENT to it".into()),
+        ),
     }
 }
 

@@ -13,7 +13,7 @@ use envrt_driver_api::sync::confine_to_workspace;
 use envrt_driver_api::{
     AcquireInput, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError, DuplexChannels, EnvironmentDriver,
     Execute, ExecuteRequest, ExecuteResult, FileSync, JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy,
-    LeaseStatus, RealizeWorkspace, Recovery, ReleaseInput, ResumeLease,
+    LeaseStatus, ProcessSessions, RealizeWorkspace, Recovery, ReleaseInput, ResumeLease,
 };
 
 use crate::connection::{self, Host};
@@ -27,6 +27,9 @@ pub struct SshDriver {
     pub(crate) config: SshConfig,
     pub(crate) control_dir: PathBuf,
     pub(crate) hosts: std::sync::Mutex<HashMap<SshTarget, Arc<Host>>>,
+    /// The process supervisor binary of this host, once found and hashed (a failure is
+    /// not remembered: a binary built later is found).
+    pub(crate) agent_binary: tokio::sync::Mutex<Option<crate::processes::supervisor::Binary>>,
 }
 
 impl std::fmt::Debug for SshDriver {
@@ -73,6 +76,7 @@ impl SshDriver {
             config,
             control_dir,
             hosts: std::sync::Mutex::new(HashMap::new()),
+            agent_binary: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -123,6 +127,10 @@ impl SshDriver {
             .map(|(_, h)| h)
             .collect();
         for host in hosts {
+            if let Some(session) = host.current().await {
+                // Its forwards end with it: their local ends are dead files.
+                self.forget_forwards(&session);
+            }
             host.close().await;
         }
     }
@@ -215,9 +223,11 @@ impl SshDriver {
         if root.is_empty() {
             return Ok(());
         }
-        host.run_ok("remove the lease", &remote::remove_lease(&format!("{root}/{name}")))
-            .await
-            .map(|_| ())
+        let lease_dir = format!("{root}/{name}");
+        host.run_ok("remove the lease", &remote::remove_lease(&lease_dir))
+            .await?;
+        self.drop_forwards(&host, &lease_dir).await;
+        Ok(())
     }
 
     fn support_set() -> SupportSet {
@@ -300,6 +310,7 @@ impl EnvironmentDriver for SshDriver {
                     .host
                     .run_ok("stop the lease's commands", &remote::kill_lease(&place.lease_dir))
                     .await?;
+                self.drop_forwards(&place.host, &place.lease_dir).await;
             }
             Ok(())
         } else {
@@ -312,13 +323,19 @@ impl EnvironmentDriver for SshDriver {
             .environment
             .as_ref()
             .is_none_or(|env| self.target_of(&env.config).is_ok());
-        Ok(classify_driver(
-            self,
-            Self::support_set(),
-            Some(&Self::declaration()),
-            input,
-            resolved,
-        ))
+        let mut set = Self::support_set();
+        // Granted only where the supervisor is known to run (probed once per host).
+        let target = match (&input.lease, &input.environment) {
+            (Some(lease), environment) => self.target_of_lease(lease, environment.as_ref()).ok(),
+            (None, Some(environment)) => self.target_of(&environment.config).ok(),
+            (None, None) => None,
+        };
+        if let Some(target) = target
+            && self.serves_processes(&self.host(&target)).await
+        {
+            set.insert(CapabilityKey::PersistentProcessSessions);
+        }
+        Ok(classify_driver(self, set, Some(&Self::declaration()), input, resolved))
     }
 
     fn as_resume(&self) -> Option<&dyn ResumeLease> {
@@ -337,6 +354,11 @@ impl EnvironmentDriver for SshDriver {
         Some(self)
     }
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
+        Some(self)
+    }
+    /// Served by one supervisor per lease on the remote host (`processes`); granted only
+    /// where it can run there.
+    fn as_processes(&self) -> Option<&dyn ProcessSessions> {
         Some(self)
     }
     /// Commands run on the remote host, on its network: no policy can be enforced.

@@ -46,7 +46,38 @@
 //! ## Capabilities
 //! Explicit support set: `reusableLeases` (under `reuse_by_environment`), `nativeSyncIn`,
 //! `nativeSyncOut`, `duplexCommandStream`, `independentControlCommands`,
-//! `incrementalSessionOutput`. No persistent sessions, no runner ingress.
+//! `incrementalSessionOutput`, and `persistentProcessSessions` on a host where the process
+//! supervisor runs (below). No runner ingress.
+//!
+//! ## Persistent process sessions
+//! Contract section 9, held by one supervisor (`envrt-agent`) per lease on the remote host
+//! and reached through a unix socket the master connection forwards
+//! (`ssh -O forward -L LOCAL:REMOTE`, over the mux protocol). The first capability
+//! resolution for a host probes it (once, and again after its connection was replaced,
+//! for a host that may have rebooted): this host's supervisor binary
+//! ([`SshConfig::agent`], else `ENVRT_AGENT`, next to the executable, `PATH`) must be built
+//! for the host's `uname -m`, the host must have `setsid` and `flock`, and the binary,
+//! copied over the master when missing (into `~/.cache/envrt-agent`, `0700`, named by its
+//! content hash, written under a temporary name and renamed), must run there. Only then do
+//! its leases get `persistentProcessSessions`; [`SshDriver::process_support`] says why not
+//! (and `envrt doctor` shows it). A dynamically linked build runs only where the remote C
+//! library matches; a static build (`crates/agent/README.md`) runs on any Linux host of
+//! its architecture.
+//!
+//! The supervisor starts on a lease's first spawn, under the lease's remote `flock`,
+//! detached from the channel (`setsid`, stdin from `/dev/null`, its log
+//! `{lease dir}/agent.log`, its pid `{lease dir}/agent.pid`), with `--subreaper`, in the
+//! workspace with a command's environment (`HOME` = the workspace): it outlives the
+//! channel, the master connection and the program that started it, and another program on
+//! the same store finds its processes by id through a forward of its own. Its socket is
+//! `~/.cache/envrt-agent/{hash of the lease directory}.sock` (a unix socket path is
+//! bounded to 107 bytes, which a lease directory under a deep root already nearly takes);
+//! the local end of a forward is in a `0700` directory of the lease under the control
+//! directory, one per master connection. A cwd is resolved on the remote side like an
+//! execute's. Release, destroy and `gc` stop the supervisor (it cannot start anything
+//! more), kill every process below it (as a subreaper it keeps `setsid` escapees below
+//! it), then it; they remove its socket and pid file, cancel this program's forward and
+//! remove the lease's forward directory.
 //!
 //! ## Execute
 //! The login shell of the remote user (it must read POSIX `sh`) replaces itself with
@@ -89,6 +120,7 @@ mod descriptor;
 mod driver;
 mod duplex;
 mod execute;
+mod processes;
 mod realize;
 mod recovery;
 mod remote;

@@ -64,10 +64,9 @@ impl Recovery for SshDriver {
                         item.id
                     )));
                 }
-                return host
-                    .run_ok("remove the lease", &remote::remove_lease(dir))
-                    .await
-                    .map(|_| ());
+                host.run_ok("remove the lease", &remote::remove_lease(dir)).await?;
+                self.drop_forwards(&host, dir).await;
+                return Ok(());
             }
         }
         Err(DriverError::invalid(format!(
@@ -86,6 +85,7 @@ impl Recovery for SshDriver {
                 .host
                 .run_ok("stop the lease's commands", &remote::kill_lease(&place.lease_dir))
                 .await?;
+            self.drop_forwards(&place.host, &place.lease_dir).await;
         }
         Ok(0)
     }

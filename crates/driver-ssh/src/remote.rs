@@ -1,7 +1,8 @@
 //! The remote side: every command the driver asks `sshd` to run, as POSIX `sh` text. The
 //! login shell of the remote user must read POSIX `sh` (`sh`, `dash`, `bash`, `ksh`); the
 //! remote host needs `env`, `head`, `setsid`, `tar`, `readlink -f`, `awk`, `tr`, `grep` and
-//! `sleep` with fractions (GNU coreutils or BusyBox).
+//! `sleep` with fractions (GNU coreutils or BusyBox), and `flock` for persistent process
+//! sessions (without it a host does not get them).
 //!
 //! Nothing secret is ever put in these texts: request variables travel on the channel's
 //! stdin (see [`env_block`]), and command lines only carry paths, names and arguments.
@@ -60,6 +61,54 @@ const KILL_FN: &str = r#"envrt_kill() {
       ($NF in t) && d != "" && d != s { print d }' "$3.fds" -); do
     kill -"$1" "$q" 2>/dev/null
   done
+  return 0
+}
+"#;
+
+/// Where each account keeps the process supervisor's binaries and the leases' supervisor
+/// sockets, relative to the remote home (`0700`). The sockets are not in the lease
+/// directories because a unix socket's path is bounded to 107 bytes, and a lease directory
+/// under a deep root (the test roots are) already takes about that much.
+pub(crate) const AGENT_CACHE: &str = ".cache/envrt-agent";
+
+/// The first 16 hex digits of the SHA-256 of `bytes`: a short, stable name.
+pub(crate) fn short_hash(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The supervisor socket of the lease at `lease_dir`, relative to the remote home:
+/// `{AGENT_CACHE}/{hash of the lease directory}.sock`.
+pub(crate) fn agent_socket(lease_dir: &str) -> String {
+    format!("{AGENT_CACHE}/{}.sock", short_hash(lease_dir.as_bytes()))
+}
+
+/// A `sh` function, `envrt_agent_kill LEASE_DIR`, that kills the lease's process
+/// supervisor and every process below it. The supervisor runs with `--subreaper`, so
+/// everything it started stays its descendant however it forks or whatever session it
+/// makes (`setsid` escapees included) until the supervisor is gone: it is stopped first
+/// (it can start nothing more), its descendants (from `/proc`'s parent links) are killed
+/// twice (for what forked meanwhile, which the still-living subreaper collects), then the
+/// supervisor. The pid in `agent.pid` is only trusted while that process's working
+/// directory lies in the lease directory (it is the workspace): a recycled pid is left
+/// alone.
+pub(crate) const AGENT_KILL_FN: &str = r#"envrt_agent_kill() {
+  a=$(cat "$1/agent.pid" 2>/dev/null) || return 0
+  case $a in ''|*[!0-9]*) return 0 ;; esac
+  t=$(readlink "/proc/$a/cwd" 2>/dev/null) || return 0
+  case "$t/" in "$1"/*) ;; *) return 0 ;; esac
+  kill -STOP "$a" 2>/dev/null
+  for i in 1 2; do
+    for q in $(cat /proc/[0-9]*/stat 2>/dev/null | awk -v a="$a" '{ x = $0; sub(/.*\) /, "", x); split(x, f, " "); pp[$1] = f[2] }
+      END { s[a] = 1; do { c = 0; for (p in pp) if (!(p in s) && (pp[p] in s)) { s[p] = 1; c = 1 } } while (c); for (p in s) if (p != a) print p }'); do
+      kill -KILL "$q" 2>/dev/null
+    done
+  done
+  kill -KILL "$a" 2>/dev/null
   return 0
 }
 "#;
@@ -155,13 +204,12 @@ pub(crate) struct Launch<'a> {
     pub(crate) stdin_len: Option<usize>,
 }
 
-/// The text `sshd` runs for one command: the login shell replaces itself by `env -i`
-/// (the remote login environment is not inherited beyond the allow-list, `PATH` and
-/// `HOME` = the workspace) and a clean `/bin/sh` running [`prologue`].
-pub(crate) fn launch(at: &Launch<'_>, command: &str, args: &[String]) -> String {
-    let mut out = String::from("exec env -i");
+/// `env -i` with what a command sees of the remote login: the allow-listed variables that
+/// are set, `PATH` (a default when unset), `HOME` = the workspace. Followed by the program.
+pub(crate) fn clean_env(allowlist: &[String], workspace: &str) -> String {
+    let mut out = String::from("env -i");
     let mut has_path = false;
-    for name in at.allowlist {
+    for name in allowlist {
         // `export` refuses anything but a shell identifier.
         if !is_shell_name(name) || name == "HOME" {
             continue;
@@ -177,7 +225,15 @@ pub(crate) fn launch(at: &Launch<'_>, command: &str, args: &[String]) -> String 
         out.push_str(&format!(" PATH={DEFAULT_PATH}"));
     }
     out.push_str(" HOME=");
-    out.push_str(&quote(at.workspace));
+    out.push_str(&quote(workspace));
+    out
+}
+
+/// The text `sshd` runs for one command: the login shell replaces itself by `env -i`
+/// (the remote login environment is not inherited beyond the allow-list, `PATH` and
+/// `HOME` = the workspace) and a clean `/bin/sh` running [`prologue`].
+pub(crate) fn launch(at: &Launch<'_>, command: &str, args: &[String]) -> String {
+    let mut out = format!("exec {}", clean_env(at.allowlist, at.workspace));
     out.push_str(" /bin/sh -c ");
     out.push_str(&quote(&prologue()));
     out.push_str(" envrt-ssh ");
@@ -215,14 +271,22 @@ pub(crate) fn signal_run(run: &str, signal: &str) -> String {
     )
 }
 
-/// Kills every command a lease runs: everything of each recorded run ([`KILL_FN`]), then
+/// Kills every command a lease runs: first its process supervisor and everything below it
+/// ([`AGENT_KILL_FN`]; its socket, pid file and log are removed), holding the lease's
+/// start lock so that a spawn starting one at the same time either finishes first (and
+/// its supervisor is killed) or comes after (and finds the lease gone when this is a
+/// removal, which keeps the lock until the directory is gone), then everything of each
+/// recorded run ([`KILL_FN`]), then
 /// every process of the remote user whose working directory lies in the lease directory
 /// or whose `HOME` is the workspace (what left its run altogether: a double fork into a
 /// new session that closed the command's descriptors), looked up in `/proc` where there
 /// is one.
 pub(crate) fn kill_lease(lease_dir: &str) -> String {
     format!(
-        r#"{KILL_FN}d={d}
+        r#"{KILL_FN}{AGENT_KILL_FN}d={d}
+if [ -d "$d/work" ] && [ ! -L "$d" ] && command -v flock >/dev/null 2>&1; then exec 9>>"$d/agent.lock" && flock -w 30 9; fi
+envrt_agent_kill "$d"
+rm -f -- "$HOME"/{socket} "$d/agent.pid" "$d/agent.log"
 for f in "$d"/run/*.pid; do
   [ -f "$f" ] || continue
   p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] && envrt_kill KILL "$p" "${{f%.pid}}"
@@ -237,7 +301,8 @@ if [ -d /proc/self ]; then
   done
 fi
 exit 0"#,
-        d = quote(lease_dir)
+        d = quote(lease_dir),
+        socket = quote(&agent_socket(lease_dir)),
     )
 }
 

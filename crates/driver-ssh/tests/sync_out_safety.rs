@@ -205,6 +205,10 @@ async fn an_archive_written_by_a_remote_rc_file_leaves_the_host_untouched() {
     let root = common::unique_root("rc");
     let rt = runtime_on(&rc.server, &root).await;
     let lease = rt.acquire_lease(AcquireRequest::new("env-ssh", "acme")).await.unwrap();
+    // The first capability resolution for a host probes it for the process supervisor (a
+    // session of its own, once per driver): done before the rc file is armed, so that the
+    // armed session is the sync out's.
+    rt.resolve_capabilities(&lease.id).await.unwrap();
     // The lease's command (as the remote account) arms the rc file for the next session.
     let armed = rt
         .execute(

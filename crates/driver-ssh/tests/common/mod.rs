@@ -4,6 +4,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod supervisor;
+
 use std::sync::Arc;
 
 use envrt_driver_ssh::{SshConfig, SshDriver, SshTarget};
@@ -100,6 +102,14 @@ impl std::fmt::Display for Root {
 impl Drop for Root {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(format!("{}/{}", self.home, self.relative));
+    }
+}
+
+/// The guard of the remote root `relative` (removed with everything below it when dropped).
+pub fn root_at(server: &Server, relative: String) -> Root {
+    Root {
+        relative,
+        home: server.home(),
     }
 }
 
