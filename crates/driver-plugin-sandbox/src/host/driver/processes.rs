@@ -1,0 +1,218 @@
+//! Persistent process sessions (contract section 9) on the sandbox driver: one supervisor
+//! (`envrt-agent`) per lease, started by the worker inside the lease's own isolation
+//! through the extension `envrtStartProcessSupervisor`, and reached by the host directly
+//! on its unix socket (the worker is the host's child, on the same machine). Every verb
+//! is then one request to the supervisor ([`envrt_driver_agent`]).
+//!
+//! The host chooses where the socket lives, never the worker: a private directory
+//! (`0711`, the host's user's) made in the temp directory when the driver first starts a
+//! supervisor, and in it one directory per lease, named by envrt's lease id, made `0700`
+//! before each start (the worker hands it to the lease's own host user, so the agent can
+//! make its socket there). The socket is opened without following a link
+//! (`O_PATH | O_NOFOLLOW`, then checked to be a socket) and connected through that
+//! descriptor, so nothing the lease puts in its directory can make the host connect
+//! elsewhere. Release and destroy remove the lease's directory (the worker killed the
+//! supervisor with every sandbox of the lease); the driver's own directory goes when the
+//! driver is dropped.
+//!
+//! The supervisor lives as long as the lease and the worker: a worker that exits
+//! (crash, restart, the host's end) takes every sandbox with it, the supervisor included,
+//! and its processes are gone; the next spawn starts a new supervisor.
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use async_trait::async_trait;
+use envrt_driver_agent::{AgentHost, AgentSpawnRequest, Client, SpawnRequest, request_of};
+use envrt_driver_api::{DriverError, LeaseContext};
+use rustix::fs::{FileType, Mode, OFlags};
+
+use super::SandboxDriver;
+use crate::protocol::environment::StartProcessSupervisorParams;
+use crate::protocol::methods;
+
+/// The longest path a unix socket may have (`sun_path` less its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// The host's directories for its leases' supervisor sockets.
+#[derive(Debug, Default)]
+pub(crate) struct SocketDirs {
+    /// The driver's own directory, made on first use.
+    root: OnceLock<PathBuf>,
+    /// One start at a time per lease.
+    starts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl SocketDirs {
+    /// The driver's directory, made (`0711`) on first use.
+    fn root(&self) -> Result<&Path, DriverError> {
+        if let Some(root) = self.root.get() {
+            return Ok(root);
+        }
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let short = uuid::Uuid::new_v4().simple().to_string();
+        let dir = std::env::temp_dir().join(format!("envrt-sbx-agents-{}", &short[..12]));
+        std::fs::DirBuilder::new()
+            .mode(0o711)
+            .create(&dir)
+            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)))
+            .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?;
+        match self.root.set(dir) {
+            Ok(()) => {}
+            // Another call made one first: this one goes.
+            Err(mine) => {
+                let _ = std::fs::remove_dir(mine);
+            }
+        }
+        Ok(self.root.get().expect("set above"))
+    }
+
+    /// The socket directory of the lease `lease` (envrt's lease id).
+    fn of(&self, lease: &str) -> Result<PathBuf, DriverError> {
+        let plain = !lease.is_empty()
+            && lease.len() <= 64
+            && !lease.starts_with('.')
+            && lease
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !plain {
+            return Err(DriverError::invalid(format!(
+                "lease id {lease:?} cannot name a process supervisor's directory"
+            )));
+        }
+        let dir = self.root()?.join(lease);
+        let socket = dir.join(methods::SUPERVISOR_SOCKET);
+        if socket.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(DriverError::Unavailable {
+                message: format!(
+                    "the process supervisor's socket {} is longer than a unix socket path may be ({MAX_SOCKET_PATH} bytes): set TMPDIR to a shorter directory",
+                    socket.display()
+                ),
+                source: None,
+            });
+        }
+        Ok(dir)
+    }
+
+    /// The lease's start lock.
+    fn start_lock(&self, lease: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(starts.entry(lease.to_owned()).or_default())
+    }
+
+    /// Removes the lease's directory (its lease ended).
+    pub(crate) fn remove(&self, lease: &str) {
+        self.starts.lock().unwrap_or_else(|p| p.into_inner()).remove(lease);
+        if let (Some(root), Ok(dir)) = (self.root.get(), self.of(lease))
+            && dir.starts_with(root)
+        {
+            // `remove_dir_all` follows no link the lease may have put there.
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Drop for SocketDirs {
+    fn drop(&mut self) {
+        if let Some(root) = self.root.get() {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}
+
+/// A fresh, empty `0700` directory at `dir` (one left by an earlier supervisor goes).
+fn fresh_dir(dir: &Path) -> Result<(), DriverError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(DriverError::io(format!("cannot remove {}", dir.display()), e)),
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))
+}
+
+/// Connects to the supervisor's socket in `dir`: `None` when there is no socket there, or
+/// nobody answers on it. The socket is opened without following a link and connected
+/// through its descriptor, so a link the lease planted leads nowhere.
+async fn connect(dir: &Path) -> Option<Client> {
+    let socket = dir.join(methods::SUPERVISOR_SOCKET);
+    let fd = rustix::fs::open(
+        &socket,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let stat = rustix::fs::fstat(&fd).ok()?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Socket {
+        return None;
+    }
+    let through = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    Client::connect(&through).await.ok()
+}
+
+envrt_driver_agent::process_sessions!(SandboxDriver);
+
+#[async_trait]
+impl AgentHost for SandboxDriver {
+    async fn agent(&self, context: &LeaseContext, start: bool) -> Result<Option<Client>, DriverError> {
+        let lease = context.lease.id.as_str();
+        let dir = self.socket_dirs.of(lease)?;
+        if let Some(client) = connect(&dir).await {
+            return Ok(Some(client));
+        }
+        if !start {
+            // None answers: the lease spawned nothing yet, or its worker (and the
+            // supervisor with it) ended.
+            return Ok(None);
+        }
+        self.require(methods::START_PROCESS_SUPERVISOR)?;
+        let lock = self.socket_dirs.start_lock(lease);
+        let _start = lock.lock().await;
+        if let Some(client) = connect(&dir).await {
+            return Ok(Some(client));
+        }
+        fresh_dir(&dir)?;
+        let params = StartProcessSupervisorParams {
+            base: self.base(context),
+            lease: Self::lease(context),
+            socket_dir: dir.to_string_lossy().into_owned(),
+        };
+        self.rpc(methods::START_PROCESS_SUPERVISOR, &params, &context.lease.company_id)
+            .await?;
+        match connect(&dir).await {
+            Some(client) => Ok(Some(client)),
+            None => Err(DriverError::other(format!(
+                "the process supervisor of lease {lease} does not answer on its socket"
+            ))),
+        }
+    }
+
+    async fn spawn_request(
+        &self,
+        context: &LeaseContext,
+        request: SpawnRequest,
+    ) -> Result<AgentSpawnRequest, DriverError> {
+        use envrt_driver_api::EnvironmentDriver;
+        let root = context
+            .lease
+            .metadata
+            .get("remoteCwd")
+            .and_then(|v| v.as_str())
+            .unwrap_or(WORKSPACE);
+        let cwd = match &request.cwd {
+            None => root.to_owned(),
+            Some(cwd) => self.path_scope().resolve_cwd(root, cwd)?,
+        };
+        // The supervisor's environment is a command's (`PATH`, `HOME`): inherited under
+        // the request's own variables.
+        Ok(request_of(request, Some(cwd), Vec::new(), false))
+    }
+}
+
+/// The workspace of a lease whose worker named none (`remoteCwd`).
+const WORKSPACE: &str = "/workspace";
