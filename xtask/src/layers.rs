@@ -71,7 +71,7 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     (
         "envrt-sandbox-worker",
         &[API, FILES, "envrt-plugin-protocol", "envrt-driver-agent"],
-        &[],
+        &["envrt-agent"],
     ),
     ("envrt-conformance", &[API, CORE], &[DRIVER]),
     ("envrt", &[API, FILES, CORE, "envrt-store-sqlite", DRIVER], &[]),
