@@ -62,6 +62,9 @@ pub(crate) struct Supervisors {
 /// that owns its `bwrap` and ends when it exits).
 struct Running {
     socket_dir: PathBuf,
+    /// The directory's (device, inode): a directory the host made anew at the same path
+    /// (it could not reach the supervisor in the old one) is another.
+    dir_id: (u64, u64),
     watcher: tokio::task::JoinHandle<()>,
 }
 
@@ -75,12 +78,13 @@ impl Supervisors {
         }
     }
 
-    /// Whether the lease at `lease_dir` has a live supervisor listening in `socket_dir`.
-    fn live_in(&self, lease_dir: &Path, socket_dir: &Path) -> bool {
+    /// Whether the lease at `lease_dir` has a live supervisor listening in the directory
+    /// `socket_dir` whose (device, inode) is `dir_id`.
+    fn live_in(&self, lease_dir: &Path, socket_dir: &Path, dir_id: (u64, u64)) -> bool {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         running
             .get(lease_dir)
-            .is_some_and(|r| r.socket_dir == socket_dir && !r.watcher.is_finished())
+            .is_some_and(|r| r.socket_dir == socket_dir && r.dir_id == dir_id && !r.watcher.is_finished())
     }
 
     /// Starts the lease's supervisor (see the module docs).
@@ -97,14 +101,15 @@ impl Supervisors {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let socket_dir = PathBuf::from(&params.socket_dir);
-        let dir = open_socket_dir(&socket_dir, owner)?;
+        let (dir, dir_id) = open_socket_dir(&socket_dir, owner)?;
         let _starting = self.starting.lock().await;
-        if self.live_in(lease_dir, &socket_dir) {
+        if self.live_in(lease_dir, &socket_dir, dir_id) {
             return Ok(envrt_plugin_protocol::to_value(&StartProcessSupervisorResult {
                 started: false,
             }));
         }
-        // One listening elsewhere (the host made a new directory): it ends first.
+        // One listening elsewhere (the host made a new directory, as it could not reach
+        // it there): it ends first, with what it held.
         if let Some(old) = self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(lease_dir) {
             old.watcher.abort();
         }
@@ -202,10 +207,14 @@ impl Supervisors {
             drain_out.abort();
             drain_err.abort();
         });
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(lease_dir.to_path_buf(), Running { socket_dir, watcher });
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            lease_dir.to_path_buf(),
+            Running {
+                socket_dir,
+                dir_id,
+                watcher,
+            },
+        );
         Ok(envrt_plugin_protocol::to_value(&StartProcessSupervisorResult {
             started: true,
         }))
@@ -215,7 +224,7 @@ impl Supervisors {
 /// Opens the host's socket directory, refusing anything but an absolute path to a
 /// directory (not a link) with mode 0700 of the worker's own user (or of the lease's,
 /// which a start before this one handed it to).
-fn open_socket_dir(dir: &Path, owner: Owner) -> Result<OwnedFd, RpcError> {
+fn open_socket_dir(dir: &Path, owner: Owner) -> Result<(OwnedFd, (u64, u64)), RpcError> {
     let refuse = |why: &str| RpcError::invalid_params(format!("socketDir {:?} {why}", dir.to_string_lossy()));
     if !dir.is_absolute() {
         return Err(refuse("is not an absolute path"));
@@ -232,5 +241,5 @@ fn open_socket_dir(dir: &Path, owner: Owner) -> Result<OwnedFd, RpcError> {
     if !ours || meta.mode() & 0o7777 != 0o700 {
         return Err(refuse("must be a directory of the worker's user with mode 0700"));
     }
-    Ok(fd)
+    Ok((fd, (meta.dev(), meta.ino())))
 }
