@@ -44,8 +44,15 @@ fn socket_dir(parent: &Path) -> PathBuf {
     dir
 }
 
-/// Host pids of processes running as `uid`.
-fn processes_of(uid: u32) -> Vec<u32> {
+/// The pid namespace of `pid`.
+fn pid_namespace(pid: u32) -> Option<std::ffi::OsString> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+        .ok()
+        .map(PathBuf::into_os_string)
+}
+
+/// Host pids of the live processes in the pid namespace `ns`.
+fn processes_in(ns: &std::ffi::OsStr) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -53,12 +60,7 @@ fn processes_of(uid: u32) -> Vec<u32> {
         .filter(|pid| {
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
             let zombie = status.lines().any(|l| l.starts_with("State:") && l.contains('Z'));
-            let of_uid = status
-                .lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .is_some_and(|u| u == uid.to_string());
-            of_uid && !zombie
+            !zombie && pid_namespace(*pid).as_deref() == Some(ns)
         })
         .collect()
 }
@@ -120,12 +122,24 @@ fn one_supervisor_per_lease_runs_as_the_lease_and_release_ends_it_with_every_pro
         info.1, "65534 envrt-sandbox /workspace /workspace\n3\n",
         "what the process saw"
     );
-    assert_eq!(
-        wait_for_processes(&mark, 2).len(),
-        2,
-        "the process and its setsid escapee"
-    );
-    assert!(!processes_of(uid).is_empty());
+    // The process and its setsid escapee (and, for a moment, the shell's subshells),
+    // each as the lease's host uid, in a pid namespace of their own.
+    let marked = wait_for_processes(&mark, 2);
+    let namespace = pid_namespace(marked[0]).expect("its pid namespace");
+    assert_ne!(pid_namespace(std::process::id()), Some(namespace.clone()));
+    for pid in &marked {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let host_uid = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned));
+        assert!(
+            host_uid.as_ref().is_none_or(|u| *u == uid.to_string()),
+            "pid {pid} runs as {host_uid:?}, not {uid}"
+        );
+    }
+    // The agent, its sandbox init, bwrap's own and the processes share it.
+    assert!(processes_in(&namespace).len() >= 4, "{:?}", processes_in(&namespace));
     w.ok("environmentReleaseLease", json!({"providerLeaseId": lease}));
     assert_eq!(
         survivors_after_wait(&mark),
@@ -133,13 +147,13 @@ fn one_supervisor_per_lease_runs_as_the_lease_and_release_ends_it_with_every_pro
         "a process survived release"
     );
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !processes_of(uid).is_empty() && Instant::now() < deadline {
+    while !processes_in(&namespace).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
-        processes_of(uid),
+        processes_in(&namespace),
         Vec::<u32>::new(),
-        "a process of the lease's uid survived release"
+        "a process of the supervisor's sandbox survived release"
     );
 }
 
