@@ -1,7 +1,7 @@
 //! The reference plugin worker (`envrt-sandbox-worker`): every environment verb of
-//! `plugin-protocol.md`, duplex channels, file sync and both protocol extensions
-//! (`duplexChannelCloseInput`, `environmentExecuteBinary`), with every command run inside
-//! a `bwrap` sandbox.
+//! `plugin-protocol.md`, duplex channels, file sync and envrt's protocol extensions
+//! (`duplexChannelCloseInput`, `environmentExecuteBinary`, `envrtStartProcessSupervisor`,
+//! ...), with every command run inside a `bwrap` sandbox.
 //!
 //! # Usage
 //!
@@ -52,6 +52,13 @@
 //! Extension `envrt.dataPlane`: when `initialize` offers it (naming a socket the worker
 //! inherited), the worker advertises it and every duplex channel's bytes move over that
 //! socket in binary frames with credit-based flow control (the `dataplane` module).
+//!
+//! Extension `envrtStartProcessSupervisor`: the lease's process supervisor
+//! (`envrt-agent`, which holds the lease's persistent processes) started in a long-lived
+//! sandbox of the lease, built as a command's, listening in a directory the host made (see
+//! the `supervisor` module). Advertised only when the worker finds `envrt-agent`
+//! (`ENVRT_AGENT`, beside its own binary or one directory up, `PATH`); the supervisor
+//! lives until the lease is released, destroyed or expires, or the worker ends.
 //!
 //! At start the worker checks that `bwrap` exists and can build a sandbox; if not it
 //! prints why on stderr (naming `apt-get install bubblewrap` when it is missing) and exits
