@@ -69,8 +69,10 @@ impl SocketDirs {
         Ok(self.root.get().expect("set above"))
     }
 
-    /// The socket directory of the lease `lease` (envrt's lease id).
-    fn of(&self, lease: &str) -> Result<PathBuf, DriverError> {
+    /// The socket directory of the lease `lease` (envrt's lease id); `None` while the
+    /// driver made no directory of its own (no supervisor started yet) and `create` is
+    /// not set.
+    fn of(&self, lease: &str, create: bool) -> Result<Option<PathBuf>, DriverError> {
         let plain = !lease.is_empty()
             && lease.len() <= 64
             && !lease.starts_with('.')
@@ -82,7 +84,12 @@ impl SocketDirs {
                 "lease id {lease:?} cannot name a process supervisor's directory"
             )));
         }
-        let dir = self.root()?.join(lease);
+        let root = match (self.root.get(), create) {
+            (Some(root), _) => root.as_path(),
+            (None, true) => self.root()?,
+            (None, false) => return Ok(None),
+        };
+        let dir = root.join(lease);
         let socket = dir.join(methods::SUPERVISOR_SOCKET);
         if socket.as_os_str().len() > MAX_SOCKET_PATH {
             return Err(DriverError::Unavailable {
@@ -93,7 +100,7 @@ impl SocketDirs {
                 source: None,
             });
         }
-        Ok(dir)
+        Ok(Some(dir))
     }
 
     /// The lease's start lock.
@@ -105,9 +112,7 @@ impl SocketDirs {
     /// Removes the lease's directory (its lease ended).
     pub(crate) fn remove(&self, lease: &str) {
         self.starts.lock().unwrap_or_else(|p| p.into_inner()).remove(lease);
-        if let (Some(root), Ok(dir)) = (self.root.get(), self.of(lease))
-            && dir.starts_with(root)
-        {
+        if let Ok(Some(dir)) = self.of(lease, false) {
             // `remove_dir_all` follows no link the lease may have put there.
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -161,14 +166,19 @@ envrt_driver_agent::process_sessions!(SandboxDriver);
 impl AgentHost for SandboxDriver {
     async fn agent(&self, context: &LeaseContext, start: bool) -> Result<Option<Client>, DriverError> {
         let lease = context.lease.id.as_str();
-        let dir = self.socket_dirs.of(lease)?;
-        if let Some(client) = connect(&dir).await {
-            return Ok(Some(client));
-        }
         if !start {
             // None answers: the lease spawned nothing yet, or its worker (and the
             // supervisor with it) ended.
-            return Ok(None);
+            return match self.socket_dirs.of(lease, false)? {
+                Some(dir) => Ok(connect(&dir).await),
+                None => Ok(None),
+            };
+        }
+        let Some(dir) = self.socket_dirs.of(lease, true)? else {
+            return Err(DriverError::other("the process supervisors' directory was not made"));
+        };
+        if let Some(client) = connect(&dir).await {
+            return Ok(Some(client));
         }
         self.require(methods::START_PROCESS_SUPERVISOR)?;
         let lock = self.socket_dirs.start_lock(lease);
