@@ -3,7 +3,8 @@
 //! `persistentProcessSessions`; release leaves no process of the lease (a `setsid`
 //! escapee included) and no socket directory; a link a process plants in its supervisor's
 //! directory never makes the host connect elsewhere; a worker that ends takes the
-//! lease's processes with it and the next spawn starts a new supervisor.
+//! lease's processes with it and the next spawn starts a new supervisor; spawn's refusals
+//! are exact, a missing `cwd` told from a missing program.
 
 mod host_common;
 
@@ -208,6 +209,67 @@ async fn a_worker_that_ends_takes_the_processes_and_the_next_spawn_starts_a_new_
         .unwrap();
     let status = runtime.wait_process(&info.id.to_string(), None).await.unwrap();
     assert_eq!(status, ProcessStatus::Exited { code: 0 });
+    runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    driver.shutdown().await;
+}
+
+#[tokio::test]
+async fn spawn_refusals_are_exact_and_a_missing_cwd_is_told_from_a_missing_program() {
+    let root = TempDir::new("processes-refusals");
+    let Some(manifest) = reference_manifest(root.path()) else {
+        return;
+    };
+    require_agent(reference_worker().unwrap());
+    let driver = start(manifest, SandboxOptions::default()).await;
+    let runtime = runtime_with(driver.clone()).await;
+    let lease = acquire(&runtime).await;
+    let refusal = |request: SpawnRequest| {
+        let runtime = &runtime;
+        let lease = &lease;
+        async move { runtime.spawn(&lease.id, request).await.unwrap_err().to_string() }
+    };
+    let mut in_missing = SpawnRequest::new(["true"]);
+    in_missing.cwd = Some("/nowhere/at/all".into());
+    assert_eq!(
+        refusal(in_missing).await,
+        "Invalid input: cwd \"/nowhere/at/all\" is not a directory in the environment."
+    );
+    let mut relative = SpawnRequest::new(["true"]);
+    relative.cwd = Some("sub".into());
+    assert_eq!(
+        refusal(relative).await,
+        "Invalid input: cwd \"sub\" is not a directory in the environment."
+    );
+    let missing_program =
+        "Cannot spawn the process: cannot start \"no-such-program\": No such file or directory (os error 2)";
+    assert_eq!(refusal(SpawnRequest::new(["no-such-program"])).await, missing_program);
+    let mut in_tmp = SpawnRequest::new(["no-such-program"]);
+    in_tmp.cwd = Some("/tmp".into());
+    assert_eq!(refusal(in_tmp).await, missing_program);
+    assert_eq!(
+        refusal(SpawnRequest::new(Vec::<String>::new())).await,
+        "Cannot spawn the process: argv is empty"
+    );
+    // A cwd that is there, relative to the workspace or anywhere in the sandbox.
+    runtime
+        .execute(&lease.id, envrt_runtime_core::ExecuteRequest::new("mkdir", ["sub"]))
+        .await
+        .unwrap();
+    for (cwd, expected) in [("sub", "/workspace/sub\n"), ("/tmp", "/tmp\n")] {
+        let mut request = SpawnRequest::new(["pwd"]);
+        request.cwd = Some(cwd.into());
+        let info = runtime.spawn(&lease.id, request).await.unwrap();
+        let id = info.id.to_string();
+        runtime.wait_process(&id, None).await.unwrap();
+        let mut output = runtime.output(&id, &Default::default()).await.unwrap();
+        let mut text = Vec::new();
+        while let Some(event) = bounded("output", output.next()).await.unwrap() {
+            if let envrt_runtime_core::OutputEvent::Chunk(chunk) = event {
+                text.extend_from_slice(&chunk.bytes);
+            }
+        }
+        assert_eq!(String::from_utf8_lossy(&text), expected, "cwd {cwd}");
+    }
     runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     driver.shutdown().await;
 }

@@ -25,8 +25,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
-use envrt_driver_agent::{AgentHost, AgentSpawnRequest, Client, SpawnRequest, request_of};
-use envrt_driver_api::{DriverError, LeaseContext};
+use std::time::Duration;
+
+use envrt_driver_agent::{
+    AgentHost, AgentSpawnRequest, Client, Offsets, ProcessInfo, ProcessOutput, ProcessSessions, ProcessStatus,
+    SpawnRequest, request_of,
+};
+use envrt_driver_api::{DriverError, Execute, LeaseContext};
 use rustix::fs::{FileType, Mode, OFlags};
 
 use super::SandboxDriver;
@@ -160,7 +165,91 @@ async fn connect(dir: &Path) -> Option<Client> {
     Client::connect(&through).await.ok()
 }
 
-envrt_driver_agent::process_sessions!(SandboxDriver);
+/// Each verb is the bridge's ([`envrt_driver_agent`]); `spawn` also tells a missing `cwd`
+/// from a missing program, which the supervisor reports alike (`cannot start "{argv0}": No
+/// such file or directory`), by asking the lease whether the directory is there (only
+/// when a spawn with a `cwd` failed so).
+#[async_trait]
+impl ProcessSessions for SandboxDriver {
+    async fn spawn(&self, context: &LeaseContext, request: SpawnRequest) -> Result<ProcessInfo, DriverError> {
+        let given = request.cwd.clone();
+        let error = match envrt_driver_agent::spawn(self, context, request).await {
+            Ok(info) => return Ok(info),
+            Err(error) => error,
+        };
+        let Some(given) = given else { return Err(error) };
+        if !error.to_string().ends_with("No such file or directory (os error 2)") {
+            return Err(error);
+        }
+        let cwd = self.resolved_cwd(context, Some(&given))?;
+        let probe = envrt_driver_api::ExecuteRequest::new("test", ["-d", cwd.as_str()]);
+        match Execute::execute(self, context, probe).await {
+            Ok(result) if result.exit_code != Some(0) => Err(DriverError::missing_cwd(&given)),
+            _ => Err(error),
+        }
+    }
+
+    async fn processes(&self, context: &LeaseContext) -> Result<Vec<ProcessInfo>, DriverError> {
+        envrt_driver_agent::processes(self, context).await
+    }
+
+    async fn process(&self, context: &LeaseContext, number: u64) -> Result<Option<ProcessInfo>, DriverError> {
+        envrt_driver_agent::process(self, context, number).await
+    }
+
+    async fn output(
+        &self,
+        context: &LeaseContext,
+        number: u64,
+        from: &Offsets,
+    ) -> Result<Box<dyn ProcessOutput>, DriverError> {
+        envrt_driver_agent::output(self, context, number, from).await
+    }
+
+    async fn write_stdin(&self, context: &LeaseContext, number: u64, bytes: &[u8]) -> Result<(), DriverError> {
+        envrt_driver_agent::write_stdin(self, context, number, bytes).await
+    }
+
+    async fn close_stdin(&self, context: &LeaseContext, number: u64) -> Result<(), DriverError> {
+        envrt_driver_agent::close_stdin(self, context, number).await
+    }
+
+    async fn signal(&self, context: &LeaseContext, number: u64, signal: &str) -> Result<ProcessInfo, DriverError> {
+        envrt_driver_agent::signal(self, context, number, signal).await
+    }
+
+    async fn resize(&self, context: &LeaseContext, number: u64, rows: u16, cols: u16) -> Result<(), DriverError> {
+        envrt_driver_agent::resize(self, context, number, rows, cols).await
+    }
+
+    async fn wait(
+        &self,
+        context: &LeaseContext,
+        number: u64,
+        timeout: Option<Duration>,
+    ) -> Result<ProcessStatus, DriverError> {
+        envrt_driver_agent::wait(self, context, number, timeout).await
+    }
+}
+
+impl SandboxDriver {
+    /// A spawn's working directory inside the lease: the lease's `remoteCwd` (else
+    /// `/workspace`) when none is given, else the given one resolved against it under the
+    /// driver's path scope.
+    fn resolved_cwd(&self, context: &LeaseContext, given: Option<&str>) -> Result<String, DriverError> {
+        use envrt_driver_api::EnvironmentDriver;
+        let root = context
+            .lease
+            .metadata
+            .get("remoteCwd")
+            .and_then(|v| v.as_str())
+            .unwrap_or(WORKSPACE);
+        match given {
+            None => Ok(root.to_owned()),
+            Some(cwd) => self.path_scope().resolve_cwd(root, cwd),
+        }
+    }
+}
 
 #[async_trait]
 impl AgentHost for SandboxDriver {
@@ -207,17 +296,7 @@ impl AgentHost for SandboxDriver {
         context: &LeaseContext,
         request: SpawnRequest,
     ) -> Result<AgentSpawnRequest, DriverError> {
-        use envrt_driver_api::EnvironmentDriver;
-        let root = context
-            .lease
-            .metadata
-            .get("remoteCwd")
-            .and_then(|v| v.as_str())
-            .unwrap_or(WORKSPACE);
-        let cwd = match &request.cwd {
-            None => root.to_owned(),
-            Some(cwd) => self.path_scope().resolve_cwd(root, cwd)?,
-        };
+        let cwd = self.resolved_cwd(context, request.cwd.as_deref())?;
         // The supervisor's environment is a command's (`PATH`, `HOME`): inherited under
         // the request's own variables.
         Ok(request_of(request, Some(cwd), Vec::new(), false))
