@@ -74,6 +74,9 @@ async fn release_leaves_no_process_of_the_lease_and_no_socket_directory() {
         return;
     };
     require_agent(reference_worker().unwrap());
+    // What a killed host left: a directory of a pid that runs no more.
+    let stale = std::env::temp_dir().join("envrt-sbx-agents-999999999-deadbeef");
+    std::fs::create_dir_all(stale.join("some-lease")).unwrap();
     let driver = start(manifest, SandboxOptions::default()).await;
     let runtime = runtime_with(driver.clone()).await;
     let lease = acquire(&runtime).await;
@@ -102,6 +105,7 @@ async fn release_leaves_no_process_of_the_lease_and_no_socket_directory() {
     assert!(eventually(|| processes_with(&escapee).len() == 1 && processes_with(&nap).len() == 1).await);
     let dirs = socket_dirs_of(&lease.id);
     assert_eq!(dirs.len(), 1, "{dirs:?}");
+    assert!(!stale.exists(), "the directory of a host that is gone was kept");
     let meta = std::fs::metadata(&dirs[0]).unwrap();
     assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
     let parent = std::fs::metadata(dirs[0].parent().unwrap()).unwrap();

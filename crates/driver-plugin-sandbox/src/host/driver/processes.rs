@@ -6,14 +6,14 @@
 //!
 //! The host chooses where the socket lives, never the worker: a private directory
 //! (`0711`, the host's user's) made in the temp directory when the driver first starts a
-//! supervisor, and in it one directory per lease, named by envrt's lease id, made `0700`
+//! supervisor (`envrt-sbx-agents-{host pid}-{random}`), and in it one directory per lease, named by envrt's lease id, made `0700`
 //! before each start (the worker hands it to the lease's own host user, so the agent can
 //! make its socket there). The socket is opened without following a link
 //! (`O_PATH | O_NOFOLLOW`, then checked to be a socket) and connected through that
 //! descriptor, so nothing the lease puts in its directory can make the host connect
 //! elsewhere. Release and destroy remove the lease's directory (the worker killed the
 //! supervisor with every sandbox of the lease); the driver's own directory goes when the
-//! driver is dropped.
+//! driver is dropped, or, when its host was killed, when a later host makes its own.
 //!
 //! The supervisor lives as long as the lease and the worker: a worker that exits
 //! (crash, restart, the host's end) takes every sandbox with it, the supervisor included,
@@ -41,6 +41,33 @@ use crate::protocol::methods;
 /// The longest path a unix socket may have (`sun_path` less its NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
+/// Name prefix of a driver's directory in the temp directory
+/// (`{prefix}{host pid}-{random}`).
+const DIR_PREFIX: &str = "envrt-sbx-agents-";
+
+/// Removes the directories of hosts that are gone (a killed host cannot remove its own;
+/// its workers, and the supervisors with them, died with it).
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            // best effort: another host may be removing it at the same time
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// The host's directories for its leases' supervisor sockets.
 #[derive(Debug, Default)]
 pub(crate) struct SocketDirs {
@@ -57,8 +84,9 @@ impl SocketDirs {
             return Ok(root);
         }
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        remove_stale_dirs();
         let short = uuid::Uuid::new_v4().simple().to_string();
-        let dir = std::env::temp_dir().join(format!("envrt-sbx-agents-{}", &short[..12]));
+        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{}", std::process::id(), &short[..8]));
         std::fs::DirBuilder::new()
             .mode(0o711)
             .create(&dir)
