@@ -49,6 +49,8 @@ pub(crate) const AGENT_INSIDE: &str = "/.envrt-agent-bin";
 const START_BOUND: Duration = Duration::from_secs(10);
 /// How much of the agent's stderr a refusal quotes.
 const WHY_BYTES: usize = 2048;
+/// How much of a running agent's stderr is logged.
+const LOG_BYTES: u64 = 64 * 1024;
 
 /// The supervisors this worker runs, by lease directory.
 #[derive(Default)]
@@ -192,15 +194,21 @@ impl Supervisors {
         let tag = lease.clone();
         let watcher = tokio::spawn(async move {
             // Its output is read (so it never blocks on a full pipe): stdout dropped,
-            // stderr logged as the worker's own.
+            // stderr logged as the worker's own up to LOG_BYTES (it is as untrusted as a
+            // command: no line it writes is held whole), the rest dropped.
             let drain_out = tokio::spawn(async move {
                 let _ = tokio::io::copy(&mut lines, &mut tokio::io::sink()).await;
             });
             let drain_err = tokio::spawn(async move {
-                let mut reader = tokio::io::BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = reader.next_line().await {
-                    eprintln!("envrt-sandbox-worker: supervisor of {tag}: {line}");
+                let mut logged = tokio::io::BufReader::new((&mut stderr).take(LOG_BYTES)).split(b'\n');
+                while let Ok(Some(line)) = logged.next_segment().await {
+                    eprintln!(
+                        "envrt-sandbox-worker: supervisor of {tag}: {}",
+                        String::from_utf8_lossy(&line)
+                    );
                 }
+                drop(logged);
+                let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
             });
             let _ = child.wait().await;
             drop(tracked);
