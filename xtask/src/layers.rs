@@ -61,12 +61,18 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
     ("envrt-egress", &[], &[]),
     // The plugin host keeps a worker's `ctx.state` in a `PluginStateStore` (driver API); its
     // tests prove persistence against the real sqlite store, so the store is a dev-dependency.
+    // It reaches each lease's supervisor (which the worker starts) through the bridge.
     (
         "envrt-driver-plugin-sandbox",
-        &[API, FILES, "envrt-plugin-protocol"],
+        &[API, FILES, "envrt-plugin-protocol", "envrt-agent", "envrt-driver-agent"],
         &[CORE, "envrt-store-sqlite"],
     ),
-    ("envrt-sandbox-worker", &[API, FILES, "envrt-plugin-protocol"], &[]),
+    // It finds the supervisor's binary as every driver does.
+    (
+        "envrt-sandbox-worker",
+        &[API, FILES, "envrt-plugin-protocol", "envrt-driver-agent"],
+        &["envrt-agent"],
+    ),
     ("envrt-conformance", &[API, CORE], &[DRIVER]),
     ("envrt", &[API, FILES, CORE, "envrt-store-sqlite", DRIVER], &[]),
     // The service is a layer over the facade, as the CLI is; the CLI starts it.

@@ -62,6 +62,15 @@
 //!   recovery group (`as_recovery`): inventory is the worker's own lease list, each lease
 //!   tied to the envrt lease id the host sent at acquire (`envrtLeaseId`), and reaping
 //!   destroys it at the worker; a worker without the extension has no recovery group;
+//! - while the worker advertises the `envrtStartProcessSupervisor` extension the driver
+//!   has the process group (`as_processes`: contract section 9's spawn, ps, output from a
+//!   byte offset, stdin, signals, terminals, resize, wait) and grants
+//!   `persistentProcessSessions`: the worker starts one `envrt-agent` per lease inside the
+//!   lease's isolation, listening in a private directory the host chose, and the host
+//!   speaks to it directly over its unix socket (opened without following links). A
+//!   lease's processes end with its release, destroy or expiry, and with the worker (so
+//!   with the program that holds the driver); a worker without the extension (the SDK's)
+//!   gets neither the group nor the grant;
 //! - the reference worker's manifest is [`reference_manifest`], and the key a driver
 //!   registers under is [`PluginManifest::driver_key`] ([`DEFAULT_DRIVER_KEY`] is
 //!   runtime-core's fallback key).

@@ -34,14 +34,14 @@ async fn binary_execute_and_half_close_run_end_to_end() {
     let lease = acquire(&runtime).await;
     let caps = runtime.resolve_capabilities(&lease.id).await.unwrap().unwrap();
     assert!(caps.duplex_command_stream && caps.native_sync_in && caps.native_sync_out);
-    // The host has no process group (`as_processes`), so it grants no process sessions and
-    // the gate refuses a spawn with the one text.
-    assert!(!caps.persistent_process_sessions);
-    let err = runtime.spawn(&lease.id, SpawnRequest::new(["true"])).await.unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "Environment driver \"sandbox\" does not support persistent process sessions."
-    );
+    // The worker starts a supervisor per lease (`envrtStartProcessSupervisor`, advertised
+    // as it finds `envrt-agent` beside itself), so the lease grants process sessions and a
+    // spawn runs (tests/reference_processes.rs has the rest).
+    assert!(methods.contains("envrtStartProcessSupervisor"), "{methods:?}");
+    assert!(caps.persistent_process_sessions);
+    let spawned = runtime.spawn(&lease.id, SpawnRequest::new(["true"])).await.unwrap();
+    let status = runtime.wait_process(&spawned.id.to_string(), None).await.unwrap();
+    assert_eq!(status, envrt_runtime_core::ProcessStatus::Exited { code: 0 });
 
     // arbitrary bytes survive execute both ways, and stream to the sink
     let bytes: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();

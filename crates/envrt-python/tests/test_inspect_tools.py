@@ -3,8 +3,9 @@ provider: Inspect detects the OS (``/etc/os-release``, glibc), unpacks its tools
 ``/var/tmp`` and runs it through the provider's exec. On the sandbox (the worker binds the
 host's os-release and gives each lease its own ``/var/tmp``) and on the Docker image that
 meets the prerequisites (``envrt-test-glibc:latest``, built by
-``scripts/docker-glibc-image.sh``: glibc, os-release, bash). What a configuration cannot do
-is pinned as the error it gives today, with the reason, so the test fails once it works."""
+``scripts/docker-glibc-image.sh``: glibc, os-release, bash). Where the lease grants ``persistentProcessSessions`` (the sandbox), the provider runs the
+tools CLI as envrt processes in the lease's long-lived supervisor, so the server one exec
+starts serves the next ones."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from inspect_ai.tool import bash_session, text_editor
+from inspect_ai.util._sandbox._cli import SANDBOX_CLI
 from inspect_ai.util._sandbox.events import SandboxEnvironmentProxy
 from inspect_ai.util._store import Store, _subtask_store
 from inspect_ai.util._sandbox.context import (
@@ -26,12 +28,6 @@ from envrt._inspect import EnvrtSandboxConfig, EnvrtSandboxEnvironment
 from inspect_sites import write_config
 
 GLIBC_IMAGE = os.environ.get("ENVRT_TEST_GLIBC_IMAGE", "envrt-test-glibc:latest")
-
-SANDBOX_NO_SERVER = (
-    "each command runs in a bwrap sandbox of its own whose pid namespace ends with it, so the "
-    "tools server one exec starts is gone by the next and the session is unknown (KeyError 'BashSession')"
-)
-
 
 def _glibc_image_present() -> bool:
     import subprocess
@@ -102,31 +98,35 @@ async def test_text_editor_creates_and_edits_a_file(tools_sample) -> None:
 
 
 async def test_bash_session_keeps_its_shell_between_calls(tools_sample) -> None:
-    kind, _ = tools_sample
+    kind, provider = tools_sample
     session = bash_session()
-    if kind == "sandbox":
-        # SANDBOX_NO_SERVER: the session the tool opens in one exec is unknown in the next,
-        # so even its first input fails.
-        with pytest.raises(RuntimeError, match="BashSession"):
-            await session(action="type_submit", input="cd /tmp && X=41")
-        return
     await session(action="type_submit", input="cd /tmp && X=41")
     answer = await session(action="type_submit", input='echo "$((X + 1)) $PWD"')
     assert "42 /tmp" in str(answer), answer
+    if kind == "sandbox":
+        # The tools CLI ran as envrt processes in the lease's supervisor (one long-lived
+        # bwrap of the lease): the server the first one started outlived it.
+        argvs = [p.record["argv"] for p in await provider.lease.processes()]
+        assert argvs[0] == [SANDBOX_CLI, "start-server"], argvs
+        assert all(argv[0] == SANDBOX_CLI for argv in argvs), argvs
 
 
 async def test_exec_remote_runs_a_command_through_the_tools_server(tools_sample) -> None:
-    """exec_remote starts the command from the tools server in one exec and polls it from
-    the next ones: the process must outlive the exec that started it."""
+    """exec_remote runs the command as a process that outlives the call that started it: an
+    envrt process where the lease grants ``persistentProcessSessions`` (the sandbox), else
+    Inspect's tools server, started in one exec and polled from the next ones."""
     kind, provider = tools_sample
     # As in an eval, the sample's sandbox is the provider behind Inspect's recording proxy.
     environment = SandboxEnvironmentProxy(provider)
     command = ["sh", "-c", "echo out; echo err >&2; exit 3"]
-    if kind == "sandbox":
-        # SANDBOX_NO_SERVER: the started process (and its server) ends with the exec that
-        # started it, so every poll that follows (Inspect retries them) finds no such job.
-        with pytest.raises(RuntimeError, match=r"^No job found with pid \d+$"):
-            await environment.exec_remote(command, stream=False)
-        return
     result = await environment.exec_remote(command, stream=False)
     assert (result.returncode, result.stdout, result.stderr) == (3, "out\n", "err\n"), result
+    if kind == "sandbox":
+        # Through the proxy, Inspect's tools server ran it: the server and every poll ran in
+        # the lease's supervisor (the CLI's execs are envrt processes there).
+        argvs = [p.record["argv"] for p in await provider.lease.processes()]
+        assert argvs[0] == [SANDBOX_CLI, "start-server"], argvs
+        # Called on the provider itself, exec_remote spawns the command as an envrt process.
+        direct = await provider.exec_remote(command, stream=False)
+        assert (direct.returncode, direct.stdout, direct.stderr) == (3, "out\n", "err\n"), direct
+        assert (await provider.lease.processes())[-1].record["argv"] == command

@@ -383,3 +383,27 @@ pub struct ListLeasesResult {
     /// The leases.
     pub leases: Vec<WorkerLease>,
 }
+
+/// Extension `envrtStartProcessSupervisor` params: start the lease's supervisor
+/// (`envrt-agent`) so that it listens on `{socketDir}/sock`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartProcessSupervisorParams {
+    /// The common fields.
+    #[serde(flatten)]
+    pub base: DriverBase,
+    /// The lease.
+    pub lease: LeaseRef,
+    /// An absolute host directory the host made for this lease's socket (mode 0700, the
+    /// host's user's); the worker may hand it to the lease's own user, and binds it into
+    /// the supervisor's sandbox.
+    pub socket_dir: String,
+}
+
+/// Extension `envrtStartProcessSupervisor` result.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartProcessSupervisorResult {
+    /// Whether this call started it (`false`: it already ran, listening in that directory).
+    pub started: bool,
+}

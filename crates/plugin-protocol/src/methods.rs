@@ -104,6 +104,13 @@ pub const CWD_ANYWHERE: &str = "envrtCwdAnywhere";
 /// path of its environment as a sync source or target, resolved in the environment's own
 /// view (as its commands see it), so the host declares the `whole-environment` path scope.
 pub const FILES_ANYWHERE: &str = "envrtFilesAnywhere";
+/// Extension: start the lease's process supervisor (`envrt-agent`) inside the lease's
+/// isolation, listening on [`SUPERVISOR_SOCKET`] in a directory the host made; answered
+/// once it listens (see `docs/plugin-protocol.md`).
+pub const START_PROCESS_SUPERVISOR: &str = "envrtStartProcessSupervisor";
+/// The name of the supervisor's socket in the directory of
+/// [`START_PROCESS_SUPERVISOR`]'s `socketDir`.
+pub const SUPERVISOR_SOCKET: &str = "sock";
 
 /// The verbs every worker serves.
 pub const LIFECYCLE: &[&str] = &[INITIALIZE, HEALTH, SHUTDOWN];
@@ -159,6 +166,7 @@ pub const EXTENSIONS: &[&str] = &[
     EXECUTE_AS_USER,
     CWD_ANYWHERE,
     FILES_ANYWHERE,
+    START_PROCESS_SUPERVISOR,
 ];
 
 /// Every verb of the SDK's `HostToWorkerMethods`.

@@ -170,6 +170,18 @@ pub(crate) fn check_exec_cwd(lease_dir: &Path, cwd: Option<&str>) -> Result<Stri
 pub(crate) struct SpawnAs<'a> {
     pub(crate) user: Option<(u32, u32)>,
     pub(crate) bind: Option<&'a Path>,
+    /// Open descriptors the worker passes to `bwrap` to bind (`--bind-fd`,
+    /// `--ro-bind-fd`): bwrap mounts what the descriptor holds, whatever the path to it
+    /// (the lease's process supervisor only).
+    pub(crate) fd_binds: &'a [FdBind],
+}
+
+/// A descriptor `bwrap` binds at `dest` inside the sandbox.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FdBind {
+    pub(crate) fd: std::os::fd::RawFd,
+    pub(crate) dest: &'static str,
+    pub(crate) read_only: bool,
 }
 
 /// What a finished command did.
@@ -214,7 +226,11 @@ pub(crate) async fn run(
             env,
             argv,
             [stdin_mode, Stdio::piped(), Stdio::piped()],
-            SpawnAs { user, bind: None },
+            SpawnAs {
+                user,
+                bind: None,
+                fd_binds: &[],
+            },
         )
         .map_err(|e| DriverError::io("Starting bwrap", e))?;
     let feeding = match (stdin, child.stdin.take()) {

@@ -1,7 +1,7 @@
 //! The reference plugin worker (`envrt-sandbox-worker`): every environment verb of
-//! `plugin-protocol.md`, duplex channels, file sync and both protocol extensions
-//! (`duplexChannelCloseInput`, `environmentExecuteBinary`), with every command run inside
-//! a `bwrap` sandbox.
+//! `plugin-protocol.md`, duplex channels, file sync and envrt's protocol extensions
+//! (`duplexChannelCloseInput`, `environmentExecuteBinary`, `envrtStartProcessSupervisor`,
+//! ...), with every command run inside a `bwrap` sandbox.
 //!
 //! # Usage
 //!
@@ -52,6 +52,13 @@
 //! Extension `envrt.dataPlane`: when `initialize` offers it (naming a socket the worker
 //! inherited), the worker advertises it and every duplex channel's bytes move over that
 //! socket in binary frames with credit-based flow control (the `dataplane` module).
+//!
+//! Extension `envrtStartProcessSupervisor`: the lease's process supervisor
+//! (`envrt-agent`, which holds the lease's persistent processes) started in a long-lived
+//! sandbox of the lease, built as a command's, listening in a directory the host made (see
+//! the `supervisor` module). Advertised only when the worker finds `envrt-agent`
+//! (`ENVRT_AGENT`, beside its own binary or one directory up, `PATH`); the supervisor
+//! lives until the lease is released, destroyed or expires, or the worker ends.
 //!
 //! At start the worker checks that `bwrap` exists and can build a sandbox; if not it
 //! prints why on stderr (naming `apt-get install bubblewrap` when it is missing) and exits
@@ -129,6 +136,7 @@ mod lifecycle;
 mod policy;
 mod rpc;
 mod sandbox;
+mod supervisor;
 mod template;
 mod uids;
 mod user;
@@ -194,6 +202,7 @@ const SUPPORTED_METHODS: &[&str] = &[
     methods::EXECUTE_AS_USER,
     methods::CWD_ANYWHERE,
     methods::FILES_ANYWHERE,
+    methods::START_PROCESS_SUPERVISOR,
 ];
 
 /// Whether `method` is one an SDK worker knows but this worker does not implement
@@ -283,8 +292,17 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The lease's process supervisor, found as every driver finds it (beside this binary
+    // first); without one the extension is not advertised.
+    let agent = match envrt_driver_agent::locate() {
+        Ok(path) => Some(path),
+        Err(why) => {
+            eprintln!("envrt-sandbox-worker: no process supervisor, so no persistent process sessions: {why}");
+            None
+        }
+    };
     let sandbox = Arc::new(sandbox);
-    runtime.block_on(serve(Arc::clone(&sandbox), leases, &config));
+    runtime.block_on(serve(Arc::clone(&sandbox), leases, agent, &config));
     sandbox.kill_all();
     view.remove();
     runtime.shutdown_timeout(Duration::from_millis(100));
@@ -303,16 +321,21 @@ struct Worker {
     expiries: expiry::Expiries,
     /// Running requests the host may cancel (`envrt.cancel`), by request id.
     cancels: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<()>>>,
+    /// The process supervisor's binary (`envrt-agent`), when found.
+    agent: Option<PathBuf>,
+    /// The leases' running supervisors.
+    supervisors: supervisor::Supervisors,
 }
 
 impl Worker {
     /// The methods this worker serves and advertises.
     fn serves(&self, method: &str) -> bool {
         !(self.no_duplex && methods::is_duplex(method))
+            && (method != methods::START_PROCESS_SUPERVISOR || self.agent.is_some())
     }
 }
 
-async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
+async fn serve(sandbox: Arc<Sandbox>, leases: Leases, agent: Option<PathBuf>, config: &Config) {
     let (max_output, no_duplex) = (config.max_output, config.no_duplex);
     eprintln!(
         "envrt-sandbox-worker: ready ({}, leases under {})",
@@ -330,6 +353,8 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, config: &Config) {
         out: out.clone(),
         cancels: Default::default(),
         expiries: Default::default(),
+        agent,
+        supervisors: Default::default(),
     });
     worker.expiries.rearm(&worker.sandbox, &worker.leases.root);
     let mut stdin = rpc::line_reader(tokio::io::stdin(), config.max_line);
@@ -534,6 +559,18 @@ async fn handle(
                 worker.out.clone(),
                 invocation.map(str::to_owned),
             )
+        }
+        methods::START_PROCESS_SUPERVISOR => {
+            let p: envrt_plugin_protocol::environment::StartProcessSupervisorParams = parse(method, params)?;
+            let dir = lease_dir(worker, &p.lease)?;
+            let Some(agent) = worker.agent.as_deref() else {
+                return Err(RpcError::new(
+                    code::METHOD_NOT_FOUND,
+                    format!("Unknown method: {method}"),
+                ));
+            };
+            let owner = worker.leases.owner(&dir)?;
+            worker.supervisors.start(&worker.sandbox, agent, &dir, owner, p).await
         }
         methods::LIST_LEASES => Ok(envrt_plugin_protocol::to_value(&inventory::list(&worker.leases)?)),
         methods::DUPLEX_STOP => worker.channels.stop(parse(method, params)?),

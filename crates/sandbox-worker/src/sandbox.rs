@@ -155,6 +155,11 @@ impl Sandbox {
             let view = self.view.lease_dir(bind).to_string_lossy().into_owned();
             a.splice(at..at, ["--bind".into(), view, super::sync_sandboxed::XFER.into()]);
         }
+        for bind in how.fd_binds {
+            let at = a.len() - 2;
+            let option = if bind.read_only { "--ro-bind-fd" } else { "--bind-fd" };
+            a.splice(at..at, [option.into(), bind.fd.to_string(), bind.dest.into()]);
+        }
         // the request's user, else (with a host uid per lease) the one every command sees
         if let Some((uid, gid)) = how.user.or(self.policy.ids.inside()) {
             a.extend(["--uid".into(), uid.to_string(), "--gid".into(), gid.to_string()]);
@@ -237,7 +242,9 @@ impl Sandbox {
         }
         // Only the status pipe and the environment reach bwrap (and the sandbox): every
         // other descriptor of the worker is close-on-exec in the child.
-        super::fds::inherit_only(command.as_std_mut(), &[status_write.as_raw_fd(), env_fd.as_raw_fd()]);
+        let mut keep = vec![status_write.as_raw_fd(), env_fd.as_raw_fd()];
+        keep.extend(how.fd_binds.iter().map(|bind| bind.fd));
+        super::fds::inherit_only(command.as_std_mut(), &keep);
         let child = command.spawn();
         drop((status_write, env_fd));
         let child = child?;

@@ -244,6 +244,7 @@ async fn run_script(
             super::sandbox::SpawnAs {
                 user: None,
                 bind: Some(&transfer.dir),
+                fd_binds: &[],
             },
         )
         .map_err(|e| DriverError::io("Starting bwrap", e))?;

@@ -9,7 +9,8 @@ use serde_json::json;
 
 #[test]
 fn handshake_advertises_every_verb_and_both_extensions() {
-    let mut w = Worker::start();
+    // Any executable as the supervisor: the worker advertises the verb that starts it.
+    let mut w = Worker::start_with_env(&[("ENVRT_AGENT", "/bin/true")]);
     let r = w.call("initialize", init_params());
     assert_eq!(
         r,
@@ -22,7 +23,8 @@ fn handshake_advertises_every_verb_and_both_extensions() {
             "duplexChannelCloseInput", "envrtListLeases", "environmentCaptureTemplate",
             "environmentDeleteTemplate", "environmentListTemplates", "environmentStartInteractiveSetup",
             "environmentGetInteractiveSetup", "environmentCancelInteractiveSetup",
-            "envrtExecuteAsUser", "envrtCwdAnywhere", "envrtFilesAnywhere"]}})
+            "envrtExecuteAsUser", "envrtCwdAnywhere", "envrtFilesAnywhere",
+            "envrtStartProcessSupervisor"]}})
     );
     assert_eq!(
         w.err("initialize", init_params()),

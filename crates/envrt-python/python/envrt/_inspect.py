@@ -30,6 +30,7 @@ from inspect_ai.util import (
     SandboxUserUnsupportedError,
     sandboxenv,
 )
+from inspect_ai.util._sandbox._cli import SANDBOX_CLI
 from inspect_ai.util._sandbox.exec_remote import (
     ExecRemoteAwaitableOptions,
     ExecRemoteProcess,
@@ -172,6 +173,16 @@ class EnvrtSandboxEnvironment(SandboxEnvironment):
     ) -> ExecResult[str]:
         if user is not None and await self._is_default_user(user):
             user = None
+        if cmd and cmd[0] == SANDBOX_CLI and user is None and await self._has_processes():
+            # Inspect's tools CLI: its server, started by one exec, must outlive it and be
+            # reachable from the next ones. Where the lease grants persistentProcessSessions
+            # the CLI runs as an envrt process, inside the lease's long-lived supervisor
+            # (on the sandbox, one bwrap of the lease per command otherwise, whose pid and
+            # network namespaces end with it).
+            from . import _inspect_remote
+
+            options = ExecRemoteAwaitableOptions(input=input, cwd=cwd, env=env or {}, timeout=timeout)
+            return await _inspect_remote.run_remote(self.lease, cmd, options)
         limit = SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE
         try:
             result = await self.lease.exec(

@@ -28,6 +28,7 @@ use crate::protocol::{methods, to_value};
 mod duplex;
 mod execute;
 pub(crate) mod post_upload;
+mod processes;
 mod realize;
 mod recovery;
 mod setup;
@@ -50,6 +51,8 @@ pub struct SandboxDriver {
     /// The worker's verdicts on environment configurations (`environmentValidateConfig`),
     /// by the configuration's JSON text.
     validated: Mutex<HashMap<String, bool>>,
+    /// Where the leases' process supervisors listen (see the `processes` module).
+    socket_dirs: processes::SocketDirs,
 }
 
 impl std::fmt::Debug for SandboxDriver {
@@ -80,6 +83,7 @@ impl SandboxDriver {
             key,
             declaration,
             validated: Mutex::new(HashMap::new()),
+            socket_dirs: processes::SocketDirs::default(),
         })
     }
 
@@ -236,6 +240,8 @@ impl SandboxDriver {
             cancel_active_work: Some(true),
         };
         self.rpc(method, &params, &context.lease.company_id).await?;
+        // The worker killed the lease's supervisor with its other sandboxes.
+        self.socket_dirs.remove(&context.lease.id);
         Ok(())
     }
 
@@ -321,9 +327,10 @@ impl EnvironmentDriver for SandboxDriver {
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
         // Written out key by key: a key added to the model is not granted until somebody
         // decides workers can serve it. Not here: `runnerWebSocketIngress` (the host
-        // does not forward ingress endpoints yet) and `persistentProcessSessions` (the
-        // host has no process group, `as_processes`, and the protocol no process verbs).
-        let supported: SupportSet = [
+        // does not forward ingress endpoints yet); `persistentProcessSessions` only while
+        // the live worker advertises `envrtStartProcessSupervisor` (it found the
+        // supervisor's binary and starts it in the lease's sandbox).
+        let mut supported: SupportSet = [
             CapabilityKey::ReusableLeases,
             CapabilityKey::NativeSyncIn,
             CapabilityKey::NativeSyncOut,
@@ -334,6 +341,9 @@ impl EnvironmentDriver for SandboxDriver {
         ]
         .into_iter()
         .collect();
+        if self.advertises(methods::START_PROCESS_SUPERVISOR) {
+            supported.insert(CapabilityKey::PersistentProcessSessions);
+        }
         let config_resolved = self.config_resolves(input.environment.as_ref()).await;
         Ok(classify_driver(
             self,
@@ -369,6 +379,12 @@ impl EnvironmentDriver for SandboxDriver {
 
     fn as_recovery(&self) -> Option<&dyn Recovery> {
         self.advertises(methods::LIST_LEASES).then_some(self as &dyn Recovery)
+    }
+
+    /// Offered while the live worker advertises `envrtStartProcessSupervisor`.
+    fn as_processes(&self) -> Option<&dyn envrt_driver_api::ProcessSessions> {
+        self.advertises(methods::START_PROCESS_SUPERVISOR)
+            .then_some(self as &dyn envrt_driver_api::ProcessSessions)
     }
 
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {

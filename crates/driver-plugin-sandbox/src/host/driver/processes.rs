@@ -1,0 +1,335 @@
+//! Persistent process sessions (contract section 9) on the sandbox driver: one supervisor
+//! (`envrt-agent`) per lease, started by the worker inside the lease's own isolation
+//! through the extension `envrtStartProcessSupervisor`, and reached by the host directly
+//! on its unix socket (the worker is the host's child, on the same machine). Every verb
+//! is then one request to the supervisor ([`envrt_driver_agent`]).
+//!
+//! The host chooses where the socket lives, never the worker: a private directory
+//! (`0711`, the host's user's) made in the temp directory when the driver first starts a
+//! supervisor (`envrt-sbx-agents-{host pid}-{random}`), and in it one directory per lease, named by envrt's lease id, made `0700`
+//! before each start (the worker hands it to the lease's own host user, so the agent can
+//! make its socket there). The socket is opened without following a link
+//! (`O_PATH | O_NOFOLLOW`, then checked to be a socket) and connected through that
+//! descriptor, so nothing the lease puts in its directory can make the host connect
+//! elsewhere. Release and destroy remove the lease's directory (the worker killed the
+//! supervisor with every sandbox of the lease); the driver's own directory goes when the
+//! driver is dropped, or, when its host was killed, when a later host makes its own.
+//!
+//! The supervisor lives as long as the lease and the worker: a worker that exits
+//! (crash, restart, the host's end) takes every sandbox with it, the supervisor included,
+//! and its processes are gone; the next spawn starts a new supervisor.
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use async_trait::async_trait;
+use std::time::Duration;
+
+use envrt_driver_agent::{
+    AgentHost, AgentSpawnRequest, Client, Offsets, ProcessInfo, ProcessOutput, ProcessSessions, ProcessStatus,
+    SpawnRequest, request_of,
+};
+use envrt_driver_api::{DriverError, Execute, LeaseContext};
+use rustix::fs::{FileType, Mode, OFlags};
+
+use super::SandboxDriver;
+use crate::protocol::environment::StartProcessSupervisorParams;
+use crate::protocol::methods;
+
+/// The longest path a unix socket may have (`sun_path` less its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Name prefix of a driver's directory in the temp directory
+/// (`{prefix}{host pid}-{random}`).
+const DIR_PREFIX: &str = "envrt-sbx-agents-";
+
+/// Removes the directories of hosts that are gone (a killed host cannot remove its own;
+/// its workers, and the supervisors with them, died with it).
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            // best effort: another host may be removing it at the same time
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The host's directories for its leases' supervisor sockets.
+#[derive(Debug, Default)]
+pub(crate) struct SocketDirs {
+    /// The driver's own directory, made on first use.
+    root: OnceLock<PathBuf>,
+    /// One start at a time per lease.
+    starts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl SocketDirs {
+    /// The driver's directory, made (`0711`) on first use.
+    fn root(&self) -> Result<&Path, DriverError> {
+        if let Some(root) = self.root.get() {
+            return Ok(root);
+        }
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        remove_stale_dirs();
+        let short = uuid::Uuid::new_v4().simple().to_string();
+        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{}", std::process::id(), &short[..8]));
+        std::fs::DirBuilder::new()
+            .mode(0o711)
+            .create(&dir)
+            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)))
+            .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?;
+        match self.root.set(dir) {
+            Ok(()) => {}
+            // Another call made one first: this one goes.
+            Err(mine) => {
+                let _ = std::fs::remove_dir(mine);
+            }
+        }
+        Ok(self.root.get().expect("set above"))
+    }
+
+    /// The socket directory of the lease `lease` (envrt's lease id); `None` while the
+    /// driver made no directory of its own (no supervisor started yet) and `create` is
+    /// not set.
+    fn of(&self, lease: &str, create: bool) -> Result<Option<PathBuf>, DriverError> {
+        let plain = !lease.is_empty()
+            && lease.len() <= 64
+            && !lease.starts_with('.')
+            && lease
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !plain {
+            return Err(DriverError::invalid(format!(
+                "lease id {lease:?} cannot name a process supervisor's directory"
+            )));
+        }
+        let root = match (self.root.get(), create) {
+            (Some(root), _) => root.as_path(),
+            (None, true) => self.root()?,
+            (None, false) => return Ok(None),
+        };
+        let dir = root.join(lease);
+        let socket = dir.join(methods::SUPERVISOR_SOCKET);
+        if socket.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(DriverError::Unavailable {
+                message: format!(
+                    "the process supervisor's socket {} is longer than a unix socket path may be ({MAX_SOCKET_PATH} bytes): set TMPDIR to a shorter directory",
+                    socket.display()
+                ),
+                source: None,
+            });
+        }
+        Ok(Some(dir))
+    }
+
+    /// The lease's start lock.
+    fn start_lock(&self, lease: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(starts.entry(lease.to_owned()).or_default())
+    }
+
+    /// Removes the lease's directory (its lease ended).
+    pub(crate) fn remove(&self, lease: &str) {
+        self.starts.lock().unwrap_or_else(|p| p.into_inner()).remove(lease);
+        if let Ok(Some(dir)) = self.of(lease, false) {
+            // `remove_dir_all` follows no link the lease may have put there.
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Drop for SocketDirs {
+    fn drop(&mut self) {
+        if let Some(root) = self.root.get() {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}
+
+/// A fresh, empty `0700` directory at `dir` (one left by an earlier supervisor goes).
+fn fresh_dir(dir: &Path) -> Result<(), DriverError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(DriverError::io(format!("cannot remove {}", dir.display()), e)),
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))
+}
+
+/// Connects to the supervisor's socket in `dir`: `None` when there is no socket there, or
+/// nobody answers on it. The socket is opened without following a link and connected
+/// through its descriptor, so a link the lease planted leads nowhere.
+async fn connect(dir: &Path) -> Option<Client> {
+    let socket = dir.join(methods::SUPERVISOR_SOCKET);
+    let fd = rustix::fs::open(
+        &socket,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let stat = rustix::fs::fstat(&fd).ok()?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Socket {
+        return None;
+    }
+    let through = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    Client::connect(&through).await.ok()
+}
+
+/// Each verb is the bridge's ([`envrt_driver_agent`]); `spawn` also tells a missing `cwd`
+/// from a missing program, which the supervisor reports alike (`cannot start "{argv0}": No
+/// such file or directory`), by asking the lease whether the directory is there (only
+/// when a spawn with a `cwd` failed so).
+#[async_trait]
+impl ProcessSessions for SandboxDriver {
+    async fn spawn(&self, context: &LeaseContext, request: SpawnRequest) -> Result<ProcessInfo, DriverError> {
+        let given = request.cwd.clone();
+        let error = match envrt_driver_agent::spawn(self, context, request).await {
+            Ok(info) => return Ok(info),
+            Err(error) => error,
+        };
+        let Some(given) = given else { return Err(error) };
+        if !error.to_string().ends_with("No such file or directory (os error 2)") {
+            return Err(error);
+        }
+        let cwd = self.resolved_cwd(context, Some(&given))?;
+        let probe = envrt_driver_api::ExecuteRequest::new("test", ["-d", cwd.as_str()]);
+        match Execute::execute(self, context, probe).await {
+            Ok(result) if result.exit_code != Some(0) => Err(DriverError::missing_cwd(&given)),
+            _ => Err(error),
+        }
+    }
+
+    async fn processes(&self, context: &LeaseContext) -> Result<Vec<ProcessInfo>, DriverError> {
+        envrt_driver_agent::processes(self, context).await
+    }
+
+    async fn process(&self, context: &LeaseContext, number: u64) -> Result<Option<ProcessInfo>, DriverError> {
+        envrt_driver_agent::process(self, context, number).await
+    }
+
+    async fn output(
+        &self,
+        context: &LeaseContext,
+        number: u64,
+        from: &Offsets,
+    ) -> Result<Box<dyn ProcessOutput>, DriverError> {
+        envrt_driver_agent::output(self, context, number, from).await
+    }
+
+    async fn write_stdin(&self, context: &LeaseContext, number: u64, bytes: &[u8]) -> Result<(), DriverError> {
+        envrt_driver_agent::write_stdin(self, context, number, bytes).await
+    }
+
+    async fn close_stdin(&self, context: &LeaseContext, number: u64) -> Result<(), DriverError> {
+        envrt_driver_agent::close_stdin(self, context, number).await
+    }
+
+    async fn signal(&self, context: &LeaseContext, number: u64, signal: &str) -> Result<ProcessInfo, DriverError> {
+        envrt_driver_agent::signal(self, context, number, signal).await
+    }
+
+    async fn resize(&self, context: &LeaseContext, number: u64, rows: u16, cols: u16) -> Result<(), DriverError> {
+        envrt_driver_agent::resize(self, context, number, rows, cols).await
+    }
+
+    async fn wait(
+        &self,
+        context: &LeaseContext,
+        number: u64,
+        timeout: Option<Duration>,
+    ) -> Result<ProcessStatus, DriverError> {
+        envrt_driver_agent::wait(self, context, number, timeout).await
+    }
+}
+
+impl SandboxDriver {
+    /// A spawn's working directory inside the lease: the lease's `remoteCwd` (else
+    /// `/workspace`) when none is given, else the given one resolved against it under the
+    /// driver's path scope.
+    fn resolved_cwd(&self, context: &LeaseContext, given: Option<&str>) -> Result<String, DriverError> {
+        use envrt_driver_api::EnvironmentDriver;
+        let root = context
+            .lease
+            .metadata
+            .get("remoteCwd")
+            .and_then(|v| v.as_str())
+            .unwrap_or(WORKSPACE);
+        match given {
+            None => Ok(root.to_owned()),
+            Some(cwd) => self.path_scope().resolve_cwd(root, cwd),
+        }
+    }
+}
+
+#[async_trait]
+impl AgentHost for SandboxDriver {
+    async fn agent(&self, context: &LeaseContext, start: bool) -> Result<Option<Client>, DriverError> {
+        let lease = context.lease.id.as_str();
+        if !start {
+            // None answers: the lease spawned nothing yet, or its worker (and the
+            // supervisor with it) ended.
+            return match self.socket_dirs.of(lease, false)? {
+                Some(dir) => Ok(connect(&dir).await),
+                None => Ok(None),
+            };
+        }
+        let Some(dir) = self.socket_dirs.of(lease, true)? else {
+            return Err(DriverError::other("the process supervisors' directory was not made"));
+        };
+        if let Some(client) = connect(&dir).await {
+            return Ok(Some(client));
+        }
+        self.require(methods::START_PROCESS_SUPERVISOR)?;
+        let lock = self.socket_dirs.start_lock(lease);
+        let _start = lock.lock().await;
+        if let Some(client) = connect(&dir).await {
+            return Ok(Some(client));
+        }
+        fresh_dir(&dir)?;
+        let params = StartProcessSupervisorParams {
+            base: self.base(context),
+            lease: Self::lease(context),
+            socket_dir: dir.to_string_lossy().into_owned(),
+        };
+        self.rpc(methods::START_PROCESS_SUPERVISOR, &params, &context.lease.company_id)
+            .await?;
+        match connect(&dir).await {
+            Some(client) => Ok(Some(client)),
+            None => Err(DriverError::other(format!(
+                "the process supervisor of lease {lease} does not answer on its socket"
+            ))),
+        }
+    }
+
+    async fn spawn_request(
+        &self,
+        context: &LeaseContext,
+        request: SpawnRequest,
+    ) -> Result<AgentSpawnRequest, DriverError> {
+        let cwd = self.resolved_cwd(context, request.cwd.as_deref())?;
+        // The supervisor's environment is a command's (`PATH`, `HOME`): inherited under
+        // the request's own variables.
+        Ok(request_of(request, Some(cwd), Vec::new(), false))
+    }
+}
+
+/// The workspace of a lease whose worker named none (`remoteCwd`).
+const WORKSPACE: &str = "/workspace";
