@@ -53,6 +53,8 @@ pub struct DockerDriver {
     pub(crate) config: DockerConfig,
     /// The container user's ids per image id and user spec.
     pub(crate) owners: OwnerCache,
+    /// The process supervisor mounted into every lease's container, or why none is.
+    pub(crate) agent: Result<std::path::PathBuf, String>,
 }
 
 impl DockerDriver {
@@ -61,10 +63,12 @@ impl DockerDriver {
     /// engine answers.
     pub async fn connect(config: DockerConfig) -> Result<DockerDriver, DriverError> {
         let engine = Engine::connect(&config).await?;
+        let agent = crate::processes::resolve(config.agent.as_deref(), &engine.address);
         Ok(DockerDriver {
             engine,
             config,
             owners: OwnerCache::default(),
+            agent,
         })
     }
 
@@ -176,11 +180,7 @@ impl DockerDriver {
         }
     }
 
-    async fn create_and_start(
-        &self,
-        input: &AcquireInput,
-        config: &EnvConfig,
-    ) -> Result<(String, String, (u64, u64), bool), DriverError> {
+    async fn create_and_start(&self, input: &AcquireInput, config: &EnvConfig) -> Result<Started, DriverError> {
         let name = container_name(&input.lease_id);
         let mut labels: HashMap<String, String> = self.config.extra_labels.clone().into_iter().collect();
         labels.insert(LABEL_LEASE_ID.into(), input.lease_id.clone());
@@ -211,16 +211,36 @@ impl DockerDriver {
             None => crate::bind::lease_dir(&self.config, &name),
         };
         if let Some(dir) = &bind_dir {
-            crate::bind::create(dir)?;
+            crate::bind::create(dir, crate::bind::WORKSPACE_ROOT)?;
         }
-        let mounts = bind_dir.as_ref().map(|dir| {
-            vec![Mount {
+        // The process supervisor and the lease's run directory, where the driver has one.
+        let agent = match &self.agent {
+            Ok(binary) => match crate::processes::prepare(binary, &name) {
+                Ok(prepared) => Some(prepared),
+                Err(error) => {
+                    crate::bind::remove_made(bind_dir.as_deref());
+                    return Err(error);
+                }
+            },
+            Err(_) => None,
+        };
+        let mut mounts: Vec<Mount> = bind_dir
+            .iter()
+            .map(|dir| Mount {
                 target: Some(config.working_dir.clone()),
                 source: Some(dir.display().to_string()),
                 typ: Some(MountType::BIND),
                 ..Default::default()
-            }]
-        });
+            })
+            .collect();
+        mounts.extend(agent.iter().flat_map(|prepared| prepared.mounts.iter().cloned()));
+        // Nothing of a failed acquire is left on the host.
+        let undo_dirs = || {
+            crate::bind::remove_made(bind_dir.as_deref());
+            if let Some(prepared) = &agent {
+                crate::processes::remove_dir(&prepared.dir);
+            }
+        };
         let mut volumes = config
             .read_only_root_fs
             .then(|| vec![config.working_dir.clone(), "/tmp".to_owned()]);
@@ -251,7 +271,7 @@ impl DockerDriver {
                 cap_add: Some(KEPT_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
                 security_opt: Some(vec!["no-new-privileges".to_owned()]),
                 readonly_rootfs: Some(config.read_only_root_fs),
-                mounts,
+                mounts: (!mounts.is_empty()).then_some(mounts),
                 ..Default::default()
             }),
             ..Default::default()
@@ -266,14 +286,14 @@ impl DockerDriver {
         let created = match created {
             Ok(created) => created,
             Err(e) if is_not_found(&e) => {
-                crate::bind::remove_made(bind_dir.as_deref());
+                undo_dirs();
                 return Err(DriverError::invalid(format!(
                     "Docker image \"{}\" is not present on the engine at {} (the driver never pulls images).",
                     image, self.engine.address
                 )));
             }
             Err(e) => {
-                crate::bind::remove_made(bind_dir.as_deref());
+                undo_dirs();
                 return Err(self.engine.error("creating a container", e));
             }
         };
@@ -304,26 +324,57 @@ impl DockerDriver {
         }
         .await;
         match ready {
-            Ok(owner) => Ok((id, name, owner, bind_dir.is_some())),
+            Ok(owner) => {
+                // The supervisor runs as the command user, who must own its run directory;
+                // a driver that cannot hand it over serves no processes on this lease.
+                let agent = agent.is_some_and(|prepared| match crate::processes::give(&prepared, owner) {
+                    Ok(()) => true,
+                    Err(error) => {
+                        tracing::warn!(%error, "the lease gets no process supervisor");
+                        false
+                    }
+                });
+                Ok(Started {
+                    id,
+                    name,
+                    owner,
+                    bound: bind_dir.is_some(),
+                    agent,
+                })
+            }
             Err(error) => {
                 // Nothing of a failed acquire is left behind.
                 let _ = self.remove(&id).await;
-                crate::bind::remove_made(bind_dir.as_deref());
+                undo_dirs();
                 Err(error)
             }
         }
     }
 }
 
+/// A started container of a new lease.
+struct Started {
+    id: String,
+    name: String,
+    /// The command user's uid and gid.
+    owner: (u64, u64),
+    /// Whether its workspace is a bind-mounted host directory.
+    bound: bool,
+    /// Whether it has the process supervisor mounted.
+    agent: bool,
+}
+
 impl DockerDriver {
-    /// Removes the bind-mounted workspace directory of `lease_id` (when the driver binds
-    /// workspaces), after its container is gone; a failure is only logged.
-    pub(crate) fn remove_bind(&self, lease_id: &str) {
+    /// Removes the host directories of `lease_id` (its bind-mounted workspace, when the
+    /// driver binds workspaces, and its process supervisor's), after its container is
+    /// gone; a failure is only logged.
+    pub(crate) fn remove_lease_dirs(&self, lease_id: &str) {
         if let Some(dir) = crate::bind::lease_dir(&self.config, &container_name(lease_id))
             && let Err(error) = crate::bind::remove(&dir)
         {
             tracing::warn!(%error, "removing a lease's workspace directory failed");
         }
+        crate::processes::remove_lease(lease_id);
     }
 }
 
@@ -345,7 +396,8 @@ pub(crate) fn container_name(lease_id: &str) -> String {
 /// The static support set, written out key by key so that a key added to the model is
 /// not granted here until somebody decides Docker supports it. Not here:
 /// `runnerWebSocketIngress` (the driver serves no ingress endpoint) and
-/// `persistentProcessSessions` (the driver has no process group, `as_processes`, yet).
+/// `persistentProcessSessions`, which [`crate::processes::with_sessions`] adds where a
+/// supervisor is mounted.
 fn support_set() -> SupportSet {
     [
         CapabilityKey::ReusableLeases,
@@ -386,13 +438,16 @@ impl EnvironmentDriver for DockerDriver {
                 "the requested expiry {requested} leaves the container no whole second to run"
             )));
         }
-        let (id, name, (uid, gid), bound) = self.create_and_start(input, &config).await?;
-        let mut grant = self.grant(&id, &name, Some(&config), &config.working_dir);
+        let started = self.create_and_start(input, &config).await?;
+        let mut grant = self.grant(&started.id, &started.name, Some(&config), &config.working_dir);
         grant.expires_at = input.requested_expires_at.map(bounded_expiry);
-        grant.metadata.insert("uid".into(), uid.into());
-        grant.metadata.insert("gid".into(), gid.into());
-        if bound {
+        grant.metadata.insert("uid".into(), started.owner.0.into());
+        grant.metadata.insert("gid".into(), started.owner.1.into());
+        if started.bound {
             grant.metadata.insert(META_WORKSPACE_MOUNT.into(), "bind".into());
+        }
+        if started.agent {
+            grant.metadata.insert(crate::processes::META_AGENT.into(), true.into());
         }
         Ok(grant)
     }
@@ -407,7 +462,7 @@ impl EnvironmentDriver for DockerDriver {
         let Some((id, running)) = self.owned_container(context).await? else {
             // An expired lease's container removed itself; its directory remains.
             if keep.is_none() {
-                self.remove_bind(&context.lease.id);
+                self.remove_lease_dirs(&context.lease.id);
             }
             return Ok(());
         };
@@ -430,7 +485,7 @@ impl EnvironmentDriver for DockerDriver {
             Some(false) => Ok(()),
             None => {
                 self.remove(&id).await?;
-                self.remove_bind(&context.lease.id);
+                self.remove_lease_dirs(&context.lease.id);
                 self.prune_after(context).await;
                 Ok(())
             }
@@ -457,7 +512,7 @@ impl EnvironmentDriver for DockerDriver {
         };
         Ok(classify_driver(
             self,
-            support_set(),
+            crate::processes::with_sessions(support_set(), self, input.lease.as_ref()),
             Some(&declaration),
             input,
             config_resolved,
@@ -487,6 +542,11 @@ impl EnvironmentDriver for DockerDriver {
     }
     fn as_templates(&self) -> Option<&dyn envrt_driver_api::Templates> {
         Some(self)
+    }
+    fn as_processes(&self) -> Option<&dyn envrt_driver_api::ProcessSessions> {
+        self.agent
+            .is_ok()
+            .then_some(self as &dyn envrt_driver_api::ProcessSessions)
     }
 }
 
@@ -521,6 +581,12 @@ impl ResumeLease for DockerDriver {
         if let Some(mount) = context.lease.metadata.get(META_WORKSPACE_MOUNT) {
             grant.metadata.insert(META_WORKSPACE_MOUNT.into(), mount.clone());
         }
+        // So does one with a process supervisor (the container keeps its mounts).
+        if let Some(agent) = context.lease.metadata.get(crate::processes::META_AGENT) {
+            grant
+                .metadata
+                .insert(crate::processes::META_AGENT.into(), agent.clone());
+        }
         Ok(Some(grant))
     }
 }
@@ -531,12 +597,12 @@ impl DestroyLease for DockerDriver {
         match self.owned_container(context).await? {
             Some((id, _)) => {
                 self.remove(&id).await?;
-                self.remove_bind(&context.lease.id);
+                self.remove_lease_dirs(&context.lease.id);
                 self.prune_after(context).await;
                 Ok(())
             }
             None => {
-                self.remove_bind(&context.lease.id);
+                self.remove_lease_dirs(&context.lease.id);
                 Ok(())
             }
         }

@@ -87,6 +87,7 @@ mod expiry;
 mod network;
 mod owner;
 mod process;
+mod processes;
 mod realize;
 mod recovery;
 mod sync;
@@ -100,6 +101,7 @@ pub use descriptor::{DESCRIPTOR, DockerDescriptor, STATE_LABEL};
 pub use driver::{
     DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED,
 };
+pub use processes::{AGENT_PATH, DEFAULT_AGENT_DIR, META_AGENT, RUN_DIR};
 pub use recovery::KIND_CONTAINER;
 pub use templates::{
     LABEL_TEMPLATE, LABEL_TEMPLATE_CREATED, LABEL_TEMPLATE_ENVIRONMENT, LABEL_TEMPLATE_LABEL, LABEL_TEMPLATE_SOURCE,
