@@ -169,8 +169,9 @@ enum Unanswered {
     Failed(ClientError),
 }
 
-/// Connects to the socket at `path` without following a link there: the path is opened
-/// `O_PATH | O_NOFOLLOW`, must be a socket, and is connected through `/proc/self/fd`.
+/// Connects to the supervisor's socket at host path `path` without following a link there:
+/// the path is opened `O_PATH | O_NOFOLLOW`, must be a socket, and is connected through
+/// `/proc/self/fd`. Failures name the socket as the container sees it, not the host path.
 async fn connect(path: &Path) -> Result<Client, Unanswered> {
     use rustix::fs::{FileType, Mode, OFlags};
     let fd = match rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
@@ -178,16 +179,14 @@ async fn connect(path: &Path) -> Result<Client, Unanswered> {
         Err(rustix::io::Errno::NOENT) => return Err(Unanswered::Absent),
         Err(error) => {
             return Err(Unanswered::Failed(ClientError::Broken(format!(
-                "cannot open {}: {error}",
-                path.display()
+                "cannot open its socket {RUN_DIR}/{SOCKET}: {error}"
             ))));
         }
     };
     let kind = rustix::fs::fstat(&fd).map(|stat| FileType::from_raw_mode(stat.st_mode));
     if !matches!(kind, Ok(FileType::Socket)) {
         return Err(Unanswered::Failed(ClientError::Broken(format!(
-            "{} is not a socket",
-            path.display()
+            "{RUN_DIR}/{SOCKET} is not a socket (the container put something else there)"
         ))));
     }
     let through = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::{Harness, bounded};
 use envrt_driver_docker::{DEFAULT_AGENT_DIR, META_AGENT};
 use envrt_runtime_core::{
-    LeasePolicy, Offsets, OutputEvent, ProcessInfo, ProcessStatus, ProcessStream, SpawnRequest, StdinMode, TtySize,
+    Offsets, OutputEvent, ProcessInfo, ProcessStatus, ProcessStream, SpawnRequest, StdinMode, TtySize,
 };
 use serde_json::json;
 
@@ -161,6 +161,135 @@ async fn every_verb_works_in_the_container_and_nothing_is_left_after_release() {
             .await
             .unwrap();
         assert!(!dir.exists(), "{} is left", dir.display());
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn first_spawns_at_once_start_one_supervisor() {
+    let h = harness_or_skip!();
+    bounded(120, async {
+        let lease = h.default_lease().await;
+        let spawns = (0..6).map(|n| h.runtime.spawn(&lease.id, sh(&format!("echo {n}"))));
+        let infos: Vec<ProcessInfo> = futures::future::join_all(spawns)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let mut numbers: Vec<u64> = infos.iter().map(|i| i.id.number).collect();
+        numbers.sort_unstable();
+        assert_eq!(numbers, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(h.runtime.processes(&lease.id).await.unwrap().len(), 6);
+        let agents = h.processes_matching(&lease, "/.envrt/agent --socket").await;
+        assert_eq!(agents.len(), 1, "{agents:?}");
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_missing_cwd_is_refused_with_the_execute_text_and_relative_ones_start_at_the_workspace() {
+    let h = harness_or_skip!();
+    bounded(120, async {
+        let lease = h.default_lease().await;
+        let mut request = sh("true");
+        request.cwd = Some("missing".into());
+        assert_eq!(
+            h.runtime.spawn(&lease.id, request).await.unwrap_err().to_string(),
+            "Invalid input: cwd \"missing\" is not a directory in the environment."
+        );
+        h.sh(&lease, "mkdir -p /workspace/sub").await;
+        for (cwd, seen) in [("sub", "/workspace/sub\n"), ("/tmp", "/tmp\n")] {
+            let mut request = sh("pwd");
+            request.cwd = Some(cwd.into());
+            let id = h.runtime.spawn(&lease.id, request).await.unwrap().id.to_string();
+            let (chunks, _) = drain(&h, &id, &Offsets::zero()).await;
+            assert_eq!(text_of(&chunks, ProcessStream::Stdout), seen);
+        }
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_socket_the_container_replaced_by_a_link_is_never_followed() {
+    let h = harness_or_skip!();
+    bounded(120, async {
+        let lease = h.default_lease().await;
+        let first = h.runtime.spawn(&lease.id, sh("sleep 300")).await.unwrap();
+        // The command owns the run directory: it points the socket at the host's engine
+        // (a path the container does not have, but the host does).
+        let r = h
+            .sh(&lease, "rm /.envrt/run/sock && ln -s /var/run/docker.sock /.envrt/run/sock")
+            .await;
+        assert_eq!(r.exit_code, Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+        let expected = format!(
+            "The process supervisor of lease {} is not reachable: /.envrt/run/sock is not a socket (the container put something else there)",
+            lease.id
+        );
+        assert_eq!(h.runtime.processes(&lease.id).await.unwrap_err().to_string(), expected);
+        assert_eq!(
+            h.runtime.spawn(&lease.id, sh("true")).await.unwrap_err().to_string(),
+            expected
+        );
+        assert_eq!(
+            h.runtime.process(&first.id.to_string()).await.unwrap_err().to_string(),
+            expected
+        );
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn without_a_static_supervisor_no_lease_grants_processes_and_nothing_is_mounted() {
+    // The dynamic shell of this host stands for a supervisor built without +crt-static.
+    let Some(h) = common::harness_with(|config| config.agent = Some("/bin/sh".into())).await else {
+        return;
+    };
+    bounded(120, async {
+        assert_eq!(
+            h.driver.process_sessions().unwrap_err(),
+            "the process supervisor \"/bin/sh\" is not a static binary, so it cannot run in an image without a C library of its own; \
+             build one with RUSTFLAGS='-C target-feature=+crt-static' cargo build -p envrt-agent --release --target x86_64-unknown-linux-gnu \
+             and name it in [docker] agent or ENVRT_AGENT"
+        );
+        let lease = h.default_lease().await;
+        assert_eq!(lease.metadata.get(META_AGENT), None);
+        let caps = h.runtime.resolve_capabilities(&lease.id).await.unwrap().unwrap();
+        assert!(!caps.persistent_process_sessions);
+        assert_eq!(
+            h.runtime.spawn(&lease.id, sh("true")).await.unwrap_err().to_string(),
+            "Environment driver \"docker\" does not support persistent process sessions."
+        );
+        let r = h.sh(&lease, "ls -a / | grep -c envrt || true").await;
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "0\n");
+        assert!(!lease_dir(&lease).exists());
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_lease_acquired_without_the_supervisor_does_not_grant_processes_on_a_driver_that_has_one() {
+    use envrt_runtime_core::{CapabilityInput, Environment, EnvironmentDriver as _};
+    let Some(old) = common::harness_with(|config| config.agent = Some("/bin/sh".into())).await else {
+        return;
+    };
+    let h = harness_or_skip!();
+    bounded(120, async {
+        let lease = old.default_lease().await;
+        let config = json!({"image": common::image()}).as_object().cloned().unwrap();
+        let environment = Environment::new("old", "old", "docker").with_config(config);
+        let asked = |lease| CapabilityInput {
+            environment: Some(environment.clone()),
+            lease,
+        };
+        let caps = h.driver.resolve_capabilities(&asked(Some(lease.clone()))).await.unwrap();
+        assert!(!caps.persistent_process_sessions);
+        assert!(h.driver.resolve_capabilities(&asked(None)).await.unwrap().persistent_process_sessions);
+        old.finish().await;
         h.finish().await;
     })
     .await;
