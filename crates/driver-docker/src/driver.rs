@@ -213,17 +213,13 @@ impl DockerDriver {
         if let Some(dir) = &bind_dir {
             crate::bind::create(dir, crate::bind::WORKSPACE_ROOT)?;
         }
-        // The process supervisor and the lease's run directory, where the driver has one.
-        let agent = match &self.agent {
-            Ok(binary) => match crate::processes::prepare(binary, &name) {
-                Ok(prepared) => Some(prepared),
-                Err(error) => {
-                    crate::bind::remove_made(bind_dir.as_deref());
-                    return Err(error);
-                }
-            },
-            Err(_) => None,
-        };
+        // The process supervisor and the lease's run directory, where the driver has one;
+        // a lease whose directory cannot be made is served without (and grants no processes).
+        let agent = self.agent.as_ref().ok().and_then(|binary| {
+            crate::processes::prepare(binary, &name)
+                .inspect_err(|error| tracing::warn!(%error, "the lease gets no process supervisor"))
+                .ok()
+        });
         let mut mounts: Vec<Mount> = bind_dir
             .iter()
             .map(|dir| Mount {

@@ -293,13 +293,7 @@ envrt_driver_agent::process_sessions!(DockerDriver);
 impl AgentHost for DockerDriver {
     async fn agent(&self, context: &LeaseContext, start: bool) -> Result<Option<Client>, DriverError> {
         let lease = &context.lease.id;
-        let name = context
-            .lease
-            .metadata
-            .get("containerName")
-            .and_then(|v| v.as_str())
-            .map_or_else(|| container_name(lease), str::to_owned);
-        let dir = lease_dir(&name);
+        let dir = lease_dir(&container_name(lease));
         let socket = run_dir(&dir).join(SOCKET);
         match connect(&socket).await {
             Ok(client) => return Ok(Some(client)),

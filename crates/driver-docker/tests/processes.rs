@@ -286,10 +286,54 @@ async fn a_lease_acquired_without_the_supervisor_does_not_grant_processes_on_a_d
             environment: Some(environment.clone()),
             lease,
         };
-        let caps = h.driver.resolve_capabilities(&asked(Some(lease.clone()))).await.unwrap();
+        let caps = h
+            .driver
+            .resolve_capabilities(&asked(Some(lease.clone())))
+            .await
+            .unwrap();
         assert!(!caps.persistent_process_sessions);
-        assert!(h.driver.resolve_capabilities(&asked(None)).await.unwrap().persistent_process_sessions);
+        assert!(
+            h.driver
+                .resolve_capabilities(&asked(None))
+                .await
+                .unwrap()
+                .persistent_process_sessions
+        );
         old.finish().await;
+        h.finish().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_resumed_lease_starts_a_new_supervisor_and_a_read_only_root_still_gets_one() {
+    let h = harness_or_skip!();
+    bounded(120, async {
+        let lease = h
+            .lease(
+                json!({"readOnlyRootFs": true}),
+                envrt_runtime_core::LeasePolicy::ReuseByEnvironment,
+            )
+            .await;
+        let first = h.runtime.spawn(&lease.id, sh("sleep 300")).await.unwrap();
+        h.runtime
+            .release_lease(&lease.id, envrt_runtime_core::LeaseStatus::Released)
+            .await
+            .unwrap();
+        // The stopped container ended the supervisor and its processes; the lease keeps
+        // its directory, as its container keeps its mounts.
+        assert!(lease_dir(&lease).join("run").is_dir());
+        let resumed = h.runtime.resume_lease(&lease.id).await.unwrap();
+        assert_eq!(resumed.metadata[META_AGENT], json!(true));
+        assert_eq!(h.runtime.processes(&lease.id).await.unwrap(), Vec::new());
+        let again = h.runtime.spawn(&lease.id, sh("echo again")).await.unwrap();
+        // A new supervisor numbers from 1 again: the released lease's processes are gone.
+        assert_eq!(again.id, first.id);
+        let (chunks, exit) = drain(&h, &again.id.to_string(), &Offsets::zero()).await;
+        assert_eq!(text_of(&chunks, ProcessStream::Stdout), "again\n");
+        assert_eq!(exit.status, ProcessStatus::Exited { code: 0 });
+        h.runtime.destroy_lease(&lease.id).await.unwrap();
+        assert!(!lease_dir(&lease).exists());
         h.finish().await;
     })
     .await;
