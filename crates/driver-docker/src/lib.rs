@@ -85,6 +85,7 @@ use envrt_driver_api::PathScope;
 
 mod bind;
 mod config;
+mod container;
 mod descriptor;
 mod driver;
 mod duplex;
