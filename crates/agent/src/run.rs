@@ -23,6 +23,8 @@ pub struct Options {
     pub max_processes: u64,
     /// The bound on replay bytes reserved.
     pub max_buffer_bytes: u64,
+    /// The first process's id.
+    pub first_id: u64,
 }
 
 impl Options {
@@ -35,6 +37,7 @@ impl Options {
             subreaper: false,
             max_processes: defaults.max_processes,
             max_buffer_bytes: defaults.buffer_bound,
+            first_id: defaults.first_id,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -48,6 +51,10 @@ impl Options {
                 "--subreaper" => options.subreaper = true,
                 "--max-processes" => options.max_processes = number(arg, value(arg)?)?,
                 "--max-buffer-bytes" => options.max_buffer_bytes = number(arg, value(arg)?)?,
+                "--first-id" => match number(arg, value(arg)?)? {
+                    0 => return Err("--first-id takes a number from 1".to_owned()),
+                    first => options.first_id = first,
+                },
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -100,6 +107,7 @@ pub async fn run(options: Options) -> Result<(), String> {
         max_processes: options.max_processes,
         buffer_bound: options.max_buffer_bytes,
         reaps_orphans: pid1 || options.subreaper,
+        first_id: options.first_id,
         ..Config::default()
     };
     raise_fd_limit();
@@ -125,4 +133,27 @@ pub async fn run(options: Options) -> Result<(), String> {
     server.abort();
     let _ = std::fs::remove_file(&options.socket);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, String> {
+        Options::parse(&args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_first_id_is_1_unless_given_and_never_0() {
+        assert_eq!(parse(&["--socket", "s"]).unwrap().first_id, 1);
+        assert_eq!(parse(&["--socket", "s", "--first-id", "4097"]).unwrap().first_id, 4097);
+        assert_eq!(
+            parse(&["--socket", "s", "--first-id", "0"]).unwrap_err(),
+            "--first-id takes a number from 1"
+        );
+        assert_eq!(
+            parse(&["--socket", "s", "--first-id", "x"]).unwrap_err(),
+            "--first-id takes a whole number, not \"x\""
+        );
+    }
 }

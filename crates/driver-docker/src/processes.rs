@@ -24,7 +24,8 @@
 //! - **Lifetime.** The supervisor and all it started are processes of the container:
 //!   release, destroy, expiry and `gc` stop or remove the container, which ends them
 //!   (`setsid` escapees included), and remove the lease's host directory. A reused lease's
-//!   container, stopped at release, has no supervisor after its resume until it spawns.
+//!   container, stopped at release, has no supervisor after its resume until it spawns;
+//!   the new one numbers its processes after every id the earlier ones could give.
 //! - **Untrusted.** The container's user owns the run directory and may put anything at
 //!   the socket's path: the host opens it without following a link (`O_PATH |
 //!   O_NOFOLLOW`), connects only when it is a socket, and then through the descriptor, so
@@ -63,6 +64,11 @@ const AGENT_ROOT: &str = "Docker process supervisor root";
 const START_BOUND: Duration = Duration::from_secs(10);
 /// The pause between two looks at a starting supervisor's socket.
 const START_POLL: Duration = Duration::from_millis(5);
+/// The most processes one supervisor holds (its `--max-processes`), so the most ids it
+/// gives: the next one of the lease starts that far on.
+const IDS_PER_START: u64 = 4096;
+/// The file of the lease directory holding the first id of the next supervisor.
+const NEXT_ID: &str = "next-id";
 
 /// The supervisor a driver mounts, or why it mounts none: `configured` (else the one the
 /// local driver would run), when it is static and the engine at `address` is on this host.
@@ -223,16 +229,31 @@ impl DockerDriver {
     }
 
     /// Starts the lease's supervisor with a detached exec and waits until its socket
-    /// answers; the caller holds the lease's start lock.
-    async fn start_agent(&self, context: &LeaseContext, socket: &Path) -> Result<Client, DriverError> {
+    /// answers; the caller holds the lease's start lock. A lease's container that was
+    /// stopped and started again (a reused lease) lost its supervisor: the next one numbers
+    /// its processes past every id the earlier ones could give, so that an id never names
+    /// two processes of one lease (the count lives in the lease directory, which the
+    /// container does not see).
+    async fn start_agent(&self, context: &LeaseContext, dir: &Path, socket: &Path) -> Result<Client, DriverError> {
         let lease = &context.lease.id;
         let container = Self::container_of(context)?;
+        let counter = dir.join(NEXT_ID);
+        let first = std::fs::read_to_string(&counter)
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .unwrap_or(1);
+        std::fs::write(&counter, first.saturating_add(IDS_PER_START).to_string())
+            .map_err(|e| DriverError::io("cannot record the process supervisor's ids", e))?;
         let config = ExecConfig {
             cmd: Some(vec![
                 AGENT_PATH.to_owned(),
                 "--socket".to_owned(),
                 format!("{RUN_DIR}/{SOCKET}"),
                 "--subreaper".to_owned(),
+                "--max-processes".to_owned(),
+                IDS_PER_START.to_string(),
+                "--first-id".to_owned(),
+                first.to_string(),
             ]),
             working_dir: Some("/".to_owned()),
             attach_stdin: Some(false),
@@ -309,7 +330,7 @@ impl AgentHost for DockerDriver {
         match connect(&socket).await {
             Ok(client) => Ok(Some(client)),
             Err(Unanswered::Failed(error)) => Err(lift(lease, Some(0), error)),
-            Err(Unanswered::Absent) => self.start_agent(context, &socket).await.map(Some),
+            Err(Unanswered::Absent) => self.start_agent(context, &dir, &socket).await.map(Some),
         }
     }
 

@@ -306,7 +306,7 @@ async fn a_lease_acquired_without_the_supervisor_does_not_grant_processes_on_a_d
 }
 
 #[tokio::test]
-async fn a_resumed_lease_starts_a_new_supervisor_and_a_read_only_root_still_gets_one() {
+async fn a_resumed_lease_starts_a_new_supervisor_with_fresh_ids_and_a_read_only_root_still_gets_one() {
     let h = harness_or_skip!();
     bounded(120, async {
         let lease = h
@@ -327,8 +327,8 @@ async fn a_resumed_lease_starts_a_new_supervisor_and_a_read_only_root_still_gets
         assert_eq!(resumed.metadata[META_AGENT], json!(true));
         assert_eq!(h.runtime.processes(&lease.id).await.unwrap(), Vec::new());
         let again = h.runtime.spawn(&lease.id, sh("echo again")).await.unwrap();
-        // A new supervisor numbers from 1 again: the released lease's processes are gone.
-        assert_eq!(again.id, first.id);
+        // A new supervisor, whose ids start past every one the first could give.
+        assert_eq!((first.id.number, again.id.number), (1, 4097));
         let (chunks, exit) = drain(&h, &again.id.to_string(), &Offsets::zero()).await;
         assert_eq!(text_of(&chunks, ProcessStream::Stdout), "again\n");
         assert_eq!(exit.status, ProcessStatus::Exited { code: 0 });
