@@ -204,24 +204,6 @@ async fn connect(path: &Path) -> Result<Client, Unanswered> {
     })
 }
 
-/// The lease's start lock (`flock` on a file of the lease directory, which the container
-/// does not see).
-async fn lock(dir: &Path) -> Result<std::fs::File, DriverError> {
-    let path = dir.join("start.lock");
-    tokio::task::spawn_blocking(move || {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)?;
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
-        Ok::<_, std::io::Error>(file)
-    })
-    .await
-    .map_err(|e| DriverError::other(format!("the start lock task failed: {e}")))?
-    .map_err(|e| DriverError::io("cannot lock the process supervisor's start", e))
-}
-
 impl DockerDriver {
     /// Whether this driver's leases can have persistent process sessions, and why not.
     pub fn process_sessions(&self) -> Result<&Path, &str> {
@@ -326,7 +308,8 @@ impl AgentHost for DockerDriver {
         if !dir.is_dir() {
             return Err(DriverError::ResourceGone { id: lease.clone() });
         }
-        let _lock = lock(&dir).await?;
+        // In the lease directory, which the container does not see.
+        let _lock = envrt_driver_agent::start_lock(dir.join("start.lock")).await?;
         match connect(&socket).await {
             Ok(client) => Ok(Some(client)),
             Err(Unanswered::Failed(error)) => Err(lift(lease, Some(0), error)),
