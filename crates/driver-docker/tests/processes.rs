@@ -338,3 +338,25 @@ async fn a_resumed_lease_starts_a_new_supervisor_with_fresh_ids_and_a_read_only_
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_supervisor_that_exits_at_once_fails_the_spawn_with_its_exit_code() {
+    // busybox-static is a static binary, but no supervisor: run as `agent` it finds no
+    // applet of that name and exits 127.
+    let Some(h) = common::harness_with(|config| config.agent = Some("/bin/busybox".into())).await else {
+        return;
+    };
+    bounded(120, async {
+        let lease = h.default_lease().await;
+        assert_eq!(
+            h.runtime.spawn(&lease.id, sh("true")).await.unwrap_err().to_string(),
+            format!(
+                "the process supervisor of lease {} did not start: it exited with code 127",
+                lease.id
+            )
+        );
+        assert_eq!(h.runtime.processes(&lease.id).await.unwrap(), Vec::new());
+        h.finish().await;
+    })
+    .await;
+}
