@@ -40,10 +40,15 @@ pub fn image_or_skip() -> Option<String> {
 
 /// The static process supervisor (`envrt-agent` built with `+crt-static` on the gnu
 /// target, as its crate documents), which runs in the busybox test image: built here by
-/// `cargo build` (a no-op once built; cargo's own lock orders the test binaries that ask at
-/// once), and checked to be static with `file` where that exists. Panics when the build
-/// fails.
+/// `cargo build` once per test binary (a no-op once built; cargo's own lock orders the test
+/// binaries that ask at once), and checked to be static with `file` where that exists.
+/// Panics when the build fails.
 pub fn static_agent() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_static_agent).clone()
+}
+
+fn build_static_agent() -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let status = Command::new(cargo)
