@@ -25,6 +25,8 @@ pub struct Options {
     pub max_buffer_bytes: u64,
     /// Forwarders from the lease's loopback to sockets the host bound in (`--forward`).
     pub forwards: Vec<crate::forward::Forward>,
+    /// The first process's id.
+    pub first_id: u64,
 }
 
 impl Options {
@@ -38,6 +40,7 @@ impl Options {
             max_processes: defaults.max_processes,
             max_buffer_bytes: defaults.buffer_bound,
             forwards: Vec::new(),
+            first_id: defaults.first_id,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -52,6 +55,10 @@ impl Options {
                 "--max-processes" => options.max_processes = number(arg, value(arg)?)?,
                 "--max-buffer-bytes" => options.max_buffer_bytes = number(arg, value(arg)?)?,
                 "--forward" => options.forwards.push(crate::forward::Forward::parse(&value(arg)?)?),
+                "--first-id" => match number(arg, value(arg)?)? {
+                    0 => return Err("--first-id takes a number from 1".to_owned()),
+                    first => options.first_id = first,
+                },
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -104,6 +111,7 @@ pub async fn run(options: Options) -> Result<(), String> {
         max_processes: options.max_processes,
         buffer_bound: options.max_buffer_bytes,
         reaps_orphans: pid1 || options.subreaper,
+        first_id: options.first_id,
         ..Config::default()
     };
     raise_fd_limit();
@@ -135,4 +143,27 @@ pub async fn run(options: Options) -> Result<(), String> {
     forwards.iter().for_each(tokio::task::JoinHandle::abort);
     let _ = std::fs::remove_file(&options.socket);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, String> {
+        Options::parse(&args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_first_id_is_1_unless_given_and_never_0() {
+        assert_eq!(parse(&["--socket", "s"]).unwrap().first_id, 1);
+        assert_eq!(parse(&["--socket", "s", "--first-id", "4097"]).unwrap().first_id, 4097);
+        assert_eq!(
+            parse(&["--socket", "s", "--first-id", "0"]).unwrap_err(),
+            "--first-id takes a number from 1"
+        );
+        assert_eq!(
+            parse(&["--socket", "s", "--first-id", "x"]).unwrap_err(),
+            "--first-id takes a whole number, not \"x\""
+        );
+    }
 }

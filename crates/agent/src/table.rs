@@ -30,6 +30,10 @@ pub struct Config {
     pub reaps_orphans: bool,
     /// The agent's own binary, run in its terminal-exec mode for a process with a tty.
     pub shim: PathBuf,
+    /// The id of the first process (1 by default): a host that starts a lease's agent
+    /// again (its container restarted) starts past the ids the earlier one gave, so that an
+    /// id never names two processes of one lease.
+    pub first_id: u64,
 }
 
 impl Default for Config {
@@ -39,6 +43,7 @@ impl Default for Config {
             buffer_bound: 1024 * 1024 * 1024,
             reaps_orphans: false,
             shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
+            first_id: 1,
         }
     }
 }
@@ -203,7 +208,7 @@ impl Agent {
     pub fn new(config: Config) -> Arc<Agent> {
         Arc::new(Agent {
             state: Mutex::new(State {
-                next_id: 1,
+                next_id: config.first_id,
                 ..State::default()
             }),
             config,
@@ -263,8 +268,12 @@ impl Agent {
         }
         // Spawned under the lock, so the reaper (which also takes it) cannot reap the child
         // before it is in the table and count it as an orphan.
-        let started = spawn::start(&request, &self.config.shim)
-            .map_err(|error| refuse::spawn_failed(&request.argv[0], &error))?;
+        // A failed start names the working directory when that is what is missing (the
+        // error alone cannot tell it from a missing program); the start itself checks nothing.
+        let started = spawn::start(&request, &self.config.shim).map_err(|error| match &request.cwd {
+            Some(cwd) if !std::path::Path::new(cwd).is_dir() => refuse::not_a_directory(cwd),
+            _ => refuse::spawn_failed(&request.argv[0], &error),
+        })?;
         let id = state.next_id;
         state.next_id += 1;
         state.reserved += need;

@@ -336,3 +336,14 @@ async fn concurrent_stdin_writes_each_arrive_whole() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_agent_started_with_a_first_id_numbers_its_processes_from_it() {
+    let agent = common::start(&["--first-id", "4097"]).await;
+    let client = agent.client().await;
+    let first = client.spawn(common::sh("true")).await.unwrap();
+    let second = client.spawn(common::sh("true")).await.unwrap();
+    assert_eq!((first.id, second.id), (4097, 4098));
+    assert_eq!(client.info(4097).await.unwrap().id, 4097);
+    agent.stop().await;
+}

@@ -15,10 +15,12 @@
 //! command): the agent's client bounds frames and checks each chunk's offset, and the
 //! bridge rebuilds every process id from the lease it asked, never from the answer.
 //!
-//! [`locate`] finds the supervisor's binary for every driver the same way, and
-//! [`is_static`] says whether it can run in an image with no C library of its own.
+//! [`locate`] finds the supervisor's binary for every driver the same way, [`is_static`]
+//! says whether it can run in an image with no C library of its own, and [`start_lock`]
+//! keeps two programs from starting two supervisors for one lease.
 
 mod locate;
+mod lock;
 mod map;
 mod sessions;
 
@@ -29,6 +31,7 @@ pub use envrt_agent::proto::{StdinMode as AgentStdinMode, TtySize as AgentTtySiz
 pub use envrt_driver_api::process::{Offsets, ProcessInfo, ProcessStatus, SpawnRequest};
 pub use envrt_driver_api::{DriverError, LeaseContext, ProcessOutput, ProcessSessions};
 pub use locate::{AGENT_BINARY, AGENT_VAR, is_static, locate, locate_in};
+pub use lock::start_lock;
 pub use map::lift;
 pub use sessions::{
     AgentHost, close_stdin, output, process, processes, request_of, resize, signal, spawn, wait, write_stdin,

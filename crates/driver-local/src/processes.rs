@@ -120,17 +120,5 @@ async fn lock(root: &Path, lease: &str) -> Result<std::fs::File, DriverError> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(DriverError::io(format!("cannot create {}", dir.display()), e)),
     }
-    let path = dir.join("start.lock");
-    tokio::task::spawn_blocking(move || {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)?;
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
-        Ok::<_, std::io::Error>(file)
-    })
-    .await
-    .map_err(|e| DriverError::other(format!("the start lock task failed: {e}")))?
-    .map_err(|e| DriverError::io("cannot lock the process supervisor's start", e))
+    envrt_driver_agent::start_lock(dir.join("start.lock")).await
 }
