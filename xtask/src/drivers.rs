@@ -7,10 +7,11 @@ use serde_json::Value;
 
 use crate::util::root;
 
-/// The crates under `crates/` named `driver-*` that are not drivers: the driver API and
-/// the drivers' file helpers, which every driver builds on. (Read by tests only.)
+/// The crates under `crates/` named `driver-*` that are not drivers: the driver API, the
+/// drivers' file helpers and their bridge to the in-lease supervisor, which drivers build
+/// on. (Read by tests only.)
 #[cfg(test)]
-pub(crate) const DRIVER_SUPPORT: &[&str] = &["driver-api", "driver-files"];
+pub(crate) const DRIVER_SUPPORT: &[&str] = &["driver-api", "driver-files", "driver-agent"];
 
 /// One driver crate of the workspace.
 #[derive(Clone, Debug, PartialEq, Eq)]

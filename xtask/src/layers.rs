@@ -56,7 +56,7 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
         &[API, FILES, "envrt-agent", "envrt-driver-agent"],
         &[CORE],
     ),
-    ("envrt-driver-docker", &[API, FILES], &[CORE]),
+    ("envrt-driver-docker", &[API, FILES, "envrt-driver-agent"], &[CORE]),
     ("envrt-driver-ssh", &[API, FILES], &[CORE]),
     ("envrt-egress", &[], &[]),
     // The plugin host keeps a worker's `ctx.state` in a `PluginStateStore` (driver API); its

@@ -263,8 +263,12 @@ impl Agent {
         }
         // Spawned under the lock, so the reaper (which also takes it) cannot reap the child
         // before it is in the table and count it as an orphan.
-        let started = spawn::start(&request, &self.config.shim)
-            .map_err(|error| refuse::spawn_failed(&request.argv[0], &error))?;
+        // A failed start names the working directory when that is what is missing (the
+        // error alone cannot tell it from a missing program); the start itself checks nothing.
+        let started = spawn::start(&request, &self.config.shim).map_err(|error| match &request.cwd {
+            Some(cwd) if !std::path::Path::new(cwd).is_dir() => refuse::not_a_directory(cwd),
+            _ => refuse::spawn_failed(&request.argv[0], &error),
+        })?;
         let id = state.next_id;
         state.next_id += 1;
         state.reserved += need;

@@ -149,7 +149,7 @@ async fn bad_spawn_requests_are_refused() {
         request.cwd = Some("/nonexistent-dir".to_owned());
         assert_eq!(
             refused(client.spawn(request).await),
-            "cannot start \"true\": No such file or directory (os error 2)"
+            "cwd \"/nonexistent-dir\" is not a directory"
         );
         let mut request = cmd(&["true"]);
         request.keep = Some(0);

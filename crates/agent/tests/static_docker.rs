@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -34,34 +33,6 @@ fn docker_ready() -> Result<(), String> {
     Ok(())
 }
 
-/// Builds the static release binary and answers its directory.
-fn build_static() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = std::process::Command::new(cargo)
-        .args([
-            "build",
-            "-p",
-            "envrt-agent",
-            "--release",
-            "--target",
-            "x86_64-unknown-linux-gnu",
-        ])
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .current_dir(&root)
-        .status()
-        .expect("run cargo build");
-    assert!(status.success(), "the static build failed");
-    let dir = root.join("target/x86_64-unknown-linux-gnu/release");
-    let file = std::process::Command::new("file").arg(dir.join("envrt-agent")).output();
-    if let Ok(file) = file {
-        let text = String::from_utf8_lossy(&file.stdout);
-        let is_static = text.contains("statically linked") || text.contains("static-pie linked");
-        assert!(is_static, "not a static binary: {text}");
-    }
-    dir
-}
-
 struct Container(String);
 
 impl Drop for Container {
@@ -83,7 +54,8 @@ async fn the_static_agent_runs_as_pid_1_in_the_busybox_image() {
         );
         return;
     }
-    let bin = build_static();
+    let agent = envrt_test_support::docker::static_agent();
+    let bin = agent.parent().expect("the binary's directory").to_owned();
     bounded(120, async {
         let lease = tempfile::tempdir().unwrap();
         let name = format!("envrt-agent-test-{}", std::process::id());

@@ -1,5 +1,6 @@
 //! The conformance suite against the Docker driver (`cargo xtask conformance --driver
-//! docker`), on the local test image `envrt-test:latest` (`cargo xtask docker-image`).
+//! docker`), on the local test image `envrt-test:latest` (`cargo xtask docker-image`), with
+//! the static process supervisor built for it.
 //! Containers carry a label unique to this run; none may remain afterwards. Without an
 //! engine the suite is skipped loudly, unless `ENVRT_REQUIRE_DOCKER=1` (as in CI), which
 //! makes it fail.
@@ -19,6 +20,8 @@ fn main() {
     let built = Suite::build(|| async move {
         let config = DockerConfig {
             extra_labels: BTreeMap::from([("envrt.conformance-run".to_string(), run)]),
+            // The static supervisor, so that the processes checks run in the busybox image.
+            agent: Some(envrt_test_support::docker::static_agent()),
             ..DockerConfig::default()
         };
         let driver = Arc::new(DockerDriver::connect(config).await.map_err(|e| e.to_string())?);

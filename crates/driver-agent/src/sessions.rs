@@ -21,8 +21,9 @@ pub trait AgentHost: Send + Sync {
 
     /// The supervisor's spawn request for `request`: the working directory resolved and
     /// confined inside the lease (a missing one refused with
-    /// [`DriverError::missing_cwd`]), the lease's own environment under the request's.
-    /// [`request_of`] does the rest.
+    /// [`DriverError::missing_cwd`], here where the host can look, else by the supervisor,
+    /// whose refusal [`spawn`] maps onto the same error), the lease's own environment under
+    /// the request's. [`request_of`] does the rest.
     async fn spawn_request(
         &self,
         context: &LeaseContext,
@@ -91,6 +92,7 @@ pub async fn spawn<H: AgentHost + ?Sized>(
     request: SpawnRequest,
 ) -> Result<ProcessInfo, DriverError> {
     let lease = &context.lease.id;
+    let asked_cwd = request.cwd.clone();
     let request = host.spawn_request(context, request).await?;
     let key = request.idempotency_key.clone();
     let Some(client) = host.agent(context, true).await? else {
@@ -101,6 +103,11 @@ pub async fn spawn<H: AgentHost + ?Sized>(
         ));
     };
     let info = client.spawn(request).await.map_err(|e| match (&e, key) {
+        // The supervisor found no directory there (the host could not look inside the lease).
+        (ClientError::Refused(text), _) if text.starts_with("cwd \"") && text.ends_with("\" is not a directory") => {
+            let named = &text["cwd \"".len()..text.len() - "\" is not a directory".len()];
+            DriverError::missing_cwd(asked_cwd.as_deref().unwrap_or(named))
+        }
         (ClientError::Refused(text), Some(key)) if text.ends_with(" with a different request") => {
             match text
                 .rsplit_once(" for process ")

@@ -27,10 +27,14 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> DriverError {
     ))
 }
 
+/// What the base of the bind-mounted workspaces is called in a refusal.
+pub(crate) const WORKSPACE_ROOT: &str = "Docker workspace bind root";
+
 /// Makes the base directory (mode 0700) when missing and refuses one that is a link, not
-/// a directory, or not the driver's own with mode 0700; then makes the lease directory
-/// `dir`, which must not exist yet.
-pub(crate) fn create(dir: &Path) -> Result<(), DriverError> {
+/// a directory, or not the driver's own with mode 0700 (`root_name` says which base it is:
+/// [`WORKSPACE_ROOT`], or the process supervisors' of [`crate::processes`]); then makes
+/// the lease directory `dir`, which must not exist yet.
+pub(crate) fn create(dir: &Path, root_name: &str) -> Result<(), DriverError> {
     let Some(root) = dir.parent() else {
         return Err(io_error("place", dir, std::io::Error::other("it has no parent")));
     };
@@ -42,7 +46,7 @@ pub(crate) fn create(dir: &Path) -> Result<(), DriverError> {
             let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
             if me.is_some_and(|me| me != meta.uid()) || meta.mode() & 0o077 != 0 {
                 return Err(DriverError::other(format!(
-                    "The Docker workspace bind root \"{}\" must belong to the driver's user with mode 0700, it has owner {} and mode {:o}.",
+                    "The {root_name} \"{}\" must belong to the driver's user with mode 0700, it has owner {} and mode {:o}.",
                     root.display(),
                     meta.uid(),
                     meta.mode() & 0o7777
@@ -51,7 +55,7 @@ pub(crate) fn create(dir: &Path) -> Result<(), DriverError> {
         }
         Ok(_) => {
             return Err(DriverError::other(format!(
-                "The Docker workspace bind root \"{}\" is not a directory (a link or a file).",
+                "The {root_name} \"{}\" is not a directory (a link or a file).",
                 root.display()
             )));
         }

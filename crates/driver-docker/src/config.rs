@@ -58,6 +58,13 @@ pub struct DockerConfig {
     /// The base of the host directories of [`WorkspaceMount::Bind`] (made mode 0700);
     /// `envrt-docker-workspaces` in the system temp directory when absent.
     pub bind_root: Option<std::path::PathBuf>,
+    /// The process supervisor (`envrt-agent`) bind-mounted read-only into every lease's
+    /// container for persistent process sessions; found as the local driver finds it
+    /// (`ENVRT_AGENT`, beside the running executable, `PATH`) when absent. It must be a
+    /// static binary (it runs in images without a C library of its own) and the engine
+    /// must be on this host (`unix://`): otherwise no lease grants
+    /// `persistentProcessSessions`.
+    pub agent: Option<std::path::PathBuf>,
 }
 
 /// Where a Docker lease's workspace lives.
@@ -86,6 +93,7 @@ impl Default for DockerConfig {
             extra_labels: BTreeMap::new(),
             workspace_mount: WorkspaceMount::Container,
             bind_root: None,
+            agent: None,
         }
     }
 }

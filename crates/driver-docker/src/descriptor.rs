@@ -1,5 +1,5 @@
 //! The Docker driver's [`DriverDescriptor`]: key `docker`, the `[docker]` section of
-//! `envrt.toml` (`host`, `workspace_mount`, `bind_root`), set up only when an environment
+//! `envrt.toml` (`host`, `workspace_mount`, `bind_root`, `agent`), set up only when an environment
 //! needs it (setting up connects to the engine), and the hardening rows of `envrt caps`.
 
 use std::any::Any;
@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use envrt_driver_api::Environment;
 use envrt_driver_api::descriptor::{
-    BuildContext, Built, DoctorCheck, DoctorContext, DriverConfig, DriverDescriptor, DriverSettings, SettingsContext,
-    read_section, settings_as, shown,
+    BuildContext, Built, DoctorCheck, DoctorContext, DoctorPhase, DriverConfig, DriverDescriptor, DriverSettings,
+    SettingsContext, read_section, settings_as, shown,
 };
 
 use crate::{DRIVER_KEY, DockerConfig, DockerDriver, EnvConfig, WorkspaceMount};
@@ -30,13 +30,15 @@ impl DriverConfig for DockerConfig {
     const KEY: &'static str = DRIVER_KEY;
 }
 
-/// `[docker]`: `host`, `workspace_mount` (`"container"` or `"bind"`), `bind_root`.
+/// `[docker]`: `host`, `workspace_mount` (`"container"` or `"bind"`), `bind_root`, `agent`
+/// (the static process supervisor).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Section {
     host: Option<String>,
     workspace_mount: Option<serde_json::Value>,
     bind_root: Option<PathBuf>,
+    agent: Option<PathBuf>,
 }
 
 /// The checked `[docker] workspace_mount`.
@@ -52,11 +54,11 @@ fn workspace_mount(value: Option<&serde_json::Value>) -> Result<WorkspaceMount, 
     }
 }
 
-/// The checked `[docker] bind_root`: an absolute path.
-fn bind_root(value: Option<PathBuf>) -> Result<Option<PathBuf>, String> {
+/// The checked `[docker] {key}` that names a host path: an absolute one.
+fn absolute(key: &str, value: Option<PathBuf>) -> Result<Option<PathBuf>, String> {
     match value {
         Some(path) if !path.is_absolute() => Err(format!(
-            "[docker] bind_root must be an absolute path, got \"{}\"",
+            "[docker] {key} must be an absolute path, got \"{}\"",
             path.display()
         )),
         other => Ok(other),
@@ -85,7 +87,8 @@ impl DriverDescriptor for DockerDescriptor {
         let section: Section = read_section(sections, "docker")?;
         Ok(Box::new(DockerConfig {
             workspace_mount: workspace_mount(section.workspace_mount.as_ref())?,
-            bind_root: bind_root(section.bind_root)?,
+            bind_root: absolute("bind_root", section.bind_root)?,
+            agent: absolute("agent", section.agent)?,
             host: section.host,
             ..Default::default()
         }))
@@ -128,11 +131,32 @@ impl DriverDescriptor for DockerDescriptor {
     }
 
     async fn doctor(&self, context: &DoctorContext<'_>) -> Vec<DoctorCheck> {
-        vec![context.readiness(
+        let mut checks = vec![context.readiness(
             DRIVER_KEY,
             "Docker engine",
             "start the Docker engine (systemctl start docker) or point DOCKER_HOST at one",
-        )]
+        )];
+        // Persistent processes are optional: said where an environment uses the driver.
+        if context.uses(DRIVER_KEY)
+            && let Ok(config) = settings_as::<DockerConfig>(DRIVER_KEY, context.settings)
+        {
+            let found = crate::processes::resolve(config.agent.as_deref(), &config.resolved_host());
+            checks.push(DoctorCheck {
+                name: "Docker process supervisor".to_owned(),
+                required: false,
+                ok: found.is_ok(),
+                detail: match &found {
+                    Ok(path) => format!("{} (static): leases grant persistentProcessSessions", path.display()),
+                    Err(why) => format!("no persistent processes on Docker leases: {why}"),
+                },
+                fix: found.is_err().then(|| {
+                    "name a static envrt-agent in [docker] agent or ENVRT_AGENT (with a Docker engine on this host)"
+                        .to_owned()
+                }),
+                phase: DoctorPhase::Setup,
+            });
+        }
+        checks
     }
 }
 
@@ -174,5 +198,13 @@ mod tests {
             read(serde_json::json!({"bind_root": "rel/dir"})).unwrap_err(),
             "[docker] bind_root must be an absolute path, got \"rel/dir\""
         );
+        assert_eq!(
+            read(serde_json::json!({"agent": "bin/envrt-agent"})).unwrap_err(),
+            "[docker] agent must be an absolute path, got \"bin/envrt-agent\""
+        );
+        let agent = read(serde_json::json!({"agent": "/opt/envrt/envrt-agent"}))
+            .unwrap()
+            .agent;
+        assert_eq!(agent.as_deref(), Some(std::path::Path::new("/opt/envrt/envrt-agent")));
     }
 }

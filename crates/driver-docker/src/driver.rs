@@ -1,11 +1,9 @@
-//! [`DockerDriver`]: connection, the lease life cycle (a container per lease), capabilities,
-//! and the accessors of the optional groups (each group's impl lives in its concern's file).
-
-use std::collections::HashMap;
+//! [`DockerDriver`]: connection, the lease life cycle (a container per lease, made in
+//! `container.rs`), capabilities, and the accessors of the optional groups (each group's
+//! impl lives in its concern's file).
 
 use async_trait::async_trait;
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
-use bollard::query_parameters::{CreateContainerOptionsBuilder, StopContainerOptionsBuilder};
+use bollard::query_parameters::StopContainerOptionsBuilder;
 use envrt_driver_api::capability::{CapabilityKey, SupportSet};
 use envrt_driver_api::driver::classify_driver;
 use envrt_driver_api::{
@@ -14,7 +12,8 @@ use envrt_driver_api::{
     RealizeWorkspace, ReleaseInput, ResumeLease, Timestamp,
 };
 
-use crate::config::{DockerConfig, EnvConfig, KEPT_CAPABILITIES, META_WORKSPACE_DIR, lease_workspace};
+use crate::config::{DockerConfig, EnvConfig, META_WORKSPACE_DIR, lease_workspace};
+use crate::container::bounded_expiry;
 use crate::engine::{Engine, has_status, is_not_found};
 use crate::owner::OwnerCache;
 use crate::process::run_script;
@@ -35,16 +34,6 @@ pub const LABEL_EXPIRES_AT: &str = "envrt.expires-at";
 /// Lease-metadata key: `bind` when the lease's workspace is a bind-mounted host directory.
 pub(crate) const META_WORKSPACE_MOUNT: &str = "workspaceMount";
 
-/// The main process of an expiring lease's container: sleeps until the epoch second `$1`
-/// by the container's clock (the host's), then exits, which stops the container.
-const EXPIRY_SCRIPT: &str = "exec sleep $(( $1 - $(date +%s) ))";
-
-/// The expiry a lease's container really has for a requested one: the whole second at or
-/// before it (the container's `sleep` counts whole seconds).
-fn bounded_expiry(requested: Timestamp) -> Timestamp {
-    Timestamp(requested.0 / 1000 * 1000)
-}
-
 /// The Docker driver: one container per lease, commands through the exec API, files
 /// through the archive API, duplex channels over exec attach.
 #[derive(Debug)]
@@ -53,6 +42,8 @@ pub struct DockerDriver {
     pub(crate) config: DockerConfig,
     /// The container user's ids per image id and user spec.
     pub(crate) owners: OwnerCache,
+    /// The process supervisor mounted into every lease's container, or why none is.
+    pub(crate) agent: Result<std::path::PathBuf, String>,
 }
 
 impl DockerDriver {
@@ -61,10 +52,12 @@ impl DockerDriver {
     /// engine answers.
     pub async fn connect(config: DockerConfig) -> Result<DockerDriver, DriverError> {
         let engine = Engine::connect(&config).await?;
+        let agent = crate::processes::resolve(config.agent.as_deref(), &engine.address);
         Ok(DockerDriver {
             engine,
             config,
             owners: OwnerCache::default(),
+            agent,
         })
     }
 
@@ -175,156 +168,6 @@ impl DockerDriver {
             expires_at: None,
         }
     }
-
-    async fn create_and_start(
-        &self,
-        input: &AcquireInput,
-        config: &EnvConfig,
-    ) -> Result<(String, String, (u64, u64), bool), DriverError> {
-        let name = container_name(&input.lease_id);
-        let mut labels: HashMap<String, String> = self.config.extra_labels.clone().into_iter().collect();
-        labels.insert(LABEL_LEASE_ID.into(), input.lease_id.clone());
-        labels.insert(LABEL_ENVIRONMENT_ID.into(), input.environment.id.clone());
-        labels.insert(LABEL_COMPANY_ID.into(), input.company_id.clone());
-        labels.insert(LABEL_MANAGED.into(), "true".into());
-        let expiry = input.requested_expires_at.map(bounded_expiry);
-        // An expiring lease's container stops by itself at the expiry (its main process
-        // ends, docker-init with it) and is removed then, unless the policy keeps
-        // containers (reuse_by_environment stops them on release to resume them later).
-        let (entrypoint, cmd) = match expiry {
-            Some(at) => {
-                labels.insert(LABEL_EXPIRES_AT.into(), at.to_rfc3339());
-                let script = vec!["sh".into(), "-c".into(), EXPIRY_SCRIPT.into()];
-                (script, vec!["envrt-expiry".into(), (at.0 / 1000).to_string()])
-            }
-            None => (vec!["sleep".into()], vec!["infinity".into()]),
-        };
-        let auto_remove = expiry.is_some() && input.policy != LeasePolicy::ReuseByEnvironment;
-        let image = match &input.template {
-            Some(template) => crate::templates::template_image(&template.id),
-            None => config.image.clone(),
-        };
-        // The opt-in bind: the lease's host directory, made before the container.
-        // A lease started from a template keeps the image's workspace (a bind would hide it).
-        let bind_dir = match input.template {
-            Some(_) => None,
-            None => crate::bind::lease_dir(&self.config, &name),
-        };
-        if let Some(dir) = &bind_dir {
-            crate::bind::create(dir)?;
-        }
-        let mounts = bind_dir.as_ref().map(|dir| {
-            vec![Mount {
-                target: Some(config.working_dir.clone()),
-                source: Some(dir.display().to_string()),
-                typ: Some(MountType::BIND),
-                ..Default::default()
-            }]
-        });
-        let mut volumes = config
-            .read_only_root_fs
-            .then(|| vec![config.working_dir.clone(), "/tmp".to_owned()]);
-        if let (Some(list), Some(_)) = (&mut volumes, &bind_dir) {
-            list.retain(|v| *v != config.working_dir);
-        }
-        let body = ContainerCreateBody {
-            image: Some(image.clone()),
-            entrypoint: Some(entrypoint),
-            cmd: Some(cmd),
-            user: config.user.clone(),
-            working_dir: Some(config.working_dir.clone()),
-            env: Some(config.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(labels),
-            // With a read-only root, the workspace and /tmp are anonymous volumes (removed
-            // with the container), which the archive API writes into like the root.
-            volumes,
-            host_config: Some(HostConfig {
-                // docker-init as PID 1 reaps every orphan of every exec.
-                init: Some(true),
-                auto_remove: Some(auto_remove),
-                network_mode: Some(config.network.clone()),
-                memory: Some(config.memory_bytes),
-                memory_swap: Some(config.memory_bytes),
-                nano_cpus: config.nano_cpus,
-                pids_limit: Some(config.pids_limit),
-                cap_drop: Some(vec!["ALL".to_owned()]),
-                cap_add: Some(KEPT_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
-                security_opt: Some(vec!["no-new-privileges".to_owned()]),
-                readonly_rootfs: Some(config.read_only_root_fs),
-                mounts,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        // The image's id and user are asked beside the create (the owner's cache key).
-        let (created, image_info) = tokio::join!(
-            self.engine
-                .call(self.engine.docker.create_container(Some(options), body)),
-            self.engine.call(self.engine.docker.inspect_image(&image)),
-        );
-        let created = match created {
-            Ok(created) => created,
-            Err(e) if is_not_found(&e) => {
-                crate::bind::remove_made(bind_dir.as_deref());
-                return Err(DriverError::invalid(format!(
-                    "Docker image \"{}\" is not present on the engine at {} (the driver never pulls images).",
-                    image, self.engine.address
-                )));
-            }
-            Err(e) => {
-                crate::bind::remove_made(bind_dir.as_deref());
-                return Err(self.engine.error("creating a container", e));
-            }
-        };
-        let image_info = image_info.ok();
-        let id = created.id;
-        let ready = async {
-            // The engine makes the workspace, the container's working directory, when it
-            // creates the container (owned by root, mode 0755, like `mkdir -p` as root).
-            self.engine
-                .call(self.engine.docker.start_container(&id, None))
-                .await
-                .map_err(|e| self.engine.error("starting a container", e))?;
-            if let Some(at) = expiry {
-                crate::expiry::watch(&self.engine, &id, at).await;
-            }
-            let owner = self.container_owner(&id, config, image_info.as_ref()).await?;
-            // The workspace belongs to the configured user. With no-new-privileges, root
-            // in an exec of a container whose user is not root has no capabilities, so
-            // the ownership comes from the engine instead: a one-entry archive whose
-            // header names the user's ids.
-            if let Some(dir) = &bind_dir {
-                crate::bind::give(dir, owner)?;
-            } else if config.user.is_some() {
-                self.give_workspace(&id, &config.working_dir, config.read_only_root_fs, owner)
-                    .await?;
-            }
-            Ok(owner)
-        }
-        .await;
-        match ready {
-            Ok(owner) => Ok((id, name, owner, bind_dir.is_some())),
-            Err(error) => {
-                // Nothing of a failed acquire is left behind.
-                let _ = self.remove(&id).await;
-                crate::bind::remove_made(bind_dir.as_deref());
-                Err(error)
-            }
-        }
-    }
-}
-
-impl DockerDriver {
-    /// Removes the bind-mounted workspace directory of `lease_id` (when the driver binds
-    /// workspaces), after its container is gone; a failure is only logged.
-    pub(crate) fn remove_bind(&self, lease_id: &str) {
-        if let Some(dir) = crate::bind::lease_dir(&self.config, &container_name(lease_id))
-            && let Err(error) = crate::bind::remove(&dir)
-        {
-            tracing::warn!(%error, "removing a lease's workspace directory failed");
-        }
-    }
 }
 
 /// A container name for a lease: `envrt-` plus the id's safe characters.
@@ -345,7 +188,8 @@ pub(crate) fn container_name(lease_id: &str) -> String {
 /// The static support set, written out key by key so that a key added to the model is
 /// not granted here until somebody decides Docker supports it. Not here:
 /// `runnerWebSocketIngress` (the driver serves no ingress endpoint) and
-/// `persistentProcessSessions` (the driver has no process group, `as_processes`, yet).
+/// `persistentProcessSessions`, which [`crate::processes::with_sessions`] adds where a
+/// supervisor is mounted.
 fn support_set() -> SupportSet {
     [
         CapabilityKey::ReusableLeases,
@@ -386,13 +230,16 @@ impl EnvironmentDriver for DockerDriver {
                 "the requested expiry {requested} leaves the container no whole second to run"
             )));
         }
-        let (id, name, (uid, gid), bound) = self.create_and_start(input, &config).await?;
-        let mut grant = self.grant(&id, &name, Some(&config), &config.working_dir);
+        let started = self.create_and_start(input, &config).await?;
+        let mut grant = self.grant(&started.id, &started.name, Some(&config), &config.working_dir);
         grant.expires_at = input.requested_expires_at.map(bounded_expiry);
-        grant.metadata.insert("uid".into(), uid.into());
-        grant.metadata.insert("gid".into(), gid.into());
-        if bound {
+        grant.metadata.insert("uid".into(), started.owner.0.into());
+        grant.metadata.insert("gid".into(), started.owner.1.into());
+        if started.bound {
             grant.metadata.insert(META_WORKSPACE_MOUNT.into(), "bind".into());
+        }
+        if started.agent {
+            grant.metadata.insert(crate::processes::META_AGENT.into(), true.into());
         }
         Ok(grant)
     }
@@ -407,7 +254,7 @@ impl EnvironmentDriver for DockerDriver {
         let Some((id, running)) = self.owned_container(context).await? else {
             // An expired lease's container removed itself; its directory remains.
             if keep.is_none() {
-                self.remove_bind(&context.lease.id);
+                self.remove_lease_dirs(&context.lease.id);
             }
             return Ok(());
         };
@@ -430,7 +277,7 @@ impl EnvironmentDriver for DockerDriver {
             Some(false) => Ok(()),
             None => {
                 self.remove(&id).await?;
-                self.remove_bind(&context.lease.id);
+                self.remove_lease_dirs(&context.lease.id);
                 self.prune_after(context).await;
                 Ok(())
             }
@@ -457,7 +304,7 @@ impl EnvironmentDriver for DockerDriver {
         };
         Ok(classify_driver(
             self,
-            support_set(),
+            crate::processes::with_sessions(support_set(), self, input.lease.as_ref()),
             Some(&declaration),
             input,
             config_resolved,
@@ -487,6 +334,11 @@ impl EnvironmentDriver for DockerDriver {
     }
     fn as_templates(&self) -> Option<&dyn envrt_driver_api::Templates> {
         Some(self)
+    }
+    fn as_processes(&self) -> Option<&dyn envrt_driver_api::ProcessSessions> {
+        self.agent
+            .is_ok()
+            .then_some(self as &dyn envrt_driver_api::ProcessSessions)
     }
 }
 
@@ -521,6 +373,12 @@ impl ResumeLease for DockerDriver {
         if let Some(mount) = context.lease.metadata.get(META_WORKSPACE_MOUNT) {
             grant.metadata.insert(META_WORKSPACE_MOUNT.into(), mount.clone());
         }
+        // So does one with a process supervisor (the container keeps its mounts).
+        if let Some(agent) = context.lease.metadata.get(crate::processes::META_AGENT) {
+            grant
+                .metadata
+                .insert(crate::processes::META_AGENT.into(), agent.clone());
+        }
         Ok(Some(grant))
     }
 }
@@ -531,12 +389,12 @@ impl DestroyLease for DockerDriver {
         match self.owned_container(context).await? {
             Some((id, _)) => {
                 self.remove(&id).await?;
-                self.remove_bind(&context.lease.id);
+                self.remove_lease_dirs(&context.lease.id);
                 self.prune_after(context).await;
                 Ok(())
             }
             None => {
-                self.remove_bind(&context.lease.id);
+                self.remove_lease_dirs(&context.lease.id);
                 Ok(())
             }
         }

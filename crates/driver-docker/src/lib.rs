@@ -48,6 +48,13 @@
 //!   and others; set-uid, set-gid and sticky bits are dropped so that nothing from a
 //!   container becomes a set-uid file on the host).
 //! - **Duplex**: exec attach; output is stdout and stderr in arrival order.
+//! - **Processes** (contract section 9): one supervisor (`envrt-agent`) per lease inside
+//!   its container, bind-mounted read-only at [`AGENT_PATH`] with its socket in a host run
+//!   directory mounted at [`RUN_DIR`], started by the lease's first spawn; every verb is
+//!   one request to its socket (no exec). Granted where the supervisor is a static binary
+//!   ([`DockerConfig::agent`], else found as the local driver finds it) and the engine is
+//!   on this host, on the leases that have it mounted ([`META_AGENT`]);
+//!   [`DockerDriver::process_sessions`] says why not otherwise.
 //! - **Templates**: a capture commits the lease's container (paused while it is
 //!   committed) to the image `envrt-template:{id}` (kind `image`), labelled
 //!   [`LABEL_MANAGED`], [`LABEL_TEMPLATE`], [`LABEL_TEMPLATE_ENVIRONMENT`] and the
@@ -78,6 +85,7 @@ use envrt_driver_api::PathScope;
 
 mod bind;
 mod config;
+mod container;
 mod descriptor;
 mod driver;
 mod duplex;
@@ -87,6 +95,7 @@ mod expiry;
 mod network;
 mod owner;
 mod process;
+mod processes;
 mod realize;
 mod recovery;
 mod sync;
@@ -100,6 +109,7 @@ pub use descriptor::{DESCRIPTOR, DockerDescriptor, STATE_LABEL};
 pub use driver::{
     DRIVER_KEY, DockerDriver, LABEL_COMPANY_ID, LABEL_ENVIRONMENT_ID, LABEL_EXPIRES_AT, LABEL_LEASE_ID, LABEL_MANAGED,
 };
+pub use processes::{AGENT_PATH, DEFAULT_AGENT_DIR, META_AGENT, RUN_DIR};
 pub use recovery::KIND_CONTAINER;
 pub use templates::{
     LABEL_TEMPLATE, LABEL_TEMPLATE_CREATED, LABEL_TEMPLATE_ENVIRONMENT, LABEL_TEMPLATE_LABEL, LABEL_TEMPLATE_SOURCE,

@@ -47,7 +47,7 @@ impl Recovery for DockerDriver {
         match ours {
             Some((_, lease)) => {
                 self.remove(&item.id).await?;
-                self.remove_bind(&lease);
+                self.remove_lease_dirs(&lease);
                 Ok(())
             }
             None => Ok(()),
@@ -91,7 +91,7 @@ impl DockerDriver {
         for (id, lease) in self.managed_containers().await? {
             if !active_lease_ids.contains(&lease) {
                 self.remove(&id).await?;
-                self.remove_bind(&lease);
+                self.remove_lease_dirs(&lease);
                 removed.push(id);
             }
         }

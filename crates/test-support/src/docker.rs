@@ -37,3 +37,34 @@ pub fn image_or_skip() -> Option<String> {
     );
     None
 }
+
+/// The static process supervisor (`envrt-agent` built with `+crt-static` on the gnu
+/// target, as its crate documents), which runs in the busybox test image: built here by
+/// `cargo build` (a no-op once built; cargo's own lock orders the test binaries that ask at
+/// once), and checked to be static with `file` where that exists. Panics when the build
+/// fails.
+pub fn static_agent() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "envrt-agent",
+            "--release",
+            "--target",
+            "x86_64-unknown-linux-gnu",
+        ])
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .current_dir(&root)
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "the static build of envrt-agent failed");
+    let binary = root.join("target/x86_64-unknown-linux-gnu/release/envrt-agent");
+    if let Ok(file) = Command::new("file").arg(&binary).output() {
+        let text = String::from_utf8_lossy(&file.stdout);
+        let is_static = text.contains("statically linked") || text.contains("static-pie linked");
+        assert!(is_static, "not a static binary: {text}");
+    }
+    binary
+}

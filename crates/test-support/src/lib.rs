@@ -5,7 +5,8 @@
 //!   the test network) is required here, by `ENVRT_REQUIRE_<NAME>=1` as `.ci/run` sets
 //!   them; a test that cannot reach a required component fails, and one that may skip says
 //!   so loudly ([`Component::skip_or_fail`]).
-//! - [`docker`]: the test images and the "engine and image, or skip" preamble.
+//! - [`docker`]: the test images, the "engine and image, or skip" preamble, and the static
+//!   process supervisor the Docker driver mounts into its containers.
 //! - [`sandbox`]: the built reference worker (`ENVRT_SANDBOX_WORKER`, or the one in this
 //!   target directory) and the "worker, or skip" preamble.
 //! - [`ssh`]: the settings of the test sshd of `scripts/start-sshd.sh`.

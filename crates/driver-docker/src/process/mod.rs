@@ -213,7 +213,7 @@ async fn start(
     }
 }
 
-fn exec_error(engine: &Engine, container: &str, doing: &str, error: BollardError) -> DriverError {
+pub(crate) fn exec_error(engine: &Engine, container: &str, doing: &str, error: BollardError) -> DriverError {
     if crate::engine::is_not_found(&error) {
         return DriverError::ResourceGone {
             id: container.to_owned(),
