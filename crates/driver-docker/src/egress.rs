@@ -332,6 +332,10 @@ impl DockerDriver {
     pub(crate) async fn update_egress(&self, context: &LeaseContext, policy: &Policy) -> Result<(), DriverError> {
         let lease = &context.lease.id;
         if context.lease.metadata.get(META_EGRESS).and_then(|v| v.as_bool()) != Some(true) {
+            // What the lease already has: no network, nothing to cut.
+            if policy.egress() == envrt_driver_api::network::Egress::None {
+                return Ok(());
+            }
             return Err(DriverError::other(format!(
                 "lease {lease} was made without an egress proxy (its environment names no network policy), so its network cannot be opened; acquire a new lease"
             )));

@@ -11,7 +11,7 @@ mod common;
 use common::Harness;
 use envrt_runtime_core::network::{Egress, EnvironmentNetwork, NetworkConfig, Policy};
 use envrt_runtime_core::{AcquireRequest, Environment, ExecuteRequest, Lease, LeaseStatus};
-use envrt_test_support::network::TestHost;
+use envrt_test_support::network::{HOST, TestHost};
 use serde_json::json;
 
 const BODY: &str = "hello from the test host";
@@ -80,11 +80,7 @@ fn proxies_of(lease: &Lease) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_under_a_policy_reaches_only_what_it_allows_through_its_egress_proxy() {
     let Some(host) = TestHost::new(
-        &[
-            ("web.test", "198.51.100.2"),
-            ("other.test", "198.51.100.2"),
-            ("rebind.test", "10.200.77.2"),
-        ],
+        &[("web.test", HOST), ("other.test", HOST), ("rebind.test", "10.200.77.2")],
         BODY,
     ) else {
         return;
@@ -177,6 +173,58 @@ async fn a_lease_under_a_policy_reaches_only_what_it_allows_through_its_egress_p
     // The proxy ends with the lease.
     h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     assert_eq!(proxies_of(&lease), Vec::<u32>::new(), "the lease's proxy outlived it");
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_made_without_a_policy_confirms_none_and_cannot_be_opened_later() {
+    let Some(host) = TestHost::new(&[("web.test", HOST)], BODY) else {
+        return;
+    };
+    let Some(h) = harness(&host).await else { return };
+    let mut config = json!({ "image": envrt_test_support::docker::image() })
+        .as_object()
+        .cloned()
+        .unwrap();
+    config.insert("network".into(), "none".into());
+    let plain = Environment::new("later", "egress", "docker").with_config(config);
+    h.runtime.put_environment(plain.clone()).await.unwrap();
+    let lease = h
+        .runtime
+        .acquire_lease(AcquireRequest::new("later", "acme"))
+        .await
+        .unwrap();
+    assert_eq!(
+        proxies_of(&lease),
+        Vec::<u32>::new(),
+        "a lease without a policy got a proxy"
+    );
+    // "none" is what it has.
+    let level = h
+        .runtime
+        .update_network_policy(&lease.id, &Policy::none())
+        .await
+        .unwrap();
+    assert_eq!(level.to_string(), "no network");
+    // The environment gains a policy afterwards: this lease was made without the proxy.
+    let mut with_policy = plain.clone();
+    with_policy.network = Some(EnvironmentNetwork::Policy(
+        NetworkConfig::new(policy(Egress::Allow, &["web.test:80"]), &[]).unwrap(),
+    ));
+    h.runtime.put_environment(with_policy).await.unwrap();
+    let err = h
+        .runtime
+        .update_network_policy(&lease.id, &policy(Egress::Allow, &["web.test:80"]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "lease {} was made without an egress proxy (its environment names no network policy), so its network \
+             cannot be opened; acquire a new lease",
+            lease.id
+        )
+    );
     h.finish().await;
 }
 

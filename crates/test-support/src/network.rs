@@ -2,7 +2,9 @@
 //! the root namespace by a veth pair, with an HTTP server (`busybox httpd`) and a DNS server
 //! that answers from a fixed map and writes down every name it is asked (a few lines of
 //! `python3`), both run inside the namespace with `ip netns exec`. Addresses are
-//! documentation ranges on the veth only; everything is removed when the fixture drops.
+//! documentation ranges (198.51.100.0/24) on the veth only, and the whole range is a
+//! blackhole route in the root namespace, so no test packet can leave the machine even
+//! when a host is gone; everything else is removed when the fixture drops.
 //! The built `envrt-egress` binary is here too. Standard library only, as the crate is.
 
 use std::path::{Path, PathBuf};
@@ -49,6 +51,9 @@ while True:
     s.sendto(head + question + answer, peer)
 "#;
 
+/// In [`TestHost::new`]'s names: the test host's own address.
+pub const HOST: &str = "HOST";
+
 /// One test host: its namespace, its veth, its servers.
 pub struct TestHost {
     ns: String,
@@ -76,8 +81,8 @@ fn ip(args: &[&str]) -> Result<(), String> {
 
 impl TestHost {
     /// A host on subnet `198.51.100.{16·n}/28` for the `n`-th host of this process (`n`
-    /// below 16), serving `names` (`(name, address)`) from its DNS server and `body` at
-    /// `/` over HTTP; `None`, said loudly, where this machine cannot make one (fails instead
+    /// below 16), serving `names` (`(name, address)`, where the address [`HOST`] stands for
+    /// the host's own) from its DNS server and `body` at `/` over HTTP; `None`, said loudly, where this machine cannot make one (fails instead
     /// with `ENVRT_REQUIRE_NETWORK=1`).
     pub fn new(names: &[(&str, &str)], body: &str) -> Option<TestHost> {
         static N: AtomicUsize = AtomicUsize::new(0);
@@ -111,10 +116,16 @@ impl TestHost {
         let _ = std::fs::remove_dir_all(&host.folder);
         std::fs::create_dir_all(host.folder.join("www")).map_err(|e| e.to_string())?;
         std::fs::write(host.folder.join("www/index.html"), body).map_err(|e| e.to_string())?;
-        let map: String = names.iter().map(|(name, a)| format!("{name} {a}\n")).collect();
+        let map: String = names
+            .iter()
+            .map(|(name, a)| format!("{name} {}\n", if *a == HOST { host.address.as_str() } else { a }))
+            .collect();
         std::fs::write(host.folder.join("names.txt"), map).map_err(|e| e.to_string())?;
         std::fs::write(host.folder.join("asked.txt"), "").map_err(|e| e.to_string())?;
         std::fs::write(host.folder.join("dns.py"), DNS_SERVER).map_err(|e| e.to_string())?;
+        // Nothing of the test range ever leaves the machine: a name a faulty proxy resolves
+        // to a host that is gone hits this, not the default route.
+        ip(&["route", "replace", "blackhole", "198.51.100.0/24"])?;
         ip(&["netns", "add", &host.ns])?;
         let peer = format!("{}p", host.veth);
         ip(&[
