@@ -28,6 +28,32 @@ pub fn locate() -> Result<PathBuf, String> {
     })
 }
 
+/// Another of envrt's helper binaries (e.g. `envrt-egress`), found the same way: `var` when
+/// set, else next to the running executable (or one directory up), else on `PATH`; the
+/// error names the binary, where it looked and how to set it.
+pub fn locate_named(binary: &str, var: &str) -> Result<PathBuf, String> {
+    let dirs = search_dirs();
+    if let Some(path) = std::env::var_os(var).map(PathBuf::from) {
+        return match is_executable(&path) {
+            true => Ok(path),
+            false => Err(format!(
+                "\"{}\" (set by {var}) is not an executable file.",
+                path.display()
+            )),
+        };
+    }
+    if let Some(found) = dirs.iter().map(|d| d.join(binary)).find(|p| is_executable(p)) {
+        return Ok(found);
+    }
+    find_in_path(binary).ok_or_else(|| {
+        let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        format!(
+            "\"{binary}\" was not found (looked in {}, and on PATH); set {var}=/path/to/{binary}, or put it on PATH.",
+            looked.join(", ")
+        )
+    })
+}
+
 /// [`locate`] over given places: `on_path` searches `PATH` only when neither `configured`
 /// nor `dirs` gave the binary (every capability resolution of a lease asks, so the common
 /// case stays a few `stat`s).

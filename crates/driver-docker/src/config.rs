@@ -65,6 +65,14 @@ pub struct DockerConfig {
     /// must be on this host (`unix://`): otherwise no lease grants
     /// `persistentProcessSessions`.
     pub agent: Option<std::path::PathBuf>,
+    /// The egress proxy binary (`envrt-egress`) the driver runs on the host for each lease
+    /// with a network policy; found as the supervisor is (`ENVRT_EGRESS`, beside the running
+    /// executable, `PATH`) when absent. Without it (or without the supervisor) a
+    /// `network = "none"` environment accepts only `egress = "none"`.
+    pub egress: Option<std::path::PathBuf>,
+    /// The DNS server the egress proxy resolves names through; the first `nameserver` of
+    /// the host's `/etc/resolv.conf` when absent.
+    pub egress_dns: Option<std::net::SocketAddr>,
 }
 
 /// Where a Docker lease's workspace lives.
@@ -94,6 +102,8 @@ impl Default for DockerConfig {
             workspace_mount: WorkspaceMount::Container,
             bind_root: None,
             agent: None,
+            egress: None,
+            egress_dns: None,
         }
     }
 }

@@ -82,6 +82,28 @@ impl DockerDriver {
             })
             .collect();
         mounts.extend(agent.iter().flat_map(|prepared| prepared.mounts.iter().cloned()));
+        // A lease under a network policy: its egress sockets, resolver and proxy variables
+        // (the facade names a policy only where the driver's boundary is proxied).
+        let plumbing = match (&input.network, &agent) {
+            (None, _) => None,
+            (Some(_), Some(prepared)) => match crate::egress::prepare(&prepared.dir) {
+                Ok(plumbing) => Some(plumbing),
+                Err(error) => {
+                    crate::processes::remove_dir(&prepared.dir);
+                    crate::bind::remove_made(bind_dir.as_deref());
+                    return Err(error);
+                }
+            },
+            (Some(_), None) => {
+                crate::bind::remove_made(bind_dir.as_deref());
+                return Err(DriverError::other(
+                    "the lease's network policy needs its egress forwarder, but its process supervisor directory could not be made",
+                ));
+            }
+        };
+        mounts.extend(plumbing.iter().map(|p| p.mount.clone()));
+        let mut env: Vec<String> = config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        env.extend(plumbing.iter().flat_map(|p| p.env.iter().cloned()));
         // Nothing of a failed acquire is left on the host.
         let undo_dirs = || {
             crate::bind::remove_made(bind_dir.as_deref());
@@ -101,7 +123,7 @@ impl DockerDriver {
             cmd: Some(cmd),
             user: config.user.clone(),
             working_dir: Some(config.working_dir.clone()),
-            env: Some(config.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: Some(env),
             labels: Some(labels),
             // With a read-only root, the workspace and /tmp are anonymous volumes (removed
             // with the container), which the archive API writes into like the root.
@@ -119,6 +141,7 @@ impl DockerDriver {
                 cap_add: Some(KEPT_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
                 security_opt: Some(vec!["no-new-privileges".to_owned()]),
                 readonly_rootfs: Some(config.read_only_root_fs),
+                dns: plumbing.as_ref().map(|p| p.dns.clone()),
                 mounts: (!mounts.is_empty()).then_some(mounts),
                 ..Default::default()
             }),
@@ -168,31 +191,39 @@ impl DockerDriver {
                 self.give_workspace(&id, &config.working_dir, config.read_only_root_fs, owner)
                     .await?;
             }
-            Ok(owner)
-        }
-        .await;
-        match ready {
-            Ok(owner) => {
-                // The supervisor runs as the command user, who must own its run directory;
-                // a driver that cannot hand it over serves no processes on this lease.
-                let agent = agent.is_some_and(|prepared| match crate::processes::give(&prepared, owner) {
+            // The supervisor runs as the command user, who must own its run directory; a
+            // driver that cannot hand it over serves no processes on this lease (and no
+            // network: its forwarder needs the directory).
+            let handed = match &agent {
+                Some(prepared) => match crate::processes::give(prepared, owner) {
                     Ok(()) => true,
+                    Err(error) if input.network.is_some() => return Err(error),
                     Err(error) => {
                         tracing::warn!(%error, "the lease gets no process supervisor");
                         false
                     }
-                });
-                Ok(Started {
-                    id,
-                    name,
-                    owner,
-                    bound: bind_dir.is_some(),
-                    agent,
-                })
+                },
+                None => false,
+            };
+            if let Some(policy) = &input.network {
+                self.start_egress(&input.lease_id, &id, policy).await?;
             }
+            Ok((owner, handed))
+        }
+        .await;
+        match ready {
+            Ok((owner, agent)) => Ok(Started {
+                id,
+                name,
+                owner,
+                bound: bind_dir.is_some(),
+                agent,
+                egress: plumbing.is_some(),
+            }),
             Err(error) => {
                 // Nothing of a failed acquire is left behind.
                 let _ = self.remove(&id).await;
+                crate::egress::stop(&input.lease_id);
                 undo_dirs();
                 Err(error)
             }
@@ -210,6 +241,8 @@ pub(crate) struct Started {
     pub(crate) bound: bool,
     /// Whether it has the process supervisor mounted.
     pub(crate) agent: bool,
+    /// Whether it runs under a network policy, through its egress proxy.
+    pub(crate) egress: bool,
 }
 
 impl DockerDriver {
@@ -222,6 +255,7 @@ impl DockerDriver {
         {
             tracing::warn!(%error, "removing a lease's workspace directory failed");
         }
+        crate::egress::stop(lease_id);
         crate::processes::remove_lease(lease_id);
     }
 }

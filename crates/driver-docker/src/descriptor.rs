@@ -1,5 +1,5 @@
 //! The Docker driver's [`DriverDescriptor`]: key `docker`, the `[docker]` section of
-//! `envrt.toml` (`host`, `workspace_mount`, `bind_root`, `agent`), set up only when an environment
+//! `envrt.toml` (`host`, `workspace_mount`, `bind_root`, `agent`, `egress`, `egress_dns`), set up only when an environment
 //! needs it (setting up connects to the engine), and the hardening rows of `envrt caps`.
 
 use std::any::Any;
@@ -31,7 +31,8 @@ impl DriverConfig for DockerConfig {
 }
 
 /// `[docker]`: `host`, `workspace_mount` (`"container"` or `"bind"`), `bind_root`, `agent`
-/// (the static process supervisor).
+/// (the static process supervisor), `egress` (the egress proxy binary) and `egress_dns`
+/// (its upstream DNS server, `ADDRESS:PORT`).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Section {
@@ -39,6 +40,8 @@ struct Section {
     workspace_mount: Option<serde_json::Value>,
     bind_root: Option<PathBuf>,
     agent: Option<PathBuf>,
+    egress: Option<PathBuf>,
+    egress_dns: Option<String>,
 }
 
 /// The checked `[docker] workspace_mount`.
@@ -89,6 +92,14 @@ impl DriverDescriptor for DockerDescriptor {
             workspace_mount: workspace_mount(section.workspace_mount.as_ref())?,
             bind_root: absolute("bind_root", section.bind_root)?,
             agent: absolute("agent", section.agent)?,
+            egress: absolute("egress", section.egress)?,
+            egress_dns: section
+                .egress_dns
+                .map(|text| {
+                    text.parse::<std::net::SocketAddr>()
+                        .map_err(|_| format!("[docker] egress_dns must be ADDRESS:PORT, got \"{text}\""))
+                })
+                .transpose()?,
             host: section.host,
             ..Default::default()
         }))
@@ -155,6 +166,25 @@ impl DriverDescriptor for DockerDescriptor {
                 }),
                 phase: DoctorPhase::Setup,
             });
+            let egress = crate::egress::resolve(config.egress.as_deref(), config.egress_dns, &found);
+            checks.push(DoctorCheck {
+                name: "Docker egress proxy".to_owned(),
+                required: false,
+                ok: egress.is_ok(),
+                detail: match &egress {
+                    Ok(setup) => format!(
+                        "{} resolving through {}: network = \"none\" environments accept egress = \"allow\" and \"open\"",
+                        setup.binary.display(),
+                        setup.upstream
+                    ),
+                    Err(why) => format!("network = \"none\" environments accept only egress = \"none\": {why}"),
+                },
+                fix: egress.is_err().then(|| {
+                    "put envrt-egress beside envrt or name it in [docker] egress or ENVRT_EGRESS (with a static supervisor)"
+                        .to_owned()
+                }),
+                phase: DoctorPhase::Setup,
+            });
         }
         checks
     }
@@ -206,5 +236,24 @@ mod tests {
             .unwrap()
             .agent;
         assert_eq!(agent.as_deref(), Some(std::path::Path::new("/opt/envrt/envrt-agent")));
+    }
+
+    #[test]
+    fn the_egress_settings_are_read_and_every_fault_named() {
+        let read_back =
+            read(serde_json::json!({"egress": "/opt/envrt/envrt-egress", "egress_dns": "192.0.2.53:53"})).unwrap();
+        assert_eq!(
+            read_back.egress.as_deref(),
+            Some(std::path::Path::new("/opt/envrt/envrt-egress"))
+        );
+        assert_eq!(read_back.egress_dns, Some("192.0.2.53:53".parse().unwrap()));
+        assert_eq!(
+            read(serde_json::json!({"egress": "envrt-egress"})).unwrap_err(),
+            "[docker] egress must be an absolute path, got \"envrt-egress\""
+        );
+        assert_eq!(
+            read(serde_json::json!({"egress_dns": "192.0.2.53"})).unwrap_err(),
+            "[docker] egress_dns must be ADDRESS:PORT, got \"192.0.2.53\""
+        );
     }
 }

@@ -44,6 +44,8 @@ pub struct DockerDriver {
     pub(crate) owners: OwnerCache,
     /// The process supervisor mounted into every lease's container, or why none is.
     pub(crate) agent: Result<std::path::PathBuf, String>,
+    /// What the driver runs each lease's egress with, or why it has none.
+    pub(crate) egress: Result<crate::egress::EgressSetup, String>,
 }
 
 impl DockerDriver {
@@ -53,11 +55,13 @@ impl DockerDriver {
     pub async fn connect(config: DockerConfig) -> Result<DockerDriver, DriverError> {
         let engine = Engine::connect(&config).await?;
         let agent = crate::processes::resolve(config.agent.as_deref(), &engine.address);
+        let egress = crate::egress::resolve(config.egress.as_deref(), config.egress_dns, &agent);
         Ok(DockerDriver {
             engine,
             config,
             owners: OwnerCache::default(),
             agent,
+            egress,
         })
     }
 
@@ -214,7 +218,15 @@ impl EnvironmentDriver for DockerDriver {
         &self,
         environment: &envrt_driver_api::Environment,
     ) -> envrt_driver_api::network::NetworkBoundary {
-        crate::network::boundary(environment)
+        crate::network::boundary(environment, crate::egress::none_boundary(self))
+    }
+
+    async fn update_network_policy(
+        &self,
+        context: &LeaseContext,
+        policy: &envrt_driver_api::network::Policy,
+    ) -> Result<(), DriverError> {
+        self.update_egress(context, policy).await
     }
 
     async fn check_environment_config(&self, config: &envrt_driver_api::JsonMap) -> Result<(), DriverError> {
@@ -240,6 +252,9 @@ impl EnvironmentDriver for DockerDriver {
         }
         if started.agent {
             grant.metadata.insert(crate::processes::META_AGENT.into(), true.into());
+        }
+        if started.egress {
+            grant.metadata.insert(crate::egress::META_EGRESS.into(), true.into());
         }
         Ok(grant)
     }

@@ -89,6 +89,7 @@ mod container;
 mod descriptor;
 mod driver;
 mod duplex;
+mod egress;
 mod engine;
 mod execute;
 mod expiry;

@@ -8,11 +8,15 @@ use envrt_driver_api::network::NetworkBoundary;
 
 use crate::config::EnvConfig;
 
-/// The boundary of `environment`'s containers; an environment whose config does not parse
-/// is undeclared (its acquire fails on the config anyway).
-pub(crate) fn boundary(environment: &Environment) -> NetworkBoundary {
+/// The boundary of `environment`'s containers, `none` for those with no route out (proxied
+/// where the driver runs the egress proxy); an environment whose config does not parse is
+/// undeclared (its acquire fails on the config anyway).
+pub(crate) fn boundary(environment: &Environment, none: NetworkBoundary) -> NetworkBoundary {
     match EnvConfig::of(environment) {
-        Ok(config) => mode_boundary(&config.network),
+        Ok(config) => match mode_boundary(&config.network) {
+            NetworkBoundary::Isolated => none,
+            other => other,
+        },
         Err(_) => NetworkBoundary::Undeclared,
     }
 }
@@ -40,15 +44,16 @@ mod tests {
         let mut config = envrt_driver_api::JsonMap::new();
         config.insert("image".into(), "img".into());
         let env = Environment::new("d", "d", "docker").with_config(config.clone());
-        assert_eq!(boundary(&env), NetworkBoundary::Isolated);
+        assert_eq!(boundary(&env, NetworkBoundary::Isolated), NetworkBoundary::Isolated);
+        assert_eq!(boundary(&env, NetworkBoundary::Proxied), NetworkBoundary::Proxied);
         config.insert("network".into(), "host".into());
         let env = Environment::new("d", "d", "docker").with_config(config);
         assert_eq!(
-            boundary(&env),
+            boundary(&env, NetworkBoundary::Isolated),
             NetworkBoundary::Unrestricted("Docker network \"host\"".into())
         );
         assert_eq!(
-            boundary(&Environment::new("d", "d", "docker")),
+            boundary(&Environment::new("d", "d", "docker"), NetworkBoundary::Isolated),
             NetworkBoundary::Undeclared
         );
     }

@@ -104,12 +104,12 @@ pub(crate) fn resolve(configured: Option<&Path>, address: &str) -> Result<PathBu
 }
 
 /// The host directory of the lease whose container is named `name`.
-fn lease_dir(name: &str) -> PathBuf {
+pub(crate) fn lease_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(DEFAULT_AGENT_DIR).join(name)
 }
 
 /// The run directory (the one the container sees) in a lease directory.
-fn run_dir(lease_dir: &Path) -> PathBuf {
+pub(crate) fn run_dir(lease_dir: &Path) -> PathBuf {
     lease_dir.join("run")
 }
 
@@ -202,6 +202,11 @@ async fn connect(path: &Path) -> Result<Client, Unanswered> {
         ClientError::Broken(text) if text.contains("Connection refused") => Unanswered::Absent,
         _ => Unanswered::Failed(error),
     })
+}
+
+/// Whether a supervisor (or forwarder) answers on the socket at host path `path`.
+pub(crate) async fn answers(path: &Path) -> bool {
+    connect(path).await.is_ok()
 }
 
 impl DockerDriver {

@@ -1,7 +1,8 @@
 //! envrt egress: the network policy a lease runs under, and the egress proxy and DNS stub
 //! that enforce it. `envrt-runtime-core` uses its policy type and grant rules for an
-//! environment's `[environment.network]` (`envrt_runtime_core::network`); no driver runs
-//! the proxy yet (they will bind its unix socket into leases that have no route of their own).
+//! environment's `[environment.network]` (`envrt_runtime_core::network`); the `envrt-egress`
+//! binary ([`standalone`]) runs one lease's proxy and stub on unix sockets that a driver
+//! binds into a lease with no route of its own (Docker does).
 //!
 //! # The policy (`[environment.network]`)
 //!

@@ -65,7 +65,7 @@ fn build_static_agent() -> std::path::PathBuf {
         .status()
         .expect("run cargo build");
     assert!(status.success(), "the static build of envrt-agent failed");
-    let binary = root.join("target/x86_64-unknown-linux-gnu/release/envrt-agent");
+    let binary = crate::network::target_dir().join("x86_64-unknown-linux-gnu/release/envrt-agent");
     if let Ok(file) = Command::new("file").arg(&binary).output() {
         let text = String::from_utf8_lossy(&file.stdout);
         let is_static = text.contains("statically linked") || text.contains("static-pie linked");

@@ -1,0 +1,241 @@
+//! A test host on this machine for the drivers' egress tests: a network namespace joined to
+//! the root namespace by a veth pair, with an HTTP server (`busybox httpd`) and a DNS server
+//! that answers from a fixed map and writes down every name it is asked (a few lines of
+//! `python3`), both run inside the namespace with `ip netns exec`. Addresses are
+//! documentation ranges (198.51.100.0/24) on the veth only, and the whole range is a
+//! blackhole route in the root namespace, so no test packet can leave the machine even
+//! when a host is gone; everything else is removed when the fixture drops.
+//! The built `envrt-egress` binary is here too. Standard library only, as the crate is.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::Component;
+
+/// The DNS server: answers A queries from `names.txt` (`name address` lines), REFUSED
+/// never, NXDOMAIN for unknown names; appends each asked name to `asked.txt`.
+const DNS_SERVER: &str = r#"
+import socket, struct, sys
+addr, folder = sys.argv[1], sys.argv[2]
+names = {}
+for line in open(folder + "/names.txt"):
+    if line.strip():
+        n, a = line.split()
+        names[n] = a
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((addr, 53))
+print("ready", flush=True)
+while True:
+    q, peer = s.recvfrom(4096)
+    i, labels = 12, []
+    while q[i] != 0:
+        labels.append(q[i + 1:i + 1 + q[i]].decode("ascii", "replace"))
+        i += 1 + q[i]
+    name = ".".join(labels).lower()
+    qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+    with open(folder + "/asked.txt", "a") as log:
+        log.write(name + "\n")
+    question = q[12:i + 5]
+    ident = q[:2]
+    if name in names and qtype == 1:
+        answer = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + socket.inet_aton(names[name])
+        head = ident + struct.pack(">HHHHH", 0x8180, 1, 1, 0, 0)
+    elif name in names:
+        answer = b""
+        head = ident + struct.pack(">HHHHH", 0x8180, 1, 0, 0, 0)
+    else:
+        answer = b""
+        head = ident + struct.pack(">HHHHH", 0x8183, 1, 0, 0, 0)
+    s.sendto(head + question + answer, peer)
+"#;
+
+/// In [`TestHost::new`]'s names: the test host's own address.
+pub const HOST: &str = "HOST";
+
+/// One test host: its namespace, its veth, its servers.
+pub struct TestHost {
+    ns: String,
+    veth: String,
+    /// The host's address (its HTTP server listens on ports 80 and 8080, its DNS server on 53).
+    pub address: String,
+    /// The root namespace's address on the same link.
+    pub gateway: String,
+    folder: PathBuf,
+    servers: Vec<Child>,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl TestHost {
+    /// A host on subnet `198.51.100.{16·n}/28` for the `n`-th host of this process (`n`
+    /// below 16), serving `names` (`(name, address)`, where the address [`HOST`] stands for
+    /// the host's own) from its DNS server and `body` at `/` over HTTP; `None`, said loudly, where this machine cannot make one (fails instead
+    /// with `ENVRT_REQUIRE_NETWORK=1`).
+    pub fn new(names: &[(&str, &str)], body: &str) -> Option<TestHost> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        match TestHost::build(n, names, body) {
+            Ok(host) => Some(host),
+            Err(e) => {
+                Component::Network.skip_or_fail(
+                    format_args!("ENVRT_REQUIRE_NETWORK=1 but no test host: {e}"),
+                    format_args!("SKIPPED: no test host network namespace: {e}"),
+                );
+                None
+            }
+        }
+    }
+
+    fn build(n: usize, names: &[(&str, &str)], body: &str) -> Result<TestHost, String> {
+        if n >= 16 {
+            return Err("at most 16 test hosts per process".into());
+        }
+        let pid = std::process::id();
+        let base = 16 * n;
+        let mut host = TestHost {
+            ns: format!("envrt-th-{pid}-{n}"),
+            veth: format!("eth{}x{n}", pid % 100_000),
+            address: format!("198.51.100.{}", base + 2),
+            gateway: format!("198.51.100.{}", base + 1),
+            folder: std::env::temp_dir().join(format!("envrt-test-host-{pid}-{n}")),
+            servers: Vec::new(),
+        };
+        let _ = std::fs::remove_dir_all(&host.folder);
+        std::fs::create_dir_all(host.folder.join("www")).map_err(|e| e.to_string())?;
+        std::fs::write(host.folder.join("www/index.html"), body).map_err(|e| e.to_string())?;
+        let map: String = names
+            .iter()
+            .map(|(name, a)| format!("{name} {}\n", if *a == HOST { host.address.as_str() } else { a }))
+            .collect();
+        std::fs::write(host.folder.join("names.txt"), map).map_err(|e| e.to_string())?;
+        std::fs::write(host.folder.join("asked.txt"), "").map_err(|e| e.to_string())?;
+        std::fs::write(host.folder.join("dns.py"), DNS_SERVER).map_err(|e| e.to_string())?;
+        // Nothing of the test range ever leaves the machine: a name a faulty proxy resolves
+        // to a host that is gone hits this, not the default route.
+        ip(&["route", "replace", "blackhole", "198.51.100.0/24"])?;
+        ip(&["netns", "add", &host.ns])?;
+        let peer = format!("{}p", host.veth);
+        ip(&[
+            "link", "add", &host.veth, "type", "veth", "peer", "name", &peer, "netns", &host.ns,
+        ])?;
+        ip(&["addr", "add", &format!("{}/28", host.gateway), "dev", &host.veth])?;
+        ip(&["link", "set", &host.veth, "up"])?;
+        ip(&[
+            "-n",
+            &host.ns,
+            "addr",
+            "add",
+            &format!("{}/28", host.address),
+            "dev",
+            &peer,
+        ])?;
+        ip(&["-n", &host.ns, "link", "set", &peer, "up"])?;
+        ip(&["-n", &host.ns, "link", "set", "lo", "up"])?;
+        for port in ["80", "8080"] {
+            let httpd = Command::new("ip")
+                .args(["netns", "exec", &host.ns, "busybox", "httpd", "-f", "-p"])
+                .arg(format!("{}:{port}", host.address))
+                .arg("-h")
+                .arg(host.folder.join("www"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("busybox httpd: {e}"))?;
+            host.servers.push(httpd);
+        }
+        let mut dns = Command::new("ip")
+            .args(["netns", "exec", &host.ns, "python3", "-c", DNS_SERVER, &host.address])
+            .arg(&host.folder)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("python3: {e}"))?;
+        let mut ready = [0u8; 5];
+        std::io::Read::read_exact(dns.stdout.as_mut().expect("piped"), &mut ready)
+            .map_err(|e| format!("the DNS server did not start: {e}"))?;
+        host.servers.push(dns);
+        host.wait_for_http()?;
+        Ok(host)
+    }
+
+    fn wait_for_http(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let target: std::net::SocketAddr = format!("{}:80", self.address).parse().map_err(|_| "bad address")?;
+        while std::net::TcpStream::connect_timeout(&target, Duration::from_millis(200)).is_err() {
+            if Instant::now() > deadline {
+                return Err("the HTTP server did not start".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Every name the DNS server was asked, in order.
+    pub fn asked(&self) -> Vec<String> {
+        std::fs::read_to_string(self.folder.join("asked.txt"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The DNS server's address.
+    pub fn dns(&self) -> std::net::SocketAddr {
+        format!("{}:53", self.address).parse().expect("an address")
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        for server in &mut self.servers {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        // `ip netns exec` forks: end whatever still runs in the namespace.
+        if let Ok(out) = Command::new("ip").args(["netns", "pids", &self.ns]).output() {
+            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
+        let _ = ip(&["link", "del", &self.veth]);
+        let _ = ip(&["netns", "del", &self.ns]);
+        let _ = std::fs::remove_dir_all(&self.folder);
+    }
+}
+
+/// The target directory this build uses (`CARGO_TARGET_DIR`, else the workspace's).
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
+    }
+}
+
+/// The `envrt-egress` binary, built here by `cargo build` (a no-op once built). Panics when
+/// the build fails.
+pub fn egress_binary() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(cargo)
+        .args(["build", "-p", "envrt-egress", "--bin", "envrt-egress"])
+        .current_dir(&root)
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "the build of envrt-egress failed");
+    target_dir().join("debug/envrt-egress")
+}
