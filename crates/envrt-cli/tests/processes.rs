@@ -109,18 +109,18 @@ fn logs_refuses_an_offset_no_longer_held_with_the_exact_text() {
 }
 
 /// The spawning program and a first reader are SIGKILLed; another program still reads
-/// the whole output from offset 0, then kills the process.
-#[test]
-fn after_the_spawner_and_a_reader_are_sigkilled_another_program_reads_from_zero_and_kills() {
-    let site = Site::new();
+/// the whole output from offset 0, then kills the process (on `env`, one of the site's
+/// environments; every program is an `envrt` invocation of its own).
+fn spawner_and_reader_killed_round(site: &Site, env: &str) {
     let mark = marker();
     let script = format!("i=0; while [ $i -lt 50 ]; do echo {mark}-$i; i=$((i+1)); done; exec sleep {mark}");
-    let mut spawner = site.command(&["spawn", "--", "sh", "-c", &script]);
+    let mut spawner = site.command(&["spawn", "--env-id", env, "--", "sh", "-c", &script]);
     let mut spawner = spawner.stdin(Stdio::null()).spawn().unwrap();
     let mut line = String::new();
     let mut out = BufReader::new(spawner.stdout.take().unwrap());
     out.read_line(&mut line).unwrap();
     let id = line.trim().to_owned();
+    assert!(!id.is_empty(), "{env}: spawn printed no id");
     // The spawner may already be gone; SIGKILL it either way.
     let _ = spawner.kill();
     let _ = spawner.wait();
@@ -133,19 +133,70 @@ fn after_the_spawner_and_a_reader_are_sigkilled_another_program_reads_from_zero_
     BufReader::new(reader.stdout.take().unwrap())
         .read_line(&mut first)
         .unwrap();
-    assert_eq!(first, format!("{mark}-0\n"));
+    assert_eq!(first, format!("{mark}-0\n"), "{env}");
     reader.kill().unwrap();
     reader.wait().unwrap();
     let expected: String = (0..50).map(|i| format!("{mark}-{i}\n")).collect();
     let logs = site.run(&["logs", "--from", "0", &id]);
-    assert_eq!(logs.code, Some(0), "{}", logs.stderr);
-    assert_eq!(logs.stdout_text(), expected);
-    assert_eq!(common::sleepers(&mark).len(), 1, "the process no longer runs");
-    assert_eq!(site.run(&["kill", "-s", "KILL", &id]).code, Some(0));
-    assert_eq!(site.run(&["wait", &id]).code, Some(137));
+    assert_eq!(logs.code, Some(0), "{env}: {}", logs.stderr);
+    assert_eq!(logs.stdout_text(), expected, "{env}");
+    // The lease's processes are this machine's (a container's, the test sshd's user's).
+    assert_eq!(common::sleepers(&mark).len(), 1, "{env}: the process no longer runs");
+    assert_eq!(site.run(&["kill", "-s", "KILL", &id]).code, Some(0), "{env}");
+    assert_eq!(site.run(&["wait", &id]).code, Some(137), "{env}");
     let released = site.run(&["lease", "release", lease_of(&id)]);
-    assert_eq!(released.code, Some(0), "{}", released.stderr);
-    assert!(survivors(&mark).is_empty());
+    assert_eq!(released.code, Some(0), "{env}: {}", released.stderr);
+    assert!(survivors(&mark).is_empty(), "{env}");
+}
+
+#[test]
+fn after_the_spawner_and_a_reader_are_sigkilled_another_program_reads_from_zero_and_kills() {
+    spawner_and_reader_killed_round(&Site::new(), "local");
+}
+
+#[test]
+fn the_same_on_docker_with_the_static_supervisor() {
+    let Some(image) = envrt_test_support::docker::image_or_skip() else {
+        return;
+    };
+    let site = Site::new();
+    std::fs::write(
+        site.path().join("envrt.toml"),
+        format!(
+            "[docker]\nagent = \"{}\"\n[[environment]]\nid = \"ctr\"\ndriver = \"docker\"\n[environment.config]\nimage = \"{image}\"\n",
+            envrt_test_support::docker::static_agent().display()
+        ),
+    )
+    .unwrap();
+    spawner_and_reader_killed_round(&site, "ctr");
+}
+
+#[test]
+fn the_same_on_ssh_with_the_supervisor_on_the_remote_host() {
+    let vars = match envrt_test_support::ssh::settings() {
+        Ok(vars) => vars,
+        Err(e) => {
+            envrt_test_support::Component::Ssh.skip_or_fail(
+                format_args!("ENVRT_REQUIRE_SSH=1 but no test sshd ({e})"),
+                format_args!("SKIPPED: no test sshd ({e})"),
+            );
+            return;
+        }
+    };
+    let site = Site::new();
+    std::fs::write(
+        site.path().join("envrt.toml"),
+        format!(
+            "[[environment]]\nid = \"remote\"\ndriver = \"ssh\"\n[environment.config]\nhost = \"{}\"\nport = {}\nuser = \"{}\"\nkey = \"{}\"\nknown_hosts = \"{}\"\n",
+            vars["ENVRT_TEST_SSH_HOST"],
+            vars["ENVRT_TEST_SSH_PORT"],
+            vars["ENVRT_TEST_SSH_USER"],
+            vars["ENVRT_TEST_SSH_KEY"],
+            vars["ENVRT_TEST_SSH_KNOWN_HOSTS"]
+        ),
+    )
+    .unwrap();
+    spawner_and_reader_killed_round(&site, "remote");
 }
 
 /// `attach` feeds stdin to the process and prints its output; the detach key leaves it
