@@ -89,6 +89,12 @@ pub(crate) fn to_json<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".into())
 }
 
+/// A network policy from its JSON form (`{"egress": "allow", "allow": [...]}`); a policy
+/// the grammar refuses is a `ValueError` with the grammar's text.
+fn network_policy(text: &str) -> PyResult<envrt::core::network::Policy> {
+    serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("network policy: {e}")))
+}
+
 fn word<T: DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
     serde_json::from_value(serde_json::Value::String(text.to_owned()))
         .map_err(|_| PyValueError::new_err(format!("unknown {what} \"{text}\"")))
@@ -128,8 +134,9 @@ impl NativeRuntime {
         self.inner.driver_keys()
     }
 
-    /// Acquires a lease; returns the lease as JSON. `ttl` (seconds) asks for an expiry.
-    #[pyo3(signature = (environment_id, company, run_id=None, policy="ephemeral", ttl=None, metadata="{}".to_owned()))]
+    /// Acquires a lease; returns the lease as JSON. `ttl` (seconds) asks for an expiry;
+    /// `network` is a network policy's JSON form (contract section 10).
+    #[pyo3(signature = (environment_id, company, run_id=None, policy="ephemeral", ttl=None, metadata="{}".to_owned(), network=None))]
     #[allow(clippy::too_many_arguments)]
     fn acquire<'py>(
         &self,
@@ -140,16 +147,32 @@ impl NativeRuntime {
         policy: &str,
         ttl: Option<f64>,
         metadata: String,
+        network: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut request = AcquireRequest::new(environment_id, company);
         request.run_id = run_id;
         request.policy = word::<LeasePolicy>(policy, "lease policy")?;
         request.metadata = from_json(&metadata)?;
+        request.network = network.as_deref().map(network_policy).transpose()?;
         request.requested_expires_at = ttl.map(seconds).transpose()?.map(|d| Timestamp::now().after(d));
         let runtime = self.inner.clone();
         crate::rt::future_into_py(py, async move {
             let lease = runtime.acquire_lease(request).await.map_err(runtime_error)?;
             Ok(to_json(&lease))
+        })
+    }
+
+    /// Replaces an active lease's network policy (its JSON form); answers the level the
+    /// lease now has (`egress proxy (allow)`, `no network`, ...).
+    fn update_network<'py>(&self, py: Python<'py>, lease_id: String, network: String) -> PyResult<Bound<'py, PyAny>> {
+        let policy = network_policy(&network)?;
+        let runtime = self.inner.clone();
+        crate::rt::future_into_py(py, async move {
+            let level = runtime
+                .update_network_policy(&lease_id, &policy)
+                .await
+                .map_err(runtime_error)?;
+            Ok(level.to_string())
         })
     }
 

@@ -118,6 +118,7 @@ _BY_KIND = {
     "process_unknown_signal": EnvrtValueError,
     "process_idempotency_conflict": EnvrtValueError,
     "process_spawn_refused": EnvrtValueError,
+    "network_refused": EnvrtPermissionError,
 }
 
 

@@ -318,16 +318,25 @@ class Runtime:
         policy: str = "ephemeral",
         ttl: float | None = None,
         metadata: Mapping[str, Any] | None = None,
+        network: Mapping[str, Any] | None = None,
     ) -> "Lease":
         """Acquires a lease on ``environment_id`` (the configured default when ``None``);
         ``ttl`` seconds asks for an expiry the driver must guarantee (default: the
-        environment's ``ttl`` in ``envrt.toml``)."""
+        environment's ``ttl`` in ``envrt.toml``); ``network`` is a policy of the lease's own
+        (``{"egress": "allow", "allow": ["pypi.org:443"]}``), within the environment's
+        policy or its ``grantable`` list (contract section 10)."""
         environment_id = environment_id or self.default_environment or "local"
         if ttl is None:
             ttl = self.default_ttls.get(environment_id)
         try:
             text = await self._native.acquire(
-                environment_id, company or self.company, run_id, policy, ttl, json.dumps(dict(metadata or {}))
+                environment_id,
+                company or self.company,
+                run_id,
+                policy,
+                ttl,
+                json.dumps(dict(metadata or {})),
+                None if network is None else json.dumps(dict(network)),
             )
         except EnvrtError as error:
             raise _skipped_driver_error(error, self.skipped_drivers) from error
@@ -482,6 +491,12 @@ class Lease:
     async def open_duplex(self, argv: Sequence[str]) -> "DuplexStream":
         """Starts ``argv`` with a live two-way byte channel (needs ``duplexCommandStream``)."""
         return DuplexStream(await self.runtime._native.open_duplex(self.id, list(argv)))
+
+    async def update_network(self, network: Mapping[str, Any]) -> str:
+        """Replaces the lease's network policy (the form :meth:`Runtime.acquire` takes);
+        answers the level it now has, such as ``"egress proxy (allow)"`` or ``"no network"``.
+        New connections follow it at once and open ones it denies are cut."""
+        return str(await self.runtime._native.update_network(self.id, json.dumps(dict(network))))
 
     async def spawn(
         self,
