@@ -501,3 +501,30 @@ fn a_duplex_channel_that_holds_stderr_back_is_caught() {
         "{message}"
     );
 }
+
+// The host's own output: under libtest's per-test capture, print! never reaches the
+// descriptors, so the check cannot look and says so (broken_host_output.rs, with
+// harness = false, shows the faults it catches).
+
+#[test]
+fn host_output_under_a_capturing_harness_is_not_checked() {
+    let nocapture = std::env::args().any(|a| a == "--nocapture")
+        || std::env::var_os("RUST_TEST_NOCAPTURE").is_some_and(|v| v != "0");
+    let root = tempfile::tempdir().unwrap();
+    let faulty = suite(Fault::PrintsEnv, root.path());
+    let outcome = faulty
+        .run_check_outcome("execute_secrets_not_printed")
+        .expect("registered");
+    if nocapture {
+        assert_eq!(outcome.status, Status::Failed, "{outcome:?}");
+        return;
+    }
+    assert_eq!(outcome.status, Status::NotChecked, "{outcome:?}");
+    assert_eq!(
+        outcome.message.as_deref(),
+        Some(
+            "what this process prints does not reach its descriptors 1 and 2 (a test harness captures it; \
+             run under harness = false or with --nocapture)"
+        )
+    );
+}

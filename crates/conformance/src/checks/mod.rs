@@ -18,6 +18,7 @@ mod lifecycle_driver;
 mod network;
 mod observe;
 mod pool;
+mod printed;
 mod processes;
 mod processes_refusals;
 mod sync;
@@ -117,6 +118,7 @@ pub(crate) fn all() -> Vec<Check> {
         lifecycle::CHECKS,
         lifecycle_driver::CHECKS,
         execute::CHECKS,
+        printed::CHECKS,
         escape::CHECKS,
         descriptors::CHECKS,
         inputs::CHECKS,

@@ -103,6 +103,11 @@ pub(crate) enum Fault {
     /// At a timeout, kills the command's process group only: a child in a new session
     /// or a process group of its own survives.
     KillsOnlyTheProcessGroup,
+    /// Class 5: `println!`s each command and its env values, secrets included, to the
+    /// host's standard output.
+    PrintsEnv,
+    /// Class 5: the same with `eprintln!`, to the host's standard error.
+    EprintsEnv,
 }
 
 /// The local driver with one fault.
@@ -311,6 +316,14 @@ impl Execute for Faulty {
                     if let Some((head, _)) = value.expose().split_once('=') {
                         *value = head.to_owned().into();
                     }
+                }
+            }
+            Fault::PrintsEnv | Fault::EprintsEnv => {
+                let values: Vec<&str> = request.env.values().map(|v| v.expose()).collect();
+                if self.has(Fault::PrintsEnv) {
+                    println!("faulty driver runs {} with env {values:?}", request.command);
+                } else {
+                    eprintln!("faulty driver runs {} with env {values:?}", request.command);
                 }
             }
             Fault::LogsSecrets => {
