@@ -502,6 +502,53 @@ fn a_duplex_channel_that_holds_stderr_back_is_caught() {
     );
 }
 
+// Output under a slow reader and at a timeout (contract section 5).
+
+#[test]
+fn a_relay_that_drops_chunks_when_the_sink_is_slow_is_caught() {
+    let check = "execute_sink_slow_reader_gets_every_byte";
+    // A quick sink gets everything: the older sink check passes.
+    let root = tempfile::tempdir().unwrap();
+    let faulty = suite(Fault::DropsChunksWhenTheSinkIsSlow, root.path());
+    assert_eq!(faulty.run_check("execute_sink_streams"), Some(Ok(())));
+    let message = failure_of(Fault::DropsChunksWhenTheSinkIsSlow, check);
+    assert!(message.starts_with("stdout through the slow sink: "), "{message}");
+    assert!(
+        message.contains(" bytes for 2097152 expected; first difference at byte "),
+        "{message}"
+    );
+    honest_passes(&[check]);
+}
+
+#[test]
+fn a_relay_that_swaps_chunks_when_the_sink_is_slow_is_caught() {
+    let message = failure_of(
+        Fault::SwapsChunksWhenTheSinkIsSlow,
+        "execute_sink_slow_reader_gets_every_byte",
+    );
+    // Every byte arrives, out of order.
+    assert!(
+        message
+            .starts_with("stdout through the slow sink: 2097152 bytes for 2097152 expected; first difference at byte "),
+        "{message}"
+    );
+}
+
+#[test]
+fn output_thrown_away_at_a_timeout_is_caught() {
+    let check = "execute_timeout_keeps_partial_output";
+    let message = failure_of(Fault::EmptyOutputOnTimeout, check);
+    assert!(
+        message.starts_with("stdout in the result of a timed-out command: 0 bytes for "),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(" expected; first difference at byte 0: got \"\", expected \"pppppppppppppppp\""),
+        "{message}"
+    );
+    honest_passes(&[check]);
+}
+
 // The host's own output: under libtest's per-test capture, print! never reaches the
 // descriptors, so the check cannot look and says so (broken_host_output.rs, with
 // harness = false, shows the faults it catches).

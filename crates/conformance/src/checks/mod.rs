@@ -21,6 +21,7 @@ mod pool;
 mod printed;
 mod processes;
 mod processes_refusals;
+mod streaming;
 mod sync;
 mod templates;
 mod tree;
@@ -118,6 +119,7 @@ pub(crate) fn all() -> Vec<Check> {
         lifecycle::CHECKS,
         lifecycle_driver::CHECKS,
         execute::CHECKS,
+        streaming::CHECKS,
         printed::CHECKS,
         escape::CHECKS,
         descriptors::CHECKS,

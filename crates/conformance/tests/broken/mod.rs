@@ -6,6 +6,7 @@
 mod duplex;
 mod group_kill;
 pub(crate) mod processes;
+mod sink;
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
@@ -108,6 +109,13 @@ pub(crate) enum Fault {
     PrintsEnv,
     /// Class 5: the same with `eprintln!`, to the host's standard error.
     EprintsEnv,
+    /// Relays output to the caller's sink through a queue of two chunks and drops what
+    /// does not fit while the sink is slow.
+    DropsChunksWhenTheSinkIsSlow,
+    /// Hands a chunk on after the next one of its stream whenever the sink was slow.
+    SwapsChunksWhenTheSinkIsSlow,
+    /// Returns empty stdout and stderr for a command killed at its timeout.
+    EmptyOutputOnTimeout,
 }
 
 /// The local driver with one fault.
@@ -325,6 +333,25 @@ impl Execute for Faulty {
                 } else {
                     eprintln!("faulty driver runs {} with env {values:?}", request.command);
                 }
+            }
+            Fault::DropsChunksWhenTheSinkIsSlow | Fault::SwapsChunksWhenTheSinkIsSlow if request.sink.is_some() => {
+                let how = match self.fault {
+                    Fault::DropsChunksWhenTheSinkIsSlow => sink::SinkFault::DropsWhenFull,
+                    _ => sink::SinkFault::SwapsWhenSlow,
+                };
+                let relay = sink::Relay::new(request.sink.take().expect("a sink"), how);
+                request.sink = Some(relay.clone());
+                let result = inner.execute(context, request).await;
+                relay.finish();
+                return result;
+            }
+            Fault::EmptyOutputOnTimeout => {
+                let mut result = inner.execute(context, request).await?;
+                if result.timed_out {
+                    result.stdout.clear();
+                    result.stderr.clear();
+                }
+                return Ok(result);
             }
             Fault::LogsSecrets => {
                 let values: Vec<&str> = request.env.values().map(|v| v.expose()).collect();
