@@ -549,6 +549,45 @@ fn output_thrown_away_at_a_timeout_is_caught() {
     honest_passes(&[check]);
 }
 
+// Timeouts against the shapes a kill of what it can reach misses.
+
+/// Runs `check` against `fault`, kills whatever carries the suite's markers, and returns
+/// the outcome.
+fn leaky_outcome(fault: Fault, check: &str) -> Result<(), String> {
+    let root = tempfile::tempdir().unwrap();
+    let suite = suite(fault, root.path());
+    let outcome = suite.run_check(check).expect("registered");
+    for pid in envrt_conformance::processes_with_marker(suite.marker_prefix()) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    outcome
+}
+
+#[test]
+fn a_timeout_that_kills_only_descendants_is_caught() {
+    let check = "execute_timeout_kills_orphans_and_term_ignorers";
+    for older in ["execute_timeout_kills_tree", "execute_timeout_kills_new_session"] {
+        let passed = leaky_outcome(Fault::KillsOnlyDescendants, older);
+        assert!(passed.is_ok(), "{older}: {passed:?}");
+    }
+    let message = leaky_outcome(Fault::KillsOnlyDescendants, check).expect_err("a descendants-only kill passed");
+    assert!(message.starts_with("processes survived"), "{message}");
+    honest_passes(&[check]);
+}
+
+#[test]
+fn a_timeout_that_only_asks_politely_is_caught() {
+    let check = "execute_timeout_kills_orphans_and_term_ignorers";
+    for older in ["execute_timeout_kills_tree", "execute_timeout_kills_new_session"] {
+        let passed = leaky_outcome(Fault::TermsWithoutKill, older);
+        assert!(passed.is_ok(), "{older}: {passed:?}");
+    }
+    let message = leaky_outcome(Fault::TermsWithoutKill, check).expect_err("a SIGTERM-only timeout passed");
+    assert!(message.starts_with("processes survived"), "{message}");
+}
+
 // The host's own output: under libtest's per-test capture, print! never reaches the
 // descriptors, so the check cannot look and says so (broken_host_output.rs, with
 // harness = false, shows the faults it catches).

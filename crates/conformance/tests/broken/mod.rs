@@ -7,6 +7,7 @@ mod duplex;
 mod group_kill;
 pub(crate) mod processes;
 mod sink;
+mod tree_kill;
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
@@ -116,6 +117,12 @@ pub(crate) enum Fault {
     SwapsChunksWhenTheSinkIsSlow,
     /// Returns empty stdout and stderr for a command killed at its timeout.
     EmptyOutputOnTimeout,
+    /// At a timeout, SIGKILLs the command and each descendant it finds through parent
+    /// links: a daemon that double-forked away survives.
+    KillsOnlyDescendants,
+    /// At a timeout, sends SIGTERM to the command's group and descendants and never a
+    /// SIGKILL: a child that ignores SIGTERM survives.
+    TermsWithoutKill,
 }
 
 /// The local driver with one fault.
@@ -352,6 +359,13 @@ impl Execute for Faulty {
                     result.stderr.clear();
                 }
                 return Ok(result);
+            }
+            Fault::KillsOnlyDescendants | Fault::TermsWithoutKill if request.timeout.is_some() => {
+                let reach = match self.fault {
+                    Fault::KillsOnlyDescendants => tree_kill::Reach::Descendants,
+                    _ => tree_kill::Reach::TermOnly,
+                };
+                return tree_kill::reaching_execute(&workspace_of(context), &request, reach).await;
             }
             Fault::LogsSecrets => {
                 let values: Vec<&str> = request.env.values().map(|v| v.expose()).collect();
