@@ -566,6 +566,13 @@ fn leaky_outcome(fault: Fault, check: &str) -> Result<(), String> {
 }
 
 #[test]
+fn a_timeout_that_kills_only_the_command_is_caught() {
+    let check = "execute_timeout_kills_orphans_and_term_ignorers";
+    let message = leaky_outcome(Fault::KillsOnlyTheCommand, check).expect_err("a command-only kill passed");
+    assert!(message.starts_with("processes survived"), "{message}");
+}
+
+#[test]
 fn a_timeout_that_kills_only_descendants_is_caught() {
     let check = "execute_timeout_kills_orphans_and_term_ignorers";
     for older in ["execute_timeout_kills_tree", "execute_timeout_kills_new_session"] {

@@ -117,6 +117,8 @@ pub(crate) enum Fault {
     SwapsChunksWhenTheSinkIsSlow,
     /// Returns empty stdout and stderr for a command killed at its timeout.
     EmptyOutputOnTimeout,
+    /// At a timeout, SIGKILLs the command's process alone.
+    KillsOnlyTheCommand,
     /// At a timeout, SIGKILLs the command and each descendant it finds through parent
     /// links: a daemon that double-forked away survives.
     KillsOnlyDescendants,
@@ -360,8 +362,11 @@ impl Execute for Faulty {
                 }
                 return Ok(result);
             }
-            Fault::KillsOnlyDescendants | Fault::TermsWithoutKill if request.timeout.is_some() => {
+            Fault::KillsOnlyTheCommand | Fault::KillsOnlyDescendants | Fault::TermsWithoutKill
+                if request.timeout.is_some() =>
+            {
                 let reach = match self.fault {
+                    Fault::KillsOnlyTheCommand => tree_kill::Reach::Command,
                     Fault::KillsOnlyDescendants => tree_kill::Reach::Descendants,
                     _ => tree_kill::Reach::TermOnly,
                 };

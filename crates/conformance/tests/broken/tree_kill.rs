@@ -1,4 +1,5 @@
-//! Two timeouts that reach less than the whole tree while passing the older timeout
+//! Timeouts that reach less than the whole tree. One signals the command alone (the
+//! older `execute_timeout_kills_tree` catches it too). Two pass the older timeout
 //! checks: one signals the command and every descendant it can find through parent links
 //! in `/proc` at the moment of the timeout (a daemon that double-forked away is nobody's
 //! descendant any more), the other sends only a polite SIGTERM to the command's group
@@ -16,6 +17,8 @@ use envrt_runtime_core::{DriverError, ExecuteRequest, ExecuteResult};
 /// What the timeout signals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reach {
+    /// SIGKILL to the command's process alone.
+    Command,
     /// SIGKILL to the command and each of its descendants by parent link.
     Descendants,
     /// SIGTERM to the command's group and each descendant, and nothing after it.
@@ -90,6 +93,7 @@ pub(crate) async fn reaching_execute(
         if Instant::now() >= deadline {
             let below = descendants(child.id());
             match reach {
+                Reach::Command => signal(&child.id().to_string(), "KILL"),
                 Reach::Descendants => {
                     signal(&child.id().to_string(), "KILL");
                     for pid in below {
