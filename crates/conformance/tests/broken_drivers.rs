@@ -368,10 +368,15 @@ fn probes_that_cannot_look_report_not_checked() {
         let message = outcome.message.unwrap();
         assert!(message.starts_with(why), "{check}: {message}");
     };
-    expect(
+    for check in [
         "execute_timeout_kills_tree",
-        "the command behaved, but survivors cannot be looked for: /nonexistent-proc cannot be read",
-    );
+        "execute_timeout_kills_orphans_and_term_ignorers",
+    ] {
+        expect(
+            check,
+            "the command behaved, but survivors cannot be looked for: /nonexistent-proc cannot be read",
+        );
+    }
     for pid in envrt_conformance::processes_with_marker(blind.marker_prefix()) {
         let _ = std::process::Command::new("kill")
             .args(["-9", &pid.to_string()])
