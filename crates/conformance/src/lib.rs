@@ -34,6 +34,7 @@
 mod capture;
 mod checks;
 mod context;
+mod host_output;
 mod procs;
 mod recorder;
 mod report;

@@ -368,10 +368,15 @@ fn probes_that_cannot_look_report_not_checked() {
         let message = outcome.message.unwrap();
         assert!(message.starts_with(why), "{check}: {message}");
     };
-    expect(
+    for check in [
         "execute_timeout_kills_tree",
-        "the command behaved, but survivors cannot be looked for: /nonexistent-proc cannot be read",
-    );
+        "execute_timeout_kills_orphans_and_term_ignorers",
+    ] {
+        expect(
+            check,
+            "the command behaved, but survivors cannot be looked for: /nonexistent-proc cannot be read",
+        );
+    }
     for pid in envrt_conformance::processes_with_marker(blind.marker_prefix()) {
         let _ = std::process::Command::new("kill")
             .args(["-9", &pid.to_string()])
@@ -499,5 +504,133 @@ fn a_duplex_channel_that_holds_stderr_back_is_caught() {
     assert!(
         message.ends_with("got \"out-1\\nout-2\\nout-3\\nerr-1\\nerr-2\\n\""),
         "{message}"
+    );
+}
+
+// Output under a slow reader and at a timeout (contract section 5).
+
+#[test]
+fn a_relay_that_drops_chunks_when_the_sink_is_slow_is_caught() {
+    let check = "execute_sink_slow_reader_gets_every_byte";
+    // A quick sink gets everything: the older sink check passes.
+    let root = tempfile::tempdir().unwrap();
+    let faulty = suite(Fault::DropsChunksWhenTheSinkIsSlow, root.path());
+    assert_eq!(faulty.run_check("execute_sink_streams"), Some(Ok(())));
+    let message = failure_of(Fault::DropsChunksWhenTheSinkIsSlow, check);
+    // Which stream loses a chunk first depends on the timing; one does.
+    assert!(
+        message.starts_with("stdout through the slow sink: ") || message.starts_with("stderr through the slow sink: "),
+        "{message}"
+    );
+    assert!(
+        message.contains(" bytes for 2097152 expected; first difference at byte "),
+        "{message}"
+    );
+    honest_passes(&[check]);
+}
+
+#[test]
+fn a_relay_that_swaps_chunks_when_the_sink_is_slow_is_caught() {
+    let message = failure_of(
+        Fault::SwapsChunksWhenTheSinkIsSlow,
+        "execute_sink_slow_reader_gets_every_byte",
+    );
+    // Every byte arrives, out of order.
+    // In whichever stream a swap came first.
+    let stream = message.split(' ').next().unwrap_or_default();
+    assert!(["stdout", "stderr"].contains(&stream), "{message}");
+    assert!(
+        message.starts_with(&format!(
+            "{stream} through the slow sink: 2097152 bytes for 2097152 expected; first difference at byte "
+        )),
+        "{message}"
+    );
+}
+
+#[test]
+fn output_thrown_away_at_a_timeout_is_caught() {
+    let check = "execute_timeout_keeps_partial_output";
+    let message = failure_of(Fault::EmptyOutputOnTimeout, check);
+    assert!(
+        message.starts_with("stdout in the result of a timed-out command: 0 bytes for "),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(" expected; first difference at byte 0: got \"\", expected \"pppppppppppppppp\""),
+        "{message}"
+    );
+    honest_passes(&[check]);
+}
+
+// Timeouts against the shapes a kill of what it can reach misses.
+
+/// Runs `check` against `fault`, kills whatever carries the suite's markers, and returns
+/// the outcome.
+fn leaky_outcome(fault: Fault, check: &str) -> Result<(), String> {
+    let root = tempfile::tempdir().unwrap();
+    let suite = suite(fault, root.path());
+    let outcome = suite.run_check(check).expect("registered");
+    for pid in envrt_conformance::processes_with_marker(suite.marker_prefix()) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    outcome
+}
+
+#[test]
+fn a_timeout_that_kills_only_the_command_is_caught() {
+    let check = "execute_timeout_kills_orphans_and_term_ignorers";
+    let message = leaky_outcome(Fault::KillsOnlyTheCommand, check).expect_err("a command-only kill passed");
+    assert!(message.starts_with("processes survived"), "{message}");
+}
+
+#[test]
+fn a_timeout_that_kills_only_descendants_is_caught() {
+    let check = "execute_timeout_kills_orphans_and_term_ignorers";
+    for older in ["execute_timeout_kills_tree", "execute_timeout_kills_new_session"] {
+        let passed = leaky_outcome(Fault::KillsOnlyDescendants, older);
+        assert!(passed.is_ok(), "{older}: {passed:?}");
+    }
+    let message = leaky_outcome(Fault::KillsOnlyDescendants, check).expect_err("a descendants-only kill passed");
+    assert!(message.starts_with("processes survived"), "{message}");
+    honest_passes(&[check]);
+}
+
+#[test]
+fn a_timeout_that_only_asks_politely_is_caught() {
+    let check = "execute_timeout_kills_orphans_and_term_ignorers";
+    for older in ["execute_timeout_kills_tree", "execute_timeout_kills_new_session"] {
+        let passed = leaky_outcome(Fault::TermsWithoutKill, older);
+        assert!(passed.is_ok(), "{older}: {passed:?}");
+    }
+    let message = leaky_outcome(Fault::TermsWithoutKill, check).expect_err("a SIGTERM-only timeout passed");
+    assert!(message.starts_with("processes survived"), "{message}");
+}
+
+// The host's own output: under libtest's per-test capture, print! never reaches the
+// descriptors, so the check cannot look and says so (broken_host_output.rs, with
+// harness = false, shows the faults it catches).
+
+#[test]
+fn host_output_under_a_capturing_harness_is_not_checked() {
+    let nocapture = std::env::args().any(|a| a == "--nocapture")
+        || std::env::var_os("RUST_TEST_NOCAPTURE").is_some_and(|v| v != "0");
+    let root = tempfile::tempdir().unwrap();
+    let faulty = suite(Fault::PrintsEnv, root.path());
+    let outcome = faulty
+        .run_check_outcome("execute_secrets_not_printed")
+        .expect("registered");
+    if nocapture {
+        assert_eq!(outcome.status, Status::Failed, "{outcome:?}");
+        return;
+    }
+    assert_eq!(outcome.status, Status::NotChecked, "{outcome:?}");
+    assert_eq!(
+        outcome.message.as_deref(),
+        Some(
+            "what this process prints does not reach its descriptors 1 and 2 (a test harness captures it; \
+             run under harness = false or with --nocapture)"
+        )
     );
 }

@@ -18,8 +18,10 @@ mod lifecycle_driver;
 mod network;
 mod observe;
 mod pool;
+mod printed;
 mod processes;
 mod processes_refusals;
+mod streaming;
 mod sync;
 mod templates;
 mod tree;
@@ -117,6 +119,8 @@ pub(crate) fn all() -> Vec<Check> {
         lifecycle::CHECKS,
         lifecycle_driver::CHECKS,
         execute::CHECKS,
+        streaming::CHECKS,
+        printed::CHECKS,
         escape::CHECKS,
         descriptors::CHECKS,
         inputs::CHECKS,

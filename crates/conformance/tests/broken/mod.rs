@@ -6,6 +6,8 @@
 mod duplex;
 mod group_kill;
 pub(crate) mod processes;
+mod sink;
+mod tree_kill;
 
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
@@ -103,6 +105,26 @@ pub(crate) enum Fault {
     /// At a timeout, kills the command's process group only: a child in a new session
     /// or a process group of its own survives.
     KillsOnlyTheProcessGroup,
+    /// Class 5: `println!`s each command and its env values, secrets included, to the
+    /// host's standard output.
+    PrintsEnv,
+    /// Class 5: the same with `eprintln!`, to the host's standard error.
+    EprintsEnv,
+    /// Relays output to the caller's sink through a queue of two chunks and drops what
+    /// does not fit while the sink is slow.
+    DropsChunksWhenTheSinkIsSlow,
+    /// Hands a chunk on after the next one of its stream whenever the sink was slow.
+    SwapsChunksWhenTheSinkIsSlow,
+    /// Returns empty stdout and stderr for a command killed at its timeout.
+    EmptyOutputOnTimeout,
+    /// At a timeout, SIGKILLs the command's process alone.
+    KillsOnlyTheCommand,
+    /// At a timeout, SIGKILLs the command and each descendant it finds through parent
+    /// links: a daemon that double-forked away survives.
+    KillsOnlyDescendants,
+    /// At a timeout, sends SIGTERM to the command's group and descendants and never a
+    /// SIGKILL: a child that ignores SIGTERM survives.
+    TermsWithoutKill,
 }
 
 /// The local driver with one fault.
@@ -312,6 +334,43 @@ impl Execute for Faulty {
                         *value = head.to_owned().into();
                     }
                 }
+            }
+            Fault::PrintsEnv | Fault::EprintsEnv => {
+                let values: Vec<&str> = request.env.values().map(|v| v.expose()).collect();
+                if self.has(Fault::PrintsEnv) {
+                    println!("faulty driver runs {} with env {values:?}", request.command);
+                } else {
+                    eprintln!("faulty driver runs {} with env {values:?}", request.command);
+                }
+            }
+            Fault::DropsChunksWhenTheSinkIsSlow | Fault::SwapsChunksWhenTheSinkIsSlow if request.sink.is_some() => {
+                let how = match self.fault {
+                    Fault::DropsChunksWhenTheSinkIsSlow => sink::SinkFault::DropsWhenFull,
+                    _ => sink::SinkFault::SwapsWhenSlow,
+                };
+                let relay = sink::Relay::new(request.sink.take().expect("a sink"), how);
+                request.sink = Some(relay.clone());
+                let result = inner.execute(context, request).await;
+                relay.finish();
+                return result;
+            }
+            Fault::EmptyOutputOnTimeout => {
+                let mut result = inner.execute(context, request).await?;
+                if result.timed_out {
+                    result.stdout.clear();
+                    result.stderr.clear();
+                }
+                return Ok(result);
+            }
+            Fault::KillsOnlyTheCommand | Fault::KillsOnlyDescendants | Fault::TermsWithoutKill
+                if request.timeout.is_some() =>
+            {
+                let reach = match self.fault {
+                    Fault::KillsOnlyTheCommand => tree_kill::Reach::Command,
+                    Fault::KillsOnlyDescendants => tree_kill::Reach::Descendants,
+                    _ => tree_kill::Reach::TermOnly,
+                };
+                return tree_kill::reaching_execute(&workspace_of(context), &request, reach).await;
             }
             Fault::LogsSecrets => {
                 let values: Vec<&str> = request.env.values().map(|v| v.expose()).collect();

@@ -49,6 +49,8 @@ pub(crate) enum ProcessFault {
     ClaimsProcessesButRefuses,
     /// Grants `persistentProcessSessions` (the local driver's snapshot) without the group.
     GrantsWithoutTheGroup,
+    /// `eprintln!`s each spawn's argv and env values, secrets included.
+    PrintsSpawnEnv,
 }
 
 static READERS: AtomicUsize = AtomicUsize::new(0);
@@ -117,6 +119,10 @@ impl ProcessSessions for Faulty {
         match self.process_fault() {
             Some(ProcessFault::ClaimsProcessesButRefuses) => return Err(DriverError::other("no processes here")),
             Some(ProcessFault::IgnoresIdempotencyKey) => request.idempotency_key = None,
+            Some(ProcessFault::PrintsSpawnEnv) => {
+                let values: Vec<&str> = request.env.values().map(|v| v.expose()).collect();
+                eprintln!("faulty supervisor spawns {:?} with env {values:?}", request.argv);
+            }
             Some(ProcessFault::LeaksProcessOutsideLease) => {
                 let _ = std::process::Command::new(&request.argv[0])
                     .args(&request.argv[1..])
