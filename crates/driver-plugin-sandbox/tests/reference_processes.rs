@@ -219,7 +219,8 @@ async fn a_process_outlives_its_worker_and_program_and_another_program_reads_it_
     let first = on_store(first_driver.clone()).await;
     let lease = acquire(&first).await;
     let (escapee, nap) = naps();
-    let script = format!("echo one; echo two >&2; setsid sleep {escapee} & exec sleep {nap}");
+    // (the escapee holds no output of the process, which then ends when `sleep` does)
+    let script = format!("echo one; echo two >&2; setsid sleep {escapee} >/dev/null 2>&1 & exec sleep {nap}");
     let info = bounded(
         "spawn",
         first.spawn(&lease.id, SpawnRequest::new(["sh", "-c", &script])),

@@ -34,6 +34,10 @@ use super::policy::{Policy, proc_options, tmpfs_options};
 use super::uids::Owner;
 use super::view::View;
 
+/// The variable a detached sandbox's `bwrap` command line names with its tag (see
+/// [`SpawnAs::detached`]).
+pub(crate) const DETACHED_TAG: &str = "ENVRT_SUPERVISOR_TAG";
+
 /// Where the worker binary appears in each sandbox, to run as the command's parent.
 pub const INIT_PATH: &str = "/.envrt-init";
 
@@ -165,9 +169,16 @@ impl Sandbox {
         if let Some((uid, gid)) = how.user.or(self.policy.ids.inside()) {
             a.extend(["--uid".into(), uid.to_string(), "--gid".into(), gid.to_string()]);
         }
-        if how.detached {
+        if let Some(tag) = how.detached {
             // it outlives the worker: only its own record ends it
             a.retain(|option| option != "--die-with-parent");
+            a.extend([
+                "--setenv".into(),
+                DETACHED_TAG.into(),
+                tag.to_owned(),
+                "--unsetenv".into(),
+                DETACHED_TAG.into(),
+            ]);
         }
         a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
         a
@@ -235,7 +246,7 @@ impl Sandbox {
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
-            .kill_on_drop(!how.detached);
+            .kill_on_drop(how.detached.is_none());
         if let Some((uid, gid)) = owner.0 {
             command.uid(uid).gid(gid);
             // the init reopens the pipe through /proc, as the sandbox's user
@@ -250,8 +261,8 @@ impl Sandbox {
         let mut keep = vec![status_write.as_raw_fd(), env_fd.as_raw_fd()];
         keep.extend(how.fd_binds.iter().map(|bind| bind.fd));
         super::fds::inherit_only(command.as_std_mut(), &keep);
-        let escape = how.detached.then(escape_cgroup).flatten();
-        if how.detached {
+        let escape = how.detached.and_then(|_| escape_cgroup());
+        if how.detached.is_some() {
             super::fds::detach(command.as_std_mut(), escape.as_ref().map(|fd| fd.as_raw_fd()));
         }
         let child = command.spawn();
@@ -259,7 +270,7 @@ impl Sandbox {
         let child = child?;
         let pid = child.id().unwrap_or(0);
         let killed = Arc::new(AtomicBool::new(false));
-        if !how.detached {
+        if how.detached.is_none() {
             self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(
                 pid,
                 Live {

@@ -19,10 +19,13 @@
 //! out of the worker's cgroup into its parent, see [`super::sandbox`]), and a later host
 //! reaches it again in the same socket directory (the host names one per lease, the same
 //! for every program on this machine). Its record, `{root}/.supervisor-{lease id}/`
-//! (`0700`, the worker's, out of the workspace), holds `running` (the boot id, `bwrap`'s
+//! (`0700`, the worker's, out of the workspace), holds `tag` (written before the start: a
+//! random tag that `bwrap`'s command line carries, so a worker killed before it learnt the
+//! pids still leaves a supervisor the next one finds), `running` (the boot id, `bwrap`'s
 //! pid and start time, the pid namespace's init's pid and start time) and `generation`.
-//! Whatever worker then serves the lease ends it from that record, only when the boot id
-//! and each pid's start time still match (a recycled pid is never signalled), by
+//! Whatever worker then serves the lease ends it from that record, only while the boot id
+//! and each pid's start time still match or the tag is on the command line (a recycled
+//! pid is never signalled), by
 //! SIGKILLing the namespace's init, which takes every process the agent started,
 //! `setsid` escapees included: at release and destroy ([`Supervisors::forget`]), at expiry
 //! and `gc` (which destroys), when a worker starts over a root whose lease is gone, and
@@ -72,6 +75,9 @@ pub(crate) const RECORD_PREFIX: &str = ".supervisor-";
 const RUNNING: &str = "running";
 /// The record's generation counter.
 const GENERATION: &str = "generation";
+/// The record's tag of the supervisor's sandbox, written before it starts (see
+/// [`super::exec::SpawnAs::detached`]).
+const TAG: &str = "tag";
 
 /// The supervisors this worker runs, by lease directory.
 #[derive(Default)]
@@ -148,6 +154,11 @@ impl Supervisors {
         }
         let generation = envrt_driver_agent::next_generation(&record.join(GENERATION))
             .map_err(|e| DriverError::io(format!("Counting the supervisors of lease {lease}"), e))?;
+        // Recorded before it starts: a worker killed before it knows the pids leaves a
+        // supervisor the next one still finds.
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        std::fs::write(record.join(TAG), &tag)
+            .map_err(|e| DriverError::io(format!("Recording the supervisor of lease {lease}"), e))?;
         if let Some((uid, gid)) = owner.0 {
             // AT_EMPTY_PATH: the opened directory itself, whatever its path now leads to
             rustix::fs::chownat(
@@ -199,7 +210,7 @@ impl Supervisors {
                     user: None,
                     bind: None,
                     fd_binds: &binds,
-                    detached: true,
+                    detached: Some(&tag),
                 },
             )
             .map_err(|e| DriverError::io("Starting bwrap", e))?;
@@ -366,17 +377,41 @@ fn parse_running(text: &str) -> Vec<Identity> {
         .collect()
 }
 
+/// The processes whose command line carries the tag `tag` (a supervisor's `bwrap` and the
+/// copy of it that is its pid namespace's init); none for a tag that is not one.
+fn tagged(tag: &str) -> Vec<Identity> {
+    if tag.len() != 32 || !tag.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Vec::new();
+    }
+    let needle = format!("\0{}\0{tag}\0", super::sandbox::DETACHED_TAG);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        })
+        .filter_map(Identity::of)
+        .collect()
+}
+
 /// Ends the supervisor the record of the lease at `lease_dir` names, if it still runs (each
-/// process checked by its start time), and waits (bounded, 2 s) until it is gone: the
-/// namespace's init (whose death takes the whole pid namespace), the one `bwrap` has now
-/// when its own identity holds, then `bwrap`. Drops `running`; `keep_generation` unset
-/// drops the whole record.
+/// process checked by its start time), and waits (bounded, 2 s) until it is gone: every
+/// process whose command line carries the record's tag, the namespace's init (whose death
+/// takes the whole pid namespace), the one `bwrap` has now when its own identity holds,
+/// then `bwrap`. Drops `running` and the tag; `keep_generation` unset drops the whole
+/// record.
 pub(crate) fn end(lease_dir: &Path, keep_generation: bool) {
     let Some(record) = record_dir(lease_dir) else { return };
     let named = std::fs::read_to_string(record.join(RUNNING))
         .map(|text| parse_running(&text))
         .unwrap_or_default();
-    let mut targets = Vec::new();
+    let mut targets = std::fs::read_to_string(record.join(TAG))
+        .map(|tag| tagged(tag.trim()))
+        .unwrap_or_default();
     if let [bwrap, rest @ ..] = named.as_slice() {
         if bwrap.alive()
             && let Some(init) = super::sandbox::ns_init(bwrap.pid).and_then(Identity::of)
@@ -397,6 +432,7 @@ pub(crate) fn end(lease_dir: &Path, keep_generation: bool) {
     }
     if keep_generation {
         let _ = std::fs::remove_file(record.join(RUNNING));
+        let _ = std::fs::remove_file(record.join(TAG));
     } else {
         let _ = std::fs::remove_dir_all(&record);
     }
@@ -474,5 +510,33 @@ mod tests {
         assert_eq!(std::fs::read_to_string(record.join(GENERATION)).unwrap(), "3");
         end(&lease_dir, false);
         assert!(!record.exists());
+    }
+
+    #[test]
+    fn a_supervisor_the_record_knows_only_by_its_tag_is_ended() {
+        let root = tempfile::tempdir().unwrap();
+        let lease_dir = root.path().join("sbx-tagged");
+        std::fs::create_dir(&lease_dir).unwrap();
+        let record = record_dir(&lease_dir).unwrap();
+        std::fs::create_dir(&record).unwrap();
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        // A process whose command line carries the tag as bwrap's does (no pids recorded).
+        // (`read`, a builtin, waits on the pipe: no child of its own is left behind)
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read line", "sh", crate::sandbox::DETACHED_TAG, &tag, "x"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let identity = Identity::of(child.id()).unwrap();
+        // Another tag, or one that is no tag, names nothing.
+        for other in [uuid::Uuid::new_v4().simple().to_string(), String::new()] {
+            std::fs::write(record.join(TAG), other).unwrap();
+            end(&lease_dir, true);
+            assert!(identity.alive());
+        }
+        std::fs::write(record.join(TAG), &tag).unwrap();
+        end(&lease_dir, true);
+        assert!(reaped_by_signal(&mut child));
+        assert!(!record.join(TAG).exists());
     }
 }
