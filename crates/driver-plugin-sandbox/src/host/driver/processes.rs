@@ -81,15 +81,32 @@ pub(crate) fn base_dir() -> PathBuf {
 }
 
 /// The host's directories for its leases' supervisor sockets.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SocketDirs {
+    /// Where the host user's directory is ([`base_dir`]).
+    base: PathBuf,
     /// The host user's directory, once made or found and checked.
     root: OnceLock<PathBuf>,
     /// One start at a time per lease.
     starts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+impl Default for SocketDirs {
+    fn default() -> Self {
+        SocketDirs::at(base_dir())
+    }
+}
+
 impl SocketDirs {
+    /// The directories with the host user's directory at `base`.
+    fn at(base: PathBuf) -> SocketDirs {
+        SocketDirs {
+            base,
+            root: OnceLock::new(),
+            starts: Mutex::default(),
+        }
+    }
+
     /// The host user's directory: made (`0711`) when missing and `create` is set, `None`
     /// when missing otherwise; refused unless it is a directory (not a link) of this user
     /// with mode `0711`.
@@ -98,7 +115,7 @@ impl SocketDirs {
         if let Some(root) = self.root.get() {
             return Ok(Some(root));
         }
-        let dir = base_dir();
+        let dir = self.base.clone();
         if create {
             remove_stale_dirs();
             match std::fs::DirBuilder::new().mode(0o711).create(&dir) {
@@ -346,3 +363,48 @@ impl AgentHost for SandboxDriver {
 
 /// The workspace of a lease whose worker named none (`remoteCwd`).
 const WORKSPACE: &str = "/workspace";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_users_directory_is_made_0711_and_refused_unless_it_is_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("envrt-sbx-supervisors-test");
+        let dirs = SocketDirs::at(base.clone());
+        // Missing and not to be made: no lease has a supervisor.
+        assert_eq!(dirs.of("lease-1", false).unwrap(), None);
+        assert!(!base.exists());
+        assert_eq!(dirs.of("lease-1", true).unwrap(), Some(base.join("lease-1")));
+        let mode = std::fs::metadata(&base).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o711);
+        // Another program finds the same directory again.
+        assert_eq!(
+            SocketDirs::at(base.clone()).of("lease-1", false).unwrap(),
+            Some(base.join("lease-1"))
+        );
+        // One with another mode, or a link to one, is refused with its exact text.
+        let refusal = |dir: &Path| {
+            format!(
+                "the process supervisors' directory {} is not a directory of this user with mode 0711",
+                dir.display()
+            )
+        };
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for create in [false, true] {
+            let error = SocketDirs::at(base.clone()).of("lease-1", create).unwrap_err();
+            assert_eq!(error.to_string(), refusal(&base));
+        }
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711)).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&base, &link).unwrap();
+        let error = SocketDirs::at(link.clone()).of("lease-1", true).unwrap_err();
+        assert_eq!(error.to_string(), refusal(&link));
+        assert_eq!(
+            dirs.of("../x", false).unwrap_err().to_string(),
+            "Invalid input: lease id \"../x\" cannot name a process supervisor's directory"
+        );
+    }
+}
