@@ -14,7 +14,9 @@
 //! without following a link (`O_PATH | O_NOFOLLOW`, then checked to be a socket) and
 //! connected through that descriptor, so nothing the lease puts in its directory can make
 //! the host connect elsewhere. Release and destroy remove the lease's directory (the
-//! worker ended the supervisor from its record).
+//! worker ended the supervisor from its record); one whose lease ended without its host
+//! (an expiry a later worker fired) goes when a later host finds no supervisor answering
+//! there ten minutes after it last changed.
 //!
 //! The supervisor lives as long as the lease, not as long as the worker or the program:
 //! a worker that exits (crash, restart, the host's end) leaves it running (see the
@@ -73,6 +75,45 @@ fn remove_stale_dirs() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// How long a lease's socket directory with no supervisor answering in it is kept: one
+/// whose lease ended without its host (an expiry a later worker fired, a host killed
+/// before a release) is removed by the next host after that. A live lease whose
+/// supervisor died loses nothing by it: its next spawn makes the directory again.
+const UNANSWERED_AGE: Duration = Duration::from_secs(600);
+
+/// Removes the lease directories in `base` that changed more than [`UNANSWERED_AGE`] ago
+/// and where no supervisor answers (best effort).
+fn remove_unanswered(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .ok()
+            .filter(std::fs::Metadata::is_dir)
+            .and_then(|m| m.modified().ok())
+            .is_some_and(|t| t.elapsed().is_ok_and(|age| age >= UNANSWERED_AGE));
+        if old && !answers(&entry.path()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Whether a supervisor accepts a connection on the socket in `dir` (opened as
+/// [`connect`] opens it).
+fn answers(dir: &Path) -> bool {
+    let Ok(fd) = rustix::fs::open(
+        dir.join(methods::SUPERVISOR_SOCKET),
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let socket = rustix::fs::fstat(&fd).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Socket);
+    socket && std::os::unix::net::UnixStream::connect(format!("/proc/self/fd/{}", fd.as_raw_fd())).is_ok()
 }
 
 /// The host user's directory of supervisor sockets (whether or not it exists).
@@ -138,6 +179,9 @@ impl SocketDirs {
                 ),
                 source: None,
             });
+        }
+        if create {
+            remove_unanswered(&dir);
         }
         let _ = self.root.set(dir);
         Ok(self.root.get().map(PathBuf::as_path))
@@ -380,6 +424,27 @@ mod tests {
         assert_eq!(dirs.of("lease-1", true).unwrap(), Some(base.join("lease-1")));
         let mode = std::fs::metadata(&base).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o711);
+        // A lease directory where nobody answers goes once it is old, not before.
+        let listener_dir = base.join("answering");
+        std::fs::create_dir(&listener_dir).unwrap();
+        let _listener = std::os::unix::net::UnixListener::bind(listener_dir.join(methods::SUPERVISOR_SOCKET)).unwrap();
+        std::fs::create_dir(base.join("fresh")).unwrap();
+        std::fs::create_dir(base.join("stale")).unwrap();
+        let long_ago = std::time::SystemTime::now() - UNANSWERED_AGE * 2;
+        for name in ["answering", "stale"] {
+            std::fs::File::open(base.join(name))
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap();
+        }
+        assert!(SocketDirs::at(base.clone()).of("lease-2", true).is_ok());
+        let mut left: Vec<String> = std::fs::read_dir(&base)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["answering", "fresh"]);
         // Another program finds the same directory again.
         assert_eq!(
             SocketDirs::at(base.clone()).of("lease-1", false).unwrap(),
