@@ -17,8 +17,10 @@
 //!
 //! [`locate`] finds the supervisor's binary for every driver the same way, [`is_static`]
 //! says whether it can run in an image with no C library of its own, and [`start_lock`]
-//! keeps two programs from starting two supervisors for one lease.
+//! keeps two programs from starting two supervisors for one lease; [`next_generation`] and
+//! [`id_args`] keep a lease's process ids from repeating across its supervisors.
 
+mod ids;
 mod locate;
 mod lock;
 mod map;
@@ -30,6 +32,7 @@ pub use envrt_agent::proto::SpawnRequest as AgentSpawnRequest;
 pub use envrt_agent::proto::{StdinMode as AgentStdinMode, TtySize as AgentTtySize};
 pub use envrt_driver_api::process::{Offsets, ProcessInfo, ProcessStatus, SpawnRequest};
 pub use envrt_driver_api::{DriverError, LeaseContext, ProcessOutput, ProcessSessions};
+pub use ids::{IDS_PER_SUPERVISOR, first_id, id_args, next_generation};
 pub use locate::{AGENT_BINARY, AGENT_VAR, is_static, locate, locate_in, locate_named};
 pub use lock::start_lock;
 pub use map::lift;

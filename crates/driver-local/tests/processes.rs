@@ -277,3 +277,33 @@ async fn release_and_destroy_leave_no_survivor_not_even_a_setsid_grandchild() {
     }
     h.finish();
 }
+
+#[tokio::test]
+async fn a_supervisor_started_again_gives_ids_no_earlier_one_gave() {
+    let h = Harness::new().await;
+    let lease = h.lease().await;
+    let first = h.runtime.spawn(&lease.id, sh("echo one")).await.unwrap().id.to_string();
+    assert_eq!(first, format!("{}/1", lease.id));
+    assert_eq!(
+        bounded(h.runtime.wait_process(&first, None)).await.unwrap().exit_code(),
+        Some(0)
+    );
+    // The supervisor is killed (as a command of the lease could kill it): its processes
+    // and their records are gone with it.
+    let pid_file = h.root.join(format!(".agent-{}/agent.pid", lease.id));
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let socket = format!(".agent-{}/sock", lease.id);
+    assert!(survivors(&socket).await.is_empty(), "the supervisor survived SIGKILL");
+    // The next spawn starts another, which numbers past every id the first could give.
+    let second = h.runtime.spawn(&lease.id, sh("echo two")).await.unwrap().id.to_string();
+    assert_eq!(second, format!("{}/4097", lease.id));
+    let (chunks, _) = drain(&h, &second, &Offsets::zero()).await;
+    assert_eq!(bytes_of(&chunks, ProcessStream::Stdout), b"two\n");
+    assert_eq!(
+        h.runtime.process(&first).await.unwrap_err().to_string(),
+        format!("Process \"{first}\" was not found.")
+    );
+    h.runtime.destroy_lease(&lease.id).await.unwrap();
+    h.finish();
+}

@@ -232,3 +232,40 @@ async fn a_worker_that_attests_no_expiry_is_refused_with_the_exact_text() {
     );
     driver.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_process_outlives_its_program_until_the_expiry_a_later_worker_fires() {
+    let root = TempDir::new("expiry-process");
+    let Some(manifest) = reference_manifest(root.path()) else {
+        return;
+    };
+    let driver = start(manifest.clone(), SandboxOptions::default()).await;
+    let runtime = runtime_with(driver.clone()).await;
+    let (lease, _) = acquire_expiring(&runtime, Duration::from_secs(3)).await;
+    let (nap, escapee) = (unique_sleep(), unique_sleep());
+    let script = format!("setsid sleep {escapee} & exec sleep {nap}");
+    bounded(
+        "spawn",
+        runtime.spawn(&lease.id, envrt_runtime_core::SpawnRequest::new(["sh", "-c", &script])),
+    )
+    .await
+    .unwrap();
+    assert!(eventually(|| processes_with(&nap).len() == 1 && processes_with(&escapee).len() == 1).await);
+    // The host goes away before the expiry, its worker with it: the process stays.
+    driver.shutdown().await;
+    drop(runtime);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(processes_with(&nap).len(), 1, "the process ended with its program");
+    // The next worker over the same root ends the expired lease, its supervisor included.
+    let later = start(manifest, SandboxOptions::default()).await;
+    assert!(
+        eventually(|| processes_with(&nap).is_empty() && processes_with(&escapee).is_empty()).await,
+        "a process of the lease outlived its expiry"
+    );
+    assert!(
+        eventually(|| entries(root.path()).is_empty()).await,
+        "left: {:?}",
+        entries(root.path())
+    );
+    later.shutdown().await;
+}

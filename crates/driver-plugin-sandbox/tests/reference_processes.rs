@@ -2,8 +2,9 @@
 //! one `envrt-agent` per lease in the lease's sandbox): the lease grants
 //! `persistentProcessSessions`; release leaves no process of the lease (a `setsid`
 //! escapee included) and no socket directory; a link a process plants in its supervisor's
-//! directory never makes the host connect elsewhere; a worker that ends takes the
-//! lease's processes with it and the next spawn starts a new supervisor; spawn's refusals
+//! directory never makes the host connect elsewhere; a process outlives its worker and the
+//! program that spawned it, and another program on the same store reads it whole and
+//! kills it; a supervisor started again gives ids no earlier one gave; spawn's refusals
 //! are exact, a missing `cwd` told from a missing program.
 
 mod host_common;
@@ -26,14 +27,26 @@ fn require_agent(worker: &str) {
     );
 }
 
-/// The host's socket directory of envrt lease `lease` (`$TMPDIR/envrt-sbx-agents-*/{lease}`).
+/// The host's socket directory of envrt lease `lease`
+/// (`$TMPDIR/envrt-sbx-supervisors-{euid}/{lease}`), when it exists.
 fn socket_dirs_of(lease: &str) -> Vec<PathBuf> {
-    std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
+    let dir = std::env::temp_dir()
+        .join(format!("envrt-sbx-supervisors-{}", rustix::process::geteuid().as_raw()))
+        .join(lease);
+    if dir.exists() { vec![dir] } else { Vec::new() }
+}
+
+/// The pids the worker's record of the lease's supervisor names (`bwrap`, the pid
+/// namespace's init), from `{root}/.supervisor-{provider lease id}/running`.
+fn supervisor_pids(root: &Path, lease: &envrt_runtime_core::Lease) -> Vec<u32> {
+    let provider = lease.provider_lease_id.as_deref().unwrap();
+    let text = std::fs::read_to_string(root.join(format!(".supervisor-{provider}/running"))).unwrap_or_default();
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    [fields.get(1), fields.get(3)]
+        .into_iter()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("envrt-sbx-agents-"))
-        .map(|e| e.path().join(lease))
-        .filter(|dir| dir.exists())
+        .filter_map(|pid| pid.parse().ok())
+        .filter(|pid| *pid != 0)
         .collect()
 }
 
@@ -120,11 +133,8 @@ async fn release_leaves_no_process_of_the_lease_and_no_socket_directory() {
         Vec::<PathBuf>::new(),
         "the socket directory survived release"
     );
-    let driver_dir = dirs[0].parent().unwrap().to_path_buf();
     drop(runtime);
     driver.shutdown().await;
-    drop(driver);
-    assert!(!driver_dir.exists(), "{} survived the driver", driver_dir.display());
 }
 
 #[tokio::test]
@@ -162,9 +172,11 @@ async fn a_link_planted_in_the_supervisor_directory_is_not_followed() {
         std::io::ErrorKind::WouldBlock,
         "the host connected to the planted link's target"
     );
-    // A spawn starts a supervisor in a fresh directory (the old one is ended).
+    // A spawn starts a supervisor in a fresh directory (the old one is ended), numbering
+    // past every id the old one could give.
     let info = runtime.spawn(&lease.id, SpawnRequest::new(["true"])).await.unwrap();
     assert_eq!(info.id.lease_id, lease.id);
+    assert_eq!(info.id.to_string(), format!("{}/4097", lease.id));
     assert!(
         !std::fs::symlink_metadata(dir.join("sock"))
             .unwrap()
@@ -181,8 +193,110 @@ async fn a_link_planted_in_the_supervisor_directory_is_not_followed() {
 }
 
 #[tokio::test]
-async fn a_worker_that_ends_takes_the_processes_and_the_next_spawn_starts_a_new_supervisor() {
-    let root = TempDir::new("processes-restart");
+async fn a_process_outlives_its_worker_and_program_and_another_program_reads_it_whole_and_kills_it() {
+    let root = TempDir::new("processes-outlive");
+    let Some(manifest) = reference_manifest(root.path()) else {
+        return;
+    };
+    require_agent(reference_worker().unwrap());
+    let db = TempDir::new("processes-outlive-store");
+    let on_store = |driver: std::sync::Arc<envrt_driver_plugin_sandbox::SandboxDriver>| {
+        let db = db.join("leases.db");
+        async move {
+            use envrt_runtime_core::EnvironmentDriver as _;
+            let store = envrt_store_sqlite::SqliteStore::open(&db).await.unwrap();
+            let runtime = envrt_runtime_core::EnvironmentRuntime::with_store(std::sync::Arc::new(store));
+            let key = driver.key().to_owned();
+            runtime.register_driver(driver);
+            runtime
+                .put_environment(envrt_runtime_core::Environment::new("env-1", "Sandbox", key))
+                .await
+                .unwrap();
+            runtime
+        }
+    };
+    let first_driver = start(manifest.clone(), SandboxOptions::default()).await;
+    let first = on_store(first_driver.clone()).await;
+    let lease = acquire(&first).await;
+    let (escapee, nap) = naps();
+    // (the escapee holds no output of the process, which then ends when `sleep` does)
+    let script = format!("echo one; echo two >&2; setsid sleep {escapee} >/dev/null 2>&1 & exec sleep {nap}");
+    let info = bounded(
+        "spawn",
+        first.spawn(&lease.id, SpawnRequest::new(["sh", "-c", &script])),
+    )
+    .await
+    .unwrap();
+    let id = info.id.to_string();
+    assert!(eventually(|| processes_with(&escapee).len() == 1 && processes_with(&nap).len() == 1).await);
+    let supervisor = supervisor_pids(root.path(), &lease);
+    assert_eq!(supervisor.len(), 2, "bwrap and the namespace's init are recorded");
+    // The worker is killed, then the program ends (its runtime and driver dropped, which
+    // ends the restarted worker and its cgroup too).
+    let old = first_driver.worker_pid().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    restarted(&first_driver, old).await;
+    drop(first);
+    first_driver.shutdown().await;
+    drop(first_driver);
+    assert!(
+        processes_with(&nap).len() == 1 && processes_with(&escapee).len() == 1,
+        "a process ended with the program that spawned it"
+    );
+    assert!(
+        supervisor.iter().all(|pid| alive(*pid)),
+        "the supervisor ended with the worker"
+    );
+
+    // Another program on the same store finds the process by its id and reads it from 0.
+    let second_driver = start(manifest, SandboxOptions::default()).await;
+    let second = on_store(second_driver.clone()).await;
+    let found = bounded("process", second.process(&id)).await.unwrap();
+    assert_eq!((found.status, found.pid), (ProcessStatus::Running, info.pid));
+    let mut output = second.output(&id, &Default::default()).await.unwrap();
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    while !(stdout == b"one\n" && stderr == b"two\n") {
+        match bounded("output", output.next()).await.unwrap() {
+            Some(envrt_runtime_core::OutputEvent::Chunk(c)) => {
+                let stream = if c.stream == envrt_runtime_core::ProcessStream::Stdout {
+                    &mut stdout
+                } else {
+                    &mut stderr
+                };
+                assert_eq!(c.offset, stream.len() as u64, "a chunk out of place");
+                stream.extend(c.bytes);
+            }
+            other => panic!("expected output, got {other:?}"),
+        }
+    }
+    second.signal(&id, "KILL").await.unwrap();
+    let status = bounded("wait", second.wait_process(&id, None)).await.unwrap();
+    assert_eq!(status, ProcessStatus::Signalled { signal: 9 });
+    assert!(eventually(|| processes_with(&nap).is_empty()).await);
+
+    // Its release leaves no process of the lease, no supervisor, no socket directory.
+    second.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    assert!(
+        eventually(|| processes_with(&escapee).is_empty()).await,
+        "a setsid escapee survived release"
+    );
+    assert!(
+        supervisor.iter().all(|pid| !alive(*pid)),
+        "the supervisor survived release"
+    );
+    assert_eq!(supervisor_pids(root.path(), &lease), Vec::<u32>::new());
+    assert_eq!(socket_dirs_of(&lease.id), Vec::<PathBuf>::new());
+    drop(second);
+    second_driver.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_supervisor_started_again_gives_ids_no_earlier_one_gave() {
+    let root = TempDir::new("processes-ids");
     let Some(manifest) = reference_manifest(root.path()) else {
         return;
     };
@@ -190,12 +304,34 @@ async fn a_worker_that_ends_takes_the_processes_and_the_next_spawn_starts_a_new_
     let driver = start(manifest, SandboxOptions::default()).await;
     let runtime = runtime_with(driver.clone()).await;
     let lease = acquire(&runtime).await;
-    let (_, nap) = naps();
-    runtime
-        .spawn(&lease.id, SpawnRequest::new(["sleep", nap.as_str()]))
+    let first = bounded("spawn", runtime.spawn(&lease.id, SpawnRequest::new(["echo", "one"])))
         .await
-        .unwrap();
-    assert!(eventually(|| processes_with(&nap).len() == 1).await);
+        .unwrap()
+        .id
+        .to_string();
+    assert_eq!(first, format!("{}/1", lease.id));
+    bounded("wait", runtime.wait_process(&first, None)).await.unwrap();
+    // The supervisor is killed (its pid namespace's init: all of it ends).
+    let supervisor = supervisor_pids(root.path(), &lease);
+    assert_eq!(supervisor.len(), 2);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor[1] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(eventually(|| supervisor.iter().all(|pid| !alive(*pid))).await);
+    // The next spawn starts another, which numbers past every id the first could give.
+    let second = bounded("spawn", runtime.spawn(&lease.id, SpawnRequest::new(["echo", "two"])))
+        .await
+        .unwrap()
+        .id
+        .to_string();
+    assert_eq!(second, format!("{}/4097", lease.id));
+    assert_eq!(
+        runtime.process(&first).await.unwrap_err().to_string(),
+        format!("Process \"{first}\" was not found.")
+    );
+    // A worker that ends leaves the supervisor: the next spawn goes to the same one.
     let old = driver.worker_pid().unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(old as i32),
@@ -203,16 +339,12 @@ async fn a_worker_that_ends_takes_the_processes_and_the_next_spawn_starts_a_new_
     )
     .unwrap();
     restarted(&driver, old).await;
-    assert!(
-        eventually(|| processes_with(&nap).is_empty()).await,
-        "a process outlived its worker"
-    );
-    assert_eq!(runtime.processes(&lease.id).await.unwrap(), Vec::new());
-    let info = bounded("spawn", runtime.spawn(&lease.id, SpawnRequest::new(["echo", "again"])))
+    let third = bounded("spawn", runtime.spawn(&lease.id, SpawnRequest::new(["true"])))
         .await
-        .unwrap();
-    let status = runtime.wait_process(&info.id.to_string(), None).await.unwrap();
-    assert_eq!(status, ProcessStatus::Exited { code: 0 });
+        .unwrap()
+        .id
+        .to_string();
+    assert_eq!(third, format!("{}/4098", lease.id));
     runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     driver.shutdown().await;
 }

@@ -358,3 +358,48 @@ async fn envrt_doctor_says_the_supervisor_runs_on_a_reachable_host() {
         )
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_started_again_gives_ids_no_earlier_one_gave() {
+    let Some(server) = server() else { return };
+    let relative = unique_root("proc-ids");
+    let _root = root_guard(&server, relative.clone());
+    let control = control_dir();
+    let (driver, rt) = runtime_on(&server, &relative, control.path(), None, |_| {}).await;
+    let lease = rt.acquire_lease(AcquireRequest::new("env-ssh", "acme")).await.unwrap();
+    let first = tokio::time::timeout(BOUND, rt.spawn(&lease.id, sh("echo one")))
+        .await
+        .unwrap()
+        .unwrap()
+        .id
+        .to_string();
+    assert_eq!(first, format!("{}/1", lease.id));
+    assert_eq!(stdout_until(&rt, &first, "one\n").await, "one\n");
+    // The supervisor is killed (as a command of the lease could kill it).
+    let workspace = lease.metadata["workspace"].as_str().unwrap().to_owned();
+    let agent = agent_pid(&workspace).expect("the supervisor's pid is recorded");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &agent.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    while alive(agent) {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // The next spawn starts another, which numbers past every id the first could give.
+    let second = tokio::time::timeout(BOUND, rt.spawn(&lease.id, sh("echo two")))
+        .await
+        .unwrap()
+        .unwrap()
+        .id
+        .to_string();
+    assert_eq!(second, format!("{}/4097", lease.id));
+    assert_ne!(agent_pid(&workspace), Some(agent), "another supervisor runs");
+    assert_eq!(stdout_until(&rt, &second, "two\n").await, "two\n");
+    assert_eq!(
+        rt.process(&first).await.unwrap_err().to_string(),
+        format!("Process \"{first}\" was not found.")
+    );
+    rt.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    driver.shutdown().await;
+}

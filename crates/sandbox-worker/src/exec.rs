@@ -174,6 +174,14 @@ pub(crate) struct SpawnAs<'a> {
     /// `--ro-bind-fd`): bwrap mounts what the descriptor holds, whatever the path to it
     /// (the lease's process supervisor only).
     pub(crate) fd_binds: &'a [FdBind],
+    /// The sandbox outlives the worker (the lease's process supervisor only): no
+    /// `--die-with-parent`, a session of its own, out of the worker's cgroup, not killed
+    /// when its `Child` drops, and not in the live set (the worker's end and
+    /// [`super::sandbox::Sandbox::kill_lease`] leave it; its own record ends it). The
+    /// tag appears in `bwrap`'s command line (as a variable set and unset again, so no
+    /// environment changes): the record finds the sandbox by it even before it knows its
+    /// pids.
+    pub(crate) detached: Option<&'a str>,
 }
 
 /// A descriptor `bwrap` binds at `dest` inside the sandbox.
@@ -230,6 +238,7 @@ pub(crate) async fn run(
                 user,
                 bind: None,
                 fd_binds: &[],
+                detached: None,
             },
         )
         .map_err(|e| DriverError::io("Starting bwrap", e))?;

@@ -8,7 +8,8 @@
 //! time has passed fires at once), so a worker restarted by its host after a crash, or the
 //! next worker of a later host process (`envrt gc` starts one), ends what a dead worker
 //! left. A worker's sandboxes never outlive it (`bwrap --die-with-parent`, and the host
-//! kills the worker's cgroup), so a host that died leaves files, never processes.
+//! kills the worker's cgroup), but for the lease's process supervisor, which does (see
+//! `supervisor`): the timer ends it from its record, whichever worker started it.
 //! Release and destroy disarm the timer and remove the record (a released reusable lease
 //! keeps its files); a timer whose record is gone when it fires (another worker over the
 //! same root released the lease) does nothing.
@@ -56,6 +57,8 @@ impl Expiries {
                 return;
             };
             sandbox.kill_lease(&owned);
+            // its supervisor too, whichever worker started it
+            super::supervisor::end(&owned, false);
             let _ = super::sandbox::remove_lease_dir(&owned);
             let _ = std::fs::remove_file(record);
         });

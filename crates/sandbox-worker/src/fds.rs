@@ -50,3 +50,27 @@ pub(crate) fn inherit_only(command: &mut Command, keep: &[RawFd]) {
         });
     }
 }
+
+/// Makes the child a session leader of its own and, with `cgroup` (a parent cgroup's
+/// `cgroup.procs` opened for writing), moves it there, before it runs the program: a
+/// sandbox that is to outlive the worker (the lease's process supervisor). A move the
+/// kernel refuses leaves the child where it is.
+#[allow(unsafe_code)]
+pub(crate) fn detach(command: &mut Command, cgroup: Option<RawFd>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec. It makes only
+    // async-signal-safe system calls (setsid, write) on values prepared before the fork,
+    // and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if nix::libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if let Some(fd) = cgroup {
+                // "0": the writing process itself
+                let _ = nix::libc::write(fd, b"0".as_ptr().cast(), 1);
+            }
+            Ok(())
+        });
+    }
+}

@@ -36,13 +36,24 @@ impl Leases {
     }
 
     /// Removes every lease `/tmp` and `/var/tmp` whose lease directory is gone (a worker
-    /// killed between the removals).
+    /// killed between the removals), and ends the supervisor of each such lease.
     fn sweep_tmp(&self) {
         let Ok(entries) = std::fs::read_dir(&self.root) else {
             return;
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
+            if let Some(id) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(super::supervisor::RECORD_PREFIX))
+            {
+                // The supervisor of a lease that is gone (a worker killed before it ended
+                // it) ends now, with its record.
+                if let Some(dir) = self.path_of(id).filter(|dir| !dir.exists()) {
+                    super::supervisor::end(&dir, false);
+                }
+                continue;
+            }
             let Some(id) = name.to_str().and_then(|n| {
                 n.strip_prefix(super::sandbox::TMP_PREFIX)
                     .or_else(|| n.strip_prefix(super::lease_tmp::VAR_TMP_PREFIX))

@@ -100,7 +100,8 @@
 //! half-closes are queued in arrival order. Notifications sent while a request runs carry
 //! its `paperclipInvocation.id` as `paperclipInvocationId`, as the SDK does. The worker
 //! exits when stdin closes (the host is gone) or after answering `shutdown`, and kills
-//! every sandbox first; each `bwrap` also runs with `--die-with-parent`.
+//! every sandbox first; each `bwrap` also runs with `--die-with-parent`, but for the
+//! lease's process supervisor, which outlives the worker (see `supervisor`).
 //!
 //! # Leases
 //!

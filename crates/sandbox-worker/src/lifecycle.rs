@@ -134,7 +134,7 @@ pub(super) fn end(worker: &Worker, method: &str, params: Value) -> Result<Value,
     // its channels send their exit frames. Destroy also removes the directory.
     worker.expiries.forget(&dir);
     worker.sandbox.kill_lease(&dir);
-    worker.supervisors.forget(&dir);
+    worker.supervisors.forget(&dir, method == methods::DESTROY_LEASE);
     if method == methods::RELEASE_LEASE && dir.exists() {
         // a released lease holds no host uid: a resume claims one again
         worker.leases.give_back(&dir)?;

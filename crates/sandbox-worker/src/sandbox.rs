@@ -7,7 +7,8 @@
 //! `/dev`, the lease's own `/tmp` and `/var/tmp` (see `policy` and `lease_tmp`), and the
 //! lease directory bound read-write at `/workspace` (the cwd by default).
 //! Every namespace is unshared (user, pid, network, ipc, uts, cgroup), all capabilities are
-//! dropped, the command gets a new session and dies with the worker. On top of that the
+//! dropped, the command gets a new session and dies with the worker (all but the lease's
+//! process supervisor, which outlives it: see the `supervisor` module). On top of that the
 //! worker's policy (see the `policy` module) applies: an unprivileged sandbox user,
 //! read-only and masked `/proc` paths, sized tmpfs mounts and process limits. `bwrap` runs
 //! with an empty environment, and so does the sandbox init; the command's variables reach
@@ -32,6 +33,10 @@ pub(crate) use super::lease_tmp::{TMP_PREFIX, remove_lease_dir};
 use super::policy::{Policy, proc_options, tmpfs_options};
 use super::uids::Owner;
 use super::view::View;
+
+/// The variable a detached sandbox's `bwrap` command line names with its tag (see
+/// [`SpawnAs::detached`]).
+pub(crate) const DETACHED_TAG: &str = "ENVRT_SUPERVISOR_TAG";
 
 /// Where the worker binary appears in each sandbox, to run as the command's parent.
 pub const INIT_PATH: &str = "/.envrt-init";
@@ -164,6 +169,17 @@ impl Sandbox {
         if let Some((uid, gid)) = how.user.or(self.policy.ids.inside()) {
             a.extend(["--uid".into(), uid.to_string(), "--gid".into(), gid.to_string()]);
         }
+        if let Some(tag) = how.detached {
+            // it outlives the worker: only its own record ends it
+            a.retain(|option| option != "--die-with-parent");
+            a.extend([
+                "--setenv".into(),
+                DETACHED_TAG.into(),
+                tag.to_owned(),
+                "--unsetenv".into(),
+                DETACHED_TAG.into(),
+            ]);
+        }
         a.extend(["--chdir".into(), cwd.to_owned(), "--".into()]);
         a
     }
@@ -230,7 +246,7 @@ impl Sandbox {
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
-            .kill_on_drop(true);
+            .kill_on_drop(how.detached.is_none());
         if let Some((uid, gid)) = owner.0 {
             command.uid(uid).gid(gid);
             // the init reopens the pipe through /proc, as the sandbox's user
@@ -245,18 +261,24 @@ impl Sandbox {
         let mut keep = vec![status_write.as_raw_fd(), env_fd.as_raw_fd()];
         keep.extend(how.fd_binds.iter().map(|bind| bind.fd));
         super::fds::inherit_only(command.as_std_mut(), &keep);
+        let escape = how.detached.and_then(|_| escape_cgroup());
+        if how.detached.is_some() {
+            super::fds::detach(command.as_std_mut(), escape.as_ref().map(|fd| fd.as_raw_fd()));
+        }
         let child = command.spawn();
-        drop((status_write, env_fd));
+        drop((status_write, env_fd, escape));
         let child = child?;
         let pid = child.id().unwrap_or(0);
         let killed = Arc::new(AtomicBool::new(false));
-        self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(
-            pid,
-            Live {
-                lease_dir: lease_dir.to_path_buf(),
-                killed: killed.clone(),
-            },
-        );
+        if how.detached.is_none() {
+            self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(
+                pid,
+                Live {
+                    lease_dir: lease_dir.to_path_buf(),
+                    killed: killed.clone(),
+                },
+            );
+        }
         Ok((
             child,
             Tracked {
@@ -502,6 +524,38 @@ fn options(
     a
 }
 
+/// Where a detached sandbox goes so that it outlives the worker: the parent of the
+/// worker's own cgroup (v2), when the host made that one for this worker alone
+/// (`envrt-worker-*`, all of which the host kills when the worker ends), opened for
+/// writing its `cgroup.procs`. `None` otherwise (no cgroup v2, or the worker runs in one
+/// the host did not make): the sandbox then simply stays where the worker is.
+fn escape_cgroup() -> Option<OwnedFd> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim().to_owned();
+    let own = Path::new(&own);
+    if !own.file_name()?.to_str()?.starts_with("envrt-worker-") {
+        return None;
+    }
+    let mount = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mount.lines().find_map(|line| {
+        let (fields, tail) = line.split_once(" - ")?;
+        (tail.split_whitespace().next()? == "cgroup2").then(|| fields.split_whitespace().nth(4).map(PathBuf::from))?
+    })?;
+    let parent = mount.join(own.parent()?.strip_prefix("/").ok()?);
+    rustix::fs::open(
+        parent.join("cgroup.procs"),
+        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| {
+        eprintln!(
+            "envrt-sandbox-worker: cannot leave the worker's cgroup for {}: {e}",
+            parent.display()
+        )
+    })
+    .ok()
+}
+
 fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
@@ -528,7 +582,7 @@ fn kill_namespace(bwrap_pid: u32) {
 }
 
 /// The pid (host view) of the sandbox's namespace init: `bwrap`'s child.
-fn ns_init(bwrap_pid: u32) -> Option<u32> {
+pub(crate) fn ns_init(bwrap_pid: u32) -> Option<u32> {
     let children = std::fs::read_to_string(format!("/proc/{bwrap_pid}/task/{bwrap_pid}/children")).ok()?;
     children.split_whitespace().next()?.parse().ok()
 }

@@ -13,11 +13,29 @@
 //! listens (10 s at most; else the agent's sandbox is killed and the call refused with
 //! `The process supervisor of lease {id} did not start: {why}`).
 //!
-//! The supervisor's sandbox belongs to no command: it lives until the lease is released,
-//! destroyed or expires (each kills every sandbox of the lease, whose pid namespace takes
-//! every process the agent started, `setsid` escapees included), or until the worker
-//! itself ends (`bwrap --die-with-parent`, as every sandbox of the worker). A second call
-//! for a lease whose supervisor runs answers at once (`started: false`).
+//! The supervisor's sandbox belongs to no command, and to no worker: a process does not
+//! end with the program that spawned it (contract section 9), so the supervisor outlives
+//! the worker that started it (no `bwrap --die-with-parent`, a session of its own, moved
+//! out of the worker's cgroup into its parent, see [`super::sandbox`]), and a later host
+//! reaches it again in the same socket directory (the host names one per lease, the same
+//! for every program on this machine). Its record, `{root}/.supervisor-{lease id}/`
+//! (`0700`, the worker's, out of the workspace), holds `tag` (written before the start: a
+//! random tag that `bwrap`'s command line carries, so a worker killed before it learnt the
+//! pids still leaves a supervisor the next one finds), `running` (the boot id, `bwrap`'s
+//! pid and start time, the pid namespace's init's pid and start time) and `generation`.
+//! Whatever worker then serves the lease ends it from that record, only while the boot id
+//! and each pid's start time still match or the tag is on the command line (a recycled
+//! pid is never signalled), by
+//! SIGKILLing the namespace's init, which takes every process the agent started,
+//! `setsid` escapees included: at release and destroy ([`Supervisors::forget`]), at expiry
+//! and `gc` (which destroys), when a worker starts over a root whose lease is gone, and
+//! before a start that replaces a supervisor the host cannot reach. A second call for a
+//! lease whose supervisor this worker runs answers at once (`started: false`).
+//!
+//! Each supervisor of a lease numbers its processes past every id an earlier one could
+//! give (`generation` counts them, kept across a release: see
+//! [`envrt_driver_agent::next_generation`]), so a supervisor killed by a command, or
+//! replaced after a worker restart, never gives an id that named another process.
 //!
 //! The agent binary is found as every driver finds it (`ENVRT_AGENT`, beside the worker's
 //! own executable or one directory up, `PATH`); a worker that finds none does not
@@ -25,7 +43,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -51,6 +69,15 @@ const START_BOUND: Duration = Duration::from_secs(10);
 const WHY_BYTES: usize = 2048;
 /// How much of a running agent's stderr is logged.
 const LOG_BYTES: u64 = 64 * 1024;
+/// Prefix of a lease's supervisor record in the root.
+pub(crate) const RECORD_PREFIX: &str = ".supervisor-";
+/// The record's file naming the running supervisor.
+const RUNNING: &str = "running";
+/// The record's generation counter.
+const GENERATION: &str = "generation";
+/// The record's tag of the supervisor's sandbox, written before it starts (see
+/// [`super::exec::SpawnAs::detached`]).
+const TAG: &str = "tag";
 
 /// The supervisors this worker runs, by lease directory.
 #[derive(Default)]
@@ -71,10 +98,12 @@ struct Running {
 }
 
 impl Supervisors {
-    /// Drops the record of the lease's supervisor (release, destroy, expiry: killing the
-    /// lease's sandboxes ended it).
-    pub(crate) fn forget(&self, lease_dir: &Path) {
+    /// Drops this worker's note of the lease's supervisor (release, destroy, expiry)
+    /// and ends the supervisor its record names, whichever worker started it; `destroyed`
+    /// drops the record whole (else its generation stays, for the lease's next supervisor).
+    pub(crate) fn forget(&self, lease_dir: &Path, destroyed: bool) {
         let gone = self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(lease_dir);
+        end(lease_dir, !destroyed);
         if let Some(gone) = gone {
             gone.watcher.abort();
         }
@@ -110,11 +139,26 @@ impl Supervisors {
                 started: false,
             }));
         }
-        // One listening elsewhere (the host made a new directory, as it could not reach
-        // it there): it ends first, with what it held.
+        // One the host cannot reach (this worker's or an earlier one's): it ends first,
+        // with what it held.
         if let Some(old) = self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(lease_dir) {
             old.watcher.abort();
         }
+        end(lease_dir, true);
+        let record =
+            record_dir(lease_dir).ok_or_else(|| RpcError::invalid_params("the lease directory has no name"))?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&record) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(DriverError::io(format!("Creating {}", record.display()), e).into()),
+        }
+        let generation = envrt_driver_agent::next_generation(&record.join(GENERATION))
+            .map_err(|e| DriverError::io(format!("Counting the supervisors of lease {lease}"), e))?;
+        // Recorded before it starts: a worker killed before it knows the pids leaves a
+        // supervisor the next one still finds.
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        std::fs::write(record.join(TAG), &tag)
+            .map_err(|e| DriverError::io(format!("Recording the supervisor of lease {lease}"), e))?;
         if let Some((uid, gid)) = owner.0 {
             // AT_EMPTY_PATH: the opened directory itself, whatever its path now leads to
             rustix::fs::chownat(
@@ -151,7 +195,10 @@ impl Supervisors {
             "--socket".into(),
             socket.clone(),
             "--subreaper".into(),
-        ];
+        ]
+        .into_iter()
+        .chain(envrt_driver_agent::id_args(generation))
+        .collect::<Vec<String>>();
         let (mut child, tracked) = sandbox
             .spawn_as(
                 lease_dir,
@@ -163,6 +210,7 @@ impl Supervisors {
                     user: None,
                     bind: None,
                     fd_binds: &binds,
+                    detached: Some(&tag),
                 },
             )
             .map_err(|e| DriverError::io("Starting bwrap", e))?;
@@ -189,6 +237,21 @@ impl Supervisors {
             };
             return Err(RpcError::worker(format!(
                 "The process supervisor of lease {lease} did not start: {why}"
+            )));
+        }
+        let bwrap = child.id().unwrap_or(0);
+        let written = Identity::of(bwrap)
+            .map(|bwrap| {
+                let init = super::sandbox::ns_init(bwrap.pid).and_then(Identity::of);
+                running_text(&bwrap, init.as_ref())
+            })
+            .map(|text| std::fs::write(record.join(RUNNING), text));
+        if !matches!(written, Some(Ok(()))) {
+            // A supervisor no record names could never be ended by a later worker.
+            let _ = sandbox.terminate(&mut child).await;
+            return Err(RpcError::worker(format!(
+                "The process supervisor of lease {lease} did not start: its record in {} could not be written",
+                record.display()
             )));
         }
         let tag = lease.clone();
@@ -229,6 +292,152 @@ impl Supervisors {
     }
 }
 
+/// The supervisor record of the lease at `lease_dir`: `{root}/.supervisor-{lease id}`.
+pub(crate) fn record_dir(lease_dir: &Path) -> Option<PathBuf> {
+    let name = lease_dir.file_name()?.to_str()?;
+    Some(lease_dir.parent()?.join(format!("{RECORD_PREFIX}{name}")))
+}
+
+/// A process as the record names it: its pid and its start time (clock ticks after boot,
+/// `/proc/{pid}/stat` field 22), which a recycled pid does not share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    pid: u32,
+    start: u64,
+}
+
+impl Identity {
+    /// The running (not zombie) process `pid`, with its start time.
+    fn of(pid: u32) -> Option<Identity> {
+        if pid == 0 {
+            return None;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(')')?;
+        let mut fields = rest.split_whitespace();
+        if fields.next()? == "Z" {
+            return None;
+        }
+        // after the state (field 3), the start time is field 22
+        let start = fields.nth(18)?.parse().ok()?;
+        Some(Identity { pid, start })
+    }
+
+    /// Whether the process this names still runs.
+    fn alive(&self) -> bool {
+        Identity::of(self.pid) == Some(*self)
+    }
+
+    fn kill(&self) {
+        if self.alive()
+            && let Some(pid) = i32::try_from(self.pid).ok().and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// The host's boot id: a start time is a start time of this boot only.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// The record's `running`: `{boot id} {bwrap pid} {start} {init pid} {start}` (the init
+/// `0 0` when it was not seen).
+fn running_text(bwrap: &Identity, init: Option<&Identity>) -> String {
+    let (ipid, istart) = init.map_or((0, 0), |i| (i.pid, i.start));
+    format!("{} {} {} {ipid} {istart}\n", boot_id(), bwrap.pid, bwrap.start)
+}
+
+/// Reads a record's `running`: the processes it names, when it is of this boot.
+fn parse_running(text: &str) -> Vec<Identity> {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let [boot, rest @ ..] = fields.as_slice() else {
+        return Vec::new();
+    };
+    if *boot != boot_id() || rest.len() != 4 {
+        return Vec::new();
+    }
+    let numbers: Vec<u64> = rest.iter().filter_map(|n| n.parse().ok()).collect();
+    if numbers.len() != 4 {
+        return Vec::new();
+    }
+    [(numbers[0], numbers[1]), (numbers[2], numbers[3])]
+        .into_iter()
+        .filter(|(pid, _)| *pid != 0)
+        .filter_map(|(pid, start)| {
+            Some(Identity {
+                pid: u32::try_from(pid).ok()?,
+                start,
+            })
+        })
+        .collect()
+}
+
+/// The processes whose command line carries the tag `tag` (a supervisor's `bwrap` and the
+/// copy of it that is its pid namespace's init); none for a tag that is not one.
+fn tagged(tag: &str) -> Vec<Identity> {
+    if tag.len() != 32 || !tag.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Vec::new();
+    }
+    let needle = format!("\0{}\0{tag}\0", super::sandbox::DETACHED_TAG);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        })
+        .filter_map(Identity::of)
+        .collect()
+}
+
+/// Ends the supervisor the record of the lease at `lease_dir` names, if it still runs (each
+/// process checked by its start time), and waits (bounded, 2 s) until it is gone: every
+/// process whose command line carries the record's tag, the namespace's init (whose death
+/// takes the whole pid namespace), the one `bwrap` has now when its own identity holds,
+/// then `bwrap`. Drops `running` and the tag; `keep_generation` unset drops the whole
+/// record.
+pub(crate) fn end(lease_dir: &Path, keep_generation: bool) {
+    let Some(record) = record_dir(lease_dir) else { return };
+    let named = std::fs::read_to_string(record.join(RUNNING))
+        .map(|text| parse_running(&text))
+        .unwrap_or_default();
+    let mut targets = std::fs::read_to_string(record.join(TAG))
+        .map(|tag| tagged(tag.trim()))
+        .unwrap_or_default();
+    if let [bwrap, rest @ ..] = named.as_slice() {
+        if bwrap.alive()
+            && let Some(init) = super::sandbox::ns_init(bwrap.pid).and_then(Identity::of)
+        {
+            targets.push(init);
+        }
+        targets.extend(rest.iter().copied());
+        targets.push(*bwrap);
+    }
+    for target in &targets {
+        target.kill();
+    }
+    for _ in 0..200 {
+        if !targets.iter().any(Identity::alive) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if keep_generation {
+        let _ = std::fs::remove_file(record.join(RUNNING));
+        let _ = std::fs::remove_file(record.join(TAG));
+    } else {
+        let _ = std::fs::remove_dir_all(&record);
+    }
+}
+
 /// Opens the host's socket directory, refusing anything but an absolute path to a
 /// directory (not a link) with mode 0700 of the worker's own user (or of the lease's,
 /// which a start before this one handed it to).
@@ -250,4 +459,84 @@ fn open_socket_dir(dir: &Path, owner: Owner) -> Result<(OwnedFd, (u64, u64)), Rp
         return Err(refuse("must be a directory of the worker's user with mode 0700"));
     }
     Ok((fd, (meta.dev(), meta.ino())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child that sleeps until killed, and the record of a lease naming it as `bwrap`.
+    fn sleeper_and_record(root: &Path) -> (std::process::Child, Identity, PathBuf) {
+        let child = std::process::Command::new("sleep").arg("300").spawn().unwrap();
+        let identity = Identity::of(child.id()).unwrap();
+        let lease_dir = root.join("sbx-lease");
+        std::fs::create_dir(&lease_dir).unwrap();
+        let record = record_dir(&lease_dir).unwrap();
+        std::fs::create_dir(&record).unwrap();
+        std::fs::write(record.join(GENERATION), "3").unwrap();
+        (child, identity, lease_dir)
+    }
+
+    fn reaped_by_signal(child: &mut std::process::Child) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        child.wait().unwrap().signal() == Some(9)
+    }
+
+    #[test]
+    fn a_recycled_pid_or_another_boot_is_never_signalled_and_the_recorded_process_is() {
+        let root = tempfile::tempdir().unwrap();
+        let (mut child, identity, lease_dir) = sleeper_and_record(root.path());
+        let record = record_dir(&lease_dir).unwrap();
+        assert_eq!(record, root.path().join(".supervisor-sbx-lease"));
+        // The same pid with another start time (a recycled pid), or of another boot.
+        let recycled = Identity {
+            start: identity.start + 1,
+            ..identity
+        };
+        for text in [
+            running_text(&recycled, None),
+            format!("another-boot {} {} 0 0\n", identity.pid, identity.start),
+            "garbage\n".to_owned(),
+        ] {
+            std::fs::write(record.join(RUNNING), text).unwrap();
+            end(&lease_dir, true);
+            assert!(identity.alive(), "a process the record does not name was signalled");
+            assert!(!record.join(RUNNING).exists());
+        }
+        // The process the record names ends; release keeps the generation, destroy not.
+        std::fs::write(record.join(RUNNING), running_text(&identity, None)).unwrap();
+        end(&lease_dir, true);
+        assert!(reaped_by_signal(&mut child));
+        assert_eq!(std::fs::read_to_string(record.join(GENERATION)).unwrap(), "3");
+        end(&lease_dir, false);
+        assert!(!record.exists());
+    }
+
+    #[test]
+    fn a_supervisor_the_record_knows_only_by_its_tag_is_ended() {
+        let root = tempfile::tempdir().unwrap();
+        let lease_dir = root.path().join("sbx-tagged");
+        std::fs::create_dir(&lease_dir).unwrap();
+        let record = record_dir(&lease_dir).unwrap();
+        std::fs::create_dir(&record).unwrap();
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        // A process whose command line carries the tag as bwrap's does (no pids recorded).
+        // (`read`, a builtin, waits on the pipe: no child of its own is left behind)
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read line", "sh", crate::sandbox::DETACHED_TAG, &tag, "x"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let identity = Identity::of(child.id()).unwrap();
+        // Another tag, or one that is no tag, names nothing.
+        for other in [uuid::Uuid::new_v4().simple().to_string(), String::new()] {
+            std::fs::write(record.join(TAG), other).unwrap();
+            end(&lease_dir, true);
+            assert!(identity.alive());
+        }
+        std::fs::write(record.join(TAG), &tag).unwrap();
+        end(&lease_dir, true);
+        assert!(reaped_by_signal(&mut child));
+        assert!(!record.join(TAG).exists());
+    }
 }

@@ -245,6 +245,7 @@ async fn run_script(
                 user: None,
                 bind: Some(&transfer.dir),
                 fd_binds: &[],
+                detached: None,
             },
         )
         .map_err(|e| DriverError::io("Starting bwrap", e))?;

@@ -11,11 +11,16 @@
 //! the `/proc` scan of release, expiry and `gc` finds it and all it started. It runs in a
 //! process group of its own with `--subreaper`, so it does not die with the program that
 //! started it, and reaps what its processes leave behind.
+//!
+//! Each supervisor of a lease numbers its processes above every id an earlier one could
+//! have given (a generation counted in `generation` in the agent's directory, see
+//! [`envrt_driver_agent::next_generation`]), so a supervisor killed by a command and
+//! started again by the next spawn never gives an id that named another process.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use envrt_driver_agent::locate;
+use envrt_driver_agent::{id_args, locate, next_generation};
 use envrt_driver_api::DriverError;
 use tokio::io::AsyncBufReadExt;
 
@@ -62,6 +67,8 @@ pub(crate) async fn start(site: &Start<'_>) -> Result<(), DriverError> {
         Some(cgroup) => cgroup.join("cgroup.procs"),
         None => PathBuf::from("/dev/null"),
     };
+    let generation = next_generation(&dir.join("generation"))
+        .map_err(|e| DriverError::io("cannot record the process supervisor's generation", e))?;
     let log = std::fs::File::create(dir.join("agent.log"))
         .map_err(|e| DriverError::io(format!("cannot create {}", dir.join("agent.log").display()), e))?;
     let mut command = tokio::process::Command::new("/bin/sh");
@@ -75,6 +82,7 @@ pub(crate) async fn start(site: &Start<'_>) -> Result<(), DriverError> {
         .arg("--socket")
         .arg(&socket)
         .arg("--subreaper")
+        .args(id_args(generation))
         .env_clear()
         .envs(site.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .current_dir(site.workspace)

@@ -36,7 +36,8 @@ impl Default for RestartPolicy {
 pub enum ParentDeathSignal {
     /// SIGKILL (the default): the worker cannot survive its host, but it cannot clean up
     /// either, so processes it started in other process groups are its own sandbox's
-    /// business (the reference worker's `bwrap --die-with-parent` sandboxes die with it).
+    /// business (the reference worker's `bwrap --die-with-parent` sandboxes die with it;
+    /// its leases' process supervisors outlive it, ended from their records).
     #[default]
     Kill,
     /// SIGTERM: a worker that handles it (as the SDK fixture does) can kill what it

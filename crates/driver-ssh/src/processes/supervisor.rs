@@ -258,7 +258,11 @@ pub(crate) const GONE: &str = "gone";
 /// runs detached from the channel (`setsid`, stdin from `/dev/null`, its output to
 /// `{lease_dir}/agent.log`), so it outlives the connection, with `--subreaper`, in the
 /// workspace, with a command's environment (`env` is [`remote::clean_env`]'s text);
-/// its pid goes to `{lease_dir}/agent.pid`. One runs when that pid is alive, its cwd lies
+/// its pid goes to `{lease_dir}/agent.pid`. Each supervisor of the lease numbers its
+/// processes past every id an earlier one could give: the `n`th (counted in
+/// `{lease_dir}/agent.generation`, outside the workspace) starts at `n * 4096 + 1`
+/// ([`envrt_driver_agent::id_args`]), so a supervisor killed and started again never gives
+/// an id that named another process. One runs when that pid is alive, its cwd lies
 /// in the lease directory (a recycled pid does not count) and its socket exists. Prints [`STARTED`], [`RUNNING`] or [`GONE`];
 /// a supervisor that did not say it listens is killed and its log goes to stderr.
 pub(crate) fn start(lease_dir: &str, socket: &str, binary: &str, env: &str) -> String {
@@ -273,8 +277,12 @@ if [ -n "$a" ] && [ -S "$s" ] && kill -0 "$a" 2>/dev/null; then
   case "$(readlink "/proc/$a/cwd" 2>/dev/null)/" in "$d"/*) echo {RUNNING}; exit 0 ;; esac
 fi
 rm -f -- "$s"
+g=$(head -c 20 "$d/agent.generation" 2>/dev/null)
+case $g in ''|*[!0-9]*) g=0 ;; esac
+[ ${{#g}} -le 15 ] || g=0
+echo $((g + 1)) >"$d/agent.generation" || exit 3
 cd -- "$d/work" || exit 3
-{env} setsid {b} --socket "$s" --subreaper </dev/null >"$d/agent.log" 2>&1 9>&- &
+{env} setsid {b} --socket "$s" --subreaper --max-processes {per} --first-id $((g * {per} + 1)) </dev/null >"$d/agent.log" 2>&1 9>&- &
 p=$!
 echo "$p" >"$d/agent.pid"
 i=0
@@ -290,6 +298,7 @@ exit 4"#,
         d = quote(lease_dir),
         s = quote(socket),
         b = quote(binary),
+        per = envrt_driver_agent::IDS_PER_SUPERVISOR,
     )
 }
 

@@ -4,20 +4,25 @@
 //! on its unix socket (the worker is the host's child, on the same machine). Every verb
 //! is then one request to the supervisor ([`envrt_driver_agent`]).
 //!
-//! The host chooses where the socket lives, never the worker: a private directory
-//! (`0711`, the host's user's) made in the temp directory when the driver first starts a
-//! supervisor (`envrt-sbx-agents-{host pid}-{random}`), and in it one directory per lease, named by envrt's lease id, made `0700`
-//! before each start (the worker hands it to the lease's own host user, so the agent can
-//! make its socket there). The socket is opened without following a link
-//! (`O_PATH | O_NOFOLLOW`, then checked to be a socket) and connected through that
-//! descriptor, so nothing the lease puts in its directory can make the host connect
-//! elsewhere. Release and destroy remove the lease's directory (the worker killed the
-//! supervisor with every sandbox of the lease); the driver's own directory goes when the
-//! driver is dropped, or, when its host was killed, when a later host makes its own.
+//! The host chooses where the socket lives, never the worker: one directory per lease,
+//! named by envrt's lease id, in the host user's directory of supervisor sockets in the
+//! temp directory (`envrt-sbx-supervisors-{euid}`, `0711`, refused unless it is that
+//! user's own directory with that mode and no link), made `0700` before each start (the
+//! worker hands it to the lease's own host user, so the agent can make its socket there).
+//! The place follows from the lease's record alone, so every program on this machine
+//! over the same store finds a lease's supervisor there again. The socket is opened
+//! without following a link (`O_PATH | O_NOFOLLOW`, then checked to be a socket) and
+//! connected through that descriptor, so nothing the lease puts in its directory can make
+//! the host connect elsewhere. Release and destroy remove the lease's directory (the
+//! worker ended the supervisor from its record); one whose lease ended without its host
+//! (an expiry a later worker fired) goes when a later host finds no supervisor answering
+//! there ten minutes after it last changed.
 //!
-//! The supervisor lives as long as the lease and the worker: a worker that exits
-//! (crash, restart, the host's end) takes every sandbox with it, the supervisor included,
-//! and its processes are gone; the next spawn starts a new supervisor.
+//! The supervisor lives as long as the lease, not as long as the worker or the program:
+//! a worker that exits (crash, restart, the host's end) leaves it running (see the
+//! worker's `supervisor` module), and the next program, or the next worker, reaches it
+//! again in the lease's directory; only a supervisor that no longer answers is replaced,
+//! by one whose process ids start past every id the earlier ones could give.
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -41,12 +46,16 @@ use crate::protocol::methods;
 /// The longest path a unix socket may have (`sun_path` less its NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
-/// Name prefix of a driver's directory in the temp directory
-/// (`{prefix}{host pid}-{random}`).
-const DIR_PREFIX: &str = "envrt-sbx-agents-";
+/// Name prefix of the per-host directories earlier versions made in the temp directory
+/// (`{prefix}{host pid}-{random}`), removed once their host is gone.
+const OLD_DIR_PREFIX: &str = "envrt-sbx-agents-";
 
-/// Removes the directories of hosts that are gone (a killed host cannot remove its own;
-/// its workers, and the supervisors with them, died with it).
+/// Name prefix of the host user's directory of supervisor sockets in the temp directory
+/// (`{prefix}{euid}`).
+const DIR_PREFIX: &str = "envrt-sbx-supervisors-";
+
+/// Removes the directories of hosts of earlier versions that are gone (a killed host could
+/// not remove its own).
 fn remove_stale_dirs() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return;
@@ -55,7 +64,7 @@ fn remove_stale_dirs() {
         let name = entry.file_name();
         let Some(pid) = name
             .to_str()
-            .and_then(|n| n.strip_prefix(DIR_PREFIX))
+            .and_then(|n| n.strip_prefix(OLD_DIR_PREFIX))
             .and_then(|rest| rest.split('-').next())
             .and_then(|pid| pid.parse::<u32>().ok())
         else {
@@ -68,43 +77,118 @@ fn remove_stale_dirs() {
     }
 }
 
+/// How long a lease's socket directory with no supervisor answering in it is kept: one
+/// whose lease ended without its host (an expiry a later worker fired, a host killed
+/// before a release) is removed by the next host after that. A live lease whose
+/// supervisor died loses nothing by it: its next spawn makes the directory again.
+const UNANSWERED_AGE: Duration = Duration::from_secs(600);
+
+/// Removes the lease directories in `base` that changed more than [`UNANSWERED_AGE`] ago
+/// and where no supervisor answers (best effort).
+fn remove_unanswered(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .ok()
+            .filter(std::fs::Metadata::is_dir)
+            .and_then(|m| m.modified().ok())
+            .is_some_and(|t| t.elapsed().is_ok_and(|age| age >= UNANSWERED_AGE));
+        if old && !answers(&entry.path()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Whether a supervisor accepts a connection on the socket in `dir` (opened as
+/// [`connect`] opens it).
+fn answers(dir: &Path) -> bool {
+    let Ok(fd) = rustix::fs::open(
+        dir.join(methods::SUPERVISOR_SOCKET),
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let socket = rustix::fs::fstat(&fd).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Socket);
+    socket && std::os::unix::net::UnixStream::connect(format!("/proc/self/fd/{}", fd.as_raw_fd())).is_ok()
+}
+
+/// The host user's directory of supervisor sockets (whether or not it exists).
+pub(crate) fn base_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("{DIR_PREFIX}{}", rustix::process::geteuid().as_raw()))
+}
+
 /// The host's directories for its leases' supervisor sockets.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SocketDirs {
-    /// The driver's own directory, made on first use.
+    /// Where the host user's directory is ([`base_dir`]).
+    base: PathBuf,
+    /// The host user's directory, once made or found and checked.
     root: OnceLock<PathBuf>,
     /// One start at a time per lease.
     starts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+impl Default for SocketDirs {
+    fn default() -> Self {
+        SocketDirs::at(base_dir())
+    }
+}
+
 impl SocketDirs {
-    /// The driver's directory, made (`0711`) on first use.
-    fn root(&self) -> Result<&Path, DriverError> {
-        if let Some(root) = self.root.get() {
-            return Ok(root);
+    /// The directories with the host user's directory at `base`.
+    fn at(base: PathBuf) -> SocketDirs {
+        SocketDirs {
+            base,
+            root: OnceLock::new(),
+            starts: Mutex::default(),
         }
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        remove_stale_dirs();
-        let short = uuid::Uuid::new_v4().simple().to_string();
-        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{}", std::process::id(), &short[..8]));
-        std::fs::DirBuilder::new()
-            .mode(0o711)
-            .create(&dir)
-            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)))
-            .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?;
-        match self.root.set(dir) {
-            Ok(()) => {}
-            // Another call made one first: this one goes.
-            Err(mine) => {
-                let _ = std::fs::remove_dir(mine);
+    }
+
+    /// The host user's directory: made (`0711`) when missing and `create` is set, `None`
+    /// when missing otherwise; refused unless it is a directory (not a link) of this user
+    /// with mode `0711`.
+    fn root(&self, create: bool) -> Result<Option<&Path>, DriverError> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        if let Some(root) = self.root.get() {
+            return Ok(Some(root));
+        }
+        let dir = self.base.clone();
+        if create {
+            remove_stale_dirs();
+            match std::fs::DirBuilder::new().mode(0o711).create(&dir) {
+                Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))
+                    .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(DriverError::io(format!("cannot create {}", dir.display()), e)),
             }
         }
-        Ok(self.root.get().expect("set above"))
+        let meta = match std::fs::symlink_metadata(&dir) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => return Ok(None),
+            Err(e) => return Err(DriverError::io(format!("cannot read {}", dir.display()), e)),
+        };
+        if !meta.is_dir() || meta.uid() != rustix::process::geteuid().as_raw() || meta.mode() & 0o7777 != 0o711 {
+            return Err(DriverError::Unavailable {
+                message: format!(
+                    "the process supervisors' directory {} is not a directory of this user with mode 0711",
+                    dir.display()
+                ),
+                source: None,
+            });
+        }
+        if create {
+            remove_unanswered(&dir);
+        }
+        let _ = self.root.set(dir);
+        Ok(self.root.get().map(PathBuf::as_path))
     }
 
     /// The socket directory of the lease `lease` (envrt's lease id); `None` while the
-    /// driver made no directory of its own (no supervisor started yet) and `create` is
-    /// not set.
+    /// host user's directory does not exist and `create` is not set.
     fn of(&self, lease: &str, create: bool) -> Result<Option<PathBuf>, DriverError> {
         let plain = !lease.is_empty()
             && lease.len() <= 64
@@ -117,10 +201,8 @@ impl SocketDirs {
                 "lease id {lease:?} cannot name a process supervisor's directory"
             )));
         }
-        let root = match (self.root.get(), create) {
-            (Some(root), _) => root.as_path(),
-            (None, true) => self.root()?,
-            (None, false) => return Ok(None),
+        let Some(root) = self.root(create)? else {
+            return Ok(None);
         };
         let dir = root.join(lease);
         let socket = dir.join(methods::SUPERVISOR_SOCKET);
@@ -148,14 +230,6 @@ impl SocketDirs {
         if let Ok(Some(dir)) = self.of(lease, false) {
             // `remove_dir_all` follows no link the lease may have put there.
             let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-impl Drop for SocketDirs {
-    fn drop(&mut self) {
-        if let Some(root) = self.root.get() {
-            let _ = std::fs::remove_dir_all(root);
         }
     }
 }
@@ -333,3 +407,69 @@ impl AgentHost for SandboxDriver {
 
 /// The workspace of a lease whose worker named none (`remoteCwd`).
 const WORKSPACE: &str = "/workspace";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_users_directory_is_made_0711_and_refused_unless_it_is_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("envrt-sbx-supervisors-test");
+        let dirs = SocketDirs::at(base.clone());
+        // Missing and not to be made: no lease has a supervisor.
+        assert_eq!(dirs.of("lease-1", false).unwrap(), None);
+        assert!(!base.exists());
+        assert_eq!(dirs.of("lease-1", true).unwrap(), Some(base.join("lease-1")));
+        let mode = std::fs::metadata(&base).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o711);
+        // A lease directory where nobody answers goes once it is old, not before.
+        let listener_dir = base.join("answering");
+        std::fs::create_dir(&listener_dir).unwrap();
+        let _listener = std::os::unix::net::UnixListener::bind(listener_dir.join(methods::SUPERVISOR_SOCKET)).unwrap();
+        std::fs::create_dir(base.join("fresh")).unwrap();
+        std::fs::create_dir(base.join("stale")).unwrap();
+        let long_ago = std::time::SystemTime::now() - UNANSWERED_AGE * 2;
+        for name in ["answering", "stale"] {
+            std::fs::File::open(base.join(name))
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap();
+        }
+        assert!(SocketDirs::at(base.clone()).of("lease-2", true).is_ok());
+        let mut left: Vec<String> = std::fs::read_dir(&base)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["answering", "fresh"]);
+        // Another program finds the same directory again.
+        assert_eq!(
+            SocketDirs::at(base.clone()).of("lease-1", false).unwrap(),
+            Some(base.join("lease-1"))
+        );
+        // One with another mode, or a link to one, is refused with its exact text.
+        let refusal = |dir: &Path| {
+            format!(
+                "the process supervisors' directory {} is not a directory of this user with mode 0711",
+                dir.display()
+            )
+        };
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for create in [false, true] {
+            let error = SocketDirs::at(base.clone()).of("lease-1", create).unwrap_err();
+            assert_eq!(error.to_string(), refusal(&base));
+        }
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711)).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&base, &link).unwrap();
+        let error = SocketDirs::at(link.clone()).of("lease-1", true).unwrap_err();
+        assert_eq!(error.to_string(), refusal(&link));
+        assert_eq!(
+            dirs.of("../x", false).unwrap_err().to_string(),
+            "Invalid input: lease id \"../x\" cannot name a process supervisor's directory"
+        );
+    }
+}

@@ -304,7 +304,8 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal, dat
 
 /// Waits for the child without reaping it, then reaps it under the signal lock; then
 /// kills whatever the worker left in its cgroup before the exit is reported, so nothing
-/// a worker started outlives it (retired, crashed or shut down alike).
+/// a worker started outlives it (retired, crashed or shut down alike), but for what it
+/// moved out on purpose (the reference worker's lease supervisors, see `docs/security.md`).
 fn reap(
     mut child: Child,
     process: Arc<WorkerProcess>,
