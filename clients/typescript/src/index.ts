@@ -2,10 +2,11 @@
  * @module @envrt/client
  *
  * A typed client of `envrt serve` (see docs/serve.md and crates/serve/openapi.json):
- * leases, execute (buffered and streamed), sync in and out as tar, templates and
- * capabilities, over HTTP on a unix socket (`socketPath`) or TCP (`baseUrl`). Every
- * refusal or failure rejects with an {@link EnvrtError} carrying the service's status, its
- * stable `kind` and its exact `message`.
+ * leases and their network policies, execute (buffered and streamed), sync in and out as
+ * tar, templates, capabilities, and process sessions (spawn, list, output from offsets,
+ * stdin, signal, resize, wait), over HTTP on a unix socket (`socketPath`) or TCP
+ * (`baseUrl`). Every refusal or failure rejects with an {@link EnvrtError} carrying the
+ * service's status, its stable `kind` and its exact `message`.
  */
 
 import * as http from "node:http";
@@ -73,7 +74,68 @@ export interface AcquireOptions {
   requestedCwd?: string;
   ttlMs?: number;
   template?: string;
+  /** A network policy of the lease's own (needs the token's `network` operation). */
+  network?: NetworkPolicy;
 }
+
+/**
+ * A lease's network policy: `egress` absent means `none`; `allow` entries (`name`,
+ * `*.name`, a CIDR, each with an optional `:port`) need `allow` or `open`. It must lie
+ * within the environment's policy or its `grantable` list.
+ */
+export interface NetworkPolicy {
+  egress?: "none" | "allow" | "open";
+  allow?: string[];
+}
+
+/** What `spawn` takes (the facade's `SpawnRequest`). */
+export interface SpawnOptions {
+  /** The program (looked up in `PATH`) and its arguments. */
+  argv: string[];
+  cwd?: string;
+  /** Variables over the environment's (kept secret by the service). */
+  env?: Record<string, string>;
+  /** `/dev/null` (the default) or a pipe fed with `writeStdin`. */
+  stdin?: "null" | "piped";
+  /** A pseudo-terminal of this size instead of pipes (one stream, `tty`). */
+  tty?: { rows: number; cols: number };
+  /** Bytes held per stream for replay (default 8 MiB). */
+  keep?: number;
+  /** Kill the whole process group this long after the start. */
+  timeoutMs?: number;
+  /** The same key with the same request answers the same process. */
+  idempotencyKey?: string;
+}
+
+/** A process's status. */
+export type ProcessStatus =
+  | { state: "running" }
+  | { state: "exited"; code: number }
+  | { state: "signalled"; signal: number }
+  | { state: "lost" };
+
+/** One output stream of a process. */
+export type ProcessStream = "stdout" | "stderr" | "tty";
+
+/** A process: `id` is `{lease id}/{n}`. */
+export interface ProcessInfo {
+  id: string;
+  pid: number;
+  startedAt: number;
+  argv: string[];
+  tty: boolean;
+  status: ProcessStatus;
+  /** Per stream: `written` (one past the newest offset), `dropped` (the oldest offset held), `keep`. */
+  streams: { stream: ProcessStream; written: number; dropped: number; keep: number }[];
+}
+
+/** Where each stream starts (absolute byte offsets); a stream left out starts at its oldest byte held. */
+export type Offsets = Partial<Record<ProcessStream, number>>;
+
+/** One event of a process's output: a chunk at its absolute offset, then the exit. */
+export type OutputEvent =
+  | { type: "chunk"; stream: ProcessStream; offset: number; data: Buffer }
+  | { type: "exit"; process: ProcessInfo };
 
 /** A command to run. */
 export interface ExecuteOptions {
@@ -247,31 +309,51 @@ export class EnvrtClient {
   /** Runs a command, yielding its output as it comes, then its result. */
   async *executeStream(leaseId: string, options: ExecuteOptions): AsyncGenerator<ExecuteEvent> {
     const body = Buffer.from(JSON.stringify(options));
-    const request = this.#open("POST", `/v1/leases/${enc(leaseId)}/execute/stream`, {
-      "content-type": "application/json",
-      "content-length": body.length,
-    });
+    for await (const line of this.#lines("POST", `/v1/leases/${enc(leaseId)}/execute/stream`, body)) {
+      if (line.result) yield { type: "result", result: line.result as ExecuteResult };
+      else yield { type: "output", stream: line.stream, data: Buffer.from(line.data, "base64") };
+    }
+  }
+
+  /**
+   * The lines of an NDJSON response as they come; a refusal before the stream rejects as
+   * every call does, and an `{error}` line in it throws as status 500 with its kind and
+   * message.
+   */
+  async *#lines(method: string, path: string, body?: Buffer): AsyncGenerator<Record<string, any>> {
+    const headers: Record<string, string | number> = {};
+    if (body) {
+      headers["content-type"] = "application/json";
+      headers["content-length"] = body.length;
+    }
+    const request = this.#open(method, path, headers);
     const response = await new Promise<http.IncomingMessage>((resolve, reject) => {
       request.on("error", reject);
       request.on("response", resolve);
       request.end(body);
     });
-    if ((response.statusCode ?? 0) >= 400) {
-      const chunks: Buffer[] = [];
-      for await (const chunk of response) chunks.push(chunk as Buffer);
-      EnvrtClient.#check({ status: response.statusCode ?? 0, body: Buffer.concat(chunks), headers: response.headers });
-    }
-    let pending = "";
-    for await (const chunk of response) {
-      pending += (chunk as Buffer).toString("utf8");
-      let newline: number;
-      while ((newline = pending.indexOf("\n")) >= 0) {
-        const line = JSON.parse(pending.slice(0, newline));
-        pending = pending.slice(newline + 1);
-        if (line.error) throw new EnvrtError(500, line.error.kind, line.error.message);
-        if (line.result) yield { type: "result", result: line.result as ExecuteResult };
-        else yield { type: "output", stream: line.stream, data: Buffer.from(line.data, "base64") };
+    try {
+      if ((response.statusCode ?? 0) >= 400) {
+        const chunks: Buffer[] = [];
+        for await (const chunk of response) chunks.push(chunk as Buffer);
+        EnvrtClient.#check({ status: response.statusCode ?? 0, body: Buffer.concat(chunks), headers: response.headers });
       }
+      // Decoded as a whole: a character split between two chunks stays whole.
+      response.setEncoding("utf8");
+      let pending = "";
+      for await (const chunk of response) {
+        pending += chunk as string;
+        let newline: number;
+        while ((newline = pending.indexOf("\n")) >= 0) {
+          const line = JSON.parse(pending.slice(0, newline));
+          pending = pending.slice(newline + 1);
+          if (line.error) throw new EnvrtError(500, line.error.kind, line.error.message);
+          yield line;
+        }
+      }
+    } finally {
+      // A caller that stops early closes the stream (the service stops reading for it).
+      response.destroy();
     }
   }
 
@@ -299,6 +381,71 @@ export class EnvrtClient {
     return this.#json("POST", `/v1/leases/${enc(leaseId)}/templates`, label === undefined ? {} : { label });
   }
 
+  /** Replaces a lease's network policy (none given: `egress = "none"`); resolves with its network level (`no network`, `egress proxy (allow)`, ...). */
+  async updateNetwork(leaseId: string, policy: NetworkPolicy = {}): Promise<string> {
+    const answer = await this.#json<{ network: string }>("PUT", `/v1/leases/${enc(leaseId)}/network`, policy);
+    return answer.network;
+  }
+
+  /** Spawns a process on the lease that outlives this client (and the service); resolves once it runs. */
+  spawn(leaseId: string, options: SpawnOptions): Promise<ProcessInfo> {
+    return this.#json("POST", `/v1/leases/${enc(leaseId)}/processes`, options);
+  }
+
+  /** Every process of the lease, exited ones included, in spawn order. */
+  processes(leaseId: string): Promise<ProcessInfo[]> {
+    return this.#json("GET", `/v1/leases/${enc(leaseId)}/processes`);
+  }
+
+  /** One process by its id (`{lease id}/{n}`). */
+  process(id: string): Promise<ProcessInfo> {
+    return this.#json("GET", processPath(id));
+  }
+
+  /**
+   * The process's output from `from` (per stream; one left out starts at its oldest byte
+   * held): each chunk with its stream and absolute offset as it comes, live until the
+   * process ends, then its exit. Breaking out of the loop closes the stream. When the
+   * service stops meanwhile it throws `service_stopping`: read on from the offsets reached.
+   */
+  async *output(id: string, from: Offsets = {}): AsyncGenerator<OutputEvent> {
+    const query = (["stdout", "stderr", "tty"] as const)
+      .filter((s) => from[s] !== undefined)
+      .map((s) => `${s}=${from[s]}`)
+      .join("&");
+    for await (const line of this.#lines("GET", `${processPath(id)}/output${query ? `?${query}` : ""}`)) {
+      if (line.exit) yield { type: "exit", process: line.exit as ProcessInfo };
+      else yield { type: "chunk", stream: line.stream, offset: line.offset, data: Buffer.from(line.data, "base64") };
+    }
+  }
+
+  /** Writes bytes (a string as UTF-8) to the process's stdin or terminal. */
+  async writeStdin(id: string, data: Buffer | string): Promise<void> {
+    const body = typeof data === "string" ? Buffer.from(data, "utf8") : data;
+    EnvrtClient.#check(await this.#send("POST", `${processPath(id)}/stdin`, body, "application/octet-stream"));
+  }
+
+  /** Ends the process's stdin. */
+  async closeStdin(id: string): Promise<void> {
+    EnvrtClient.#check(await this.#send("POST", `${processPath(id)}/stdin/close`));
+  }
+
+  /** Sends a signal (a name, `TERM` or `SIGKILL`, or a number) to the process's group. */
+  signal(id: string, signal: string | number = "TERM"): Promise<ProcessInfo> {
+    return this.#json("POST", `${processPath(id)}/signal`, { signal: String(signal) });
+  }
+
+  /** Resizes the process's terminal. */
+  async resize(id: string, rows: number, cols: number): Promise<void> {
+    const body = Buffer.from(JSON.stringify({ rows, cols }));
+    EnvrtClient.#check(await this.#send("POST", `${processPath(id)}/resize`, body));
+  }
+
+  /** Waits for the process to end, at most `timeoutMs` (forever when absent); still `running` when that passed first. */
+  wait(id: string, timeoutMs?: number): Promise<ProcessStatus> {
+    return this.#json("GET", `${processPath(id)}/wait${timeoutMs === undefined ? "" : `?timeoutMs=${timeoutMs}`}`);
+  }
+
   /** Deletes a template; false when there was none by that id. */
   async deleteTemplate(environmentId: string, templateId: string): Promise<boolean> {
     const answer = await this.#json<{ deleted: boolean }>(
@@ -312,3 +459,11 @@ export class EnvrtClient {
 function enc(part: string): string {
   return encodeURIComponent(part);
 }
+
+/** The route of process `id` (`{lease id}/{n}`): its lease and number as two segments. */
+function processPath(id: string): string {
+  const at = id.lastIndexOf("/");
+  if (at <= 0) throw new TypeError(`not a process id (LEASE/N): ${JSON.stringify(id)}`);
+  return `/v1/leases/${enc(id.slice(0, at))}/processes/${enc(id.slice(at + 1))}`;
+}
+

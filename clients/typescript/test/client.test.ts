@@ -4,53 +4,25 @@
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, execFileSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, mkdirSync, writeFileSync, rmSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve, dirname } from "node:path";
-import { fileURLToPath } from "node:url";
-import { once } from "node:events";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, writeFileSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 
 import { EnvrtClient, EnvrtError } from "../src/index.js";
+import { Service } from "./service.js";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const bin = process.env.ENVRT_BIN ?? resolve(here, "../../../../target/debug/envrt");
-
-let dir: string;
-let server: ChildProcess;
+const service = new Service();
+const dir = service.dir;
 let client: EnvrtClient;
-let socketPath: string;
-
-function envrt(args: string[]): string {
-  return execFileSync(bin, args, { env: { ...process.env, ENVRT_STATE_DIR: join(dir, "state") }, cwd: dir }).toString();
-}
 
 before(async () => {
-  dir = mkdtempSync(join(tmpdir(), "envrt-ts-"));
-  socketPath = join(dir, "serve.sock");
-  const token = envrt(["token", "create", "--tenant", "acme"]).trim().split("\n").pop()!;
-  server = spawn(bin, ["serve", "--socket", socketPath], {
-    env: { ...process.env, ENVRT_STATE_DIR: join(dir, "state") },
-    cwd: dir,
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  // Ready when it says where it listens.
-  let said = "";
-  server.stderr!.setEncoding("utf8");
-  await new Promise<void>((ready, failed) => {
-    server.once("exit", (code) => failed(new Error(`envrt serve exited with ${code}: ${said}`)));
-    server.stderr!.on("data", (text: string) => {
-      said += text;
-      if (said.includes("envrt serve: listening on")) ready();
-    });
-  });
-  client = new EnvrtClient({ socketPath, token });
+  const token = service.token("acme");
+  await service.start();
+  client = service.client(token);
 });
 
 after(async () => {
-  server.kill("SIGTERM");
-  if (server.exitCode === null) await once(server, "exit");
-  rmSync(dir, { recursive: true, force: true });
+  await service.remove();
 });
 
 test("a lease is acquired, listed, shown and released", async () => {
@@ -117,7 +89,7 @@ test("refusals reject with the exact status, kind and message", async () => {
     assert.deepEqual([e.status, e.kind, e.message], [404, "lease_not_found", 'Lease "nope" was not found.']);
     return true;
   });
-  const stranger = new EnvrtClient({ socketPath, token: "envrt_0000000000000000_" + "0".repeat(64) });
+  const stranger = service.client("envrt_0000000000000000_" + "0".repeat(64));
   await assert.rejects(stranger.listLeases(), (e: unknown) => {
     assert.ok(e instanceof EnvrtError);
     assert.deepEqual([e.status, e.kind, e.message], [401, "unauthenticated", "A valid bearer token is required."]);

@@ -3,7 +3,8 @@
 //! unix socket (default `<state dir>/serve.sock`, mode 0600) or, with `--listen`, on TCP:
 //! loopback only unless `--tls-cert` and `--tls-key` are given. Prints where it listens on
 //! stderr, one JSON audit line per mutating call on stderr, and stops on SIGTERM or SIGINT
-//! after draining in-flight requests for at most `--drain`.
+//! after ending live process output streams and draining in-flight requests for at most
+//! `--drain`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +36,9 @@ pub(crate) struct ServeArgs {
     /// Active leases one tenant may hold at once.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_live_leases)]
     max_live_leases: usize,
+    /// Running processes one tenant may have at once, over all its active leases.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_live_processes)]
+    max_live_processes: usize,
     /// The largest JSON request body, bytes.
     #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_json_bytes)]
     max_body_bytes: usize,
@@ -60,14 +64,20 @@ pub(crate) async fn run(paths: &Paths, args: ServeArgs) -> Result<u8, CliError> 
         max_json_bytes: args.max_body_bytes,
         max_upload_bytes: args.max_upload_bytes,
         max_live_leases: args.max_live_leases,
+        max_live_processes: args.max_live_processes,
     };
     let audit: envrt_serve::AuditSink = Arc::new(|line| say!("{line}"));
     let service = Service::with_audit(Arc::clone(&assembly.runtime), tokens, limits, Some(audit));
     let bound = Bound::bind(&endpoint).await.map_err(CliError::Failure)?;
     say!("envrt serve: listening on {}", bound.describe());
-    let drained = bound
-        .serve(envrt_serve::app(service), envrt_serve::stop_signal(), drain)
-        .await;
+    // At the stop, live process output streams end (their readers carry on from their
+    // offsets against the next service) instead of holding the drain.
+    let stopping = Arc::clone(&service);
+    let stop = async move {
+        envrt_serve::stop_signal().await;
+        stopping.stop();
+    };
+    let drained = bound.serve(envrt_serve::app(service), stop, drain).await;
     let report = assembly.runtime.stop_pools().await;
     for failure in &report.failures {
         say!("envrt serve: pool lease {}: {}", failure.lease_id, failure.error);

@@ -26,6 +26,9 @@ pub const OPERATIONS: &[&str] = &[
     "duplex",
     "templates:read",
     "templates:write",
+    "processes:read",
+    "processes:write",
+    "network",
 ];
 
 /// The prefix of every token.
@@ -203,7 +206,7 @@ mod tests {
         assert_eq!(
             parse_ops(&["execute,nope".into()]).unwrap_err(),
             "envrt: unknown operation \"nope\" (one of: environments:read, leases:read, leases:write, execute, \
-             sync, duplex, templates:read, templates:write)"
+             sync, duplex, templates:read, templates:write, processes:read, processes:write, network)"
         );
         assert_eq!(parse_ops(&[]).unwrap().len(), OPERATIONS.len());
         assert_eq!(

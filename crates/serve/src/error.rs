@@ -12,6 +12,9 @@ use serde::Serialize;
 /// The exact message of every 401.
 pub const UNAUTHENTICATED: &str = "A valid bearer token is required.";
 
+/// The exact message that ends a process's output stream when the service stops.
+pub const STOPPING: &str = "The service is stopping: read on from the next offsets once it is back.";
+
 /// The error body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ErrorBody {
@@ -57,6 +60,12 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
 
+    /// 503 `service_stopping`: the service stopped while a process's output was being read
+    /// (the last line of that stream).
+    pub fn stopping() -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "service_stopping", STOPPING)
+    }
+
     /// 500 `internal`: the service itself failed.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
@@ -66,7 +75,9 @@ impl ApiError {
 /// The status a runtime error answers with, by its kind.
 pub fn status_of(kind: &str) -> StatusCode {
     match kind {
-        "lease_not_found" | "environment_not_found" | "template_not_found" => StatusCode::NOT_FOUND,
+        "lease_not_found" | "environment_not_found" | "template_not_found" | "process_not_found" => {
+            StatusCode::NOT_FOUND
+        }
         "invalid_input"
         | "path_outside_workspace"
         | "entry_escapes_target"
@@ -76,7 +87,11 @@ pub fn status_of(kind: &str) -> StatusCode {
         | "source_kind"
         | "tree_too_deep"
         | "post_upload_cwd"
-        | "user_refused" => StatusCode::BAD_REQUEST,
+        | "user_refused"
+        | "process_no_stream"
+        | "process_offset_past_end"
+        | "process_unknown_signal"
+        | "process_spawn_refused" => StatusCode::BAD_REQUEST,
         "sync_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
         "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
         "lease_not_active"
@@ -87,7 +102,13 @@ pub fn status_of(kind: &str) -> StatusCode {
         | "tenant_mismatch"
         | "provider_unsupported"
         | "resource_gone"
-        | "driver_not_registered" => StatusCode::CONFLICT,
+        | "driver_not_registered"
+        | "process_exited"
+        | "process_no_tty"
+        | "process_stdin_not_piped"
+        | "process_offset_dropped"
+        | "process_idempotency_conflict"
+        | "network_refused" => StatusCode::CONFLICT,
         kind if kind.ends_with("_unsupported") => StatusCode::CONFLICT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
@@ -118,5 +139,10 @@ mod tests {
         assert_eq!(error.body.message, "Lease \"x\" was not found.");
         assert_eq!(status_of("duplex_unsupported"), StatusCode::CONFLICT);
         assert_eq!(status_of("store"), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(status_of("process_sessions_unsupported"), StatusCode::CONFLICT);
+        assert_eq!(status_of("process_not_found"), StatusCode::NOT_FOUND);
+        assert_eq!(status_of("process_offset_dropped"), StatusCode::CONFLICT);
+        assert_eq!(status_of("process_offset_past_end"), StatusCode::BAD_REQUEST);
+        assert_eq!(status_of("network_refused"), StatusCode::CONFLICT);
     }
 }

@@ -1,5 +1,5 @@
 //! What every request shares: the runtime, the token store, one tenant-bound runtime per
-//! tenant, and the limits.
+//! tenant, the limits, and the stop that ends live output streams.
 //!
 //! Each tenant gets its own [`EnvironmentRuntime::for_tenant`] over the same store and the
 //! same driver instances, so the facade's own tenancy answers another tenant's lease
@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use envrt::sqlite::SqliteStore;
-use envrt::{EnvironmentRuntime, LeaseFilter, LeaseStatus};
+use envrt::{EnvironmentRuntime, Lease, LeaseFilter, LeaseStatus};
+use futures::future::join_all;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 
@@ -24,6 +26,8 @@ pub struct Limits {
     pub max_upload_bytes: usize,
     /// How many active leases one tenant may hold at once.
     pub max_live_leases: usize,
+    /// How many running processes one tenant may have at once, over all its active leases.
+    pub max_live_processes: usize,
 }
 
 impl Default for Limits {
@@ -32,6 +36,7 @@ impl Default for Limits {
             max_json_bytes: 1024 * 1024,
             max_upload_bytes: 1024 * 1024 * 1024,
             max_live_leases: 64,
+            max_live_processes: 256,
         }
     }
 }
@@ -46,6 +51,7 @@ pub struct Service {
     audit: Option<AuditSink>,
     tokens: SqliteStore,
     tenants: Mutex<HashMap<String, Arc<EnvironmentRuntime>>>,
+    stopping: CancellationToken,
     /// The limits.
     pub limits: Limits,
 }
@@ -76,6 +82,7 @@ impl Service {
             audit,
             tokens,
             tenants: Mutex::new(HashMap::new()),
+            stopping: CancellationToken::new(),
             limits,
         })
     }
@@ -85,6 +92,19 @@ impl Service {
         if let Some(sink) = &self.audit {
             sink(line);
         }
+    }
+
+    /// Says the service is stopping: every live process output stream ends at once with
+    /// its last line, `{"error": {"kind": "service_stopping", ...}}`, and every wait in
+    /// flight answers `running`, as at its timeout, so neither holds the drain (call it
+    /// when the stop signal comes, before the drain).
+    pub fn stop(&self) {
+        self.stopping.cancel();
+    }
+
+    /// Cancelled once [`stop`](Self::stop) was called.
+    pub(crate) fn stopping(&self) -> CancellationToken {
+        self.stopping.clone()
     }
 
     /// The token store.
@@ -114,18 +134,51 @@ impl Service {
     /// ones: `Tenant "{tenant}" already holds {n} active leases, the most it may.` (429
     /// `lease_limit`).
     pub async fn check_lease_limit(&self, tenant: &str, runtime: &EnvironmentRuntime) -> Result<(), ApiError> {
-        let filter = LeaseFilter {
-            statuses: vec![LeaseStatus::Active],
-            ..LeaseFilter::default()
-        };
-        let live = runtime.leases(&filter).await.map_err(ApiError::from)?.len();
+        let live = active_leases(runtime).await?.len();
         if live >= self.limits.max_live_leases {
-            return Err(ApiError::new(
-                axum::http::StatusCode::TOO_MANY_REQUESTS,
+            return Err(too_many(
                 "lease_limit",
                 format!("Tenant \"{tenant}\" already holds {live} active leases, the most it may."),
             ));
         }
         Ok(())
     }
+
+    /// Refuses a spawn when `tenant` already has [`Limits::max_live_processes`] running
+    /// processes over its active leases: `Tenant "{tenant}" already has {n} running
+    /// processes, the most it may.` (429 `process_limit`). The count asks each active
+    /// lease's supervisor at once (a lease that spawned nothing has none and is not asked
+    /// past its driver; one whose driver has no process sessions counts nothing).
+    pub async fn check_process_limit(&self, tenant: &str, runtime: &EnvironmentRuntime) -> Result<(), ApiError> {
+        let leases = active_leases(runtime).await?;
+        let counts = join_all(leases.iter().map(|lease| async {
+            runtime
+                .processes(&lease.id)
+                .await
+                .map_or(0, |list| list.iter().filter(|p| p.status.is_running()).count())
+        }))
+        .await;
+        let live: usize = counts.into_iter().sum();
+        if live >= self.limits.max_live_processes {
+            return Err(too_many(
+                "process_limit",
+                format!("Tenant \"{tenant}\" already has {live} running processes, the most it may."),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The active leases the tenant-bound `runtime` sees.
+async fn active_leases(runtime: &EnvironmentRuntime) -> Result<Vec<Lease>, ApiError> {
+    let filter = LeaseFilter {
+        statuses: vec![LeaseStatus::Active],
+        ..LeaseFilter::default()
+    };
+    Ok(runtime.leases(&filter).await?)
+}
+
+/// A 429 refusal of a per-tenant limit.
+fn too_many(kind: &str, message: String) -> ApiError {
+    ApiError::new(axum::http::StatusCode::TOO_MANY_REQUESTS, kind, message)
 }

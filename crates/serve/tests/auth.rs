@@ -109,12 +109,92 @@ async fn a_token_without_the_operation_is_refused_with_its_text_before_any_drive
             "templates:read",
         ),
         ("GET", "/v1/environments".to_owned(), json!(null), "environments:read"),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/processes"),
+            json!({ "argv": ["true"] }),
+            "processes:write",
+        ),
+        (
+            "GET",
+            format!("/v1/leases/{lease}/processes"),
+            json!(null),
+            "processes:read",
+        ),
+        (
+            "GET",
+            format!("/v1/leases/{lease}/processes/1"),
+            json!(null),
+            "processes:read",
+        ),
+        (
+            "GET",
+            format!("/v1/leases/{lease}/processes/1/output?stdout=0"),
+            json!(null),
+            "processes:read",
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/processes/1/stdin"),
+            json!("x"),
+            "processes:write",
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/processes/1/stdin/close"),
+            json!(null),
+            "processes:write",
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/processes/1/signal"),
+            json!({ "signal": "KILL" }),
+            "processes:write",
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/processes/1/resize"),
+            json!({ "rows": 1, "cols": 1 }),
+            "processes:write",
+        ),
+        (
+            "GET",
+            format!("/v1/leases/{lease}/processes/1/wait"),
+            json!(null),
+            "processes:read",
+        ),
+        (
+            "PUT",
+            format!("/v1/leases/{lease}/network"),
+            json!({ "egress": "none" }),
+            "network",
+        ),
     ];
     for (method, path, body, op) in cases {
         let answer = h.call(method, &path, &reader, body).await;
         assert_eq!(answer.status, 403, "{method} {path}");
         assert_eq!(answer.json(), refused(op), "{method} {path}");
     }
+    // Asking for a network policy at acquire needs `network` beside `leases:write`.
+    let (writer_id, writer) = h.token("acme", &["leases:write"]).await;
+    let answer = h
+        .call(
+            "POST",
+            "/v1/leases",
+            &writer,
+            json!({ "environmentId": "probe", "network": { "egress": "none" } }),
+        )
+        .await;
+    assert_eq!(
+        (answer.status, answer.json()),
+        (
+            403,
+            error(
+                "forbidden",
+                &format!("Token \"{writer_id}\" does not allow the operation \"network\".")
+            )
+        )
+    );
     assert_eq!(
         h.probe.operation_calls(),
         before,
@@ -194,5 +274,84 @@ async fn another_tenants_lease_and_template_answer_as_unknown_ones() {
     assert_eq!(h.local_workspaces(), 1);
     let deleted = h.call("DELETE", &path, &acme, json!(null)).await;
     assert_eq!(deleted.json(), json!({ "deleted": true }));
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_process_answers_as_an_unknown_one_and_is_left_alone() {
+    let h = Harness::start().await;
+    let (_, acme) = h.token("acme", &[]).await;
+    let (_, globex) = h.token("globex", &[]).await;
+    let lease = h.acquire(&acme, "local").await;
+    let spawned = h
+        .call(
+            "POST",
+            &format!("/v1/leases/{lease}/processes"),
+            &acme,
+            json!({ "argv": ["sh", "-c", "echo mine; sleep 300"], "stdin": "piped" }),
+        )
+        .await;
+    assert_eq!(spawned.status, 201, "{}", String::from_utf8_lossy(&spawned.body));
+    let id = spawned.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(id, format!("{lease}/1"));
+    let unknown_lease = "00000000-0000-0000-0000-000000000000";
+    // The same answers for globex on acme's process, an unknown number, an unknown lease.
+    for (l, n) in [(lease.as_str(), "1"), (lease.as_str(), "2"), (unknown_lease, "1")] {
+        let not_found = error("process_not_found", &format!("Process \"{l}/{n}\" was not found."));
+        let base = format!("/v1/leases/{l}/processes/{n}");
+        for (method, path, body) in [
+            ("GET", base.clone(), json!(null)),
+            ("GET", format!("{base}/output"), json!(null)),
+            ("GET", format!("{base}/output?stdout=0"), json!(null)),
+            ("POST", format!("{base}/stdin"), json!("x")),
+            ("POST", format!("{base}/stdin/close"), json!(null)),
+            ("POST", format!("{base}/signal"), json!({ "signal": "KILL" })),
+            ("POST", format!("{base}/resize"), json!({ "rows": 5, "cols": 5 })),
+            ("GET", format!("{base}/wait?timeoutMs=10"), json!(null)),
+        ] {
+            let answer = h.call(method, &path, &globex, body).await;
+            assert_eq!(
+                (answer.status, answer.json()),
+                (404, not_found.clone()),
+                "{method} {path}"
+            );
+        }
+    }
+    for l in [lease.as_str(), unknown_lease] {
+        let not_found = error("lease_not_found", &format!("Lease \"{l}\" was not found."));
+        for (method, body) in [("GET", json!(null)), ("POST", json!({ "argv": ["true"] }))] {
+            let answer = h
+                .call(method, &format!("/v1/leases/{l}/processes"), &globex, body)
+                .await;
+            assert_eq!((answer.status, answer.json()), (404, not_found.clone()), "{method} {l}");
+        }
+        let answer = h
+            .call("PUT", &format!("/v1/leases/{l}/network"), &globex, json!({}))
+            .await;
+        assert_eq!(
+            (answer.status, answer.json()),
+            (404, not_found.clone()),
+            "PUT network {l}"
+        );
+    }
+    // Still acme's, still running, with its output and its stdin untouched.
+    let base = format!("/v1/leases/{lease}/processes/1");
+    let shown = h.call("GET", &base, &acme, json!(null)).await;
+    assert_eq!(shown.json()["status"], json!({ "state": "running" }));
+    let killed = h
+        .call("POST", &format!("{base}/signal"), &acme, json!({ "signal": "KILL" }))
+        .await;
+    assert_eq!(killed.status, 200);
+    let output = h.call("GET", &format!("{base}/output"), &acme, json!(null)).await;
+    let lines = common::ndjson(&output.body);
+    assert_eq!(common::stream_bytes(&lines, "stdout", 0), b"mine\n");
+    assert_eq!(
+        lines.last().unwrap()["exit"]["status"],
+        json!({ "state": "signalled", "signal": 9 })
+    );
+    let released = h
+        .call("POST", &format!("/v1/leases/{lease}/release"), &acme, json!({}))
+        .await;
+    assert_eq!(released.status, 200);
     h.stop().await;
 }

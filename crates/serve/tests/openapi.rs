@@ -85,7 +85,10 @@ async fn the_service_answers_every_documented_method_and_refuses_others() {
     let h = Harness::start().await;
     let (_, token) = h.token("acme", &[]).await;
     for (path, methods) in envrt_serve::routes().table {
-        let concrete = path.replace("{id}", "none").replace("{template}", "none");
+        let concrete = path
+            .replace("{id}", "none")
+            .replace("{template}", "none")
+            .replace("{n}", "1");
         for method in ["GET", "PUT", "POST", "DELETE", "PATCH"] {
             let answer = h.call(method, &concrete, &token, Value::Null).await;
             if methods.contains(&method) {

@@ -223,6 +223,7 @@ async fn a_body_past_the_limit_and_a_lease_past_the_tenant_limit_are_refused_wit
         max_json_bytes: 64,
         max_upload_bytes: 100,
         max_live_leases: 1,
+        ..Limits::default()
     };
     let h = Harness::start_with(limits).await;
     let (_, token) = h.token("acme", &[]).await;

@@ -20,7 +20,7 @@ use futures::StreamExt as _;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt as _;
 
-use super::{audit, principal};
+use super::{audit, principal, query};
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::state::Service;
@@ -34,11 +34,6 @@ pub(super) struct FilesQuery {
     path: String,
     #[serde(default)]
     kind: Option<SyncKind>,
-}
-
-fn query(q: Result<Query<FilesQuery>, axum::extract::rejection::QueryRejection>) -> Result<FilesQuery, ApiError> {
-    q.map(|Query(q)| q)
-        .map_err(|e| ApiError::invalid(format!("Invalid query: {}", e.body_text())))
 }
 
 fn io(what: &str) -> impl Fn(std::io::Error) -> ApiError + '_ {

@@ -10,6 +10,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use envrt::core::network::RawPolicy;
 use envrt::{AcquireRequest, JsonMap, Lease, LeaseFilter, LeasePolicy, LeaseStatus, RuntimeError, Timestamp};
 use serde::Deserialize;
 
@@ -33,6 +34,7 @@ pub(super) struct AcquireBody {
     requested_cwd: Option<String>,
     ttl_ms: Option<u64>,
     template: Option<String>,
+    network: Option<RawPolicy>,
 }
 
 /// `GET /v1/leases?all=true`.
@@ -58,6 +60,10 @@ pub(super) async fn acquire(
     let who = principal(who)?;
     who.require("leases:write")?;
     let body: AcquireBody = json_body(&service, body)?;
+    if body.network.is_some() {
+        who.require("network")?;
+    }
+    let network = body.network.map(super::network::policy).transpose()?;
     let result = async {
         let runtime = service.runtime_for(&who.tenant);
         service.check_lease_limit(&who.tenant, &runtime).await?;
@@ -75,8 +81,7 @@ pub(super) async fn acquire(
             metadata,
             requested_expires_at: body.ttl_ms.map(|ms| Timestamp::now().after(Duration::from_millis(ms))),
             template: body.template,
-            // Lease network policies are not served yet: the environment's applies.
-            network: None,
+            network,
         };
         Ok::<_, ApiError>(runtime.acquire_lease(request).await?)
     }
@@ -99,7 +104,7 @@ pub(super) async fn list(
 ) -> Result<Json<Vec<Lease>>, ApiError> {
     let who = principal(who)?;
     who.require("leases:read")?;
-    let Query(query) = query.map_err(|e| ApiError::invalid(format!("Invalid query: {}", e.body_text())))?;
+    let query = super::query(query)?;
     let filter = LeaseFilter {
         statuses: if query.all {
             Vec::new()

@@ -2,23 +2,24 @@
 //! built from and the OpenAPI test reads, the authentication layer every request passes
 //! first, and the extractors that turn a malformed request into the error body.
 //!
-//! Routes are grouped by resource (`environments`, `leases`, `execute`, `files`,
-//! `duplex`, `templates`); a later group (process sessions) adds its rows to
-//! [`routes`] the same way.
+//! Routes are grouped by resource (`environments`, `leases`, `network`, `execute`,
+//! `files`, `duplex`, `templates`, `processes`); each group adds its rows to [`routes`].
 
 mod duplex;
 mod environments;
 mod execute;
 mod files;
 mod leases;
+mod network;
+mod processes;
 mod templates;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Request, State};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Query, Request, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -28,6 +29,7 @@ use serde::de::DeserializeOwned;
 use crate::auth::{Principal, authenticate};
 use crate::error::ApiError;
 use crate::state::Service;
+use processes::ProcessRef;
 
 /// The routes: the router and, for each path, its methods.
 pub struct Routes {
@@ -46,7 +48,7 @@ impl Routes {
 
 /// Every route of the service.
 pub fn routes() -> Routes {
-    use axum::routing::{delete, get, post};
+    use axum::routing::{delete, get, post, put};
     let routes = Routes {
         router: Router::new(),
         table: Vec::new(),
@@ -83,6 +85,35 @@ pub fn routes() -> Routes {
         )
         .route("/v1/leases/{id}/duplex", &["GET"], get(duplex::open))
         .route("/v1/leases/{id}/templates", &["POST"], post(templates::capture))
+        .route("/v1/leases/{id}/network", &["PUT"], put(network::update))
+        .route(
+            "/v1/leases/{id}/processes",
+            &["GET", "POST"],
+            get(processes::list).post(processes::spawn),
+        )
+        .route("/v1/leases/{id}/processes/{n}", &["GET"], get(processes::show))
+        .route("/v1/leases/{id}/processes/{n}/output", &["GET"], get(processes::output))
+        .route(
+            "/v1/leases/{id}/processes/{n}/stdin",
+            &["POST"],
+            post(processes::write_stdin),
+        )
+        .route(
+            "/v1/leases/{id}/processes/{n}/stdin/close",
+            &["POST"],
+            post(processes::close_stdin),
+        )
+        .route(
+            "/v1/leases/{id}/processes/{n}/signal",
+            &["POST"],
+            post(processes::signal),
+        )
+        .route(
+            "/v1/leases/{id}/processes/{n}/resize",
+            &["POST"],
+            post(processes::resize),
+        )
+        .route("/v1/leases/{id}/processes/{n}/wait", &["GET"], get(processes::wait))
 }
 
 /// The whole application: every route behind authentication, with the error body for
@@ -139,14 +170,26 @@ fn principal(request_principal: Option<axum::Extension<Principal>>) -> Result<Pr
         .ok_or_else(ApiError::unauthenticated)
 }
 
-/// A JSON body of at most [`Limits::max_json_bytes`](crate::Limits), parsed into `T`;
-/// an empty body parses as `{}`.
-fn json_body<T: DeserializeOwned>(service: &Service, body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+/// A query parsed into `T`, or 400 `invalid_request`: `Invalid query: {why}`.
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::invalid(format!("Invalid query: {}", e.body_text())))
+}
+
+/// A body of at most [`Limits::max_json_bytes`](crate::Limits), as bytes.
+fn body_bytes(service: &Service, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     let limit = service.limits.max_json_bytes;
     let bytes = body.map_err(|e| too_large_or_invalid(e.status(), limit, e.body_text()))?;
     if bytes.len() > limit {
         return Err(too_large(limit));
     }
+    Ok(bytes)
+}
+
+/// A JSON body of at most [`Limits::max_json_bytes`](crate::Limits), parsed into `T`;
+/// an empty body parses as `{}`.
+fn json_body<T: DeserializeOwned>(service: &Service, body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let bytes = body_bytes(service, body)?;
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
@@ -175,23 +218,44 @@ fn too_large_or_invalid(status: StatusCode, limit: usize, text: String) -> ApiEr
 /// One audit line for a mutating call: who (token id and tenant), what, which lease, and
 /// the outcome's kind. Never a token, a secret, an environment value or a command line.
 fn audit(service: &Service, who: &Principal, what: &str, lease: Option<&str>, outcome: &Result<(), &ApiError>) {
+    audit_line(service, who, what, lease, None, outcome);
+}
+
+/// [`audit`] of a call on one process: its lease, and its id (`{lease}/{n}`) as `process`.
+fn audit_process(service: &Service, who: &Principal, what: &str, id: &ProcessRef, outcome: &Result<(), &ApiError>) {
+    audit_line(service, who, what, Some(&id.lease), Some(&id.id), outcome);
+}
+
+fn audit_line(
+    service: &Service,
+    who: &Principal,
+    what: &str,
+    lease: Option<&str>,
+    process: Option<&str>,
+    outcome: &Result<(), &ApiError>,
+) {
     let outcome = match outcome {
         Ok(()) => "ok",
         Err(error) => error.body.kind.as_str(),
     };
-    service.audit_line(&serde_json::json!({
+    let mut line = serde_json::json!({
         "audit": what,
         "who": who.token_id,
         "tenant": who.tenant,
         "lease": lease,
         "outcome": outcome,
-    }));
+    });
+    if let Some(process) = process {
+        line["process"] = process.into();
+    }
+    service.audit_line(&line);
     tracing::info!(
         target: "envrt_serve::audit",
         who = %who.token_id,
         tenant = %who.tenant,
         what,
         lease = lease.unwrap_or("-"),
+        process = process.unwrap_or("-"),
         outcome,
         "audit"
     );

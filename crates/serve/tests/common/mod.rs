@@ -1,5 +1,6 @@
-//! A real service on a unix socket in a scratch directory, over the local driver and a
-//! call-counting probe driver, with a small HTTP client for the tests.
+//! A real service on a unix socket in a scratch directory, over the local driver, a
+//! call-counting probe driver and a probe behind a (pretend) egress proxy, with a small
+//! HTTP client for the tests.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -7,9 +8,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use envrt::core::network::{NetworkBoundary, Policy};
 use envrt::core::testkit::{ProbeDriver, ProbeShape};
+use envrt::core::{AcquireInput, CapabilityInput, CapabilitySnapshot, LeaseContext, LeaseGrant, ReleaseInput};
 use envrt::local::{LocalConfig, LocalDriver};
 use envrt::sqlite::SqliteStore;
+use envrt::{DriverError, EnvironmentDriver};
 use envrt::{Environment, EnvironmentRuntime};
 use envrt_serve::{Bound, Endpoint, Limits, Service};
 use http_body_util::{BodyExt as _, Full};
@@ -23,9 +27,59 @@ pub struct Harness {
     pub socket: PathBuf,
     pub store: SqliteStore,
     pub probe: Arc<ProbeDriver>,
+    pub proxied: Arc<ProxiedDriver>,
     pub audit: Arc<Mutex<Vec<Value>>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<bool>>,
+}
+
+/// A probe whose leases are behind an egress proxy of its own (it runs none): it records
+/// the policy each lease was acquired under and each update, so a test sees what reached
+/// the driver.
+pub struct ProxiedDriver {
+    probe: ProbeDriver,
+    /// `(lease id, policy)` per acquire (`null` without one) and per update, in order.
+    pub policies: Mutex<Vec<(String, Value)>>,
+}
+
+impl Default for ProxiedDriver {
+    fn default() -> Self {
+        ProxiedDriver {
+            probe: ProbeDriver::new("proxied", ProbeShape::full(), None),
+            policies: Mutex::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl EnvironmentDriver for ProxiedDriver {
+    fn key(&self) -> &str {
+        "proxied"
+    }
+
+    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+        let policy = serde_json::to_value(&input.network).unwrap();
+        self.policies.lock().unwrap().push((input.lease_id.clone(), policy));
+        self.probe.acquire_lease(input).await
+    }
+
+    async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
+        self.probe.release_lease(input).await
+    }
+
+    async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
+        self.probe.resolve_capabilities(input).await
+    }
+
+    fn network_boundary(&self, _environment: &Environment) -> NetworkBoundary {
+        NetworkBoundary::Proxied
+    }
+
+    async fn update_network_policy(&self, context: &LeaseContext, policy: &Policy) -> Result<(), DriverError> {
+        let policy = serde_json::to_value(policy).unwrap();
+        self.policies.lock().unwrap().push((context.lease.id.clone(), policy));
+        Ok(())
+    }
 }
 
 /// A response: status, content type and body.
@@ -73,6 +127,8 @@ impl Harness {
         };
         let probe = Arc::new(ProbeDriver::new("probe", ProbeShape::full(), Some(declaration)));
         runtime.register_driver(probe.clone());
+        let proxied = Arc::new(ProxiedDriver::default());
+        runtime.register_driver(proxied.clone());
         runtime
             .put_environment(Environment::new("local", "Local", "local"))
             .await
@@ -81,6 +137,11 @@ impl Harness {
             .put_environment(Environment::new("probe", "Probe", "probe"))
             .await
             .unwrap();
+        let mut fenced = Environment::new("proxied", "Proxied", "proxied");
+        fenced.network = Some(
+            serde_json::from_value(serde_json::json!({ "egress": "none", "grantable": ["example.org:443"] })).unwrap(),
+        );
+        runtime.put_environment(fenced).await.unwrap();
         let audit = Arc::new(Mutex::new(Vec::new()));
         let lines = Arc::clone(&audit);
         let sink: envrt_serve::AuditSink = Arc::new(move |line| lines.lock().unwrap().push(line.clone()));
@@ -88,10 +149,12 @@ impl Harness {
         let socket = dir.path().join("serve.sock");
         let bound = Bound::bind(&Endpoint::Unix(socket.clone())).await.unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let stopping = Arc::clone(&service);
         let served = tokio::spawn(bound.serve(
             envrt_serve::app(service),
             async move {
                 let _ = stopped.await;
+                stopping.stop();
             },
             drain,
         ));
@@ -100,6 +163,7 @@ impl Harness {
             socket,
             store,
             probe,
+            proxied,
             audit,
             stop: Some(stop),
             served: Some(served),
@@ -220,4 +284,60 @@ impl Harness {
 /// The error body `{"kind", "message"}`.
 pub fn error(kind: &str, message: &str) -> Value {
     serde_json::json!({ "kind": kind, "message": message })
+}
+
+/// The route of process `id` (`{lease}/{n}`, as the service answers it), with `rest`
+/// appended (`""`, `"/output"`, ...).
+pub fn process_path(id: &str, rest: &str) -> String {
+    let (lease, n) = id.rsplit_once('/').expect("a process id is {lease}/{n}");
+    format!("/v1/leases/{lease}/processes/{n}{rest}")
+}
+
+/// The lines of an NDJSON body.
+pub fn ndjson(body: &[u8]) -> Vec<Value> {
+    String::from_utf8(body.to_vec())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The bytes of `stream` in output chunk lines, checking each chunk starts where the
+/// previous one of its stream ended (from `from`).
+pub fn stream_bytes(lines: &[Value], stream: &str, from: u64) -> Vec<u8> {
+    use base64::Engine as _;
+    let mut out = Vec::new();
+    for line in lines.iter().filter(|l| l["stream"] == stream) {
+        assert_eq!(line["offset"], from + out.len() as u64, "{line}");
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(line["data"].as_str().unwrap())
+            .unwrap();
+        out.extend_from_slice(&data);
+    }
+    out
+}
+
+/// Reads NDJSON lines of a live body until one satisfies `done`; returns every line read.
+pub async fn read_lines_until(body: &mut hyper::body::Incoming, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut pending = Vec::new();
+    let mut lines = Vec::new();
+    loop {
+        while let Some(at) = pending.iter().position(|b| *b == b'\n') {
+            let line: Value = serde_json::from_slice(&pending[..at]).unwrap();
+            pending.drain(..=at);
+            let stop = done(&line);
+            lines.push(line);
+            if stop {
+                return lines;
+            }
+        }
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(30), body.frame())
+            .await
+            .expect("no line within 30 s")
+            .expect("the body ended")
+            .unwrap();
+        if let Some(data) = frame.data_ref() {
+            pending.extend_from_slice(data);
+        }
+    }
 }
