@@ -190,8 +190,7 @@ fn supervisor_pid(root: &Path) -> Result<String, String> {
 
 /// The supervisor's RSS (KiB) with one exited process and then with `count` live `sleep`s
 /// more, and the bytes their buffers hold.
-async fn memory(local: &Local, root: &Path, count: usize) -> Result<(f64, f64, u64), String> {
-    let leased = &local.leased;
+async fn memory(leased: &Leased, root: &Path, count: usize) -> Result<(f64, f64, u64), String> {
     // The first spawn starts the supervisor; its process exits at once.
     let first = leased.spawn(&["true"], SMALL_KEEP).await?;
     let _ = leased
@@ -220,7 +219,7 @@ async fn memory(local: &Local, root: &Path, count: usize) -> Result<(f64, f64, u
     let held: u64 = list
         .iter()
         .flat_map(|p| &p.streams)
-        .map(|s| s.written - s.dropped)
+        .map(|s| s.written.saturating_sub(s.dropped))
         .sum();
     Ok((idle, loaded, held))
 }
@@ -233,7 +232,7 @@ pub(crate) async fn memory_rows(_config: &Config) -> Vec<Row> {
         let scratch = Scratch::new("256m")?;
         let root = scratch.join("leases");
         let local = Local::open(Some(root.clone())).await?;
-        let measured = memory(&local, &root, PROCESSES).await;
+        let measured = memory(&local.leased, &root, PROCESSES).await;
         local.leased.close().await;
         drop(scratch);
         measured
