@@ -1,5 +1,6 @@
 //! `cargo xtask bench [--quick] [--only ROW]...`: builds `envrt-bench` (and the sandbox
-//! workers its drivers need) in release mode, runs it, and keeps its table as
+//! workers its drivers need, and the process supervisor, also static for Docker leases
+//! when the process session rows run) in release mode, runs it, and keeps its table as
 //! JSON (`target/bench/latest.json`) and Markdown (`target/bench/latest.md`).
 //! `cargo xtask bench --list` runs a debug build with `--list` instead: every scenario with
 //! its row number, groups and driver targets, nothing measured.
@@ -53,19 +54,34 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     let drivers = crate::drivers::workspace()?;
     // One cargo invocation for the bench and the workers, so that they share one feature
     // set and the sandbox crate is compiled once.
+    // The process supervisor goes beside the bench and the workers: the local, sandbox and
+    // SSH leases of the process session rows (10) find it there.
     let mut build = cargo();
     build.args(["build", "--release", "-p", "envrt-bench", "--bin", "envrt-bench"]);
+    build.args(["-p", "envrt-agent", "--bin", "envrt-agent"]);
     for worker in drivers.iter().filter_map(|d| d.worker.as_deref()) {
         build.args(["-p", worker, "--bin", worker]);
     }
     run(build)?;
+    let only: Vec<&String> = passed.windows(2).filter(|w| w[0] == "--only").map(|w| &w[1]).collect();
+    // Docker leases need the supervisor built static (it runs in images without a C
+    // library of their own); the bench finds it in the target directory's
+    // `x86_64-unknown-linux-gnu/release`.
+    let docker_sessions = ["10", "processes", "processes-spawn", "processes-replay"];
+    if only.is_empty() || only.iter().any(|o| docker_sessions.contains(&o.as_str())) {
+        let mut agent = cargo();
+        agent
+            .args(["build", "--release", "-p", "envrt-agent", "--bin", "envrt-agent"])
+            .args(["--target", "x86_64-unknown-linux-gnu"])
+            .env("RUSTFLAGS", "-C target-feature=+crt-static");
+        run(agent)?;
+    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"));
     let out_dir = root().join("target/bench");
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     // The peer rows time the envrt Python package beside Inspect AI: build it release.
-    let only: Vec<&String> = passed.windows(2).filter(|w| w[0] == "--only").map(|w| &w[1]).collect();
     if only.is_empty() || only.iter().any(|o| ["peers", "9"].contains(&o.as_str())) {
         crate::python::prepare_peers()?;
     }

@@ -1,4 +1,5 @@
-//! The bare baselines that need no driver: a tokio spawn, a shell pipe, `cp -a`, `tar | tar`.
+//! The bare baselines that need no driver: a tokio spawn, a shell pipe (also read into a
+//! buffer), `cp -a`, `tar | tar`.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -25,6 +26,28 @@ pub(crate) async fn spawn(program: &str, args: &[&str]) -> Result<(), String> {
 /// `head -c bytes /dev/zero | cat > /dev/null`; returns the time.
 pub(crate) async fn pipe(bytes: u64) -> Result<Duration, String> {
     time_sh(&format!("head -c {bytes} /dev/zero | cat > /dev/null")).await
+}
+
+/// `head -c bytes /dev/zero | cat` spawned by the bench and its stdout read into one
+/// buffer (allocated up front) to the end; returns the time from the spawn to the exit.
+pub(crate) async fn pipe_into_buffer(bytes: u64) -> Result<Duration, String> {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = Vec::with_capacity(bytes as usize);
+    let start = std::time::Instant::now();
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-c", &format!("head -c {bytes} /dev/zero | cat")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning sh: {e}"))?;
+    let mut out = child.stdout.take().ok_or("no stdout")?;
+    out.read_to_end(&mut buffer).await.map_err(|e| e.to_string())?;
+    let status = child.wait().await.map_err(|e| e.to_string())?;
+    let took = start.elapsed();
+    if !status.success() || buffer.len() as u64 != bytes {
+        return Err(format!("pipe read: {} of {bytes} bytes, {status}", buffer.len()));
+    }
+    Ok(took)
 }
 
 /// `cp -a from to`.

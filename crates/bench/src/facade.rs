@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use envrt_runtime_core::{
-    AcquireRequest, Environment, EnvironmentDriver, EnvironmentRuntime, ExecuteRequest, JsonMap, LeaseStatus,
-    OutputStream, SyncFile, SyncOperation,
+    AcquireRequest, Environment, EnvironmentDriver, EnvironmentRuntime, ExecuteRequest, JsonMap, LeaseStatus, Offsets,
+    OutputEvent, OutputStream, ProcessInfo, ProcessStatus, ProcessStream, SpawnRequest, SyncFile, SyncOperation,
 };
 
 /// A runtime with one driver and one active lease on it.
@@ -153,6 +153,108 @@ impl Leased {
             .await
             .map_err(|e| format!("sync out: {e}"))?;
         Ok(start.elapsed())
+    }
+}
+
+/// What a process session row spawns: `argv`, holding `keep` bytes per stream.
+fn spawn_request(argv: &[&str], keep: u64) -> SpawnRequest {
+    let mut request = SpawnRequest::new(argv.iter().copied());
+    request.keep = Some(keep);
+    request
+}
+
+impl Leased {
+    /// Spawns `argv` (a persistent process, contract section 9) holding `keep` bytes per
+    /// stream.
+    pub(crate) async fn spawn(&self, argv: &[&str], keep: u64) -> Result<ProcessInfo, String> {
+        self.runtime
+            .spawn(&self.lease, spawn_request(argv, keep))
+            .await
+            .map_err(|e| format!("spawn: {e}"))
+    }
+
+    /// Spawns `sh -c 'echo x; exec sleep 60'` and reads its output from offset 0 until the
+    /// first chunk; returns the time from the spawn call to that chunk. The process is
+    /// then killed and waited for, untimed.
+    pub(crate) async fn spawn_to_first_byte(&self) -> Result<Duration, String> {
+        let start = Instant::now();
+        let info = self.spawn(&["sh", "-c", "echo x; exec sleep 60"], 4096).await?;
+        let id = info.id.to_string();
+        let first = async {
+            let mut output = self
+                .runtime
+                .output(&id, &Offsets::zero())
+                .await
+                .map_err(|e| format!("output: {e}"))?;
+            loop {
+                match output.next().await.map_err(|e| format!("output: {e}"))? {
+                    Some(OutputEvent::Chunk(chunk)) if chunk.bytes.is_empty() => {}
+                    Some(OutputEvent::Chunk(chunk)) => return Ok((start.elapsed(), chunk)),
+                    Some(OutputEvent::Exit(info)) => {
+                        return Err(format!("{id} ended before any output: {}", info.status));
+                    }
+                    None => return Err(format!("{id}: the output ended before any byte")),
+                }
+            }
+        }
+        .await;
+        let _ = self.runtime.signal(&id, "KILL").await;
+        let _ = self.runtime.wait_process(&id, Some(Duration::from_secs(10))).await;
+        let (took, chunk) = first?;
+        if chunk.stream != ProcessStream::Stdout || chunk.offset != 0 || !chunk.bytes.starts_with(b"x") {
+            return Err(format!("{id}: unexpected first chunk {chunk:?}"));
+        }
+        Ok(took)
+    }
+
+    /// Spawns `head -c bytes /dev/zero` holding `bytes` per stream and waits (untimed)
+    /// until it has exited with every byte held; answers its id.
+    pub(crate) async fn spawn_held_output(&self, bytes: u64) -> Result<String, String> {
+        let info = self
+            .spawn(&["head", "-c", &bytes.to_string(), "/dev/zero"], bytes)
+            .await?;
+        let id = info.id.to_string();
+        let status = self
+            .runtime
+            .wait_process(&id, Some(Duration::from_secs(120)))
+            .await
+            .map_err(|e| format!("wait: {e}"))?;
+        let info = self.runtime.process(&id).await.map_err(|e| format!("process: {e}"))?;
+        let held = info.stream(ProcessStream::Stdout).map(|s| (s.written, s.dropped));
+        if status != (ProcessStatus::Exited { code: 0 }) || held != Some((bytes, 0)) {
+            return Err(format!(
+                "{id}: {status}, stdout (written, dropped) {held:?}, expected ({bytes}, 0)"
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Reads process `id`'s stdout from offset 0 into one buffer (allocated up front)
+    /// through `output` until its exit; returns the time from the `output` call to the
+    /// exit, and fails unless exactly `bytes` arrived.
+    pub(crate) async fn replay(&self, id: &str, bytes: u64) -> Result<Duration, String> {
+        let mut buffer = Vec::with_capacity(bytes as usize);
+        let from = Offsets::default().with(ProcessStream::Stdout, 0);
+        let start = Instant::now();
+        let mut output = self
+            .runtime
+            .output(id, &from)
+            .await
+            .map_err(|e| format!("output: {e}"))?;
+        loop {
+            match output.next().await.map_err(|e| format!("output: {e}"))? {
+                Some(OutputEvent::Chunk(chunk)) if chunk.stream == ProcessStream::Stdout => {
+                    buffer.extend_from_slice(&chunk.bytes)
+                }
+                Some(OutputEvent::Chunk(_)) => {}
+                Some(OutputEvent::Exit(_)) | None => break,
+            }
+        }
+        let took = start.elapsed();
+        if buffer.len() as u64 != bytes {
+            return Err(format!("replay of {id}: {} of {bytes} bytes", buffer.len()));
+        }
+        Ok(took)
     }
 }
 

@@ -7,14 +7,15 @@
 //! envrt-bench --list
 //! ```
 //! The rows come from scenarios (`scenario`: execute latency, output capture, duplex,
-//! sync, concurrent executes, lease growth, open routes, pools, peers), each run over the
-//! driver targets that support it (`targets`: local, Docker, sandbox, SSH); `--list`
-//! prints them with their row numbers, groups and targets, and runs nothing.
-//! `ROW` is a row number (1–9) or a group key: `exec-local`, `exec-docker`,
+//! sync, concurrent executes, lease growth, open routes, pools, peers, process sessions),
+//! each run over the driver targets that support it (`targets`: local, Docker, sandbox,
+//! SSH); `--list` prints them with their row numbers, groups and targets, and runs nothing.
+//! `ROW` is a row number (1–10) or a group key: `exec-local`, `exec-docker`,
 //! `exec-sandbox`, `exec-ssh`, `stdout`, `duplex`, `sync-local`, `sync-docker`,
 //! `sync-ssh`, `scale-exec` (and under it `scale-exec-docker`, `scale-exec-sandbox`),
 //! `scale-leases`, `scale-open` (local, Docker and sandbox rows each), `scale-duplex`,
-//! `pool-local`, `pool-docker`, `pool-sandbox`, `peers` (a prefix such as `exec` or `sync`
+//! `pool-local`, `pool-docker`, `pool-sandbox`, `peers`, `processes-spawn`,
+//! `processes-replay`, `processes-memory` (a prefix such as `exec`, `sync` or `processes`
 //! selects every group under it).
 
 mod baseline;

@@ -155,6 +155,11 @@ pub(crate) fn gbps(bytes: u64, took: Duration) -> f64 {
     bytes as f64 / took.as_secs_f64() / 1e9
 }
 
+/// Bytes per second as MiB/s.
+pub(crate) fn mibps(bytes: u64, took: Duration) -> f64 {
+    bytes as f64 / (1u64 << 20) as f64 / took.as_secs_f64()
+}
+
 /// A private tmpfs mounted under a fresh temporary directory; unmounted on drop. When
 /// mounting fails (not root), the plain temporary directory is used and
 /// [`Scratch::is_tmpfs`] says so.

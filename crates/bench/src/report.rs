@@ -11,6 +11,8 @@ pub(crate) enum Unit {
     Ms,
     /// Gigabytes (10^9 bytes) per second (higher is better).
     GBps,
+    /// Mebibytes (2^20 bytes) per second (higher is better).
+    MiBps,
     /// Operations per second (higher is better).
     OpsPerSec,
     /// Kibibytes (lower is better).
@@ -22,6 +24,7 @@ impl Unit {
         match self {
             Unit::Ms => "ms",
             Unit::GBps => "GB/s",
+            Unit::MiBps => "MiB/s",
             Unit::OpsPerSec => "ops/s",
             Unit::KiB => "KiB",
         }
@@ -32,6 +35,7 @@ impl Unit {
             Unit::Ms if value < 10.0 => 3,
             Unit::Ms => 1,
             Unit::GBps => 2,
+            Unit::MiBps => 0,
             Unit::OpsPerSec => 0,
             Unit::KiB => 1,
         };
@@ -54,6 +58,12 @@ impl Figure {
         Figure {
             value,
             unit: Unit::GBps,
+        }
+    }
+    pub(crate) fn mibps(value: f64) -> Self {
+        Figure {
+            value,
+            unit: Unit::MiBps,
         }
     }
     pub(crate) fn ops(value: f64) -> Self {
@@ -124,7 +134,7 @@ impl Target {
 pub(crate) struct Row {
     /// The group key `--only` selects by (`exec-local`, `sync`, ...).
     pub(crate) group: &'static str,
-    /// The row number (1–9; 8 is the warm-pool rows, 9 the peers).
+    /// The row number (1–10; 8 is the warm-pool rows, 9 the peers, 10 the process sessions).
     pub(crate) number: u8,
     /// What is measured.
     pub(crate) name: String,
@@ -345,6 +355,7 @@ mod tests {
         let t = row(Figure::gbps(0.8)).baseline("pipe", Figure::gbps(1.0));
         assert!(t.clone().target(Target::RatioAtLeast(0, 0.8)).met().unwrap());
         assert!(!t.target(Target::RatioAtLeast(0, 0.81)).met().unwrap());
+        assert_eq!(Figure::mibps(1234.4).to_string(), "1234 MiB/s");
         let s = row(Figure::ms(6.4)).baseline("bwrap", Figure::ms(5.0));
         assert!(s.clone().target(Target::PlusAtMost(0, 1.5)).met().unwrap());
         assert!(!s.target(Target::PlusAtMost(0, 1.3)).met().unwrap());

@@ -1,6 +1,7 @@
 //! The scenarios, each run over the driver targets that support it (`crate::targets`):
 //! one module per thing measured — execute latency, output capture, duplex, sync,
-//! concurrent executes, lease growth, open routes, pools, and the peers — and
+//! concurrent executes, lease growth, open routes, pools, the peers, and persistent process
+//! sessions — and
 //! [`SCENARIOS`], the one list `envrt-bench` runs in order and `--list` prints.
 
 pub(crate) mod concurrent;
@@ -10,6 +11,7 @@ pub(crate) mod growth;
 pub(crate) mod open_leases;
 pub(crate) mod peers;
 pub(crate) mod pool;
+pub(crate) mod processes;
 pub(crate) mod routes;
 pub(crate) mod stdout;
 pub(crate) mod sync;
@@ -189,6 +191,27 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         targets: &["local", "sandbox"],
         run: |c| Box::pin(peers::rows(c)),
     },
+    Scenario {
+        section: processes::SPAWN,
+        number: processes::NUMBER,
+        groups: &[processes::SPAWN],
+        targets: &["local", "docker", "sandbox", "ssh"],
+        run: |c| Box::pin(processes::spawn_rows(c)),
+    },
+    Scenario {
+        section: processes::REPLAY,
+        number: processes::NUMBER,
+        groups: &[processes::REPLAY],
+        targets: &["local", "docker"],
+        run: |c| Box::pin(processes::replay_rows(c)),
+    },
+    Scenario {
+        section: processes::MEMORY,
+        number: processes::NUMBER,
+        groups: &[processes::MEMORY],
+        targets: &["local"],
+        run: |c| Box::pin(processes::memory_rows(c)),
+    },
 ];
 
 #[cfg(test)]
@@ -241,6 +264,10 @@ mod tests {
         );
         assert_eq!(selected(&["scale-exec-sandbox"]), ["scale-exec (docker, sandbox)"]);
         assert_eq!(selected(&["peers"]), ["peers"]);
+        let sessions = ["processes-spawn", "processes-replay", "processes-memory"];
+        assert_eq!(selected(&["processes"]), sessions);
+        assert_eq!(selected(&["10"]), sessions);
+        assert_eq!(selected(&["processes-replay"]), ["processes-replay"]);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The Docker target: a lease on the test image through the facade, its container, and the
 //! bare Engine API client (bollard) on the same container that its baselines use.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,12 +31,45 @@ pub(crate) async fn open() -> Result<Docker1, String> {
 }
 
 pub(crate) async fn open_with(workspace_mount: WorkspaceMount) -> Result<Docker1, String> {
-    let driver = DockerDriver::connect(DockerConfig {
+    let config = DockerConfig {
         workspace_mount,
         ..DockerConfig::default()
-    })
-    .await
-    .map_err(|e| format!("n/a (no engine): {e}"))?;
+    };
+    open_config(config, false).await
+}
+
+/// The static supervisor (`envrt-agent` built with `+crt-static` for
+/// `x86_64-unknown-linux-gnu`, as `cargo xtask bench` builds it for the `processes` rows):
+/// `{target dir}/x86_64-unknown-linux-gnu/release/envrt-agent` of this binary's target
+/// directory, when it is there.
+pub(crate) fn static_agent() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let target = exe.parent()?.parent()?;
+    let path = target.join("x86_64-unknown-linux-gnu/release/envrt-agent");
+    path.is_file().then_some(path)
+}
+
+/// A lease whose container has the supervisor mounted, so it grants persistent process
+/// sessions: the driver gets [`static_agent`] as `DockerConfig::agent` when it is at
+/// hand, else finds one as it always does; `n/a` with the driver's reason when the
+/// supervisor it has is not static (or the engine is not on this host).
+pub(crate) async fn open_sessions() -> Result<Docker1, String> {
+    let config = DockerConfig {
+        agent: static_agent(),
+        ..DockerConfig::default()
+    };
+    open_config(config, true).await
+}
+
+/// A lease on a driver with `config`; with `sessions`, `n/a` unless the driver serves
+/// process sessions.
+async fn open_config(config: DockerConfig, sessions: bool) -> Result<Docker1, String> {
+    let driver = DockerDriver::connect(config)
+        .await
+        .map_err(|e| format!("n/a (no engine): {e}"))?;
+    if sessions && let Err(why) = driver.process_sessions() {
+        return Err(format!("n/a (no static supervisor: {why})"));
+    }
     let mut config = JsonMap::new();
     config.insert("image".into(), IMAGE.into());
     let leased = Leased::open(Arc::new(driver), config).await?;
