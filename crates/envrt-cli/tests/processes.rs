@@ -172,6 +172,23 @@ fn the_same_on_docker_with_the_static_supervisor() {
 }
 
 #[test]
+fn the_same_on_the_sandbox_whose_supervisor_outlives_its_worker() {
+    let Some(worker) = envrt_test_support::sandbox::worker_beside_or_skip(common::BIN) else {
+        return;
+    };
+    let site = Site::new();
+    std::fs::write(
+        site.path().join("envrt.toml"),
+        format!(
+            "[sandbox]\nworker = \"{}\"\n[[environment]]\nid = \"box\"\ndriver = \"sandbox\"\n",
+            worker.display()
+        ),
+    )
+    .unwrap();
+    spawner_and_reader_killed_round(&site, "box");
+}
+
+#[test]
 fn the_same_on_ssh_with_the_supervisor_on_the_remote_host() {
     let vars = match envrt_test_support::ssh::settings() {
         Ok(vars) => vars,
