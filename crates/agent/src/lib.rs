@@ -29,7 +29,8 @@
 //!
 //! # Bounds
 //! Per agent: at most `--max-processes` processes (default 4096) and `--max-buffer-bytes`
-//! of replay buffers reserved (default 1 GiB; each process reserves `keep` per stream, and
+//! of replay buffers reserved (default 1 GiB; each process reserves `keep` per stream until the
+//! stream ends, then only the bytes it holds, and
 //! its buffers grow only with the bytes actually held). Per request: argv at most
 //! [`proto::MAX_ARGS`] entries, `keep` 1 byte to [`proto::MAX_KEEP`], an idempotency key of
 //! at most [`proto::MAX_KEY`] bytes, a terminal at least 1×1. Per connection: at most

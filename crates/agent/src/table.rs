@@ -308,7 +308,8 @@ impl Agent {
                     proc.open_outputs += 1;
                     tokio::spawn(pump(Arc::clone(self), id, stream, fd));
                 }
-                Err(_) => continue,
+                // No pump: the stream stays empty, and reserves nothing.
+                Err(_) => state.reserved -= keep,
             }
         }
         let info = Agent::info_of(id, &proc);
@@ -469,12 +470,22 @@ impl Agent {
         self.with(id, |proc| Ok(proc.finished().then(|| Agent::info_of(id, proc))))
     }
 
-    fn output_closed(&self, id: u64) {
+    /// `stream` of process `id` reached its end: its ring can no longer grow, so its
+    /// reservation shrinks from `keep` to the bytes it holds (an ended process costs the
+    /// bound only what it keeps for replay, not what it could have kept).
+    fn output_closed(&self, id: u64, stream: Stream) {
         let mut state = self.lock();
-        if let Some(proc) = state.procs.get_mut(&id) {
-            proc.open_outputs -= 1;
-            proc.changed.send_replace(());
-        }
+        let Some(proc) = state.procs.get_mut(&id) else {
+            return;
+        };
+        proc.open_outputs -= 1;
+        proc.changed.send_replace(());
+        let unused = proc
+            .streams
+            .iter()
+            .find(|(s, _)| *s == stream)
+            .map_or(0, |(_, ring)| ring.keep() as u64 - (ring.end() - ring.start()));
+        state.reserved -= unused;
     }
 
     /// Reaps every child that has exited: the agent's own processes get their status, the
@@ -552,12 +563,54 @@ async fn pump(agent: Arc<Agent>, id: u64, stream: Stream, fd: pipe::Receiver) {
             Err(_) => break,
         }
     }
-    agent.output_closed(id);
+    agent.output_closed(id, stream);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Waits (bounded) until process `id` has exited and its output is drained.
+    async fn ended(agent: &Arc<Agent>, id: u64) {
+        for _ in 0..1000 {
+            agent.reap();
+            if agent.finished(id).unwrap().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("process {id} never ended");
+    }
+
+    #[tokio::test]
+    async fn an_ended_process_reserves_only_the_bytes_it_holds() {
+        let config = Config {
+            buffer_bound: 4096,
+            ..Config::default()
+        };
+        let agent = Arc::new(Agent::new(config));
+        let request = |argv: &[&str]| SpawnRequest {
+            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+            keep: Some(1024),
+            ..SpawnRequest::default()
+        };
+        // Twenty processes of 2 × 1024 reserved bytes each, one after the other, under a
+        // bound of 4096: each gives back what it did not fill once it ended.
+        for _ in 0..20 {
+            let info = agent.spawn(request(&["sh", "-c", "printf 0123456789"])).unwrap();
+            ended(&agent, info.id).await;
+        }
+        assert_eq!(agent.lock().reserved, 20 * 10);
+        // Running processes still reserve their whole keep.
+        let first = agent.spawn(request(&["sleep", "100"])).unwrap();
+        assert_eq!(
+            agent.spawn(request(&["sleep", "100"])).unwrap_err(),
+            refuse::buffer_bound(2048, 2048 + 200, 4096)
+        );
+        agent.signal(first.id, rustix::process::Signal::KILL).unwrap();
+        ended(&agent, first.id).await;
+        assert_eq!(agent.lock().reserved, 200);
+    }
 
     #[tokio::test]
     async fn a_pid_whose_start_time_changed_is_never_signalled() {
