@@ -39,8 +39,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bollard::exec::StartExecOptions;
-use bollard::models::{ExecConfig, Mount, MountType};
+use bollard::models::{Mount, MountType};
 #[cfg(doc)]
 use envrt_driver_api::AcquireInput;
 use envrt_driver_api::network::{NetworkBoundary, Policy};
@@ -269,62 +268,19 @@ impl DockerDriver {
     /// Starts the forwarder in the container with one detached exec and waits until its
     /// listeners are bound (its socket answers).
     async fn start_forwarder(&self, lease: &str, container: &str) -> Result<(), DriverError> {
-        let config = ExecConfig {
-            cmd: Some(vec![
-                AGENT_PATH.to_owned(),
-                "--socket".to_owned(),
-                format!("{RUN_DIR}/fwd"),
-                "--forward".to_owned(),
-                format!("tcp:{PROXY_ADDRESS}={EGRESS_DIR}/proxy.sock"),
-                "--forward".to_owned(),
-                format!("dns:{DNS_ADDRESS}={EGRESS_DIR}/dns.sock"),
-            ]),
-            working_dir: Some("/".to_owned()),
-            attach_stdin: Some(false),
-            attach_stdout: Some(false),
-            attach_stderr: Some(false),
-            tty: Some(false),
-            ..Default::default()
-        };
-        let engine = &self.engine;
-        let what = "starting the egress forwarder";
-        let created = engine
-            .call(engine.docker.create_exec(container, config))
-            .await
-            .map_err(|e| crate::process::exec_error(engine, container, what, e))?;
-        let options = StartExecOptions {
-            detach: true,
-            tty: false,
-            output_capacity: None,
-        };
-        engine
-            .call(engine.docker.start_exec(&created.id, Some(options)))
-            .await
-            .map_err(|e| crate::process::exec_error(engine, container, what, e))?;
+        let cmd = vec![
+            AGENT_PATH.to_owned(),
+            "--socket".to_owned(),
+            format!("{RUN_DIR}/fwd"),
+            "--forward".to_owned(),
+            format!("tcp:{PROXY_ADDRESS}={EGRESS_DIR}/proxy.sock"),
+            "--forward".to_owned(),
+            format!("dns:{DNS_ADDRESS}={EGRESS_DIR}/dns.sock"),
+        ];
         let socket = crate::processes::run_dir(&lease_dir(&container_name(lease))).join("fwd");
-        let deadline = tokio::time::Instant::now() + START_BOUND;
-        loop {
-            if crate::processes::answers(&socket).await {
-                return Ok(());
-            }
-            if let Ok(inspected) = engine.call(engine.docker.inspect_exec(&created.id)).await
-                && inspected.running == Some(false)
-            {
-                return Err(DriverError::other(format!(
-                    "the egress forwarder of lease {lease} did not start: it exited with code {}",
-                    inspected
-                        .exit_code
-                        .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
-                )));
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(DriverError::other(format!(
-                    "the egress forwarder of lease {lease} did not answer within {} s",
-                    START_BOUND.as_secs()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.start_detached(lease, container, cmd, &socket, "egress forwarder")
+            .await
+            .map(drop)
     }
 
     /// Replaces a lease's policy: the file, then SIGHUP to its proxy (started again, with

@@ -231,17 +231,34 @@ impl DockerDriver {
             .unwrap_or(1);
         std::fs::write(&counter, first.saturating_add(IDS_PER_START).to_string())
             .map_err(|e| DriverError::io("cannot record the process supervisor's ids", e))?;
+        let cmd = vec![
+            AGENT_PATH.to_owned(),
+            "--socket".to_owned(),
+            format!("{RUN_DIR}/{SOCKET}"),
+            "--subreaper".to_owned(),
+            "--max-processes".to_owned(),
+            IDS_PER_START.to_string(),
+            "--first-id".to_owned(),
+            first.to_string(),
+        ];
+        self.start_detached(lease, container, cmd, socket, "process supervisor")
+            .await
+    }
+
+    /// Runs the supervisor binary as `cmd` with one detached exec as the container's user,
+    /// and waits until it answers on `socket` (host path); `who` names it in the refusals:
+    /// `the {who} of lease {lease} did not start: it exited with code {code}`, `... did not
+    /// answer on its socket within 10 s`.
+    pub(crate) async fn start_detached(
+        &self,
+        lease: &str,
+        container: &str,
+        cmd: Vec<String>,
+        socket: &Path,
+        who: &str,
+    ) -> Result<Client, DriverError> {
         let config = ExecConfig {
-            cmd: Some(vec![
-                AGENT_PATH.to_owned(),
-                "--socket".to_owned(),
-                format!("{RUN_DIR}/{SOCKET}"),
-                "--subreaper".to_owned(),
-                "--max-processes".to_owned(),
-                IDS_PER_START.to_string(),
-                "--first-id".to_owned(),
-                first.to_string(),
-            ]),
+            cmd: Some(cmd),
             working_dir: Some("/".to_owned()),
             attach_stdin: Some(false),
             attach_stdout: Some(false),
@@ -250,10 +267,11 @@ impl DockerDriver {
             ..Default::default()
         };
         let engine = &self.engine;
+        let what = format!("starting the {who}");
         let created = engine
             .call(engine.docker.create_exec(container, config))
             .await
-            .map_err(|e| crate::process::exec_error(engine, container, "starting the process supervisor", e))?;
+            .map_err(|e| crate::process::exec_error(engine, container, &what, e))?;
         let options = StartExecOptions {
             detach: true,
             tty: false,
@@ -262,7 +280,7 @@ impl DockerDriver {
         engine
             .call(engine.docker.start_exec(&created.id, Some(options)))
             .await
-            .map_err(|e| crate::process::exec_error(engine, container, "starting the process supervisor", e))?;
+            .map_err(|e| crate::process::exec_error(engine, container, &what, e))?;
         let deadline = tokio::time::Instant::now() + START_BOUND;
         let mut looks = 0u32;
         loop {
@@ -278,7 +296,7 @@ impl DockerDriver {
                 && inspected.running == Some(false)
             {
                 return Err(DriverError::other(format!(
-                    "the process supervisor of lease {lease} did not start: it exited with code {}",
+                    "the {who} of lease {lease} did not start: it exited with code {}",
                     inspected
                         .exit_code
                         .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
@@ -286,7 +304,7 @@ impl DockerDriver {
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(DriverError::other(format!(
-                    "the process supervisor of lease {lease} did not answer on its socket within {} s",
+                    "the {who} of lease {lease} did not answer on its socket within {} s",
                     START_BOUND.as_secs()
                 )));
             }
