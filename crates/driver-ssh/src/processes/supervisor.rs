@@ -272,6 +272,7 @@ d={d}; s={s}
 [ -d "$d/work" ] && [ ! -L "$d" ] || {{ echo {GONE}; exit 0; }}
 exec 9>"$d/agent.lock"
 flock -w 30 9 || {{ echo 'the start lock was not free within 30 s' >&2; exit 3; }}
+[ -d "$d/work" ] || {{ echo {GONE}; exit 0; }}
 a=$(cat "$d/agent.pid" 2>/dev/null)
 if [ -n "$a" ] && [ -S "$s" ] && kill -0 "$a" 2>/dev/null; then
   case "$(readlink "/proc/$a/cwd" 2>/dev/null)/" in "$d"/*) echo {RUNNING}; exit 0 ;; esac
