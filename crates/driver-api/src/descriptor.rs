@@ -59,7 +59,7 @@ impl SettingsContext<'_> {
 }
 
 /// What setting drivers up may depend on beyond the descriptor's settings.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct BuildContext<'a> {
     /// The state directory of an `envrt.toml` assembly; `None` for a plain builder.
     pub state_dir: Option<&'a Path>,
@@ -71,6 +71,22 @@ pub struct BuildContext<'a> {
     pub needed: Option<&'a BTreeSet<String>>,
     /// Keys the program left out (`RuntimeBuilder::without_driver`): never set up.
     pub left_out: Option<&'a BTreeSet<String>>,
+    /// The runtime's own durable plugin state store (an `envrt.toml` assembly's sqlite
+    /// database), for plugin workers' `ctx.state`; `None`: a driver keeps such state in
+    /// memory unless its settings name a store.
+    pub plugin_state: Option<&'a Arc<dyn crate::PluginStateStore>>,
+}
+
+impl std::fmt::Debug for BuildContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuildContext")
+            .field("state_dir", &self.state_dir)
+            .field("environments", &self.environments)
+            .field("needed", &self.needed)
+            .field("left_out", &self.left_out)
+            .field("plugin_state", &self.plugin_state.is_some())
+            .finish()
+    }
 }
 
 impl BuildContext<'_> {

@@ -131,6 +131,15 @@ pub struct RealizedWorkspace {
     pub metadata: Option<JsonMap>,
 }
 
+/// A provider's answer to [`EnvironmentDriver::probe_environment`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeAnswer {
+    /// Whether the provider says the environment is usable.
+    pub ok: bool,
+    /// What it says, on one line.
+    pub summary: String,
+}
+
 /// An environment driver (contract section 2). Required: [`key`](Self::key),
 /// [`acquire_lease`](Self::acquire_lease), [`release_lease`](Self::release_lease),
 /// [`resolve_capabilities`](Self::resolve_capabilities). Every optional group is reached
@@ -215,6 +224,19 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     ///   configurations are strict"). The default accepts everything.
     async fn check_environment_config(&self, _config: &JsonMap) -> Result<(), DriverError> {
         Ok(())
+    }
+
+    /// Asks the environment's provider whether it is usable, within `timeout`, for
+    /// `envrt doctor`: `None` when the driver has no such probe (the default, or a plugin
+    /// worker that does not advertise `environmentProbe`); else the
+    /// provider's answer, or why there is none (a refusal, a timeout: exact texts of the
+    /// driver's).
+    async fn probe_environment(
+        &self,
+        _environment: &Environment,
+        _timeout: std::time::Duration,
+    ) -> Option<Result<ProbeAnswer, String>> {
+        None
     }
 
     /// What the driver does with its leases' network; the facade refuses every network

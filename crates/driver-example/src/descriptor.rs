@@ -74,6 +74,7 @@ mod tests {
             environments: &[],
             needed: None,
             left_out: None,
+            plugin_state: None,
         };
         let off = DESCRIPTOR.build(&ExampleConfig::default(), &context).await.unwrap();
         assert!(off.is_empty());

@@ -395,3 +395,64 @@ async fn a_missing_duplex_declaration_refuses_before_the_worker() {
     assert_eq!(health["details"]["openChannels"], 0);
     runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
 }
+
+#[tokio::test]
+async fn environment_probe_answers_refuses_and_times_out_with_exact_texts() {
+    let root = TempDir::new("sdk-probe");
+    let driver = start(sdk_manifest(root.path()), SandboxOptions::default()).await;
+    let environment = |probe: Option<&str>| {
+        let mut environment = envrt_runtime_core::Environment::new("fx", "fx", "fixture");
+        if let Some(probe) = probe {
+            environment.config.insert("probe".into(), probe.into());
+        }
+        environment
+    };
+    let answer = driver
+        .probe_environment(&environment(None), Duration::from_secs(10))
+        .await
+        .expect("the fixture advertises environmentProbe")
+        .unwrap();
+    assert!(answer.ok);
+    assert!(
+        answer.summary.starts_with("fixture sandbox provider ready (root /"),
+        "{}",
+        answer.summary
+    );
+    assert_eq!(
+        driver
+            .probe(&environment(Some("refuse")), Duration::from_secs(10))
+            .await
+            .unwrap_err(),
+        "the worker refused environmentProbe: fixture probe refused on request"
+    );
+    let started = std::time::Instant::now();
+    assert_eq!(
+        driver
+            .probe(&environment(Some("hang")), Duration::from_millis(300))
+            .await
+            .unwrap_err(),
+        "environmentProbe got no answer within 300 ms"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    // The worker still answers afterwards.
+    assert!(driver.probe(&environment(None), Duration::from_secs(10)).await.is_ok());
+
+    if let Some(manifest) = reference_manifest(root.path()) {
+        let reference = start(manifest, SandboxOptions::default()).await;
+        let answer = reference
+            .probe(
+                &envrt_runtime_core::Environment::new("box", "box", "sandbox"),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        assert!(answer.ok);
+        assert!(
+            answer.summary.starts_with("bubblewrap sandbox ready ("),
+            "{}",
+            answer.summary
+        );
+        reference.shutdown().await;
+    }
+    driver.shutdown().await;
+}

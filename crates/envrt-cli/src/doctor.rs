@@ -74,6 +74,51 @@ fn from_descriptor(check: DoctorCheck) -> Check {
     }
 }
 
+/// How long one environment's provider probe may take.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The answer of each active configured environment's provider probe (a plugin worker's
+/// `environmentProbe`), each within [`PROBE_TIMEOUT`]; drivers without a probe add none.
+async fn probe_checks(runtime: &envrt::EnvironmentRuntime, environments: &[envrt::Environment]) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for environment in environments {
+        if environment.status != envrt::EnvironmentStatus::Active {
+            continue;
+        }
+        let Some(driver) = runtime.driver(&environment.driver) else {
+            continue;
+        };
+        // The driver bounds the call; this bounds a driver that would not.
+        let answer = match tokio::time::timeout(
+            PROBE_TIMEOUT + std::time::Duration::from_secs(1),
+            driver.probe_environment(environment, PROBE_TIMEOUT),
+        )
+        .await
+        {
+            Ok(None) => continue,
+            Ok(Some(answer)) => answer,
+            Err(_) => Err(format!(
+                "environmentProbe got no answer within {} ms",
+                PROBE_TIMEOUT.as_millis()
+            )),
+        };
+        let (ok, said) = match answer {
+            Ok(answer) => (answer.ok, answer.summary),
+            Err(why) => (false, why),
+        };
+        checks.push(Check {
+            name: "environment probe".into(),
+            required: true,
+            ok,
+            detail: format!("{} ({}): {said}", environment.id, environment.driver),
+            fix: (!ok).then(|| {
+                "the environment's provider says it is not usable: see its answer, its worker's stderr and the environment's config".to_owned()
+            }),
+        });
+    }
+    checks
+}
+
 /// `envrt doctor [--json]`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct DoctorArgs {
@@ -140,6 +185,7 @@ pub(crate) async fn run(paths: &Paths, args: DoctorArgs) -> Result<u8, CliError>
             });
         }
         checks.extend(late);
+        checks.extend(probe_checks(&app.runtime, &config.environments).await);
     }
     let missing_required = checks.iter().any(|c| c.required && !c.ok);
     if json {

@@ -33,11 +33,24 @@ pub struct BuildError {
 /// What an `envrt.toml` assembly adds to a build: where its state is, its environments,
 /// and the driver keys it needs (drivers that connect or start a process are set up only
 /// when needed).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Assembling {
     pub(crate) state_dir: PathBuf,
     pub(crate) environments: Vec<Environment>,
     pub(crate) needed: BTreeSet<String>,
+    /// The assembly's sqlite store, where plugin workers' `ctx.state` persists.
+    pub(crate) plugin_state: Option<Arc<dyn envrt_runtime_core::PluginStateStore>>,
+}
+
+impl std::fmt::Debug for Assembling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Assembling")
+            .field("state_dir", &self.state_dir)
+            .field("environments", &self.environments)
+            .field("needed", &self.needed)
+            .field("plugin_state", &self.plugin_state.is_some())
+            .finish()
+    }
 }
 
 /// Builds an [`EnvironmentRuntime`] that registers every driver enabled by cargo features
@@ -254,6 +267,7 @@ impl RuntimeBuilder {
                 environments: assembling.map_or(&[], |a| a.environments.as_slice()),
                 needed: assembling.filter(|_| descriptor.on_demand()).map(|a| &a.needed),
                 left_out: Some(&self.without),
+                plugin_state: assembling.and_then(|a| a.plugin_state.as_ref()),
             };
             let built = match descriptor.build(&*settings, &context).await {
                 Ok(built) => built,

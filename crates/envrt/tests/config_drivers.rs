@@ -97,21 +97,68 @@ fn the_sandbox_worker_and_plugins_are_paths_beside_the_file() {
         sandbox("[sandbox]\nwork = \"w\"\n").unwrap_err(),
         format!("{}unknown field `work`, expected `worker`", prefix(dir.path()))
     );
-    let settings =
-        sandbox("[[plugin]]\nmanifest = \"p/plugin.json\"\ndriver_key = \"bwrap\"\n[plugin.config]\nlevel = 2\n")
-            .unwrap();
+    let settings = sandbox(
+        "[[plugin]]\nmanifest = \"p/plugin.json\"\ndriver_key = \"bwrap\"\n\
+         secrets = [\"env:API_TOKEN\", \"file:/run/secrets/t\"]\nhttp_allow = [\"api.example.com\", \"10.0.0.1:8080\"]\n\
+         [plugin.config]\nlevel = 2\n",
+    )
+    .unwrap();
     assert_eq!(
         settings.plugin_files,
         vec![PluginFile {
             manifest: dir.path().join("p/plugin.json"),
             driver_key: Some("bwrap".into()),
             config: serde_json::json!({"level": 2}).as_object().cloned().unwrap(),
+            secrets: vec!["env:API_TOKEN".into(), "file:/run/secrets/t".into()],
+            http_allow: vec!["api.example.com".into(), "10.0.0.1:8080".into()],
         }]
     );
     assert_eq!(
         sandbox("[[plugin]]\nmanifest = \"m\"\nkey = 1\n").unwrap_err(),
         format!(
-            "{}unknown field `key`, expected one of `manifest`, `driver_key`, `config`",
+            "{}unknown field `key`, expected one of `manifest`, `driver_key`, `config`, `secrets`, `http_allow`",
+            prefix(dir.path())
+        )
+    );
+    for entry in ["API_TOKEN", "env:", "env:1X", "env:A-B", "file:rel/path", "vault:x"] {
+        assert_eq!(
+            sandbox(&format!("[[plugin]]\nmanifest = \"m.json\"\nsecrets = [\"{entry}\"]\n")).unwrap_err(),
+            format!(
+                "{}[[plugin]] \"m.json\": secrets entry \"{entry}\" must be env:NAME (a variable name) or file:/absolute/path",
+                prefix(dir.path())
+            ),
+            "{entry}"
+        );
+    }
+    for entry in [
+        "",
+        "http://api.example.com",
+        "api.example.com/path",
+        "api.example.com:0",
+        "api.example.com:65536",
+        "api.example.com:",
+        "[::1]:80",
+        "user@host",
+        "-host",
+        "a b",
+    ] {
+        assert_eq!(
+            sandbox(&format!(
+                "[[plugin]]\nmanifest = \"m.json\"\nhttp_allow = [\"{entry}\"]\n"
+            ))
+            .unwrap_err(),
+            format!(
+                "{}[[plugin]] \"m.json\": http_allow entry \"{entry}\" must be a host or host:port \
+                 (no scheme, path or IPv6 literal; port 1-65535)",
+                prefix(dir.path())
+            ),
+            "{entry}"
+        );
+    }
+    assert_eq!(
+        sandbox("[[plugin]]\nmanifest = \"m.json\"\nsecrets = \"env:A\"\n").unwrap_err(),
+        format!(
+            "{}invalid type: string \"env:A\", expected a sequence",
             prefix(dir.path())
         )
     );

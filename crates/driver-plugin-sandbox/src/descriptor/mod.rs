@@ -30,8 +30,8 @@ pub static DESCRIPTOR: SandboxDescriptor = SandboxDescriptor;
 pub struct SandboxDescriptor;
 
 /// A `[[plugin]]` of `envrt.toml`: its manifest file (resolved against the file's
-/// directory), which `environmentDrivers` entry, and the configuration sent in
-/// `initialize`.
+/// directory), which `environmentDrivers` entry, the configuration sent in
+/// `initialize`, and what the worker's own calls may reach (`secrets`, `http_allow`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PluginFile {
     /// The manifest file.
@@ -40,6 +40,12 @@ pub struct PluginFile {
     pub driver_key: Option<String>,
     /// Plugin configuration.
     pub config: JsonMap,
+    /// The secret references `secrets.resolve` may resolve (`env:NAME`,
+    /// `file:/absolute/path`), checked when the file is read.
+    pub secrets: Vec<String>,
+    /// The hosts `http.fetch` may reach (`host`, `host:port`), checked
+    /// when the file is read.
+    pub http_allow: Vec<String>,
 }
 
 /// The sandbox drivers to set up: plugins a program loaded itself, plugins named by
@@ -82,6 +88,72 @@ struct PluginEntry {
     driver_key: Option<String>,
     #[serde(default)]
     config: JsonMap,
+    #[serde(default)]
+    secrets: Vec<String>,
+    #[serde(default)]
+    http_allow: Vec<String>,
+}
+
+/// Checks one `secrets` entry of a `[[plugin]]`: `env:NAME` (a variable name: letters,
+/// digits and `_`, not starting with a digit) or `file:/absolute/path`; the error is the
+/// exact refusal text.
+fn check_secret_reference(entry: &str) -> Result<(), String> {
+    let fine = if let Some(name) = entry.strip_prefix("env:") {
+        name.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    } else if let Some(path) = entry.strip_prefix("file:") {
+        path.starts_with('/') && !path.contains('\0')
+    } else {
+        false
+    };
+    if fine {
+        Ok(())
+    } else {
+        Err(format!(
+            "secrets entry \"{}\" must be env:NAME (a variable name) or file:/absolute/path",
+            entry.escape_debug()
+        ))
+    }
+}
+
+/// Checks one `http_allow` entry of a `[[plugin]]`: a host name or address (letters,
+/// digits, `.`, `-`) with an optional `:port` (1-65535), no scheme, path or IPv6
+/// literal; the error is the exact refusal text.
+fn check_http_allow(entry: &str) -> Result<(), String> {
+    let (host, port) = match entry.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (entry, None),
+    };
+    let host_fine = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        && !host.starts_with(['.', '-']);
+    let port_fine = port.is_none_or(|p| {
+        !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok_and(|n| n > 0)
+    });
+    if host_fine && port_fine {
+        Ok(())
+    } else {
+        Err(format!(
+            "http_allow entry \"{}\" must be a host or host:port (no scheme, path or IPv6 literal; port 1-65535)",
+            entry.escape_debug()
+        ))
+    }
+}
+
+fn check_plugin_entry(entry: &PluginEntry) -> Result<(), String> {
+    let name = || format!("[[plugin]] \"{}\"", entry.manifest.display());
+    for secret in &entry.secrets {
+        check_secret_reference(secret).map_err(|e| format!("{}: {e}", name()))?;
+    }
+    for host in &entry.http_allow {
+        check_http_allow(host).map_err(|e| format!("{}: {e}", name()))?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -109,6 +181,9 @@ impl DriverDescriptor for SandboxDescriptor {
     ) -> Result<DriverSettings, String> {
         let sandbox: SandboxSection = read_section(sections, "sandbox")?;
         let entries: Vec<PluginEntry> = read_section(sections, "plugin")?;
+        for entry in &entries {
+            check_plugin_entry(entry)?;
+        }
         Ok(Box::new(SandboxSettings {
             plugins: Vec::new(),
             plugin_files: entries
@@ -117,6 +192,8 @@ impl DriverDescriptor for SandboxDescriptor {
                     manifest: context.beside_config(p.manifest),
                     driver_key: p.driver_key,
                     config: p.config,
+                    secrets: p.secrets,
+                    http_allow: p.http_allow,
                 })
                 .collect(),
             worker: sandbox.worker.map(|w| context.beside_config(w)),
@@ -140,11 +217,16 @@ impl DriverDescriptor for SandboxDescriptor {
         for plugin in &settings.plugin_files {
             let manifest = PluginManifest::load(&plugin.manifest)
                 .map_err(|e| format!("envrt: plugin \"{}\": {e}", plugin.manifest.display()))?;
-            let options = SandboxOptions {
+            let mut options = SandboxOptions {
                 driver_key: plugin.driver_key.clone(),
                 config: plugin.config.clone(),
                 ..Default::default()
             };
+            options.worker_calls.secrets = plugin.secrets.clone();
+            options.worker_calls.http_allow = plugin.http_allow.clone();
+            if let Some(store) = context.plugin_state {
+                options.worker_calls.state = store.clone();
+            }
             plugins.push((manifest, options));
         }
         let provided = |key: &str| {

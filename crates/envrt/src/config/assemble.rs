@@ -80,6 +80,7 @@ impl Assembly {
         let mut needed: BTreeSet<String> = config.environments.iter().map(|e| e.driver.clone()).collect();
         needed.extend(store.list_environments().await?.into_iter().map(|e| e.driver));
         needed.extend(extra.map(str::to_owned));
+        let plugin_state: Arc<dyn envrt_runtime_core::PluginStateStore> = Arc::new(store.clone());
         let mut builder = RuntimeBuilder::new()
             .store(Arc::new(store))
             .tenant(config.company.clone())
@@ -87,6 +88,7 @@ impl Assembly {
                 state_dir: paths.state_dir.clone(),
                 environments: config.environments.clone(),
                 needed,
+                plugin_state: Some(plugin_state),
             });
         for (key, settings) in &config.drivers {
             builder = builder.settings(key, settings.clone());

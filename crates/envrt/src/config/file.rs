@@ -26,6 +26,9 @@
 //! manifest = "plugin.json"  # relative to this file; or a package directory whose
 //!                           # package.json has a paperclipPlugin entry
 //! driver_key = "sandbox"    # which environmentDrivers entry; default "sandbox" or the first
+//! secrets = ["env:TOKEN"]   # what the worker's secrets.resolve may resolve (env:NAME,
+//!                           # file:/absolute/path); default none
+//! http_allow = ["api.example.com"]  # hosts its http.fetch may reach (host, host:port)
 //! [plugin.config]           # plugin configuration sent in `initialize`
 //!
 //! [[environment]]

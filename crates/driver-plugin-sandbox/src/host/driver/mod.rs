@@ -132,6 +132,56 @@ impl SandboxDriver {
         self.supervisor.shutdown().await;
     }
 
+    /// `environmentProbe` for `environment`, answered within `timeout`; the error is the
+    /// exact text `envrt doctor` shows: the worker does not advertise it, refused it
+    /// (`the worker refused environmentProbe: {message}`), did not answer in time
+    /// (`environmentProbe got no answer within {ms} ms`), or answered something else.
+    pub async fn probe(
+        &self,
+        environment: &envrt_driver_api::Environment,
+        timeout: std::time::Duration,
+    ) -> Result<envrt_driver_api::ProbeAnswer, String> {
+        if !self.advertises(methods::PROBE) {
+            return Err("the worker does not advertise environmentProbe".into());
+        }
+        let params = crate::protocol::environment::ProbeParams {
+            base: DriverBase {
+                driver_key: self.key.clone(),
+                company_id: String::new(),
+                environment_id: environment.id.clone(),
+                issue_id: None,
+                config: environment.config.clone(),
+            },
+        };
+        let answer = match self
+            .supervisor
+            .call(methods::PROBE, to_value(&params), timeout, None, None)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(SandboxError::Timeout { ms, .. }) => {
+                return Err(format!("environmentProbe got no answer within {ms} ms"));
+            }
+            Err(SandboxError::Rpc { message, .. }) => {
+                return Err(format!("the worker refused environmentProbe: {message}"));
+            }
+            Err(other) => return Err(other.to_string()),
+        };
+        let result: crate::protocol::environment::ProbeResult = serde_json::from_value(answer)
+            .map_err(|e| format!("environmentProbe answered something other than a probe result: {e}"))?;
+        let mut summary = result
+            .summary
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(|| if result.ok { "ready".into() } else { "not ready".into() });
+        for diagnostic in result.diagnostics.unwrap_or_default() {
+            summary.push_str(&format!("; {}: {}", diagnostic.severity, diagnostic.message));
+        }
+        Ok(envrt_driver_api::ProbeAnswer {
+            ok: result.ok,
+            summary: summary.replace(['\n', '\r'], " "),
+        })
+    }
+
     fn advertises(&self, method: &str) -> bool {
         self.supervisor.advertises(method)
     }
@@ -279,6 +329,18 @@ impl EnvironmentDriver for SandboxDriver {
 
     async fn check_environment_config(&self, config: &envrt_driver_api::JsonMap) -> Result<(), DriverError> {
         self.check_config(config).await
+    }
+
+    async fn probe_environment(
+        &self,
+        environment: &envrt_driver_api::Environment,
+        timeout: std::time::Duration,
+    ) -> Option<Result<envrt_driver_api::ProbeAnswer, String>> {
+        // A worker without the probe has nothing to say (the probe is optional).
+        if !self.advertises(methods::PROBE) {
+            return None;
+        }
+        Some(self.probe(environment, timeout).await)
     }
 
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
