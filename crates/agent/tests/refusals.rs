@@ -225,7 +225,9 @@ async fn the_agents_bounds_on_processes_and_buffer_bytes_are_enforced() {
             refused(client.spawn(request).await),
             "the process would reserve 120 bytes of replay buffers, but 0 of the agent's bound of 100 bytes are reserved"
         );
-        let mut request = sh("exit 0");
+        // A running process reserves its whole keep per stream (an ended one only what it
+        // holds: see the table's tests).
+        let mut request = sh("exec sleep 30");
         request.keep = Some(50);
         client.spawn(request.clone()).await.unwrap();
         assert_eq!(refused(client.spawn(request).await), "the agent already holds 1 processes, its bound");
