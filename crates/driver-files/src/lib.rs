@@ -7,7 +7,8 @@
 //! - [`archive`]: the one tar extractor of every driver's sync out, writing beneath a
 //!   staging directory with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`;
 //! - [`sparse`]: hole-keeping, byte-bounded copies (`SEEK_DATA`/`SEEK_HOLE`);
-//! - [`tree`]: bounded tree walks and the link checks of sync out.
+//! - [`tree`]: bounded tree walks and the link checks of sync out;
+//! - [`stale`]: the sweep of scratch directories left by killed processes.
 //!
 //! They are synchronous (`std::fs`, `rustix`, `tar`) and depend on no async runtime; a
 //! driver calls them from its own blocking context. `envrt-runtime-core` re-exports the
@@ -17,4 +18,5 @@
 
 pub mod archive;
 pub mod sparse;
+pub mod stale;
 pub mod tree;

@@ -65,7 +65,9 @@ impl View {
             None::<&str>,
         )
         .map_err(|e| fail("cannot make its mounts private", &e))?;
-        remove_stale_views();
+        // the view directories of workers that are gone (a killed worker cannot remove its
+        // own; its mounts died with its namespace)
+        envrt_driver_files::stale::remove_dirs_of_dead_pids(&std::env::temp_dir(), VIEW_PREFIX);
         let made = std::env::temp_dir().join(format!("{VIEW_PREFIX}{}-{}", std::process::id(), uuid::Uuid::new_v4()));
         std::fs::DirBuilder::new()
             .mode(0o711)
@@ -116,30 +118,6 @@ impl View {
 
 /// Name prefix of the view directories (`<prefix><worker pid>-<uuid>` in the temp dir).
 const VIEW_PREFIX: &str = "envrt-sandbox-view-";
-
-/// Removes the view directories of workers that are gone (a killed worker cannot remove
-/// its own; its mounts died with its namespace, so what is left is an empty directory
-/// and an empty file).
-fn remove_stale_views() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(VIEW_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            // best effort: another worker may be removing it at the same time
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
 
 /// Whether `uid`/`gid` can search every directory above `path`.
 fn reachable(path: &Path, uid: u32, gid: u32) -> bool {

@@ -54,29 +54,6 @@ const OLD_DIR_PREFIX: &str = "envrt-sbx-agents-";
 /// (`{prefix}{euid}`).
 const DIR_PREFIX: &str = "envrt-sbx-supervisors-";
 
-/// Removes the directories of hosts of earlier versions that are gone (a killed host could
-/// not remove its own).
-fn remove_stale_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(OLD_DIR_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            // best effort: another host may be removing it at the same time
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
 /// How long a lease's socket directory with no supervisor answering in it is kept: one
 /// whose lease ended without its host (an expiry a later worker fired, a host killed
 /// before a release) is removed by the next host after that. A live lease whose
@@ -158,7 +135,9 @@ impl SocketDirs {
         }
         let dir = self.base.clone();
         if create {
-            remove_stale_dirs();
+            // the directories of hosts of earlier versions that are gone (a killed host could
+            // not remove its own)
+            envrt_driver_files::stale::remove_dirs_of_dead_pids(&std::env::temp_dir(), OLD_DIR_PREFIX);
             match std::fs::DirBuilder::new().mode(0o711).create(&dir) {
                 Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))
                     .map_err(|e| DriverError::io(format!("cannot create {}", dir.display()), e))?,
