@@ -4,6 +4,5 @@
 //! (`supervisor`). Code outside this module reaches the supervisor through its methods.
 
 pub(crate) mod connection;
-pub(crate) mod fds;
 pub(crate) mod process;
 pub(crate) mod supervisor;

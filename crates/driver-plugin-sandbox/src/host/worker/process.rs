@@ -259,7 +259,9 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal, dat
     };
     // after the data plane's hook: its socket is the one descriptor passed on purpose
     let keep: Vec<i32> = plane.iter().map(|(_, number)| *number).collect();
-    crate::host::worker::fds::inherit_only(&mut command, &keep);
+    // the worker is inside the boundary, as untrusted as its commands: it gets its stdio
+    // and its data plane socket, nothing else the host holds
+    envrt_driver_files::fds::inherit_only(&mut command, &keep);
 
     let (reply_tx, reply_rx) = std_mpsc::channel();
     spawner()

@@ -1,8 +1,12 @@
-//! Descriptors a plugin worker inherits: its stdio and its data plane socket, nothing
-//! else. The worker is inside the boundary (as untrusted as the commands it runs): any
-//! descriptor the host program holds without close-on-exec would otherwise reach it, and
-//! through it every sandboxed command: a directory descriptor lists the host's root past
-//! the mount namespace, a file descriptor reads a root-only file.
+//! The descriptors a child inherits: its stdio and the ones deliberately passed, nothing
+//! else. Any descriptor a host program or worker holds without close-on-exec (one
+//! inherited from whoever started it, or a library's) would otherwise reach the child, and
+//! with it whatever was opened as root: a command dropped to another user reads a
+//! root-only file through it, a directory descriptor lists the host's root past a mount
+//! namespace. The local driver, the sandbox host (starting its worker) and the reference
+//! worker (starting `bwrap`) all start children this way.
+//!
+//! The one module of the crate with `unsafe`: a `pre_exec` hook.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -15,7 +19,7 @@ use std::process::Command;
 /// library's own exec-error pipe still works. Register it after any hook that opens a
 /// descriptor meant to reach the program.
 #[allow(unsafe_code)]
-pub(crate) fn inherit_only(command: &mut Command, keep: &[RawFd]) {
+pub fn inherit_only(command: &mut Command, keep: &[RawFd]) {
     use std::os::unix::process::CommandExt;
     let keep = keep.to_vec();
     // SAFETY: the closure runs in the forked child before exec. It makes only
