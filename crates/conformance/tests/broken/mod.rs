@@ -4,7 +4,6 @@
 //! the honest local driver passes that check.
 
 mod duplex;
-mod group_kill;
 pub(crate) mod processes;
 mod sink;
 mod tree_kill;
@@ -362,12 +361,16 @@ impl Execute for Faulty {
                 }
                 return Ok(result);
             }
-            Fault::KillsOnlyTheCommand | Fault::KillsOnlyDescendants | Fault::TermsWithoutKill
+            Fault::KillsOnlyTheCommand
+            | Fault::KillsOnlyDescendants
+            | Fault::TermsWithoutKill
+            | Fault::KillsOnlyTheProcessGroup
                 if request.timeout.is_some() =>
             {
                 let reach = match self.fault {
                     Fault::KillsOnlyTheCommand => tree_kill::Reach::Command,
                     Fault::KillsOnlyDescendants => tree_kill::Reach::Descendants,
+                    Fault::KillsOnlyTheProcessGroup => tree_kill::Reach::Group,
                     _ => tree_kill::Reach::TermOnly,
                 };
                 return tree_kill::reaching_execute(&workspace_of(context), &request, reach).await;
@@ -421,9 +424,6 @@ impl Execute for Faulty {
                 return inner.execute(&shared, request).await;
             }
             Fault::LeaksHostDescriptors => return leaky_execute(context, &request),
-            Fault::KillsOnlyTheProcessGroup if request.timeout.is_some() => {
-                return group_kill::group_only_execute(&workspace_of(context), &request).await;
-            }
             Fault::OwnNotFoundText => {
                 let command = request.command.clone();
                 let mut result = inner.execute(context, request).await?;

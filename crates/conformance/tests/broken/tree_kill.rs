@@ -3,7 +3,9 @@
 //! checks: one signals the command and every descendant it can find through parent links
 //! in `/proc` at the moment of the timeout (a daemon that double-forked away is nobody's
 //! descendant any more), the other sends only a polite SIGTERM to the command's group
-//! and descendants and never follows it with a kill. Output so far is kept.
+//! and descendants and never follows it with a kill. The last is a naive timeout: a SIGKILL
+//! to the command's process group only, so whatever moved itself out of it (a new session,
+//! a job-control shell's own group) keeps running. Output so far is kept.
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -23,6 +25,8 @@ pub(crate) enum Reach {
     Descendants,
     /// SIGTERM to the command's group and each descendant, and nothing after it.
     TermOnly,
+    /// SIGKILL to the command's process group alone.
+    Group,
 }
 
 /// The pids whose parent chain leads to `root` (not `root` itself).
@@ -100,6 +104,7 @@ pub(crate) async fn reaching_execute(
                         signal(&pid.to_string(), "KILL");
                     }
                 }
+                Reach::Group => signal(&format!("-{}", child.id()), "KILL"),
                 Reach::TermOnly => {
                     signal(&format!("-{}", child.id()), "TERM");
                     for pid in below {
