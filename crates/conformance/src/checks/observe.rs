@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use envrt_runtime_core::{ExecuteRequest, LeasePolicy, Secret, SyncFile, SyncOperation};
+use envrt_runtime_core::{EnvValue, ExecuteRequest, Lease, LeasePolicy, Secret, SyncFile, SyncOperation};
 
 use super::{Check, Checked, has_execute, has_sync_and_execute};
 use crate::capture::Watch;
@@ -34,31 +34,7 @@ fn secrets_not_logged(ctx: &Ctx) -> Result<Checked, String> {
                 )));
             }
         };
-        let request = |command: &str, args: &[&str]| {
-            let mut request = ExecuteRequest::new(command, args.iter().copied());
-            request.env.insert("TOKEN".into(), Secret::new(secret.clone()).into());
-            request.env.insert("OTHER".into(), "plain".into());
-            request
-        };
-        let result = ctx
-            .exec(&lease, request("sh", &["-c", "printf %s \"$TOKEN\" | wc -c"]))
-            .await?;
-        ensure_eq(
-            String::from_utf8_lossy(&result.stdout).trim(),
-            secret.len().to_string().as_str(),
-            "length of the secret seen by the command",
-        )?;
-        // Error and odd paths log the most: a refused cwd, a missing program, a timeout.
-        let mut refused = request("true", &[]);
-        refused.cwd = Some("../outside".into());
-        let _ = ctx.runtime.execute(&lease.id, refused).await;
-        let _ = ctx
-            .runtime
-            .execute(&lease.id, request(&ctx.marker("no-such-program"), &[]))
-            .await;
-        let mut slow = request("sleep", &["30"]);
-        slow.timeout = Some(Duration::from_millis(300));
-        let _ = ctx.runtime.execute(&lease.id, slow).await;
+        exercise_secret(ctx, &lease, &secret).await?;
         let seen_secret = watch.seen(0);
         let seen_lease = watch.seen(1);
         drop(watch);
@@ -76,6 +52,42 @@ fn secrets_not_logged(ctx: &Ctx) -> Result<Checked, String> {
         }
         Ok(Checked::Yes)
     })
+}
+
+/// An execute environment carrying `secret` as `TOKEN` beside a plain `OTHER`.
+pub(super) fn secret_env(secret: &str) -> [(String, EnvValue); 2] {
+    [
+        ("TOKEN".to_owned(), Secret::new(secret.to_owned()).into()),
+        ("OTHER".to_owned(), "plain".into()),
+    ]
+}
+
+/// Runs executes carrying `secret` down the paths that say the most: one that checks the
+/// command sees it (its length), then a refused cwd, a missing program and a timeout. The
+/// checks that watch an output channel for the secret run this while they watch.
+pub(super) async fn exercise_secret(ctx: &Ctx, lease: &Lease, secret: &str) -> Result<(), String> {
+    let request = |command: &str, args: &[&str]| {
+        let mut request = ExecuteRequest::new(command, args.iter().copied());
+        request.env.extend(secret_env(secret));
+        request
+    };
+    let result = ctx
+        .exec(lease, request("sh", &["-c", "printf %s \"$TOKEN\" | wc -c"]))
+        .await?;
+    ensure_eq(
+        String::from_utf8_lossy(&result.stdout).trim(),
+        secret.len().to_string().as_str(),
+        "length of the secret seen by the command",
+    )?;
+    let mut refused = request("true", &[]);
+    refused.cwd = Some("../outside".into());
+    let _ = ctx.runtime.execute(&lease.id, refused).await;
+    let missing = ctx.marker("no-such-program");
+    let _ = ctx.runtime.execute(&lease.id, request(&missing, &[])).await;
+    let mut slow = request("sleep", &["30"]);
+    slow.timeout = Some(Duration::from_millis(300));
+    let _ = ctx.runtime.execute(&lease.id, slow).await;
+    Ok(())
 }
 
 const SIZE: usize = 8 * 1024 * 1024;

@@ -5,11 +5,12 @@
 
 use std::time::Duration;
 
-use envrt_runtime_core::{ExecuteRequest, LeasePolicy, Secret, SpawnRequest};
+use envrt_runtime_core::{LeasePolicy, SpawnRequest};
 
+use super::observe::{exercise_secret, secret_env};
 use super::processes::granted;
 use super::{Check, Checked, has_execute};
-use crate::context::{Ctx, ensure, ensure_eq};
+use crate::context::{Ctx, ensure};
 use crate::host_output::Tee;
 
 pub(super) const CHECKS: &[Check] = &[Check::maybe(
@@ -38,38 +39,11 @@ fn secrets_not_printed(ctx: &Ctx) -> Result<Checked, String> {
             eprintln!("envrt-conformance: looking at this process's standard error ({probe_err})");
         })
         .await;
-        let env = |secret: &str| {
-            [
-                ("TOKEN".to_owned(), Secret::new(secret.to_owned()).into()),
-                ("OTHER".to_owned(), "plain".into()),
-            ]
-        };
-        let request = |command: &str, args: &[&str]| {
-            let mut request = ExecuteRequest::new(command, args.iter().copied());
-            request.env.extend(env(&secret));
-            request
-        };
         let ran = async {
-            let result = ctx
-                .exec(&lease, request("sh", &["-c", "printf %s \"$TOKEN\" | wc -c"]))
-                .await?;
-            ensure_eq(
-                String::from_utf8_lossy(&result.stdout).trim(),
-                secret.len().to_string().as_str(),
-                "length of the secret seen by the command",
-            )?;
-            // The odd paths print the most: a refused cwd, a missing program, a timeout.
-            let mut refused = request("true", &[]);
-            refused.cwd = Some("../outside".into());
-            let _ = ctx.runtime.execute(&lease.id, refused).await;
-            let missing = ctx.marker("no-such-program");
-            let _ = ctx.runtime.execute(&lease.id, request(&missing, &[])).await;
-            let mut slow = request("sleep", &["30"]);
-            slow.timeout = Some(Duration::from_millis(300));
-            let _ = ctx.runtime.execute(&lease.id, slow).await;
+            exercise_secret(ctx, &lease, &secret).await?;
             if granted(&ctx.profile) {
                 let mut spawn = SpawnRequest::new(["sh", "-c", "printf %s \"$TOKEN\" | wc -c"]);
-                spawn.env.extend(env(&secret));
+                spawn.env.extend(secret_env(&secret));
                 let info = ctx
                     .runtime
                     .spawn(&lease.id, spawn)
