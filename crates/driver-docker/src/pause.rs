@@ -42,8 +42,21 @@ impl PauseLease for DockerDriver {
 }
 
 impl DockerDriver {
-    /// Unpauses the container; one that is not paused (409) is left as it is.
+    /// Unpauses the container; one that is not paused (the engine answers 500 for it,
+    /// not 409, on the engines we run) is left as it is, so this asks first.
     pub(crate) async fn unpause(&self, id: &str) -> Result<(), DriverError> {
+        let paused = match self
+            .engine
+            .retry(|| self.engine.docker.inspect_container(id, None))
+            .await
+        {
+            Ok(inspected) => inspected.state.and_then(|s| s.paused).unwrap_or(false),
+            Err(e) if is_not_found(&e) => return Err(DriverError::ResourceGone { id: id.to_owned() }),
+            Err(e) => return Err(self.engine.error("inspecting a container", e)),
+        };
+        if !paused {
+            return Ok(());
+        }
         match self.engine.retry(|| self.engine.docker.unpause_container(id)).await {
             Ok(()) => Ok(()),
             Err(e) if has_status(&e, 409) => Ok(()),
