@@ -100,6 +100,9 @@ impl EnvironmentDriver for Recorder {
     fn as_processes(&self) -> Option<&dyn envrt_runtime_core::ProcessSessions> {
         self.inner.as_processes()
     }
+    fn as_pause(&self) -> Option<&dyn envrt_runtime_core::PauseLease> {
+        self.inner.as_pause()
+    }
     fn verified_verbs(&self) -> VerbSet {
         self.inner.verified_verbs()
     }

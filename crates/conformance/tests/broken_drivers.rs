@@ -21,7 +21,10 @@ fn failure_of(fault: Fault, check: &str) -> String {
             assert_eq!(outcome.name, format!("driver_{}::{check}", suite.key()));
             message
         }
-        Some(outcome) => panic!("{fault:?}: {check} ended {:?} against a broken driver", outcome.status),
+        Some(outcome) => panic!(
+            "{fault:?}: {check} ended {:?} against a broken driver: {:?}",
+            outcome.status, outcome.message
+        ),
         None => panic!("{fault:?}: {check} is not registered"),
     }
 }
@@ -633,4 +636,28 @@ fn host_output_under_a_capturing_harness_is_not_checked() {
              run under harness = false or with --nocapture)"
         )
     );
+}
+
+// Pause and unpause (contract section 8).
+
+#[test]
+fn a_pause_that_stops_nothing() {
+    let message = failure_of(
+        Fault::PauseStopsNothing,
+        "pause_stops_progress_refuses_and_unpause_continues",
+    );
+    assert!(
+        message.starts_with("a paused lease's process made progress: its CPU time went from "),
+        "{message}"
+    );
+    honest_passes(&["pause_stops_progress_refuses_and_unpause_continues"]);
+}
+
+#[test]
+fn an_unpause_that_continues_nothing() {
+    let message = failure_of(
+        Fault::UnpauseContinuesNothing,
+        "pause_stops_progress_refuses_and_unpause_continues",
+    );
+    assert_eq!(message, "the paused lease's process did not go on after unpause");
 }

@@ -14,9 +14,11 @@ use crate::template::{TemplateRef, Templates};
 
 mod duplex;
 mod path_scope;
+mod pause;
 mod processes;
 pub use duplex::{DuplexChannel, DuplexChannels, DuplexExit};
 pub use path_scope::PathScope;
+pub use pause::PauseLease;
 pub use processes::{ProcessOutput, ProcessSessions};
 
 /// Everything a driver needs to acquire a lease.
@@ -306,6 +308,11 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     /// templates.` (listing, and an acquire from a template), `... does not support
     /// template deletion.` (delete).
     fn as_templates(&self) -> Option<&dyn Templates> {
+        None
+    }
+    /// Pause and unpause (contract section 8). Without it: `Environment driver "{key}"
+    /// does not support pause.`
+    fn as_pause(&self) -> Option<&dyn PauseLease> {
         None
     }
     /// Persistent process sessions, if the driver has them. Without them, or on a lease

@@ -81,6 +81,13 @@ pub enum RuntimeError {
         /// The lease id.
         id: String,
     },
+    /// The lease is paused (contract section 8): execute, spawn and the other process
+    /// verbs, sync, duplex, realize and capture wait for `unpause_lease`.
+    #[error("Lease \"{id}\" is paused.")]
+    LeasePaused {
+        /// The lease id.
+        id: String,
+    },
     /// The lease is past its expiry; no operation but release and destroy is taken.
     #[error("Lease \"{id}\" expired at {expires_at}.")]
     LeaseExpired {

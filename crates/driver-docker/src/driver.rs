@@ -276,8 +276,10 @@ impl EnvironmentDriver for DockerDriver {
         match keep {
             // Kept running for inspection.
             Some(true) => Ok(()),
-            // Kept, stopped; resume starts it again.
+            // Kept, stopped; resume starts it again. A paused container is unpaused first,
+            // so that the stop's signal reaches it.
             Some(false) if running => {
+                self.unpause(&id).await?;
                 let options = StopContainerOptionsBuilder::default().t(1).build();
                 match self
                     .engine
@@ -348,6 +350,9 @@ impl EnvironmentDriver for DockerDriver {
         Some(self)
     }
     fn as_templates(&self) -> Option<&dyn envrt_driver_api::Templates> {
+        Some(self)
+    }
+    fn as_pause(&self) -> Option<&dyn envrt_driver_api::PauseLease> {
         Some(self)
     }
     fn as_processes(&self) -> Option<&dyn envrt_driver_api::ProcessSessions> {

@@ -19,9 +19,22 @@ use envrt_driver_api::Timestamp;
 use crate::engine::Engine;
 
 /// `$1` the container's full id, `$2` its init's host pid, `$3` the expiry (epoch second).
+/// A paused container's init is frozen and a `SIGKILL` lands only once it thaws (always
+/// so under a cgroup v1 freezer), so after the kill the watchdog thaws the init's freezer
+/// cgroup (v1 `freezer.state`) and its cgroup v2 (`cgroup.freeze`), found through
+/// `/proc/$2/cgroup` and the mounts in `/proc/self/mountinfo`.
 const SCRIPT: &str = r#"mine() { grep -q "$1" "/proc/$2/cgroup" 2>/dev/null; }
 while [ "$(date +%s)" -lt "$3" ]; do mine "$1" "$2" || exit 0; sleep 1; done
-mine "$1" "$2" && kill -KILL "$2"
+mine "$1" "$2" || exit 0
+m='s/^[^ ]* [^ ]* [^ ]* [^ ]* \([^ ]*\) .* - '
+fz=$(sed -n "${m}cgroup [^ ]* [^ ]*freezer.*/\1/p" /proc/self/mountinfo | head -n 1)
+u2=$(sed -n "${m}cgroup2 .*/\1/p" /proc/self/mountinfo | head -n 1)
+f=$(sed -n 's/^[0-9]*:freezer:\(.*\)/\1/p' "/proc/$2/cgroup")
+u=$(sed -n 's/^0::\(.*\)/\1/p' "/proc/$2/cgroup")
+kill -KILL "$2"
+[ -n "$fz" ] && [ -n "$f" ] && echo THAWED > "$fz$f/freezer.state" 2>/dev/null
+[ -n "$u2" ] && [ -n "$u" ] && echo 0 > "$u2$u/cgroup.freeze" 2>/dev/null
+exit 0
 "#;
 
 /// The `$0` of every watchdog (visible in `ps`, followed by the container id).
@@ -83,5 +96,20 @@ pub(crate) async fn watch(engine: &Engine, container: &str, at: Timestamp) {
         && let Err(error) = start(container, pid, at.0 / 1000)
     {
         tracing::warn!(container, %error, "cannot start the container's expiry watchdog");
+    }
+}
+
+/// Whether a host watchdog watches `container`'s current init (starting one first where
+/// [`watch`] would): what lets a paused container, whose in-container `sleep` is frozen
+/// with it, still end at its expiry.
+pub(crate) async fn guarded(engine: &Engine, container: &str, at: Timestamp) -> bool {
+    watch(engine, container, at).await;
+    match engine.retry(|| engine.docker.inspect_container(container, None)).await {
+        Ok(inspected) => inspected
+            .state
+            .and_then(|s| s.pid)
+            .filter(|pid| *pid > 0)
+            .is_some_and(|pid| watched(container, pid)),
+        Err(_) => false,
     }
 }

@@ -95,6 +95,7 @@ mod execute;
 mod expiry;
 mod network;
 mod owner;
+mod pause;
 mod process;
 mod processes;
 mod realize;

@@ -300,6 +300,10 @@ impl EnvironmentDriver for LocalDriver {
         Some(self)
     }
 
+    fn as_pause(&self) -> Option<&dyn envrt_driver_api::PauseLease> {
+        Some(self)
+    }
+
     fn path_scope(&self) -> PathScope {
         self.config.path_scope
     }

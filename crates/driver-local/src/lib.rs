@@ -170,6 +170,7 @@ mod descriptor;
 mod driver;
 mod execute;
 mod expiry;
+mod pause;
 mod process;
 mod processes;
 mod realize;

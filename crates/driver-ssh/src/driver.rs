@@ -356,6 +356,10 @@ impl EnvironmentDriver for SshDriver {
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         Some(self)
     }
+    /// `SIGSTOP` / `SIGCONT` to everything the lease runs on the remote host (`pause`).
+    fn as_pause(&self) -> Option<&dyn envrt_driver_api::PauseLease> {
+        Some(self)
+    }
     /// Served by one supervisor per lease on the remote host (`processes`); granted only
     /// where it can run there.
     fn as_processes(&self) -> Option<&dyn ProcessSessions> {

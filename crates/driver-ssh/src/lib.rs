@@ -120,6 +120,7 @@ mod descriptor;
 mod driver;
 mod duplex;
 mod execute;
+mod pause;
 mod processes;
 mod realize;
 mod recovery;

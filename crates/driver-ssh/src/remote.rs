@@ -52,7 +52,7 @@ pub(crate) fn env_block(env: &BTreeMap<String, EnvValue>) -> Vec<u8> {
 /// open). The descriptors are recorded by the prologue in `RUN.fds`: its first line is the
 /// pid of `sshd`'s session process, which holds the other end of those pipes and is never
 /// signalled.
-const KILL_FN: &str = r#"envrt_kill() {
+pub(crate) const KILL_FN: &str = r#"envrt_kill() {
   kill -"$1" "-$2" 2>/dev/null
   [ -d /proc/self ] || return 0
   for q in $(cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$2" '{ x = $0; sub(/.*\) /, "", x); split(x, a, " "); if (a[3] == p || a[4] == p) print $1 }'

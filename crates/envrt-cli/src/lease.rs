@@ -1,4 +1,4 @@
-//! `envrt lease acquire | list | release | destroy` and `envrt gc`.
+//! `envrt lease acquire | list | release | destroy | pause | unpause` and `envrt gc`.
 //!
 //! A lease records its holder process (`holderPid` + `holderStartTime`). `exec` and
 //! `shell` hold their ephemeral leases themselves; `lease acquire` names the process that
@@ -35,6 +35,16 @@ pub(crate) enum LeaseCommand {
     Release(ReleaseArgs),
     /// Destroy a lease's resource whatever its policy.
     Destroy {
+        /// The lease id.
+        id: String,
+    },
+    /// Stop every process of a lease without ending it (`lease unpause` continues them).
+    Pause {
+        /// The lease id.
+        id: String,
+    },
+    /// Continue the processes of a paused lease.
+    Unpause {
         /// The lease id.
         id: String,
     },
@@ -204,6 +214,8 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
             Ok(0)
         }
         LeaseCommand::Network { id, network } => crate::network::update(&app, &id, &network).await,
+        LeaseCommand::Pause { id } => crate::lease_pause::run(&app, &id, true).await,
+        LeaseCommand::Unpause { id } => crate::lease_pause::run(&app, &id, false).await,
     }
 }
 
@@ -226,7 +238,7 @@ fn print_table(leases: &[Lease]) {
                 l.id.clone(),
                 l.environment_id.clone().unwrap_or_else(|| "-".into()),
                 l.metadata_driver().unwrap_or("-").to_owned(),
-                l.status.to_string(),
+                crate::lease_pause::status_text(l),
                 l.lease_policy.as_str().to_owned(),
                 holder_text(l),
                 l.expires_at.map_or_else(|| "-".to_owned(), |t| t.to_rfc3339()),

@@ -17,6 +17,7 @@ mod lifecycle;
 mod lifecycle_driver;
 mod network;
 mod observe;
+mod pause;
 mod pool;
 mod printed;
 mod processes;
@@ -128,6 +129,7 @@ pub(crate) fn all() -> Vec<Check> {
         duplex::CHECKS,
         observe::CHECKS,
         expiry::CHECKS,
+        pause::CHECKS,
         templates::CHECKS,
         pool::CHECKS,
         processes::CHECKS,

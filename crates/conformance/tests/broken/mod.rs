@@ -4,6 +4,7 @@
 //! the honest local driver passes that check.
 
 mod duplex;
+mod pause;
 pub(crate) mod processes;
 mod sink;
 mod tree_kill;
@@ -124,6 +125,10 @@ pub(crate) enum Fault {
     /// At a timeout, sends SIGTERM to the command's group and descendants and never a
     /// SIGKILL: a child that ignores SIGTERM survives.
     TermsWithoutKill,
+    /// Pause answers success and stops nothing.
+    PauseStopsNothing,
+    /// Unpause answers success and leaves the lease frozen.
+    UnpauseContinuesNothing,
 }
 
 /// The local driver with one fault.
@@ -235,6 +240,9 @@ impl EnvironmentDriver for Faulty {
         self.inner.as_processes().map(|_| self as _)
     }
     fn as_templates(&self) -> Option<&dyn Templates> {
+        Some(self)
+    }
+    fn as_pause(&self) -> Option<&dyn PauseLease> {
         Some(self)
     }
     fn verified_verbs(&self) -> VerbSet {

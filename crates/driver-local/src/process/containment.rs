@@ -202,7 +202,7 @@ fn remove_cgroup_tree(dir: &Path) -> bool {
 
 /// Whether process `pid` was started for `workspace`: its initial `HOME` is the
 /// workspace (every command starts so) or its working directory lies in it.
-fn tied_to(pid: u32, workspace: &Path) -> bool {
+pub(crate) fn tied_to(pid: u32, workspace: &Path) -> bool {
     let mut home = b"HOME=".to_vec();
     home.extend_from_slice(workspace.as_os_str().as_encoded_bytes());
     let by_home = fs::read(format!("/proc/{pid}/environ"))

@@ -47,6 +47,8 @@ pub(super) enum Operation {
     DeleteTemplate,
     /// `acquire_lease` with a template (environment level).
     AcquireFromTemplate,
+    /// `pause_lease` and `unpause_lease`.
+    Pause,
     /// Every process verb: `spawn`, `processes`, `process`, `output`, `write_stdin`,
     /// `close_stdin`, `signal`, `resize`, `wait`.
     Processes,
@@ -123,6 +125,7 @@ fn rule(operation: Operation) -> Rule {
         Operation::ListTemplates | Operation::AcquireFromTemplate => row(U::Templates, None, false),
         Operation::DeleteTemplate => row(U::TemplateDelete, None, false),
         Operation::Processes => row(U::ProcessSessions, Some(CapabilityKey::PersistentProcessSessions), true),
+        Operation::Pause => row(U::Pause, None, true),
     }
 }
 
@@ -170,6 +173,9 @@ pub(super) async fn gate<'a, G: ?Sized + 'a>(
     }
     if rule.needs_active {
         require_active(lease)?;
+        if operation != Operation::Pause && super::pause::is_paused(lease) {
+            return Err(RuntimeError::LeasePaused { id: lease.id.clone() });
+        }
     }
     Ok(found)
 }
@@ -198,7 +204,7 @@ fn require_active(lease: &Lease) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
-    const ALL: [Operation; 12] = [
+    const ALL: [Operation; 13] = [
         Operation::Resume,
         Operation::Destroy,
         Operation::Realize,
@@ -211,6 +217,7 @@ mod tests {
         Operation::DeleteTemplate,
         Operation::AcquireFromTemplate,
         Operation::Processes,
+        Operation::Pause,
     ];
 
     #[test]
@@ -231,6 +238,7 @@ mod tests {
                 "Environment driver \"k\" does not support template deletion.",
                 "Environment driver \"k\" does not support templates.",
                 "Environment driver \"k\" does not support persistent process sessions.",
+                "Environment driver \"k\" does not support pause.",
             ]
         );
     }
@@ -270,13 +278,14 @@ mod tests {
                 None,
                 None,
                 Some(CapabilityKey::PersistentProcessSessions),
+                None,
             ]
         );
         let active: Vec<bool> = ALL.iter().map(|op| rule(*op).needs_active).collect();
         assert_eq!(
             active,
             [
-                false, false, true, true, true, true, true, true, false, false, false, true
+                false, false, true, true, true, true, true, true, false, false, false, true, true
             ]
         );
     }

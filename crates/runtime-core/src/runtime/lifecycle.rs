@@ -360,6 +360,7 @@ impl EnvironmentRuntime {
                     lease.status = final_status;
                     lease.released_at = Some(now);
                     lease.cleanup_status = Some(CleanupStatus::Success);
+                    lease.metadata.remove(super::PAUSED_KEY);
                     if final_status == LeaseStatus::Expired {
                         lease.failure_reason = Some("lease_expired".into());
                     }
@@ -406,6 +407,7 @@ impl EnvironmentRuntime {
                     lease.released_at.get_or_insert(now);
                     lease.cleanup_status = Some(CleanupStatus::Success);
                     lease.metadata.insert("destroyed".into(), true.into());
+                    lease.metadata.remove(super::PAUSED_KEY);
                     self.store.put_lease(&lease).await?;
                     Ok(lease)
                 }

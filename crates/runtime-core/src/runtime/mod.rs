@@ -9,6 +9,7 @@ mod gate;
 mod lifecycle;
 mod network;
 mod operations;
+mod pause;
 mod pool;
 mod pool_drop;
 mod processes;
@@ -29,6 +30,7 @@ use crate::model::{Environment, Lease, resolve_driver_key};
 use crate::store::{LeaseFilter, LeaseStore, MemoryStore};
 
 pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE_KEY};
+pub use pause::{PAUSED_KEY, is_paused, paused_at};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
 pub use processes::ProcessOutputStream;
 pub use recovery::{DriverItem, RECONCILE_SETTLE, ReconcileReport};
