@@ -71,6 +71,7 @@ mod run;
 pub mod server;
 mod spawn;
 mod table;
+pub mod tunnel;
 
 pub use run::{Options, run};
 pub use spawn::{TTY_EXEC, tty_exec};

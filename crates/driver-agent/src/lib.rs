@@ -22,6 +22,7 @@
 //! [`id_args`] keep a lease's process ids from repeating across its supervisors.
 
 pub mod egress;
+pub mod expose;
 mod ids;
 mod locate;
 mod lock;

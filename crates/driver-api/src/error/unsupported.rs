@@ -36,13 +36,15 @@ pub enum UnsupportedOperation {
     /// The process verbs (`spawn`, `processes`, `output`, ...): no process group, or the
     /// snapshot denies `persistentProcessSessions`.
     ProcessSessions,
+    /// `expose` (no exposed-ports group).
+    ExposePorts,
 }
 
 /// One row: the operation, its stable error kind, the words its refusal ends with.
 type Row = (UnsupportedOperation, &'static str, &'static str);
 
 /// The table, in the enum's order (a test keeps it so).
-const ROWS: [Row; 11] = [
+const ROWS: [Row; 12] = [
     (UnsupportedOperation::Resume, "resume_unsupported", "lease resume"),
     (UnsupportedOperation::Destroy, "destroy_unsupported", "lease destroy"),
     (
@@ -74,11 +76,16 @@ const ROWS: [Row; 11] = [
         "process_sessions_unsupported",
         "persistent process sessions",
     ),
+    (
+        UnsupportedOperation::ExposePorts,
+        "expose_unsupported",
+        "exposed lease ports",
+    ),
 ];
 
 impl UnsupportedOperation {
     /// Every operation, in table order.
-    pub const ALL: [UnsupportedOperation; 11] = [
+    pub const ALL: [UnsupportedOperation; 12] = [
         UnsupportedOperation::Resume,
         UnsupportedOperation::Destroy,
         UnsupportedOperation::Realize,
@@ -90,6 +97,7 @@ impl UnsupportedOperation {
         UnsupportedOperation::TemplateDelete,
         UnsupportedOperation::Templates,
         UnsupportedOperation::ProcessSessions,
+        UnsupportedOperation::ExposePorts,
     ];
 
     fn row(self) -> &'static Row {

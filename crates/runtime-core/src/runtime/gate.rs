@@ -50,6 +50,8 @@ pub(super) enum Operation {
     /// Every process verb: `spawn`, `processes`, `process`, `output`, `write_stdin`,
     /// `close_stdin`, `signal`, `resize`, `wait`.
     Processes,
+    /// `expose`.
+    Expose,
 }
 
 /// How a row refuses a denied capability (or a failed snapshot).
@@ -123,6 +125,7 @@ fn rule(operation: Operation) -> Rule {
         Operation::ListTemplates | Operation::AcquireFromTemplate => row(U::Templates, None, false),
         Operation::DeleteTemplate => row(U::TemplateDelete, None, false),
         Operation::Processes => row(U::ProcessSessions, Some(CapabilityKey::PersistentProcessSessions), true),
+        Operation::Expose => row(U::ExposePorts, None, true),
     }
 }
 

@@ -472,6 +472,11 @@ impl EnvironmentDriver for SandboxDriver {
             .then_some(self as &dyn envrt_driver_api::ProcessSessions)
     }
 
+    fn as_expose(&self) -> Option<&dyn envrt_driver_api::ExposePorts> {
+        self.advertises(methods::START_PROCESS_SUPERVISOR)
+            .then_some(self as &dyn envrt_driver_api::ExposePorts)
+    }
+
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         self.advertises(methods::DUPLEX_OPEN)
             .then_some(self as &dyn DuplexChannels)
