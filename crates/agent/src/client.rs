@@ -304,3 +304,30 @@ impl Client {
         Ok(Output { rx })
     }
 }
+
+/// Opens a tunnel to `127.0.0.1:{port}` in the lease through the agent at `path` (the
+/// `connect` verb): a fresh connection, `hello`, `connect`, then the raw stream, which
+/// carries the lease port's bytes both ways.
+pub async fn tunnel(path: &Path, port: u16) -> Result<UnixStream, ClientError> {
+    let mut stream = UnixStream::connect(path)
+        .await
+        .map_err(|error| ClientError::Broken(format!("connecting to {}: {error}", path.display())))?;
+    for (id, op) in [(1, Op::Hello { version: VERSION }), (2, Op::Connect { port })] {
+        write_frame(&mut stream, &json_frame(&Request { id, op }))
+            .await
+            .map_err(|error| ClientError::Broken(format!("writing to the agent: {error}")))?;
+        let body = match read_frame(&mut stream).await {
+            Ok(Some(crate::proto::Frame::Json(body))) => body,
+            Ok(_) => return Err(ClientError::Broken("the agent closed the connection".to_owned())),
+            Err(why) => return Err(ClientError::Broken(why)),
+        };
+        let response: crate::proto::Response =
+            serde_json::from_slice(&body).map_err(|error| ClientError::Broken(format!("a bad answer: {error}")))?;
+        match response.result {
+            Err(refusal) => return Err(ClientError::Refused(refusal)),
+            Ok(Reply::Hello { .. } | Reply::Connected) if response.id == id => {}
+            Ok(other) => return Err(ClientError::Broken(format!("unexpected reply {other:?}"))),
+        }
+    }
+    Ok(stream)
+}

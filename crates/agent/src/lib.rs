@@ -25,7 +25,9 @@
 //! responses matched by a client-chosen id, output chunks as binary frames carrying the
 //! stream and absolute offset. [`client::Client`] is the async client the drivers use.
 //! Output ends with the process's final state once it has exited and every holder of its
-//! output has closed it.
+//! output has closed it. The `connect` verb ([`proto::Op::Connect`], [`client::tunnel`])
+//! turns a fresh connection into a raw stream to a port on the lease's loopback (exposed
+//! lease ports), at most [`proto::MAX_TUNNELS`] at once.
 //!
 //! # Bounds
 //! Per agent: at most `--max-processes` processes (default 4096) and `--max-buffer-bytes`
@@ -71,6 +73,7 @@ mod run;
 pub mod server;
 mod spawn;
 mod table;
+pub mod tunnel;
 
 pub use run::{Options, run};
 pub use spawn::{TTY_EXEC, tty_exec};

@@ -219,7 +219,18 @@ pub enum Op {
     },
     /// The agent's own state.
     Agent,
+    /// Connect to `127.0.0.1:{port}` in the lease; once answered
+    /// [`Connected`](Reply::Connected), the connection carries that TCP stream's bytes both
+    /// ways, unframed, until either side closes. Only as the first request after `hello`,
+    /// with nothing else in flight; at most [`MAX_TUNNELS`] at once per agent.
+    Connect {
+        /// The port on the lease's loopback.
+        port: u16,
+    },
 }
+
+/// The most `connect` tunnels one agent carries at once.
+pub const MAX_TUNNELS: usize = 256;
 
 /// A request frame.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -329,6 +340,8 @@ pub enum Reply {
     Exit(ProcessInfo),
     /// The agent's state.
     Agent(AgentInfo),
+    /// Answer to `connect`: the raw stream follows.
+    Connected,
 }
 
 /// A response frame.

@@ -1,6 +1,6 @@
 //! Every refusal text the agent sends, in one place so the tests can pin each exactly.
 
-use crate::proto::{MAX_ARGS, MAX_KEEP, MAX_KEY, Stream, VERSION};
+use crate::proto::{MAX_ARGS, MAX_KEEP, MAX_KEY, MAX_TUNNELS, Stream, VERSION};
 
 pub(crate) fn unknown(id: u64) -> String {
     format!("no process {id} in this agent")
@@ -133,4 +133,16 @@ pub(crate) fn malformed(error: &serde_json::Error) -> String {
 
 pub(crate) fn data_from_client() -> String {
     "a client sends no data frames".to_owned()
+}
+
+pub(crate) fn connect_not_alone() -> String {
+    "connect must be the only request on its connection, right after hello".to_owned()
+}
+
+pub(crate) fn too_many_tunnels() -> String {
+    format!("too many connect tunnels (the limit is {MAX_TUNNELS})")
+}
+
+pub(crate) fn cannot_connect(port: u16, error: &dyn std::fmt::Display) -> String {
+    format!("cannot connect to 127.0.0.1:{port} in the lease: {error}")
 }

@@ -44,10 +44,13 @@ async fn connection(agent: Arc<Agent>, stream: UnixStream) {
                 break;
             }
         }
+        writer
     });
     let in_flight: Arc<Mutex<HashSet<u64>>> = Arc::default();
     let mut tasks = JoinSet::new();
     let mut greeted = false;
+    // Whether a request other than hello came: `connect` only comes first.
+    let mut used = false;
     loop {
         while tasks.try_join_next().is_some() {}
         let body = match read_frame(&mut reader).await {
@@ -89,6 +92,27 @@ async fn connection(agent: Arc<Agent>, stream: UnixStream) {
             let _ = tx.send(respond(id, Err(refuse::hello_first()))).await;
             break;
         }
+        if let Op::Connect { port } = request.op {
+            if used {
+                let _ = tx.send(respond(id, Err(refuse::connect_not_alone()))).await;
+                continue;
+            }
+            match crate::tunnel::open(port).await {
+                Err(refusal) => {
+                    let _ = tx.send(respond(id, Err(refusal))).await;
+                    continue;
+                }
+                Ok((upstream, slot)) => {
+                    let _ = tx.send(respond(id, Ok(Reply::Connected))).await;
+                    drop(tx);
+                    let Ok(writer) = write_task.await else { return };
+                    let Ok(stream) = reader.reunite(writer) else { return };
+                    crate::tunnel::carry(stream, upstream, slot).await;
+                    return;
+                }
+            }
+        }
+        used = true;
         let refusal = {
             let mut flying = in_flight.lock().unwrap_or_else(|p| p.into_inner());
             if flying.contains(&id) {
@@ -120,6 +144,7 @@ async fn connection(agent: Arc<Agent>, stream: UnixStream) {
 async fn handle(agent: &Arc<Agent>, request: u64, op: Op, tx: &mpsc::Sender<Vec<u8>>) -> Result<Reply, String> {
     match op {
         Op::Hello { .. } => Err(refuse::hello_again()),
+        Op::Connect { .. } => Err(refuse::connect_not_alone()),
         Op::Spawn(spawn) => agent.spawn(spawn).map(Reply::Process),
         Op::List => Ok(Reply::Processes(agent.list())),
         Op::Info { process } => agent.info(process).map(Reply::Process),

@@ -288,7 +288,7 @@ async fn hostile_frames_are_refused_with_their_texts() {
         assert_eq!(reply["id"], 0);
         assert_eq!(
             err(&reply),
-            "malformed request: unknown variant `nope`, expected one of `hello`, `spawn`, `list`, `info`, `output`, `write_stdin`, `close_stdin`, `signal`, `resize`, `wait`, `agent` at line 1 column 19"
+            "malformed request: unknown variant `nope`, expected one of `hello`, `spawn`, `list`, `info`, `output`, `write_stdin`, `close_stdin`, `signal`, `resize`, `wait`, `agent`, `connect` at line 1 column 19"
         );
         send_json(&mut stream, r#"{"id":3,"op":{"hello":{"version":1}}}"#).await;
         assert_eq!(err(&recv_json(&mut stream).await.unwrap()), "hello was already sent on this connection");

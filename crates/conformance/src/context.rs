@@ -72,6 +72,7 @@ pub struct Ctx {
     pub deadline: std::time::Duration,
     pub(crate) only: Option<Vec<&'static str>>,
     pub(crate) deviations: Vec<(&'static str, String)>,
+    pub(crate) egress_host: Result<crate::EgressHost, String>,
     handle: tokio::runtime::Handle,
     counter: AtomicU64,
 }
@@ -116,6 +117,7 @@ impl Ctx {
             deadline: target.deadline.unwrap_or(crate::runner::DEFAULT_DEADLINE),
             only: target.only,
             deviations: target.deviations,
+            egress_host: target.egress_host,
             handle,
             counter: AtomicU64::new(0),
         };

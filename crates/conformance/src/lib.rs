@@ -99,6 +99,24 @@ pub struct Target {
     /// Documented deviations: checks that are registered but reported as ignored, each
     /// with the reason printed before the run and written to the report.
     pub deviations: Vec<(&'static str, String)>,
+    /// The test host the egress checks reach, or why the suite has none (then those checks
+    /// report "not checked").
+    pub egress_host: Result<EgressHost, String>,
+}
+
+/// A test host on this machine for the egress checks (see
+/// `envrt_test_support::network::TestHost`): its DNS server answers `web.test` and
+/// `other.test` with the host's own address and `rebind.test` with a private one, its HTTP
+/// server serves `body` at `/` on ports 80 and 8080, and the driver's egress proxy resolves
+/// names through that DNS server.
+#[derive(Clone)]
+pub struct EgressHost {
+    /// The host's address.
+    pub address: String,
+    /// What its HTTP server serves at `/`.
+    pub body: String,
+    /// Every name its DNS server was asked so far.
+    pub asked: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
 }
 
 impl Target {
@@ -117,7 +135,15 @@ impl Target {
             duplex_withheld: false,
             only: None,
             deviations: Vec::new(),
+            egress_host: Err("the suite was given no test host".into()),
         }
+    }
+
+    /// Gives the egress checks a test host (the driver's egress proxy must resolve names
+    /// through its DNS server), or says why there is none.
+    pub fn with_egress_host(mut self, host: Result<EgressHost, String>) -> Self {
+        self.egress_host = host;
+        self
     }
 
     /// Declares a known deviation: `check` is reported as ignored, with `reason`.

@@ -14,7 +14,12 @@ use envrt_test_support::Component;
 use envrt_test_support::docker::DEFAULT_IMAGE as IMAGE;
 use serde_json::json;
 
+mod egress_host;
+
 fn main() {
+    // Kept until the suite ends: the egress checks reach it through each lease's proxy.
+    let (test_host, egress) = egress_host::make();
+    let dns = test_host.as_ref().map(|host| host.dns());
     let required = Component::Docker.required();
     let run = format!("{}-{}", std::process::id(), uuid_like());
     let built = Suite::build(|| async move {
@@ -22,6 +27,8 @@ fn main() {
             extra_labels: BTreeMap::from([("envrt.conformance-run".to_string(), run)]),
             // The static supervisor, so that the processes checks run in the busybox image.
             agent: Some(envrt_test_support::docker::static_agent()),
+            egress: Some(envrt_test_support::network::egress_binary()),
+            egress_dns: dns,
             ..DockerConfig::default()
         };
         let driver = Arc::new(DockerDriver::connect(config).await.map_err(|e| e.to_string())?);
@@ -57,6 +64,7 @@ fn main() {
             .with_cases(8)
             .with_leftovers(leftovers)
             .with_resource_probe(resource)
+            .with_egress_host(egress)
             .with_deviation(
                 "execute_signal_reported",
                 "the Engine API reports a command killed by signal n as exit code 128+n, \
@@ -64,7 +72,12 @@ fn main() {
             ))
     });
     match built {
-        Ok(suite) => suite.run_and_exit(),
+        Ok(suite) => {
+            let passed = suite.run();
+            // The test host goes before the exit (which runs no destructor).
+            drop(test_host);
+            std::process::exit(if passed { 0 } else { 101 });
+        }
         Err(error) if !required => {
             eprintln!(
                 "\n*** SKIPPED: the Docker conformance suite: {error} (set ENVRT_REQUIRE_DOCKER=1 to fail instead) ***\n"
@@ -74,6 +87,7 @@ fn main() {
         Err(error) => {
             eprintln!("ENVRT_REQUIRE_DOCKER=1 but the Docker driver cannot run: {error}");
             report_not_started("driver_docker", &error, false);
+            drop(test_host);
             std::process::exit(101);
         }
     }

@@ -4,9 +4,10 @@
 //! driver is not looked at (its level is the host network, said so).
 
 mod broken;
+mod egress_host;
 
-use broken::{Fault, suite};
-use envrt_conformance::Status;
+use broken::{Fault, suite, target};
+use envrt_conformance::{Status, Suite};
 
 #[test]
 fn a_driver_claiming_no_network_that_reaches_the_host_is_failed() {
@@ -34,4 +35,83 @@ fn a_driver_claiming_no_network_that_reaches_the_host_is_failed() {
         .expect("registered");
     assert_eq!(outcome.status, Status::NotChecked, "{:?}", outcome.message);
     assert_eq!(outcome.message.as_deref(), Some("the driver's leases get host network"));
+}
+
+/// Each egress check, and the start of the failure it must report for a driver that claims
+/// an egress proxy while its commands share the host's network.
+const EGRESS_CHECKS: [(&str, &str); 5] = [
+    (
+        "egress_allowed_name_reachable",
+        "the allowed name web.test was not reached through the proxy",
+    ),
+    (
+        "egress_unlisted_destinations_refused",
+        "the policy allows only web.test:80 and rebind.test, yet the lease reached ",
+    ),
+    (
+        "egress_direct_traffic_has_no_route",
+        "a program that ignores the proxy reached the test host ",
+    ),
+    (
+        "egress_dns_never_forwards_unlisted_names",
+        "the allowed name web.test did not resolve to the test host ",
+    ),
+    (
+        "egress_metadata_refused_under_open",
+        "under egress = \"open\" the public name other.test was not reached",
+    ),
+];
+
+#[test]
+fn a_driver_claiming_an_egress_proxy_that_does_not_enforce_is_failed_by_every_egress_check() {
+    let (_host, egress) = egress_host::make();
+    if egress.is_err() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let faulty = Suite::build(|| async {
+        Ok(target(Fault::ClaimsEgressProxy, root.path())
+            .await?
+            .with_egress_host(egress.clone()))
+    })
+    .expect("suite");
+    for (check, failure) in EGRESS_CHECKS {
+        let outcome = faulty.run_check_outcome(check).expect("registered");
+        assert_eq!(outcome.status, Status::Failed, "{check}: {:?}", outcome.message);
+        let message = outcome.message.unwrap_or_default();
+        assert!(message.starts_with(failure), "{check}: {message}");
+    }
+    // The raw address, reached around the proxy, is named.
+    let outcome = faulty
+        .run_check_outcome("egress_unlisted_destinations_refused")
+        .expect("registered");
+    assert!(outcome.message.unwrap_or_default().contains("a raw address"));
+
+    // The honest local driver enforces no policy and says so: not looked at.
+    let root = tempfile::tempdir().unwrap();
+    let honest = Suite::build(|| async {
+        Ok(target(Fault::Honest, root.path())
+            .await?
+            .with_egress_host(egress.clone()))
+    })
+    .expect("suite");
+    for (check, _) in EGRESS_CHECKS {
+        let outcome = honest.run_check_outcome(check).expect("registered");
+        assert_eq!(outcome.status, Status::NotChecked, "{check}: {:?}", outcome.message);
+        assert_eq!(outcome.message.as_deref(), Some("the driver's leases get host network"));
+    }
+}
+
+#[test]
+fn without_a_test_host_the_egress_checks_say_not_checked() {
+    let root = tempfile::tempdir().unwrap();
+    let faulty = suite(Fault::ClaimsEgressProxy, root.path());
+    for (check, _) in EGRESS_CHECKS {
+        let outcome = faulty.run_check_outcome(check).expect("registered");
+        assert_eq!(outcome.status, Status::NotChecked, "{check}: {:?}", outcome.message);
+        assert_eq!(
+            outcome.message.as_deref(),
+            Some("no test host: the suite was given no test host")
+        );
+    }
 }

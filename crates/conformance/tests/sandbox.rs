@@ -15,6 +15,8 @@ use envrt_conformance::{
 use envrt_driver_plugin_sandbox::{PluginManifest, SandboxDriver, SandboxOptions};
 use envrt_test_support::Component;
 
+mod egress_host;
+
 const CRATE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../driver-plugin-sandbox");
 
 /// Lists what is left in a worker's lease root.
@@ -48,13 +50,21 @@ fn lease_dir_probe(root: PathBuf) -> ResourceProbe {
 }
 
 async fn target_for(manifest: PluginManifest, root: Option<PathBuf>) -> Result<Target, String> {
+    target_with(manifest, root, SandboxOptions::default()).await
+}
+
+async fn target_with(
+    manifest: PluginManifest,
+    root: Option<PathBuf>,
+    options: SandboxOptions,
+) -> Result<Target, String> {
     let withheld = manifest
         .environment_drivers
         .first()
         .and_then(|d| d.sandbox_capabilities)
         .and_then(|c| c.duplex_command_stream)
         != Some(true);
-    let driver = SandboxDriver::start(manifest, SandboxOptions::default())
+    let driver = SandboxDriver::start(manifest, options)
         .await
         .map_err(|e| e.to_string())?;
     let methods = driver.supported_methods();
@@ -83,10 +93,21 @@ fn reference_manifest(root: &Path, extra_args: &[&str]) -> Result<PluginManifest
     Ok(manifest)
 }
 
-fn reference_suite(root: &Path) -> Result<Suite, String> {
+/// The reference worker's suite; with a test host, its leases' egress proxy resolves
+/// names through the host's DNS server and the egress checks reach it.
+fn reference_suite(
+    root: &Path,
+    host: Result<envrt_conformance::EgressHost, String>,
+    dns: Option<std::net::SocketAddr>,
+) -> Result<Suite, String> {
     let manifest = reference_manifest(root, &[])?;
     let root = root.to_path_buf();
-    Suite::build(|| async { target_for(manifest, Some(root)).await })
+    let options = SandboxOptions {
+        egress: Some(envrt_test_support::network::egress_binary()),
+        egress_dns: dns,
+        ..SandboxOptions::default()
+    };
+    Suite::build(|| async { Ok(target_with(manifest, Some(root), options).await?.with_egress_host(host)) })
 }
 
 /// The capability refusals: the reference worker whose manifest does not declare
@@ -160,13 +181,23 @@ fn main() {
     // An external worker was asked for explicitly: never skip it.
     let required = external.is_some() || envrt_test_support::any_required(&[Component::Docker, Component::Sandbox]);
     let roots = [0; 3].map(|_| tempfile::tempdir().expect("root"));
+    // Kept until the suites end: the egress checks reach it.
+    let (test_host, egress) = if external.is_none() {
+        egress_host::make()
+    } else {
+        (None, Err("an external worker is checked".into()))
+    };
+    let dns = test_host.as_ref().map(|host| host.dns());
     let mut suites: Vec<(&str, Result<Suite, String>)> = match &external {
         Some(manifest) => {
             let command = std::env::var("ENVRT_WORKER_COMMAND").ok();
             vec![("external worker", external_suite(command.as_deref(), manifest))]
         }
         None => vec![
-            ("driver_sandbox (reference worker)", reference_suite(roots[0].path())),
+            (
+                "driver_sandbox (reference worker)",
+                reference_suite(roots[0].path(), egress, dns),
+            ),
             ("driver_fixture (SDK worker)", sdk_suite(roots[1].path())),
         ],
     };
@@ -194,6 +225,6 @@ fn main() {
         }
     }
     let passed = run_suites_with(ready, not_started);
-    drop(roots);
+    drop((roots, test_host));
     std::process::exit(if passed { 0 } else { 101 });
 }

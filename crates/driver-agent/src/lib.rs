@@ -17,9 +17,12 @@
 //!
 //! [`locate`] finds the supervisor's binary for every driver the same way, [`is_static`]
 //! says whether it can run in an image with no C library of its own, and [`start_lock`]
-//! keeps two programs from starting two supervisors for one lease; [`next_generation`] and
+//! keeps two programs from starting two supervisors for one lease; [`egress`] runs a
+//! lease's egress proxy on the host for every driver that has one; [`next_generation`] and
 //! [`id_args`] keep a lease's process ids from repeating across its supervisors.
 
+pub mod egress;
+pub mod expose;
 mod ids;
 mod locate;
 mod lock;

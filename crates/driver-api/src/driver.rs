@@ -321,6 +321,12 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     fn as_processes(&self) -> Option<&dyn ProcessSessions> {
         None
     }
+    /// Exposed lease ports, if the driver has them: a host stream to a port on the
+    /// lease's loopback. Without them: `Environment driver "{key}" does not support
+    /// exposed lease ports.` (section 10).
+    fn as_expose(&self) -> Option<&dyn ExposePorts> {
+        None
+    }
 
     /// Which environment-side paths (a command's `cwd`, sync sources and targets) the
     /// driver accepts (section 5, the path-scope table).
@@ -380,6 +386,21 @@ pub trait ResumeLease: Send + Sync {
     ///   that was released (`lifecycle_driver_resume_after_release`).
     /// - An error records `resume_failed` on the lease and reaches the caller.
     async fn resume_lease(&self, context: &LeaseContext) -> Result<Option<LeaseGrant>, DriverError>;
+}
+
+/// Exposed lease ports (contract section 10): the facade listens on the host and asks the
+/// driver for one stream per connection it accepts.
+#[async_trait]
+pub trait ExposePorts: Send + Sync {
+    /// A stream to `127.0.0.1:{port}` inside the lease, carrying bytes both ways until
+    /// either side closes (a unix stream, so the trait needs no async runtime). Refusals in
+    /// the driver's words (nothing listens there, the lease has no supervisor); the stream
+    /// ends when the lease ends.
+    async fn connect_port(
+        &self,
+        context: &LeaseContext,
+        port: u16,
+    ) -> Result<std::os::unix::net::UnixStream, DriverError>;
 }
 
 /// Destroying a lease's resource outright.

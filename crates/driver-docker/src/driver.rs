@@ -360,6 +360,10 @@ impl EnvironmentDriver for DockerDriver {
             .is_ok()
             .then_some(self as &dyn envrt_driver_api::ProcessSessions)
     }
+
+    fn as_expose(&self) -> Option<&dyn envrt_driver_api::ExposePorts> {
+        self.agent.is_ok().then_some(self as &dyn envrt_driver_api::ExposePorts)
+    }
 }
 
 #[async_trait]

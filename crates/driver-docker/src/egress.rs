@@ -37,56 +37,29 @@
 use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use bollard::models::{Mount, MountType};
+pub(crate) use envrt_driver_agent::egress::EgressSetup;
+use envrt_driver_agent::egress::{DNS_ADDRESS, PROXY_ADDRESS, reload_proxy, start_proxy, write_policy};
 #[cfg(doc)]
 use envrt_driver_api::AcquireInput;
 use envrt_driver_api::network::{NetworkBoundary, Policy};
 use envrt_driver_api::{DriverError, LeaseContext};
-use tokio::io::AsyncBufReadExt;
 
 #[cfg(doc)]
 use crate::config::DockerConfig;
 use crate::driver::{DockerDriver, container_name};
 use crate::processes::{AGENT_PATH, RUN_DIR};
 
-/// The egress binary's name.
-pub(crate) const EGRESS_BINARY: &str = "envrt-egress";
-/// The variable naming the egress binary.
-pub(crate) const EGRESS_VAR: &str = "ENVRT_EGRESS";
 /// Where the lease's egress sockets are mounted in its container (read-only).
 pub(crate) const EGRESS_DIR: &str = "/.envrt/egress";
-/// The proxy address the lease's programs are pointed at.
-pub(crate) const PROXY_ADDRESS: &str = "127.0.0.1:3128";
-/// The DNS address the lease's resolver names.
-pub(crate) const DNS_ADDRESS: &str = "127.0.0.1:53";
 /// Lease-metadata key: `true` when the lease's container was made with the egress plumbing.
 pub(crate) const META_EGRESS: &str = "egressProxy";
-/// How long a starting proxy or forwarder has to answer.
-const START_BOUND: Duration = Duration::from_secs(10);
-
-/// What the driver needs to run a lease's egress: the proxy binary and the upstream DNS.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct EgressSetup {
-    pub(crate) binary: PathBuf,
-    pub(crate) upstream: SocketAddr,
-}
-
-/// The first `nameserver` of a resolv.conf text, port 53.
-fn first_nameserver(text: &str) -> Option<SocketAddr> {
-    text.lines().find_map(|line| {
-        let mut words = line.split_whitespace();
-        (words.next()? == "nameserver")
-            .then(|| words.next()?.parse::<std::net::IpAddr>().ok())
-            .flatten()
-            .map(|ip| SocketAddr::new(ip, 53))
-    })
-}
 
 /// The driver's egress set-up, or why it has none: the binary (`configured`, else found as
 /// the supervisor is), the upstream (`upstream`, else the host's first nameserver), and a
-/// supervisor to run the forwarders (`agent`).
+/// supervisor to run the forwarders (`agent`). The shared part is
+/// [`envrt_driver_agent::egress::resolve_setup`].
 pub(crate) fn resolve(
     configured: Option<&Path>,
     upstream: Option<SocketAddr>,
@@ -95,27 +68,7 @@ pub(crate) fn resolve(
     if let Err(why) = agent {
         return Err(format!("no process supervisor runs the lease's forwarders: {why}"));
     }
-    let binary = match configured {
-        Some(path) if envrt_driver_api::descriptor::is_executable(path) => path.to_owned(),
-        Some(path) => {
-            return Err(format!(
-                "the egress proxy \"{}\" is not an executable file",
-                path.display()
-            ));
-        }
-        None => envrt_driver_agent::locate_named(EGRESS_BINARY, EGRESS_VAR)?,
-    };
-    let upstream = match upstream {
-        Some(upstream) => upstream,
-        None => std::fs::read_to_string("/etc/resolv.conf")
-            .ok()
-            .as_deref()
-            .and_then(first_nameserver)
-            .ok_or(
-                "no upstream DNS server: set [docker] egress_dns, or give the host a nameserver in /etc/resolv.conf",
-            )?,
-    };
-    Ok(EgressSetup { binary, upstream })
+    envrt_driver_agent::egress::resolve_setup(configured, upstream, "docker")
 }
 
 /// The boundary of a `network = "none"` container: proxied where the driver can run the
@@ -154,16 +107,10 @@ pub(crate) fn prepare(lease_dir: &Path) -> Result<Plumbing, DriverError> {
     // The umask may have narrowed it; the container's user must reach the sockets.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| DriverError::io(format!("cannot open {} to the lease", dir.display()), e))?;
-    let proxy = format!("http://{PROXY_ADDRESS}");
-    let mut env: Vec<String> = ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"]
-        .iter()
-        .map(|name| format!("{name}={proxy}"))
+    let env = envrt_driver_agent::egress::proxy_env()
+        .into_iter()
+        .map(|(name, value)| format!("{name}={value}"))
         .collect();
-    env.extend(
-        ["no_proxy", "NO_PROXY"]
-            .iter()
-            .map(|name| format!("{name}=localhost,127.0.0.1,::1")),
-    );
     Ok(Plumbing {
         mount: Mount {
             target: Some(EGRESS_DIR.to_owned()),
@@ -177,81 +124,10 @@ pub(crate) fn prepare(lease_dir: &Path) -> Result<Plumbing, DriverError> {
     })
 }
 
-/// Writes `policy` as the lease's policy file, atomically (another name, then a rename).
-fn write_policy(lease_dir: &Path, policy: &Policy) -> Result<(), DriverError> {
-    let json = serde_json::to_vec(policy).map_err(|e| DriverError::other(format!("cannot encode the policy: {e}")))?;
-    let next = lease_dir.join("egress.json.next");
-    std::fs::write(&next, json).map_err(|e| DriverError::io(format!("cannot write {}", next.display()), e))?;
-    std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| DriverError::io(format!("cannot write {}", next.display()), e))?;
-    let path = lease_dir.join("egress.json");
-    std::fs::rename(&next, &path).map_err(|e| DriverError::io(format!("cannot write {}", path.display()), e))
-}
-
-/// The pid of the lease's running proxy: recorded, alive, and running this lease's socket.
-fn running_proxy(lease_dir: &Path) -> Option<i32> {
-    let pid: i32 = std::fs::read_to_string(lease_dir.join("egress.pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let socket = sockets_dir(lease_dir).join("proxy.sock");
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    cmdline
-        .split(|b| *b == 0)
-        .any(|arg| arg == socket.as_os_str().as_encoded_bytes())
-        .then_some(pid)
-}
-
-/// Starts the lease's proxy on the host and waits until it listens.
-async fn start_proxy(setup: &EgressSetup, lease: &str, lease_dir: &Path) -> Result<(), DriverError> {
-    let sockets = sockets_dir(lease_dir);
-    let log = lease_dir.join("egress.log");
-    let log_file =
-        std::fs::File::create(&log).map_err(|e| DriverError::io(format!("cannot create {}", log.display()), e))?;
-    let mut command = tokio::process::Command::new(&setup.binary);
-    command
-        .arg("--proxy-socket")
-        .arg(sockets.join("proxy.sock"))
-        .arg("--dns-socket")
-        .arg(sockets.join("dns.sock"))
-        .arg("--policy")
-        .arg(lease_dir.join("egress.json"))
-        .arg("--upstream")
-        .arg(setup.upstream.to_string())
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(log_file)
-        // A session of its own: it outlives the program that acquired the lease and gets
-        // none of its terminal's signals.
-        .process_group(0);
-    let mut child = command
-        .spawn()
-        .map_err(|e| DriverError::io(format!("cannot start {}", setup.binary.display()), e))?;
-    let mut line = String::new();
-    let stdout = child.stdout.take().expect("piped");
-    let said = tokio::time::timeout(START_BOUND, tokio::io::BufReader::new(stdout).read_line(&mut line)).await;
-    let expected = format!("envrt-egress listening on {}", sockets.join("proxy.sock").display());
-    if matches!(said, Ok(Ok(_))) && line.trim_end() == expected {
-        let pid = child.id().unwrap_or(0);
-        return std::fs::write(lease_dir.join("egress.pid"), pid.to_string())
-            .map_err(|e| DriverError::io("cannot record the egress proxy's pid", e));
-    }
-    let _ = child.start_kill();
-    let why = std::fs::read_to_string(&log).unwrap_or_default();
-    Err(DriverError::other(format!(
-        "the egress proxy of lease {lease} did not start: {}",
-        why.trim()
-    )))
-}
-
 /// Stops the lease's proxy, if one runs; the lease directory goes with the supervisor's.
 pub(crate) fn stop(lease_id: &str) {
     let dir = lease_dir(&container_name(lease_id));
-    if let Some(pid) = running_proxy(&dir) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-    }
+    envrt_driver_agent::egress::stop_proxy(&dir, &sockets_dir(&dir));
 }
 
 impl DockerDriver {
@@ -261,7 +137,7 @@ impl DockerDriver {
         let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;
         let dir = lease_dir(&container_name(lease));
         write_policy(&dir, policy)?;
-        start_proxy(setup, lease, &dir).await?;
+        start_proxy(setup, lease, &dir, &sockets_dir(&dir)).await?;
         self.start_forwarder(lease, container).await
     }
 
@@ -298,40 +174,23 @@ impl DockerDriver {
         }
         let dir = lease_dir(&container_name(lease));
         write_policy(&dir, policy)?;
-        match running_proxy(&dir) {
-            Some(pid) => nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGHUP)
-                .map_err(|e| DriverError::other(format!("cannot signal the egress proxy of lease {lease}: {e}"))),
-            None => {
-                let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;
-                start_proxy(setup, lease, &dir).await?;
-                let container = Self::container_of(context)?;
-                let socket = crate::processes::run_dir(&dir).join("fwd");
-                if crate::processes::answers(&socket).await {
-                    return Ok(());
-                }
-                self.start_forwarder(lease, container).await
-            }
+        if reload_proxy(lease, &dir, &sockets_dir(&dir))? {
+            return Ok(());
         }
+        let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;
+        start_proxy(setup, lease, &dir, &sockets_dir(&dir)).await?;
+        let container = Self::container_of(context)?;
+        let socket = crate::processes::run_dir(&dir).join("fwd");
+        if crate::processes::answers(&socket).await {
+            return Ok(());
+        }
+        self.start_forwarder(lease, container).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_upstream_is_the_first_nameserver_of_resolv_conf() {
-        assert_eq!(
-            first_nameserver("# c\nsearch x\nnameserver 192.0.2.53\nnameserver 192.0.2.54\n"),
-            Some("192.0.2.53:53".parse().unwrap())
-        );
-        assert_eq!(
-            first_nameserver("nameserver 2001:db8::53\n"),
-            Some("[2001:db8::53]:53".parse().unwrap())
-        );
-        assert_eq!(first_nameserver("nameserver bogus\n"), None);
-        assert_eq!(first_nameserver(""), None);
-    }
 
     #[test]
     fn without_a_supervisor_or_a_binary_there_is_no_egress_and_the_reason_is_said() {

@@ -367,3 +367,17 @@ pub(crate) fn with_sessions(
     }
     set
 }
+
+#[async_trait]
+impl envrt_driver_api::ExposePorts for DockerDriver {
+    /// Through the lease's supervisor (started when none runs): its `connect` verb.
+    async fn connect_port(
+        &self,
+        context: &LeaseContext,
+        port: u16,
+    ) -> Result<std::os::unix::net::UnixStream, DriverError> {
+        self.agent(context, true).await?;
+        let socket = run_dir(&lease_dir(&container_name(&context.lease.id))).join(SOCKET);
+        envrt_driver_agent::expose::tunnel(&socket, &format!("{RUN_DIR}/{SOCKET}"), port).await
+    }
+}

@@ -18,6 +18,7 @@ mod cp_progress;
 mod doctor;
 mod error;
 mod exec;
+mod expose;
 mod gc_report;
 mod isolation;
 mod lease;
@@ -95,6 +96,8 @@ enum Command {
     Kill(signal::KillArgs),
     /// Wait for a persistent process to end; exits with its code (128+n for signal n).
     Wait(signal::WaitArgs),
+    /// Serve a port inside a lease on the host until the lease ends (prints where).
+    Expose(expose::ExposeArgs),
     /// Serve the runtime over HTTP and WebSocket under /v1/ (see docs/serve.md).
     Serve(serve::ServeArgs),
     /// Create, list and revoke the service's bearer tokens.
@@ -172,6 +175,7 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Attach(args) => attach::run(&paths, args).await,
         Command::Kill(args) => signal::kill(&paths, args).await,
         Command::Wait(args) => signal::wait(&paths, args).await,
+        Command::Expose(args) => expose::run(&paths, args).await,
         Command::Serve(args) => serve::run(&paths, args).await,
         Command::Token(command) => token::run(&paths, command).await,
     }

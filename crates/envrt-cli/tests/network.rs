@@ -209,9 +209,13 @@ fn sandbox_worker() -> Option<std::path::PathBuf> {
 }
 
 #[test]
-fn the_sandbox_has_no_network_and_refuses_a_lease_that_asks_for_more() {
+fn without_its_egress_proxy_the_sandbox_has_no_network_and_refuses_a_lease_that_asks_for_more() {
     let Some(worker) = sandbox_worker() else { return };
     let s = Site::new();
+    // No egress proxy binary: the reference worker's leases have no network at all (with
+    // one, beside envrt, the sandbox enforces policies: crates/driver-plugin-sandbox/tests/reference_egress.rs).
+    let isolated = [("ENVRT_EGRESS", "/nonexistent/envrt-egress")];
+    let run = |args: &[&str]| s.run_with_env(args, None, &isolated);
     write_config(
         &s,
         &format!(
@@ -220,8 +224,10 @@ fn the_sandbox_has_no_network_and_refuses_a_lease_that_asks_for_more() {
             worker.display()
         ),
     );
-    assert_eq!(caps_egress(&s)[0], ("box".to_owned(), "no network".to_owned()));
-    let out = s.run(&["exec", "--env-id", "box", "--allow", "pypi.org:443", "--", "true"]);
+    let caps = run(&["caps", "--json"]);
+    let caps: serde_json::Value = serde_json::from_slice(&caps.stdout).unwrap();
+    assert_eq!(caps[0]["enforces"]["egress"], "no network");
+    let out = run(&["exec", "--env-id", "box", "--allow", "pypi.org:443", "--", "true"]);
     assert_eq!(
         (out.code, out.stderr.as_str()),
         (
@@ -230,15 +236,15 @@ fn the_sandbox_has_no_network_and_refuses_a_lease_that_asks_for_more() {
              network at all, so only egress = \"none\" is accepted\n"
         )
     );
-    let acquired = s.run(&["lease", "acquire", "--env-id", "box", "--detached", "--egress", "none"]);
+    let acquired = run(&["lease", "acquire", "--env-id", "box", "--detached", "--egress", "none"]);
     assert_eq!(acquired.code, Some(0), "{}", acquired.stderr);
     let id = acquired.stdout_text().trim().to_owned();
-    let out = s.run(&["lease", "network", &id, "--egress", "none"]);
+    let out = run(&["lease", "network", &id, "--egress", "none"]);
     assert_eq!(
         (out.code, out.stdout_text()),
         (Some(0), format!("{id} network: no network\n"))
     );
-    let out = s.run(&["lease", "network", &id, "--egress", "open"]);
+    let out = run(&["lease", "network", &id, "--egress", "open"]);
     assert_eq!(
         (out.code, out.stderr.as_str()),
         (
@@ -254,7 +260,7 @@ fn the_sandbox_has_no_network_and_refuses_a_lease_that_asks_for_more() {
             worker.display()
         ),
     );
-    let out = s.run(&["lease", "release", &id]);
+    let out = run(&["lease", "release", &id]);
     assert_eq!(out.code, Some(2));
     assert_eq!(
         out.stderr,
@@ -268,5 +274,5 @@ fn the_sandbox_has_no_network_and_refuses_a_lease_that_asks_for_more() {
             worker.display()
         ),
     );
-    assert_eq!(s.run(&["lease", "release", &id]).code, Some(0));
+    assert_eq!(run(&["lease", "release", &id]).code, Some(0));
 }

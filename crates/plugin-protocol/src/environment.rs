@@ -400,6 +400,20 @@ pub struct StartProcessSupervisorParams {
     pub socket_dir: String,
 }
 
+/// Extension `envrtStartEgress` params.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartEgressParams {
+    /// The common fields.
+    #[serde(flatten)]
+    pub base: DriverBase,
+    /// The lease.
+    pub lease: LeaseRef,
+    /// An absolute host directory the host made for this lease's egress sockets
+    /// (`proxy.sock`, `dns.sock`), the host's user's and writable by nobody else.
+    pub socket_dir: String,
+}
+
 /// Extension `envrtStartProcessSupervisor` result.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -111,6 +111,11 @@ pub const START_PROCESS_SUPERVISOR: &str = "envrtStartProcessSupervisor";
 /// The name of the supervisor's socket in the directory of
 /// [`START_PROCESS_SUPERVISOR`]'s `socketDir`.
 pub const SUPERVISOR_SOCKET: &str = "sock";
+/// Extension: give the lease's sandboxes its network under a policy: a network namespace
+/// of the lease's own whose loopback forwards `127.0.0.1:3128` and `127.0.0.1:53` to the
+/// egress proxy's sockets in a directory the host made (see `docs/plugin-protocol.md`);
+/// answered once the forwarder listens, and again (starting it anew) whenever called.
+pub const START_EGRESS: &str = "envrtStartEgress";
 
 /// The verbs every worker serves.
 pub const LIFECYCLE: &[&str] = &[INITIALIZE, HEALTH, SHUTDOWN];
@@ -167,6 +172,7 @@ pub const EXTENSIONS: &[&str] = &[
     CWD_ANYWHERE,
     FILES_ANYWHERE,
     START_PROCESS_SUPERVISOR,
+    START_EGRESS,
 ];
 
 /// Every verb of the SDK's `HostToWorkerMethods`.

@@ -59,6 +59,7 @@ impl Expiries {
             sandbox.kill_lease(&owned);
             // its supervisor too, whichever worker started it
             super::supervisor::end(&owned, false);
+            super::egress::end(&owned);
             let _ = super::sandbox::remove_lease_dir(&owned);
             let _ = std::fs::remove_file(record);
         });

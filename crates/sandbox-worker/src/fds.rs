@@ -33,3 +33,31 @@ pub(crate) fn detach(command: &mut Command, cgroup: Option<RawFd>) {
         });
     }
 }
+
+/// Enters the network namespace `netns` in the child before it runs the program, then
+/// (with `user`) drops to that uid and gid with no supplementary groups: the namespace must
+/// be entered while the child is still root, so the user changes here rather than through
+/// `Command::uid`, which the standard library applies before any hook.
+#[allow(unsafe_code)]
+pub(crate) fn join_net(command: &mut Command, netns: RawFd, user: Option<(u32, u32)>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec. It makes only
+    // async-signal-safe system calls (setns, setgroups, setgid, setuid) on values prepared
+    // before the fork, and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if nix::libc::setns(netns, nix::libc::CLONE_NEWNET) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if let Some((uid, gid)) = user {
+                if nix::libc::setgroups(0, std::ptr::null()) != 0
+                    || nix::libc::setgid(gid) != 0
+                    || nix::libc::setuid(uid) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}

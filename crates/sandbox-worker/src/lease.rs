@@ -54,6 +54,13 @@ impl Leases {
                 }
                 continue;
             }
+            if let Some(id) = name.to_str().and_then(|n| n.strip_prefix(super::egress::RECORD_PREFIX)) {
+                // Likewise the egress forwarder of a lease that is gone.
+                if let Some(dir) = self.path_of(id).filter(|dir| !dir.exists()) {
+                    super::egress::end(&dir);
+                }
+                continue;
+            }
             let Some(id) = name.to_str().and_then(|n| {
                 n.strip_prefix(super::sandbox::TMP_PREFIX)
                     .or_else(|| n.strip_prefix(super::lease_tmp::VAR_TMP_PREFIX))

@@ -126,6 +126,7 @@
 mod args;
 mod dataplane;
 mod duplex;
+mod egress;
 mod exec;
 mod expiry;
 mod fds;
@@ -204,6 +205,7 @@ const SUPPORTED_METHODS: &[&str] = &[
     methods::CWD_ANYWHERE,
     methods::FILES_ANYWHERE,
     methods::START_PROCESS_SUPERVISOR,
+    methods::START_EGRESS,
 ];
 
 /// Whether `method` is one an SDK worker knows but this worker does not implement
@@ -222,6 +224,9 @@ pub fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some(init::INIT_FLAG) {
         return init::run(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some(egress::EGRESS_FLAG) {
+        return egress::run_role(&args[1..]);
     }
     let mut config = match parse_args(args.into_iter()) {
         Ok(c) => c,
@@ -332,7 +337,7 @@ impl Worker {
     /// The methods this worker serves and advertises.
     fn serves(&self, method: &str) -> bool {
         !(self.no_duplex && methods::is_duplex(method))
-            && (method != methods::START_PROCESS_SUPERVISOR || self.agent.is_some())
+            && (!matches!(method, methods::START_PROCESS_SUPERVISOR | methods::START_EGRESS) || self.agent.is_some())
     }
 }
 
@@ -573,6 +578,7 @@ async fn handle(
             let owner = worker.leases.owner(&dir)?;
             worker.supervisors.start(&worker.sandbox, agent, &dir, owner, p).await
         }
+        methods::START_EGRESS => egress::handle(worker, params).await,
         methods::LIST_LEASES => Ok(envrt_plugin_protocol::to_value(&inventory::list(&worker.leases)?)),
         methods::DUPLEX_STOP => worker.channels.stop(parse(method, params)?),
         methods::DUPLEX_CLOSE => Ok(worker.channels.close(parse(method, params)?)),

@@ -226,11 +226,24 @@ impl Sandbox {
         // hands it to the command only: never in bwrap's environment (where LD_PRELOAD and
         // friends would act on the host side) nor the init's (where they would run before
         // its limits are set), nor on any command line.
-        let env_fd = env_memfd(env)?;
+        // A lease under a network policy: its sandboxes join its network namespace (see
+        // the `egress` module), with its resolver and the proxy variables.
+        let joined = super::egress::joined(lease_dir)?;
+        let env_fd = match &joined {
+            None => env_memfd(env)?,
+            Some(_) => {
+                let mut with_proxy = envrt_driver_agent::egress::proxy_env();
+                with_proxy.extend(env.iter().cloned());
+                env_memfd(&with_proxy)?
+            }
+        };
         // bwrap, and so every process of the sandbox, runs as the lease's own host user
         let owner = self.policy.ids.owner_of(lease_dir).map_err(std::io::Error::other)?;
         let tmp = self.lease_tmp(lease_dir, owner)?;
-        let args = self.args(&lease_path, tmp.as_deref(), &self.init, cwd, &how);
+        let mut args = self.args(&lease_path, tmp.as_deref(), &self.init, cwd, &how);
+        if let Some(joined) = &joined {
+            super::egress::join_args(&mut args, joined);
+        }
         let mut command = Command::new(&self.bwrap);
         command
             .args(args)
@@ -248,7 +261,13 @@ impl Sandbox {
             .stderr(stderr)
             .kill_on_drop(how.detached.is_none());
         if let Some((uid, gid)) = owner.0 {
-            command.uid(uid).gid(gid);
+            match &joined {
+                None => {
+                    command.uid(uid).gid(gid);
+                }
+                // the namespace is entered as root, then the user changes (in that order)
+                Some(joined) => super::fds::join_net(command.as_std_mut(), joined.netns.as_raw_fd(), Some((uid, gid))),
+            }
             // the init reopens the pipe through /proc, as the sandbox's user
             rustix::fs::fchown(
                 &status_write,
@@ -258,7 +277,11 @@ impl Sandbox {
         }
         // Only the status pipe and the environment reach bwrap (and the sandbox): every
         // other descriptor of the worker is close-on-exec in the child.
+        if let (Some(joined), None) = (&joined, owner.0) {
+            super::fds::join_net(command.as_std_mut(), joined.netns.as_raw_fd(), None);
+        }
         let mut keep = vec![status_write.as_raw_fd(), env_fd.as_raw_fd()];
+        keep.extend(joined.iter().map(|j| j.resolv.as_raw_fd()));
         keep.extend(how.fd_binds.iter().map(|bind| bind.fd));
         super::fds::inherit_only(command.as_std_mut(), &keep);
         let escape = how.detached.and_then(|_| escape_cgroup());
@@ -266,7 +289,7 @@ impl Sandbox {
             super::fds::detach(command.as_std_mut(), escape.as_ref().map(|fd| fd.as_raw_fd()));
         }
         let child = command.spawn();
-        drop((status_write, env_fd, escape));
+        drop((status_write, env_fd, escape, joined));
         let child = child?;
         let pid = child.id().unwrap_or(0);
         let killed = Arc::new(AtomicBool::new(false));
@@ -529,7 +552,7 @@ fn options(
 /// (`envrt-worker-*`, all of which the host kills when the worker ends), opened for
 /// writing its `cgroup.procs`. `None` otherwise (no cgroup v2, or the worker runs in one
 /// the host did not make): the sandbox then simply stays where the worker is.
-fn escape_cgroup() -> Option<OwnedFd> {
+pub(crate) fn escape_cgroup() -> Option<OwnedFd> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let own = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim().to_owned();
     let own = Path::new(&own);

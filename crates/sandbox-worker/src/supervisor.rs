@@ -301,14 +301,19 @@ pub(crate) fn record_dir(lease_dir: &Path) -> Option<PathBuf> {
 /// A process as the record names it: its pid and its start time (clock ticks after boot,
 /// `/proc/{pid}/stat` field 22), which a recycled pid does not share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Identity {
-    pid: u32,
-    start: u64,
+pub(crate) struct Identity {
+    pub(crate) pid: u32,
+    pub(crate) start: u64,
 }
 
 impl Identity {
+    /// The process a record names (whether it still runs is [`Identity::alive`]).
+    pub(crate) fn new(pid: u32, start: u64) -> Identity {
+        Identity { pid, start }
+    }
+
     /// The running (not zombie) process `pid`, with its start time.
-    fn of(pid: u32) -> Option<Identity> {
+    pub(crate) fn of(pid: u32) -> Option<Identity> {
         if pid == 0 {
             return None;
         }
@@ -324,11 +329,11 @@ impl Identity {
     }
 
     /// Whether the process this names still runs.
-    fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         Identity::of(self.pid) == Some(*self)
     }
 
-    fn kill(&self) {
+    pub(crate) fn kill(&self) {
         if self.alive()
             && let Some(pid) = i32::try_from(self.pid).ok().and_then(rustix::process::Pid::from_raw)
         {
@@ -338,7 +343,7 @@ impl Identity {
 }
 
 /// The host's boot id: a start time is a start time of this boot only.
-fn boot_id() -> String {
+pub(crate) fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .unwrap_or_default()
         .trim()

@@ -9,7 +9,8 @@ use serde_json::json;
 
 #[test]
 fn handshake_advertises_every_verb_and_both_extensions() {
-    // Any executable as the supervisor: the worker advertises the verb that starts it.
+    // Any executable as the supervisor: the worker advertises the verbs that start it (as
+    // the lease's supervisor and as its egress forwarder).
     let mut w = Worker::start_with_env(&[("ENVRT_AGENT", "/bin/true")]);
     let r = w.call("initialize", init_params());
     assert_eq!(
@@ -24,7 +25,7 @@ fn handshake_advertises_every_verb_and_both_extensions() {
             "environmentDeleteTemplate", "environmentListTemplates", "environmentStartInteractiveSetup",
             "environmentGetInteractiveSetup", "environmentCancelInteractiveSetup",
             "envrtExecuteAsUser", "envrtCwdAnywhere", "envrtFilesAnywhere",
-            "envrtStartProcessSupervisor"]}})
+            "envrtStartProcessSupervisor", "envrtStartEgress"]}})
     );
     assert_eq!(
         w.err("initialize", init_params()),

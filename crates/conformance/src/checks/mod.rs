@@ -8,6 +8,7 @@ use crate::context::{Ctx, Profile};
 mod cleanup;
 mod descriptors;
 mod duplex;
+mod egress;
 mod escape;
 mod execute;
 mod expiry;
@@ -136,6 +137,7 @@ pub(crate) fn all() -> Vec<Check> {
         processes_refusals::CHECKS,
         cleanup::CHECKS,
         network::CHECKS,
+        egress::CHECKS,
     ]
     .concat()
 }

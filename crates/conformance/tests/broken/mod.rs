@@ -102,6 +102,9 @@ pub(crate) enum Fault {
     Process(processes::ProcessFault),
     /// Class 5: declares that its leases have no network while commands share the host's.
     ClaimsNoNetwork,
+    /// Class 5: declares an egress proxy (a policy enforced) while its commands share the
+    /// host's network and the policy is ignored.
+    ClaimsEgressProxy,
     /// At a timeout, kills the command's process group only: a child in a new session
     /// or a process group of its own survives.
     KillsOnlyTheProcessGroup,
@@ -153,10 +156,13 @@ impl EnvironmentDriver for Faulty {
         &self.key
     }
     fn network_boundary(&self, environment: &Environment) -> envrt_runtime_core::network::NetworkBoundary {
-        match self.has(Fault::ClaimsNoNetwork) {
-            true => envrt_runtime_core::network::NetworkBoundary::Isolated,
-            false => self.inner.network_boundary(environment),
+        if self.has(Fault::ClaimsNoNetwork) {
+            return envrt_runtime_core::network::NetworkBoundary::Isolated;
         }
+        if self.has(Fault::ClaimsEgressProxy) {
+            return envrt_runtime_core::network::NetworkBoundary::Proxied;
+        }
+        self.inner.network_boundary(environment)
     }
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         if self.has(Fault::TemplateIsLive)

@@ -38,13 +38,15 @@ pub enum UnsupportedOperation {
     ProcessSessions,
     /// `pause_lease` / `unpause_lease` (no pause group).
     Pause,
+    /// `expose` (no exposed-ports group).
+    ExposePorts,
 }
 
 /// One row: the operation, its stable error kind, the words its refusal ends with.
 type Row = (UnsupportedOperation, &'static str, &'static str);
 
 /// The table, in the enum's order (a test keeps it so).
-const ROWS: [Row; 12] = [
+const ROWS: [Row; 13] = [
     (UnsupportedOperation::Resume, "resume_unsupported", "lease resume"),
     (UnsupportedOperation::Destroy, "destroy_unsupported", "lease destroy"),
     (
@@ -77,11 +79,16 @@ const ROWS: [Row; 12] = [
         "persistent process sessions",
     ),
     (UnsupportedOperation::Pause, "pause_unsupported", "pause"),
+    (
+        UnsupportedOperation::ExposePorts,
+        "expose_unsupported",
+        "exposed lease ports",
+    ),
 ];
 
 impl UnsupportedOperation {
     /// Every operation, in table order.
-    pub const ALL: [UnsupportedOperation; 12] = [
+    pub const ALL: [UnsupportedOperation; 13] = [
         UnsupportedOperation::Resume,
         UnsupportedOperation::Destroy,
         UnsupportedOperation::Realize,
@@ -94,6 +101,7 @@ impl UnsupportedOperation {
         UnsupportedOperation::Templates,
         UnsupportedOperation::ProcessSessions,
         UnsupportedOperation::Pause,
+        UnsupportedOperation::ExposePorts,
     ];
 
     fn row(self) -> &'static Row {

@@ -96,6 +96,14 @@ pub struct SandboxOptions {
     /// What the worker's own calls to the host (`ctx.state`, `ctx.secrets`, `ctx.http`,
     /// ...) may reach: state store, secret references, HTTP allowlist, bounds.
     pub worker_calls: super::WorkerCallOptions,
+    /// The egress proxy binary (`envrt-egress`) the host runs for each lease under a
+    /// network policy; found as the supervisor is (`ENVRT_EGRESS`, beside the running
+    /// executable, `PATH`) when `None`. Without one the reference worker's leases have no
+    /// network and `"allow"` / `"open"` are refused.
+    pub egress: Option<std::path::PathBuf>,
+    /// The DNS server the egress proxy resolves names through; the first `nameserver` of
+    /// the host's `/etc/resolv.conf` when `None`.
+    pub egress_dns: Option<std::net::SocketAddr>,
 }
 
 /// The default [`SandboxOptions::max_request_bytes`]: 64 MiB, the reference worker's own
@@ -129,6 +137,8 @@ impl Default for SandboxOptions {
             route_slots: RouteSlots::global(),
             data_plane: true,
             worker_calls: super::WorkerCallOptions::default(),
+            egress: None,
+            egress_dns: None,
         }
     }
 }
@@ -148,6 +158,8 @@ impl std::fmt::Debug for SandboxOptions {
             .field("kill_grace", &self.kill_grace)
             .field("max_line_bytes", &self.max_line_bytes)
             .field("max_request_bytes", &self.max_request_bytes)
+            .field("egress", &self.egress)
+            .field("egress_dns", &self.egress_dns)
             .field("restart", &self.restart)
             .field("parent_death_signal", &self.parent_death_signal)
             .field("duplex_limits", &self.duplex_limits)

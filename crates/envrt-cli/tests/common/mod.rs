@@ -59,7 +59,13 @@ impl Site {
 
     /// Runs envrt with `stdin` piped in (or /dev/null), bounded by [`LIMIT`].
     pub fn run_with(&self, args: &[&str], stdin: Option<&[u8]>) -> Outcome {
+        self.run_with_env(args, stdin, &[])
+    }
+
+    /// [`run_with`](Self::run_with) with these variables set for envrt.
+    pub fn run_with_env(&self, args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Outcome {
         let mut c = self.command(args);
+        c.envs(env.iter().copied());
         c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
         let mut child = c.spawn().unwrap();
         let writer = stdin.map(|data| {

@@ -52,6 +52,8 @@ pub(super) enum Operation {
     /// Every process verb: `spawn`, `processes`, `process`, `output`, `write_stdin`,
     /// `close_stdin`, `signal`, `resize`, `wait`.
     Processes,
+    /// `expose`.
+    Expose,
 }
 
 /// How a row refuses a denied capability (or a failed snapshot).
@@ -126,6 +128,7 @@ fn rule(operation: Operation) -> Rule {
         Operation::DeleteTemplate => row(U::TemplateDelete, None, false),
         Operation::Processes => row(U::ProcessSessions, Some(CapabilityKey::PersistentProcessSessions), true),
         Operation::Pause => row(U::Pause, None, true),
+        Operation::Expose => row(U::ExposePorts, None, true),
     }
 }
 

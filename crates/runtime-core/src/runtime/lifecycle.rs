@@ -355,6 +355,8 @@ impl EnvironmentRuntime {
             };
             let now = Timestamp::now();
             lease.last_used_at = now;
+            // Its exposed ports close first: nothing reaches a lease being released.
+            self.exposed.close(lease_id);
             match resolved.driver.release_lease(&input).await {
                 Ok(()) => {
                     lease.status = final_status;
@@ -396,6 +398,7 @@ impl EnvironmentRuntime {
             let mut lease = resolved.context.lease.clone();
             let now = Timestamp::now();
             lease.last_used_at = now;
+            self.exposed.close(lease_id);
             match destroy.destroy_lease(&resolved.context).await {
                 Ok(()) => {
                     if matches!(

@@ -5,6 +5,7 @@
 //! are in [`pool`]; reconciliation with the drivers' inventories in [`recovery`]; lease
 //! templates in [`templates`].
 
+mod expose;
 mod gate;
 mod lifecycle;
 mod network;
@@ -29,6 +30,10 @@ use crate::error::RuntimeError;
 use crate::model::{Environment, Lease, resolve_driver_key};
 use crate::store::{LeaseFilter, LeaseStore, MemoryStore};
 
+pub use expose::{
+    EndpointAddress, ExposeAt, ExposedEndpoint, MAX_CONNECTIONS as EXPOSE_MAX_CONNECTIONS,
+    MAX_ENDPOINTS as EXPOSE_MAX_ENDPOINTS, TOKEN_WAIT as EXPOSE_TOKEN_WAIT,
+};
 pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE_KEY};
 pub use pause::{PAUSED_KEY, is_paused, paused_at};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
@@ -47,6 +52,7 @@ pub struct EnvironmentRuntime {
     store: Arc<dyn LeaseStore>,
     pools: pool::Pools,
     tenant: Option<String>,
+    exposed: expose::Exposed,
 }
 
 impl Default for EnvironmentRuntime {
@@ -82,6 +88,7 @@ impl EnvironmentRuntime {
             drivers: RwLock::new(HashMap::new()),
             store,
             pools: pool::Pools::default(),
+            exposed: expose::Exposed::default(),
             tenant: None,
         }
     }

@@ -17,6 +17,8 @@ use super::{EnvironmentRuntime, pool};
 
 impl Drop for EnvironmentRuntime {
     fn drop(&mut self) {
+        // Nothing reaches a lease through a runtime that is gone.
+        self.exposed.close_all();
         let pools = self.pools.drain();
         if pools.is_empty() {
             return;
@@ -32,6 +34,7 @@ impl Drop for EnvironmentRuntime {
             drivers: RwLock::new(self.drivers.read().unwrap_or_else(|e| e.into_inner()).clone()),
             store: Arc::clone(&self.store),
             pools: pool::Pools::default(),
+            exposed: super::expose::Exposed::default(),
             tenant: self.tenant.clone(),
         };
         let work = async move {

@@ -26,6 +26,7 @@ use crate::protocol::handshake::NoParams;
 use crate::protocol::{methods, to_value};
 
 mod duplex;
+mod egress;
 mod execute;
 pub(crate) mod post_upload;
 mod processes;
@@ -53,6 +54,9 @@ pub struct SandboxDriver {
     validated: Mutex<HashMap<String, bool>>,
     /// Where the leases' process supervisors listen (see the `processes` module).
     socket_dirs: processes::SocketDirs,
+    /// What the host needs to run a lease's egress proxy, or why it cannot (see the
+    /// `egress` module).
+    egress: Result<envrt_driver_agent::egress::EgressSetup, String>,
 }
 
 impl std::fmt::Debug for SandboxDriver {
@@ -77,6 +81,7 @@ impl SandboxDriver {
         };
         let key = manifest.driver_key(options.driver_key.as_deref());
         let declaration = entry.and_then(|e| e.sandbox_capabilities);
+        let egress = egress::resolve(&options);
         let supervisor = Supervisor::start(manifest, options).await?;
         Ok(SandboxDriver {
             supervisor,
@@ -84,6 +89,7 @@ impl SandboxDriver {
             declaration,
             validated: Mutex::new(HashMap::new()),
             socket_dirs: processes::SocketDirs::default(),
+            egress,
         })
     }
 
@@ -292,6 +298,8 @@ impl SandboxDriver {
         self.rpc(method, &params, &context.lease.company_id).await?;
         // The worker killed the lease's supervisor with its other sandboxes.
         self.socket_dirs.remove(&context.lease.id);
+        // and the lease's egress forwarder: its proxy goes too
+        egress::stop(&context.lease.id);
         Ok(())
     }
 
@@ -324,7 +332,18 @@ impl EnvironmentDriver for SandboxDriver {
     }
 
     fn network_boundary(&self, _: &envrt_driver_api::Environment) -> envrt_driver_api::network::NetworkBoundary {
-        super::network::boundary(self.supervisor.manifest())
+        match super::network::boundary(self.supervisor.manifest()) {
+            envrt_driver_api::network::NetworkBoundary::Isolated => self.reference_boundary(),
+            other => other,
+        }
+    }
+
+    async fn update_network_policy(
+        &self,
+        context: &LeaseContext,
+        policy: &envrt_driver_api::network::Policy,
+    ) -> Result<(), DriverError> {
+        self.update_egress(context, policy).await
     }
 
     async fn check_environment_config(&self, config: &envrt_driver_api::JsonMap) -> Result<(), DriverError> {
@@ -363,10 +382,14 @@ impl EnvironmentDriver for SandboxDriver {
         self.add_template(input, &mut params)?;
         let value = self.rpc(methods::ACQUIRE_LEASE, &params, &input.company_id).await?;
         let grant = self.grant(methods::ACQUIRE_LEASE, value)?;
-        Ok(grant.ok_or_else(|| SandboxError::InvalidResult {
+        let mut grant = grant.ok_or_else(|| SandboxError::InvalidResult {
             method: methods::ACQUIRE_LEASE.into(),
             message: "providerLeaseId is missing".into(),
-        })?)
+        })?;
+        if let Some(policy) = &input.network {
+            self.start_egress(input, &mut grant, policy).await?;
+        }
+        Ok(grant)
     }
 
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
@@ -447,6 +470,11 @@ impl EnvironmentDriver for SandboxDriver {
     fn as_processes(&self) -> Option<&dyn envrt_driver_api::ProcessSessions> {
         self.advertises(methods::START_PROCESS_SUPERVISOR)
             .then_some(self as &dyn envrt_driver_api::ProcessSessions)
+    }
+
+    fn as_expose(&self) -> Option<&dyn envrt_driver_api::ExposePorts> {
+        self.advertises(methods::START_PROCESS_SUPERVISOR)
+            .then_some(self as &dyn envrt_driver_api::ExposePorts)
     }
 
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {

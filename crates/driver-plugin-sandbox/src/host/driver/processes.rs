@@ -387,6 +387,25 @@ impl AgentHost for SandboxDriver {
 /// The workspace of a lease whose worker named none (`remoteCwd`).
 const WORKSPACE: &str = "/workspace";
 
+#[async_trait]
+impl envrt_driver_api::ExposePorts for SandboxDriver {
+    /// Through the lease's supervisor (started when none runs): its `connect` verb, in the
+    /// supervisor's network namespace (the lease's own under a network policy; otherwise
+    /// the supervisor's sandbox's, so only what it spawned is reached).
+    async fn connect_port(
+        &self,
+        context: &LeaseContext,
+        port: u16,
+    ) -> Result<std::os::unix::net::UnixStream, DriverError> {
+        self.agent(context, true).await?;
+        let Some(dir) = self.socket_dirs.of(&context.lease.id, false)? else {
+            return Err(DriverError::other("the process supervisors' directory was not made"));
+        };
+        let socket = dir.join(methods::SUPERVISOR_SOCKET);
+        envrt_driver_agent::expose::tunnel(&socket, "/.envrt-agent/sock", port).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,252 @@
+//! Network under a policy on the sandbox driver (contract section 10), through the host and
+//! the reference worker on real `bwrap`, against a test host on this machine (a network
+//! namespace with an HTTP and a DNS server, `envrt_test_support::network`): a lease under
+//! a policy reaches exactly what it allows through its own egress proxy, names resolve only
+//! under the policy (an unlisted name never reaches the test host's DNS server), programs
+//! that ignore the proxy reach nothing, live updates take effect, and the proxy and the
+//! forwarder end with the lease. Needs root for `ip netns`; fails instead of skipping with
+//! `ENVRT_REQUIRE_NETWORK=1`.
+
+mod host_common;
+
+use std::sync::Arc;
+
+use envrt_driver_plugin_sandbox::{SandboxDriver, SandboxOptions};
+use envrt_runtime_core::network::{Egress, EnvironmentNetwork, NetworkConfig, Policy};
+use envrt_runtime_core::{AcquireRequest, Environment, EnvironmentRuntime, ExecuteRequest, Lease, LeaseStatus};
+use envrt_test_support::network::{HOST, TestHost};
+use host_common::*;
+
+const BODY: &str = "hello from the test host";
+
+fn policy(egress: Egress, allow: &[&str]) -> Policy {
+    Policy::new(egress, allow).unwrap()
+}
+
+/// The supervisor built beside the reference worker: the worker runs it as the forwarder.
+fn require_agent() {
+    let agent = std::path::Path::new(reference_worker().unwrap()).with_file_name("envrt-agent");
+    assert!(
+        agent.is_file(),
+        "{} is not built; run `cargo build -p envrt-agent`",
+        agent.display()
+    );
+}
+
+async fn driver(root: &TempDir, options: SandboxOptions) -> Option<Arc<SandboxDriver>> {
+    let manifest = reference_manifest(&root.join("leases"))?;
+    Some(start(manifest, options).await)
+}
+
+/// A runtime with the environment `egress` under `network`.
+async fn runtime(driver: Arc<SandboxDriver>, network: NetworkConfig) -> EnvironmentRuntime {
+    use envrt_runtime_core::EnvironmentDriver as _;
+    let runtime = EnvironmentRuntime::new();
+    let key = driver.key().to_owned();
+    runtime.register_driver(driver);
+    let mut env = Environment::new("egress", "Sandbox", key);
+    env.network = Some(EnvironmentNetwork::Policy(network));
+    runtime.put_environment(env).await.unwrap();
+    runtime
+}
+
+/// `sh -c script` in the lease: exit code, stdout, stderr.
+async fn sh(runtime: &EnvironmentRuntime, lease: &Lease, script: &str) -> (i32, String, String) {
+    let r = bounded(
+        "execute",
+        runtime.execute(&lease.id, ExecuteRequest::new("sh", ["-c", script])),
+    )
+    .await
+    .unwrap();
+    (
+        r.exit_code.unwrap_or(-1),
+        String::from_utf8_lossy(&r.stdout).into_owned(),
+        String::from_utf8_lossy(&r.stderr).into_owned(),
+    )
+}
+
+/// Host processes whose command line contains every one of `words`.
+fn processes_with(words: &[&str]) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline);
+        if words.iter().all(|w| text.contains(w)) && alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The lease's proxy (on the host) and forwarder (in the lease's namespace).
+fn egress_processes(lease: &Lease) -> (Vec<u32>, Vec<u32>) {
+    let dir = format!("/{}/sockets/", lease.id);
+    (
+        processes_with(&["envrt-egress", &dir]),
+        processes_with(&["envrt-agent", "--forward", &dir]),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_under_a_policy_reaches_only_what_it_allows_through_its_egress_proxy() {
+    let Some(host) = TestHost::new(
+        &[("web.test", HOST), ("other.test", HOST), ("rebind.test", "10.200.77.2")],
+        BODY,
+    ) else {
+        return;
+    };
+    require_agent();
+    let root = TempDir::new("egress");
+    let options = SandboxOptions {
+        egress: Some(envrt_test_support::network::egress_binary()),
+        egress_dns: Some(host.dns()),
+        ..SandboxOptions::default()
+    };
+    let Some(driver) = driver(&root, options).await else {
+        return;
+    };
+    let network = NetworkConfig::new(
+        policy(Egress::Allow, &["web.test:80", "rebind.test"]),
+        &["other.test:80"],
+    )
+    .unwrap();
+    let runtime = runtime(driver, network).await;
+    let env = runtime.environment("egress").await.unwrap().unwrap();
+    assert_eq!(runtime.network_level(&env).unwrap().to_string(), "egress proxy (allow)");
+    let lease = runtime
+        .acquire_lease(AcquireRequest::new("egress", "acme"))
+        .await
+        .unwrap();
+    let (proxies, forwarders) = egress_processes(&lease);
+    assert_eq!(
+        (proxies.len(), forwarders.len()),
+        (1, 1),
+        "one proxy and one forwarder per lease"
+    );
+
+    // The proxy variables and the resolver every command gets.
+    let (_, out, _) = sh(
+        &runtime,
+        &lease,
+        "echo $http_proxy $HTTPS_PROXY $no_proxy; cat /etc/resolv.conf",
+    )
+    .await;
+    assert!(
+        out.starts_with("http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1\nnameserver 127.0.0.1\n"),
+        "{out}"
+    );
+    // The allowed name, through the proxy the variables name.
+    let (code, out, err) = sh(&runtime, &lease, "curl -sS -f http://web.test/").await;
+    assert_eq!((code, out.as_str()), (0, BODY), "{err}");
+    // An unlisted name, a raw address, a name that resolves into a private range, and a
+    // port the entry does not list: each refused by the proxy.
+    for url in [
+        "http://other.test/".to_owned(),
+        format!("http://{}/", host.address),
+        "http://rebind.test/".to_owned(),
+        "http://web.test:8080/".to_owned(),
+    ] {
+        let (code, _, err) = sh(&runtime, &lease, &format!("curl -sS -f {url}")).await;
+        assert_eq!(code, 22, "{url} was reached: {err}");
+        assert!(err.contains("403"), "{url}: {err}");
+    }
+    // Programs that ignore the proxy reach nothing: the namespace has no route.
+    let (code, _, err) = sh(
+        &runtime,
+        &lease,
+        &format!("curl -sS --noproxy '*' http://{}/", host.address),
+    )
+    .await;
+    assert_eq!(code, 7, "a direct connection left the sandbox: {err}");
+    // DNS under the same policy: the allowed name resolves to the address the proxy
+    // resolved; an unlisted one is refused and never reaches the test host's server.
+    let (code, out, _) = sh(&runtime, &lease, "getent hosts web.test").await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&host.address), "{out}");
+    let (code, _, _) = sh(&runtime, &lease, "getent hosts exfil-secret.other.test").await;
+    assert_ne!(code, 0);
+    assert!(
+        !host
+            .asked()
+            .iter()
+            .any(|name| name.contains("exfil") || name == "other.test"),
+        "{:?}",
+        host.asked()
+    );
+
+    // A live update within grantable: other.test opens for new connections.
+    let wider = policy(Egress::Allow, &["web.test:80", "other.test:80"]);
+    let level = runtime.update_network_policy(&lease.id, &wider).await.unwrap();
+    assert_eq!(level.to_string(), "egress proxy (allow)");
+    let (code, out, err) = sh(&runtime, &lease, "curl -sS -f http://other.test/").await;
+    assert_eq!((code, out.as_str()), (0, BODY), "{err}");
+    // Down to none: nothing is reachable.
+    runtime.update_network_policy(&lease.id, &Policy::none()).await.unwrap();
+    let (code, _, err) = sh(&runtime, &lease, "curl -sS -f http://web.test/").await;
+    assert_eq!(code, 22, "{err}");
+    assert!(err.contains("403"), "{err}");
+
+    // The forwarder killed (from the host: no command can see it): the lease runs nothing
+    // until its policy is updated again, which starts it anew.
+    for pid in &forwarders {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(*pid as i32).unwrap(),
+            rustix::process::Signal::KILL,
+        )
+        .unwrap();
+        assert!(wait_gone(*pid, std::time::Duration::from_secs(10)).await);
+    }
+    let err = runtime
+        .execute(&lease.id, ExecuteRequest::new("true", Vec::<String>::new()))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!(
+            "The network of lease {} is not running (its egress forwarder ended); update the lease's network policy to start it again",
+            lease.provider_lease_id.clone().unwrap()
+        )),
+        "{err}"
+    );
+    runtime.update_network_policy(&lease.id, &wider).await.unwrap();
+    let (code, out, err) = sh(&runtime, &lease, "curl -sS -f http://web.test/").await;
+    assert_eq!((code, out.as_str()), (0, BODY), "{err}");
+
+    // The proxy and the forwarder end with the lease.
+    runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    assert_eq!(
+        egress_processes(&lease),
+        (vec![], vec![]),
+        "the lease's egress outlived it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_proxy_binary_a_policy_that_opens_egress_is_refused() {
+    let root = TempDir::new("no-egress");
+    let options = SandboxOptions {
+        egress: Some("/nonexistent/envrt-egress".into()),
+        ..SandboxOptions::default()
+    };
+    let Some(driver) = driver(&root, options).await else {
+        return;
+    };
+    use envrt_runtime_core::EnvironmentDriver as _;
+    let runtime = EnvironmentRuntime::new();
+    let key = driver.key().to_owned();
+    runtime.register_driver(driver);
+    let mut env = Environment::new("egress", "Sandbox", key);
+    env.network = Some(EnvironmentNetwork::Policy(
+        NetworkConfig::new(policy(Egress::Allow, &["web.test"]), &[]).unwrap(),
+    ));
+    let err = runtime.put_environment(env).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Network policy refused: driver \"sandbox\" cannot enforce egress = \"allow\" yet: its leases have no \
+         network at all, so only egress = \"none\" is accepted"
+    );
+}

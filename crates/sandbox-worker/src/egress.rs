@@ -1,0 +1,405 @@
+//! The extension `envrtStartEgress`: a lease's network under a policy (contract section
+//! 10). Without it every sandbox has a network namespace of its own with loopback only
+//! (`bwrap --unshare-all`). With it the lease gets one network namespace of its own, shared
+//! by all its sandboxes, with loopback only and no route out, where a forwarder (the
+//! supervisor binary, `envrt-agent --forward`) relays `127.0.0.1:3128` (TCP) to the egress
+//! proxy's `proxy.sock` and `127.0.0.1:53` (UDP DNS) to its `dns.sock`, both in a host
+//! directory the host made and named; the proxy itself runs on the host, one per lease.
+//!
+//! - **The namespace.** The worker starts its own binary in the role [`EGRESS_FLAG`] as
+//!   root: it unshares a network namespace, brings loopback up, lets unprivileged users
+//!   bind low ports in that namespace only (`net.ipv4.ip_unprivileged_port_start = 0`, so
+//!   the forwarder can listen on 53), then executes the forwarder as the lease's host user,
+//!   in a session of its own, out of the worker's cgroup: it outlives the worker, as the
+//!   lease's supervisor does. The forwarder runs outside bwrap's mount namespace (it needs
+//!   the host's sockets and nothing else) and outside every sandbox's pid namespace, so no
+//!   command can see or signal it.
+//! - **Every sandbox of the lease** (commands, duplex routes, the process supervisor) is
+//!   spawned into that namespace (`setns` before `bwrap`, which then unshares every other
+//!   namespace but not the network), with `/etc/resolv.conf` naming `127.0.0.1` and the
+//!   proxy variables (`http_proxy`, `https_proxy`, `HTTP_PROXY`, `HTTPS_PROXY`,
+//!   `no_proxy`, `NO_PROXY`) set unless the request sets them. The namespace's owner is the
+//!   host's initial user namespace: nothing in a sandbox can change its interfaces, routes
+//!   or sysctls. Programs that ignore the proxy variables reach nothing (fail closed).
+//! - **The record** `{root}/.egress-{lease id}/` (0711, the worker's, out of the
+//!   workspace): `sockets` (the host's directory), `resolv.conf`, `forwarder` (the boot
+//!   id, the forwarder's pid and start time: a recycled pid is never trusted or signalled)
+//!   and `run/` (the lease user's, the forwarder's working directory, where its own
+//!   control socket `fwd.sock` is: out of every sandbox's reach). A lease
+//!   with a record whose forwarder is gone runs nothing (`The network of lease {id} is
+//!   not running (its egress forwarder ended); update the lease's network policy to start
+//!   it again`) until the extension is called again: never a sandbox with no policy.
+//! - **The end.** Release, destroy and expiry kill the forwarder (its namespace goes with
+//!   it once no sandbox is in it) and remove the record.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use envrt_driver_api::DriverError;
+use envrt_plugin_protocol::environment::StartEgressParams;
+use tokio::io::AsyncBufReadExt;
+
+use super::rpc::RpcError;
+use super::supervisor::Identity;
+use super::uids::Owner;
+
+/// The flag selecting the worker binary's network-namespace role (first argument):
+/// `--egress-net UID GID -- FORWARDER ARGS...`.
+pub(crate) const EGRESS_FLAG: &str = "--egress-net";
+/// Prefix of a lease's egress record in the root.
+pub(crate) const RECORD_PREFIX: &str = ".egress-";
+/// How long a starting forwarder has to say it listens.
+const START_BOUND: Duration = Duration::from_secs(10);
+/// How much of a failed forwarder's stderr a refusal quotes.
+const WHY_BYTES: usize = 2048;
+
+/// The egress record of the lease at `lease_dir`: `{root}/.egress-{lease id}`.
+pub(crate) fn record_dir(lease_dir: &Path) -> Option<PathBuf> {
+    let name = lease_dir.file_name()?.to_str()?;
+    Some(lease_dir.parent()?.join(format!("{RECORD_PREFIX}{name}")))
+}
+
+fn lease_name(lease_dir: &Path) -> String {
+    lease_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The role: runs as root, makes the namespace, then becomes the forwarder.
+pub(crate) fn run_role(args: &[String]) -> ExitCode {
+    let usage = || {
+        eprintln!("usage: {EGRESS_FLAG} UID GID -- FORWARDER [ARGS...]");
+        ExitCode::from(2)
+    };
+    let [uid, gid, dashes, program, rest @ ..] = args else {
+        return usage();
+    };
+    let (Ok(uid), Ok(gid), "--") = (uid.parse::<u32>(), gid.parse::<u32>(), dashes.as_str()) else {
+        return usage();
+    };
+    if let Err(e) = make_namespace() {
+        eprintln!("envrt sandbox egress: {e}");
+        return ExitCode::from(126);
+    }
+    use std::os::unix::process::CommandExt;
+    let e = std::process::Command::new(program)
+        .args(rest)
+        .env_clear()
+        .uid(uid)
+        .gid(gid)
+        .exec();
+    eprintln!("envrt sandbox egress: cannot run {program}: {e}");
+    ExitCode::from(126)
+}
+
+/// A new network namespace for this process: loopback up, low ports open to its users.
+fn make_namespace() -> Result<(), String> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("cannot make a network namespace: {e}"))?;
+    loopback_up().map_err(|e| format!("cannot bring the loopback interface up: {e}"))?;
+    // Read through this process's own namespace (net sysctls are per namespace).
+    std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")
+        .map_err(|e| format!("cannot open low ports in the lease's namespace: {e}"))
+}
+
+#[allow(unsafe_code)]
+fn loopback_up() -> std::io::Result<()> {
+    use nix::libc;
+    // SAFETY: plain system calls on a socket this function owns and an `ifreq` it
+    // zero-initialises and names ("lo", NUL-terminated) before each ioctl.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo\0".iter().enumerate() {
+            req.ifr_name[i] = *b as libc::c_char;
+        }
+        let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req);
+        if rc == 0 {
+            req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            rc = libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req);
+        }
+        let error = std::io::Error::last_os_error();
+        libc::close(fd);
+        if rc != 0 { Err(error) } else { Ok(()) }
+    }
+}
+
+/// What a sandbox of a lease under a policy joins: its namespace and resolver.
+pub(crate) struct Joined {
+    pub(crate) netns: OwnedFd,
+    pub(crate) resolv: OwnedFd,
+}
+
+/// Makes `bwrap` options (built by the sandbox for a lease without a network) those of a
+/// sandbox that joins the lease's namespace: every namespace but the network unshared,
+/// and the lease's resolver bound read-only at `/etc/resolv.conf` (before the final
+/// `--remount-ro /`, which must stay where it is).
+pub(crate) fn join_args(args: &mut Vec<String>, joined: &Joined) {
+    if let Some(at) = args.iter().position(|a| a == "--unshare-all") {
+        args.splice(
+            at..=at,
+            [
+                "--unshare-user",
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+            ]
+            .map(str::to_owned),
+        );
+    }
+    if let Some(at) = args.iter().position(|a| a == "--remount-ro") {
+        args.splice(
+            at..at,
+            [
+                "--ro-bind-fd".to_owned(),
+                joined.resolv.as_raw_fd().to_string(),
+                "/etc/resolv.conf".to_owned(),
+            ],
+        );
+    }
+}
+
+/// The text of the refusal for a lease whose forwarder is gone.
+fn not_running(lease_dir: &Path) -> String {
+    format!(
+        "The network of lease {} is not running (its egress forwarder ended); update the lease's network policy to start it again",
+        lease_name(lease_dir)
+    )
+}
+
+/// The namespace and resolver of the lease at `lease_dir`: `None` for a lease without a
+/// policy, an error for one whose forwarder is gone (nothing runs without its policy).
+pub(crate) fn joined(lease_dir: &Path) -> std::io::Result<Option<Joined>> {
+    let Some(record) = record_dir(lease_dir) else {
+        return Ok(None);
+    };
+    if !record.exists() {
+        return Ok(None);
+    }
+    let Some(forwarder) = forwarder(&record) else {
+        return Err(std::io::Error::other(not_running(lease_dir)));
+    };
+    let open = |path: &Path| {
+        rustix::fs::open(
+            path,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(std::io::Error::from)
+    };
+    let netns = open(Path::new(&format!("/proc/{}/ns/net", forwarder.pid)))?;
+    // The pid was checked before the open: checked again after, so a recycled pid's
+    // namespace is never joined.
+    if !forwarder.alive() {
+        return Err(std::io::Error::other(not_running(lease_dir)));
+    }
+    let resolv = open(&record.join("resolv.conf"))?;
+    Ok(Some(Joined { netns, resolv }))
+}
+
+/// The record's forwarder, while it runs (this boot, the same start time).
+fn forwarder(record: &Path) -> Option<Identity> {
+    let text = std::fs::read_to_string(record.join("forwarder")).ok()?;
+    let [boot, pid, start] = text.split_whitespace().collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    if boot != super::supervisor::boot_id() {
+        return None;
+    }
+    let named = Identity::new(pid.parse().ok()?, start.parse().ok()?);
+    named.alive().then_some(named)
+}
+
+/// Ends the lease's forwarder, if one runs, and removes its record.
+pub(crate) fn end(lease_dir: &Path) {
+    let Some(record) = record_dir(lease_dir) else { return };
+    if let Some(forwarder) = forwarder(&record) {
+        forwarder.kill();
+    }
+    let _ = std::fs::remove_dir_all(&record);
+}
+
+/// The host's sockets directory, checked: absolute, a directory (not a link) of the
+/// worker's own user that nobody else may write.
+fn check_sockets(dir: &str) -> Result<PathBuf, RpcError> {
+    let path = PathBuf::from(dir);
+    let bad = |why: &str| RpcError::invalid_params(format!("socketDir {dir:?} {why}"));
+    if !path.is_absolute() {
+        return Err(bad("is not absolute"));
+    }
+    let meta = std::fs::symlink_metadata(&path).map_err(|_| bad("does not exist"))?;
+    if !meta.is_dir() || meta.uid() != rustix::process::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+        return Err(bad("is not a directory of the worker's user that only it may write"));
+    }
+    Ok(path)
+}
+
+/// Serves `envrtStartEgress` (advertised only with the supervisor binary, which forwards).
+pub(crate) async fn handle(worker: &super::Worker, params: serde_json::Value) -> Result<serde_json::Value, RpcError> {
+    let method = envrt_plugin_protocol::methods::START_EGRESS;
+    let p: StartEgressParams = super::parse(method, params)?;
+    let dir = super::lease_dir(worker, &p.lease)?;
+    let Some(agent) = worker.agent.as_deref() else {
+        return Err(RpcError::new(
+            envrt_plugin_protocol::codes::METHOD_NOT_FOUND,
+            format!("Unknown method: {method}"),
+        ));
+    };
+    let exe = std::env::current_exe().map_err(|e| DriverError::io("Finding the worker's own binary", e))?;
+    let owner = worker.leases.owner(&dir)?;
+    start(&exe, agent, &dir, owner, p).await
+}
+
+/// `envrtStartEgress`: starts the lease's forwarder in a namespace of its own, or answers
+/// at once when it runs for the same sockets.
+pub(crate) async fn start(
+    worker_exe: &Path,
+    agent: &Path,
+    lease_dir: &Path,
+    owner: Owner,
+    params: StartEgressParams,
+) -> Result<serde_json::Value, RpcError> {
+    let sockets = check_sockets(&params.socket_dir)?;
+    let lease = lease_name(lease_dir);
+    let record = record_dir(lease_dir).ok_or_else(|| RpcError::invalid_params("the lease directory has no name"))?;
+    let io = |what: &str, e: std::io::Error| RpcError::from(DriverError::io(format!("{what} {}", record.display()), e));
+    let same_sockets = std::fs::read_to_string(record.join("sockets")).ok().as_deref() == sockets.to_str();
+    if same_sockets && forwarder(&record).is_some() {
+        return Ok(serde_json::json!({ "started": false }));
+    }
+    end(lease_dir);
+    std::fs::DirBuilder::new()
+        .mode(0o711)
+        .create(&record)
+        .map_err(|e| io("Creating", e))?;
+    std::fs::set_permissions(&record, std::fs::Permissions::from_mode(0o711)).map_err(|e| io("Opening", e))?;
+    std::fs::write(record.join("sockets"), sockets.as_os_str().as_encoded_bytes()).map_err(|e| io("Writing", e))?;
+    std::fs::write(record.join("resolv.conf"), "nameserver 127.0.0.1\noptions ndots:0\n")
+        .map_err(|e| io("Writing", e))?;
+    std::fs::set_permissions(record.join("resolv.conf"), std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| io("Writing", e))?;
+    let run = record.join("run");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&run)
+        .map_err(|e| io("Creating", e))?;
+    let (uid, gid) = owner
+        .0
+        .unwrap_or_else(|| (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()));
+    owner.hand_over(&run).map_err(|e| io("Handing", e))?;
+    let proxy = sockets.join(envrt_driver_agent::egress::PROXY_SOCKET);
+    let dns = sockets.join(envrt_driver_agent::egress::DNS_SOCKET);
+    let mut command = std::process::Command::new(worker_exe);
+    command
+        .arg(EGRESS_FLAG)
+        .arg(uid.to_string())
+        .arg(gid.to_string())
+        .arg("--")
+        .arg(agent)
+        // relative to its working directory, the lease user's `run/`: the record's path
+        // may be longer than a socket address holds
+        .arg("--socket")
+        .arg("fwd.sock")
+        .current_dir(&run)
+        .arg("--forward")
+        .arg(format!(
+            "tcp:{}={}",
+            envrt_driver_agent::egress::PROXY_ADDRESS,
+            proxy.display()
+        ))
+        .arg("--forward")
+        .arg(format!(
+            "dns:{}={}",
+            envrt_driver_agent::egress::DNS_ADDRESS,
+            dns.display()
+        ))
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    super::fds::inherit_only(&mut command, &[]);
+    let escape = super::sandbox::escape_cgroup();
+    super::fds::detach(&mut command, escape.as_ref().map(|fd| fd.as_raw_fd()));
+    let mut child = tokio::process::Command::from(command)
+        .kill_on_drop(false)
+        .spawn()
+        .map_err(|e| DriverError::io(format!("Starting the egress forwarder of lease {lease}"), e))?;
+    drop(escape);
+    let (stdout, mut stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let mut line = String::new();
+    let said = tokio::time::timeout(START_BOUND, tokio::io::BufReader::new(stdout).read_line(&mut line)).await;
+    let pid = child.id().unwrap_or(0);
+    if matches!(said, Ok(Ok(_))) && line.starts_with("envrt-agent listening on ") {
+        let Some(identity) = Identity::of(pid) else {
+            return Err(
+                DriverError::other(format!("The egress forwarder of lease {lease} ended as it started")).into(),
+            );
+        };
+        std::fs::write(
+            record.join("forwarder"),
+            format!("{} {} {}\n", super::supervisor::boot_id(), identity.pid, identity.start),
+        )
+        .map_err(|e| io("Writing", e))?;
+        // Nobody waits for it: its stderr drains to nowhere, and it is reaped as an orphan
+        // once the worker is gone, or by this task while the worker runs.
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
+            let _ = child.wait().await;
+        });
+        return Ok(serde_json::json!({ "started": true }));
+    }
+    let _ = child.start_kill();
+    let mut why = Vec::new();
+    let _ = tokio::time::timeout(
+        START_BOUND,
+        tokio::io::AsyncReadExt::read_to_end(&mut tokio::io::AsyncReadExt::take(stderr, WHY_BYTES as u64), &mut why),
+    )
+    .await;
+    let _ = child.wait().await;
+    let _ = std::fs::remove_dir_all(&record);
+    Err(DriverError::other(format!(
+        "The egress forwarder of lease {lease} did not start: {}",
+        String::from_utf8_lossy(&why).trim()
+    ))
+    .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sockets_directory_is_refused_unless_absolute_existing_and_only_the_workers() {
+        let text = |r: Result<PathBuf, RpcError>| r.unwrap_err().message;
+        assert_eq!(text(check_sockets("rel/dir")), "socketDir \"rel/dir\" is not absolute");
+        assert_eq!(
+            text(check_sockets("/nonexistent/envrt-egress")),
+            "socketDir \"/nonexistent/envrt-egress\" does not exist"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let shown = dir.path().display().to_string();
+        assert_eq!(
+            text(check_sockets(&shown)),
+            format!("socketDir {shown:?} is not a directory of the worker's user that only it may write")
+        );
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(check_sockets(&shown).unwrap(), dir.path());
+    }
+
+    #[test]
+    fn the_record_sits_beside_the_lease_directory() {
+        assert_eq!(
+            record_dir(Path::new("/root/leases/abc")),
+            Some(PathBuf::from("/root/leases/.egress-abc"))
+        );
+    }
+}
