@@ -81,6 +81,19 @@ pub enum RuntimeError {
         /// The lease id.
         id: String,
     },
+    /// The lease's backend died behind envrt's back (its container was removed, its
+    /// workspace deleted, its sandbox gone): the driver answered
+    /// [`DriverError::ResourceGone`] to an operation on it. The lease stays active until
+    /// released or destroyed, which succeed and clean what is left.
+    #[error(
+        "Lease \"{id}\" is lost: its provider resource \"{resource}\" is gone; release or destroy the lease to end it."
+    )]
+    LeaseLost {
+        /// The lease id.
+        id: String,
+        /// The provider lease id the driver no longer has.
+        resource: String,
+    },
     /// The lease is past its expiry; no operation but release and destroy is taken.
     #[error("Lease \"{id}\" expired at {expires_at}.")]
     LeaseExpired {

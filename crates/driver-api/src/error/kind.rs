@@ -19,6 +19,7 @@ impl RuntimeError {
             RuntimeError::TenantMismatch { .. } => "tenant_mismatch",
             RuntimeError::LeaseNotActive { .. } => "lease_not_active",
             RuntimeError::LeaseGone { .. } => "lease_gone",
+            RuntimeError::LeaseLost { .. } => "lease_lost",
             RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",
             RuntimeError::LeaseExpired { .. } => "lease_expired",
             RuntimeError::TemplateNotFound { .. } => "template_not_found",
@@ -96,6 +97,13 @@ mod tests {
                 "duplex_unsupported",
             ),
             (RuntimeError::LeaseNotFound { id: "x".into() }, "lease_not_found"),
+            (
+                RuntimeError::LeaseLost {
+                    id: "x".into(),
+                    resource: "r".into(),
+                },
+                "lease_lost",
+            ),
             (DriverError::invalid("bad").into(), "invalid_input"),
             (
                 DriverError::PathOutsideWorkspace { path: "../x".into() }.into(),
