@@ -1,0 +1,169 @@
+//! Kill at step N: an `envrt` process aborted (the `ENVRT_TEST_ABORT_AT` test hook,
+//! contract section 3) at every fault point of acquire, release and destroy, on local,
+//! Docker and the sandbox; after each abort `envrt gc`, run by another process, leaves
+//! nothing the soak's leak counter finds (processes, containers, sandboxes, workspaces,
+//! active rows). N rises from 1 until the operation completes without reaching it, so
+//! every step the code has is covered. Docker and the sandbox skip loudly without their
+//! component (fail with `ENVRT_REQUIRE_*=1`).
+
+mod faults;
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Output, Stdio};
+
+use faults::{Scratch, environment, run_bounded};
+
+/// More steps than any operation has: a hook never reached by then is a bug of the test.
+const MAX_STEPS: u32 = 20;
+
+/// A process standing in for the program that holds a lease: `gc` releases the lease
+/// once it is gone.
+struct Holder(Child);
+
+impl Holder {
+    fn start() -> Holder {
+        Holder(Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().unwrap())
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `envrt ARGS` with the hook set to `operation:n`: whether it aborted there (SIGABRT and
+/// the hook's line), else the output of a run that completed.
+fn run_hooked(s: &Scratch, args: &[&str], operation: &str, n: u32) -> Result<(), Output> {
+    let mut command = s.command(args);
+    command.env(envrt::core::fault::ABORT_VAR, format!("{operation}:{n}"));
+    let out = run_bounded(command);
+    let line = envrt::core::fault::ABORT_LINE
+        .replace("{n}", &n.to_string())
+        .replace("{operation}", operation);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.signal() == Some(libc_sigabrt()) {
+        assert!(stderr.contains(&line), "aborted without the hook's line: {stderr}");
+        return Ok(());
+    }
+    assert!(!stderr.contains(&line), "the hook's line without an abort: {stderr}");
+    Err(out)
+}
+
+fn libc_sigabrt() -> i32 {
+    nix::sys::signal::Signal::SIGABRT as i32
+}
+
+/// `envrt gc` from another process, then the soak's count: nothing left.
+fn gc_leaves_nothing(s: &Scratch, key: &str, what: &str) {
+    let out = s.run(&["gc"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: gc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let leaks = s.leaks(key);
+    assert_eq!(leaks.total(), 0, "{what}: leaks after gc: {:#?}", leaks.details);
+}
+
+/// A lease of `env` held by `holder`, with a long-running process in it where the driver
+/// keeps processes (so a release cut short leaves one for gc to kill).
+fn held_lease(s: &Scratch, env: &str, holder: &Holder, spawn: bool) -> String {
+    let out = s.run(&["lease", "acquire", "--env-id", env, "--holder-pid", &holder.pid()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    if spawn {
+        let out = s.run(&["spawn", "--lease", &id, "--", "sleep", "600"]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    id
+}
+
+/// Aborts `operation` (`acquire`, `release` or `destroy`) at every step in turn on
+/// environment `env` of driver `key`; returns how many steps it has.
+fn every_step(s: &Scratch, key: &str, env: &str, operation: &str, spawn: bool) -> u32 {
+    for n in 1..=MAX_STEPS {
+        let holder = Holder::start();
+        let (args, lease) = match operation {
+            "acquire" => (
+                vec![
+                    "lease".to_owned(),
+                    "acquire".into(),
+                    "--env-id".into(),
+                    env.into(),
+                    "--holder-pid".into(),
+                    holder.pid(),
+                ],
+                None,
+            ),
+            verb => {
+                let id = held_lease(s, env, &holder, spawn);
+                (vec!["lease".to_owned(), verb.into(), id.clone()], Some(id))
+            }
+        };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match run_hooked(s, &args, operation, n) {
+            Ok(()) => {
+                // The program that held the lease is gone too.
+                drop(holder);
+                gc_leaves_nothing(s, key, &format!("{operation} aborted at step {n}"));
+            }
+            Err(out) => {
+                assert_eq!(
+                    out.status.code(),
+                    Some(0),
+                    "{operation} with the hook past its last step: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                if let Some(id) = lease.or_else(|| Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())) {
+                    let _ = s.run(&["lease", "release", &id]);
+                }
+                drop(holder);
+                gc_leaves_nothing(s, key, &format!("{operation} completed"));
+                return n - 1;
+            }
+        }
+    }
+    panic!("{operation} still reached a fault point at step {MAX_STEPS}");
+}
+
+/// The three operations on one environment; each has at least the facade's steps.
+fn all_operations(s: &Scratch, key: &str, env: &str, spawn: bool) {
+    let acquire = every_step(s, key, env, "acquire", spawn);
+    assert!(acquire >= 3, "acquire has only {acquire} steps");
+    let release = every_step(s, key, env, "release", spawn);
+    assert!(release >= 2, "release has only {release} steps");
+    let destroy = every_step(s, key, env, "destroy", spawn);
+    assert!(destroy >= 2, "destroy has only {destroy} steps");
+    eprintln!("{key}: acquire {acquire} steps, release {release}, destroy {destroy}");
+}
+
+#[test]
+fn local_gc_collects_after_an_abort_at_every_step() {
+    let s = Scratch::new(&environment("loc", "local", ""));
+    all_operations(&s, "local", "loc", true);
+}
+
+#[test]
+fn docker_gc_collects_after_an_abort_at_every_step() {
+    let Some(image) = envrt_test_support::docker::image_or_skip() else {
+        return;
+    };
+    let s = Scratch::new(&environment("ctr", "docker", &format!("image = \"{image}\"\n")));
+    all_operations(&s, "docker", "ctr", false);
+}
+
+#[test]
+fn sandbox_gc_collects_after_an_abort_at_every_step() {
+    if envrt_test_support::sandbox::worker_beside_or_skip(faults::BIN).is_none() {
+        return;
+    }
+    let s = Scratch::new(&environment("box", "sandbox", ""));
+    all_operations(&s, "sandbox", "box", true);
+}
