@@ -167,3 +167,91 @@ fn sandbox_gc_collects_after_an_abort_at_every_step() {
     let s = Scratch::new(&environment("box", "sandbox", ""));
     all_operations(&s, "sandbox", "box", true);
 }
+
+/// Template ids in `envrt template list --env-id ENV --json`.
+fn templates(s: &Scratch, env: &str) -> Vec<String> {
+    let out = s.run(&["template", "list", "--env-id", env, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout)
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Aborts `envrt template capture` at every step on `env`; after each, gc leaves no leak,
+/// the templates that exist are whole (listed, and deletable), and once they are deleted
+/// `leftovers()` (what the driver stores templates in) is empty. Returns the step count.
+fn capture_every_step(s: &Scratch, key: &str, env: &str, leftovers: impl Fn() -> Vec<String>) -> u32 {
+    for n in 1..=MAX_STEPS {
+        let holder = Holder::start();
+        let id = held_lease(s, env, &holder, false);
+        let write = s.run(&["exec", "--lease", &id, "--", "sh", "-c", "echo kept > note"]);
+        assert_eq!(
+            write.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&write.stderr)
+        );
+        let outcome = run_hooked(s, &["template", "capture", &id], "capture", n);
+        drop(holder);
+        let out = s.run(&["gc"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "gc: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // A whole template is the user's (listed, deletable), not a leak.
+        for template in templates(s, env) {
+            let out = s.run(&["template", "delete", &template, "--env-id", env]);
+            assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+        gc_leaves_nothing(s, key, &format!("capture aborted at step {n}"));
+        let left = leftovers();
+        assert!(
+            left.is_empty(),
+            "capture step {n}: left after gc and deleting every template: {left:?}"
+        );
+        if let Err(out) = outcome {
+            assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+            return n - 1;
+        }
+    }
+    panic!("capture still reached a fault point at step {MAX_STEPS}");
+}
+
+/// Every entry of `dir` (none when it is missing).
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path().display().to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn local_gc_collects_after_a_capture_aborted_at_every_step() {
+    let s = Scratch::new(&environment("loc", "local", ""));
+    let store = s.state().join("workspaces").join(".templates");
+    let steps = capture_every_step(&s, "local", "loc", || entries(&store));
+    assert!(steps >= 4, "capture has only {steps} steps");
+}
+
+#[test]
+fn docker_gc_collects_after_a_capture_aborted_at_every_step() {
+    let Some(image) = envrt_test_support::docker::image_or_skip() else {
+        return;
+    };
+    let s = Scratch::new(&environment("ctr", "docker", &format!("image = \"{image}\"\n")));
+    let label = format!("label=envrt.cli-state={}", s.state().display());
+    let steps = capture_every_step(&s, "docker", "ctr", || {
+        let out = Command::new("docker")
+            .args(["images", "-q", "--no-trunc", "--filter", &label])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    });
+    assert!(steps >= 2, "capture has only {steps} steps");
+}
