@@ -255,3 +255,62 @@ fn docker_gc_collects_after_a_capture_aborted_at_every_step() {
     });
     assert!(steps >= 2, "capture has only {steps} steps");
 }
+
+/// Active lease rows of the scratch's store.
+fn active_rows(s: &Scratch) -> usize {
+    let out = s.run(&["lease", "list", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout)
+        .unwrap()
+        .iter()
+        .filter(|l| l["status"] == "active")
+        .count()
+}
+
+/// `envrt serve` keeps a warm pool of 2 filled; aborted at every refill step in turn,
+/// then gc from another process leaves nothing. A run that fills the pool without
+/// reaching step N is stopped with SIGTERM (it then releases its pool itself); if the abort
+/// comes first all the same, that counts as an abort at N.
+#[test]
+fn pool_refill_aborted_at_every_step_is_collected_by_gc() {
+    let s = Scratch::new(&format!(
+        "{}[environment.pool]\nsize = 2\n",
+        environment("warm", "local", "")
+    ));
+    let socket = s.path().join("serve.sock");
+    let line = |n: u32| {
+        envrt::core::fault::ABORT_LINE
+            .replace("{n}", &n.to_string())
+            .replace("{operation}", "pool_refill")
+    };
+    for n in 1..=MAX_STEPS {
+        let mut command = s.command(&["serve", "--socket", socket.to_str().unwrap()]);
+        command.env(envrt::core::fault::ABORT_VAR, format!("pool_refill:{n}"));
+        let mut serve = command.spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = serve.try_wait().unwrap() {
+                break status;
+            }
+            if active_rows(&s) == 2 {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(serve.id() as i32), nix::sys::signal::SIGTERM)
+                    .unwrap();
+                break faults::wait_bounded(&mut serve);
+            }
+            assert!(std::time::Instant::now() < deadline, "the pool never filled");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(serve.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        let aborted = status.signal() == Some(libc_sigabrt());
+        assert_eq!(aborted, stderr.contains(&line(n)), "{status:?}: {stderr}");
+        gc_leaves_nothing(&s, "local", &format!("pool refill aborted at step {n}"));
+        if !aborted {
+            assert_eq!(status.code(), Some(0), "{stderr}");
+            assert!(n > 2, "the refill has only {} steps", n - 1);
+            eprintln!("pool refill: {} steps", n - 1);
+            return;
+        }
+    }
+    panic!("the refill still reached a fault point at step {MAX_STEPS}");
+}

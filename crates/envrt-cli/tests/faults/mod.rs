@@ -120,3 +120,19 @@ pub fn environment(id: &str, driver: &str, config: &str) -> String {
     }
     text
 }
+
+/// Waits for `child` to end, bounded by [`LIMIT`] (killed and failed past it).
+pub fn wait_bounded(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("envrt did not finish within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
