@@ -222,6 +222,15 @@ pub enum DriverError {
         /// What is wrong.
         message: String,
     },
+    /// A sync out could not write its host target because the target's file system is
+    /// full or read-only; the driver left no partial file there.
+    #[error("Sync out stopped: the file system of \"{target}\" is {why}; nothing partial was left there.")]
+    HostFileSystem {
+        /// The operation's host target (its targets joined by `", "` when it had several).
+        target: String,
+        /// `full` or `read-only`.
+        why: &'static str,
+    },
     /// The lease's provider resource does not exist (any more).
     #[error("Lease resource \"{id}\" does not exist.")]
     ResourceGone {

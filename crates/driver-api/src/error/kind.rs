@@ -47,6 +47,7 @@ impl DriverError {
             DriverError::InvalidGlob { .. } => "invalid_glob",
             DriverError::InvalidInput { .. } => "invalid_input",
             DriverError::ResourceGone { .. } => "resource_gone",
+            DriverError::HostFileSystem { .. } => "host_file_system",
             DriverError::ProviderUnsupported { .. } => "provider_unsupported",
             DriverError::ChannelClosed => "channel_closed",
             DriverError::Process(error) => error.kind(),
