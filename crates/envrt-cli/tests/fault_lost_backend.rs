@@ -19,7 +19,9 @@ fn lost(id: &str, resource: &str) -> String {
 /// Every operation on the lost lease `id` fails with the lost text; `spawn` only where the
 /// driver has process sessions.
 fn every_operation_reports_lost(s: &Scratch, id: &str, resource: &str, spawn: bool) {
-    std::fs::write(s.path().join("in.txt"), b"in").unwrap();
+    // Larger than any pipe or channel window: a remote side that exits before reading it
+    // leaves the sender a broken pipe, which must not hide why it exited.
+    std::fs::write(s.path().join("in.txt"), vec![7u8; 8 << 20]).unwrap();
     let target = format!("lease:{id}:note");
     let mut calls: Vec<Vec<&str>> = vec![
         vec!["exec", "--lease", id, "--", "true"],

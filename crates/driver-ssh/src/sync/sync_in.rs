@@ -282,10 +282,14 @@ pub(crate) async fn transfer(
         .await
         .map_err(|e| DriverError::other(format!("the archive task failed: {e}")))?;
     let code = exit_code(remote.child.wait().await);
+    // A lost lease's remote side exits before reading the archive, so the writer may have
+    // met a closed pipe: the remote verdict explains that failure.
+    if code == Some(crate::remote::GONE_CODE) {
+        return Err(crate::remote::lease_gone(workspace));
+    }
     let (counts, plans) = built?;
     match code {
         Some(0) => Ok(counts),
-        Some(crate::remote::GONE_CODE) => Err(crate::remote::lease_gone(workspace)),
         Some(OUTSIDE_CODE) => {
             let text = String::from_utf8_lossy(&err);
             let index: usize = text
