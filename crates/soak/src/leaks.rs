@@ -39,7 +39,7 @@ const SETTLE: Duration = Duration::from_secs(15);
 
 /// What driver `key`'s leases left under `scratch` (its soak layout: `local/`, `sandbox/`,
 /// `state/leases.db`, and the CLI's state directory [`state_dir`]) and, on Docker, in
-/// containers labelled with `run` or that CLI state directory. Processes get [`SETTLE`]
+/// containers labelled with `run` or that CLI state directory. Processes get 15 s
 /// to go away first.
 pub async fn count(key: &str, scratch: &Path, run: &str) -> Leaks {
     let mut leaks = Leaks::default();
