@@ -85,6 +85,27 @@ impl Scratch {
     }
 }
 
+/// A test that failed half-way still ends what it leased: every lease the store still has
+/// active or pending is destroyed (or released), best effort, before the directory goes.
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !self.state().join("leases.db").exists() {
+            return;
+        }
+        let Ok(out) = self.command(&["lease", "list", "--json"]).output() else {
+            return;
+        };
+        let leases: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        for lease in leases {
+            let Some(id) = lease["id"].as_str() else { continue };
+            let destroyed = self.command(&["lease", "destroy", id]).output();
+            if !destroyed.is_ok_and(|o| o.status.success()) {
+                let _ = self.command(&["lease", "release", id]).output();
+            }
+        }
+    }
+}
+
 /// Runs `command` to its end, bounded by [`LIMIT`] (killed and failed past it).
 pub fn run_bounded(mut command: Command) -> Output {
     let child = command.spawn().unwrap();
