@@ -88,6 +88,19 @@ pub enum RuntimeError {
         /// The lease id.
         id: String,
     },
+    /// The lease's backend died behind envrt's back (its container was removed, its
+    /// workspace deleted, its sandbox gone): the driver answered
+    /// [`DriverError::ResourceGone`] to an operation on it. The lease stays active until
+    /// released or destroyed, which succeed and clean what is left.
+    #[error(
+        "Lease \"{id}\" is lost: its provider resource \"{resource}\" is gone; release or destroy the lease to end it."
+    )]
+    LeaseLost {
+        /// The lease id.
+        id: String,
+        /// The provider lease id the driver no longer has.
+        resource: String,
+    },
     /// The lease is past its expiry; no operation but release and destroy is taken.
     #[error("Lease \"{id}\" expired at {expires_at}.")]
     LeaseExpired {
@@ -215,6 +228,15 @@ pub enum DriverError {
     InvalidInput {
         /// What is wrong.
         message: String,
+    },
+    /// A sync out could not write its host target because the target's file system is
+    /// full or read-only; the driver left no partial file there.
+    #[error("Sync out stopped: the file system of \"{target}\" is {why}; nothing partial was left there.")]
+    HostFileSystem {
+        /// The operation's host target (its targets joined by `", "` when it had several).
+        target: String,
+        /// `full` or `read-only`.
+        why: &'static str,
     },
     /// The lease's provider resource does not exist (any more).
     #[error("Lease resource \"{id}\" does not exist.")]

@@ -37,6 +37,7 @@ pub mod descriptor;
 pub mod driver;
 pub mod error;
 pub mod execute;
+pub mod fault;
 pub mod model;
 pub mod network;
 pub mod plugin_state;

@@ -170,6 +170,8 @@ impl DockerDriver {
         };
         let image_info = image_info.ok();
         let id = created.id;
+        // Created, not started: `gc` must find it by its labels.
+        envrt_driver_api::fault::point("acquire");
         let ready = async {
             // The engine makes the workspace, the container's working directory, when it
             // creates the container (owned by root, mode 0755, like `mkdir -p` as root).

@@ -294,6 +294,7 @@ impl EnvironmentDriver for DockerDriver {
             Some(false) => Ok(()),
             None => {
                 self.remove(&id).await?;
+                envrt_driver_api::fault::point("release");
                 self.remove_lease_dirs(&context.lease.id);
                 self.prune_after(context).await;
                 Ok(())
@@ -413,6 +414,7 @@ impl DestroyLease for DockerDriver {
         match self.owned_container(context).await? {
             Some((id, _)) => {
                 self.remove(&id).await?;
+                envrt_driver_api::fault::point("destroy");
                 self.remove_lease_dirs(&context.lease.id);
                 self.prune_after(context).await;
                 Ok(())

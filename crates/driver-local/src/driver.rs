@@ -213,6 +213,7 @@ impl EnvironmentDriver for LocalDriver {
         self.processes.reopen(&input.lease_id);
         create_private_dir(&dir)
             .map_err(|e| DriverError::io(format!("cannot create workspace {}", dir.display()), e))?;
+        envrt_driver_api::fault::point("acquire");
         if let Some(template) = &input.template
             && let Err(e) = self.seed_workspace(template, &dir)
         {
@@ -233,6 +234,7 @@ impl EnvironmentDriver for LocalDriver {
             }
             _ => Ok(()),
         };
+        envrt_driver_api::fault::point("acquire");
         match (granted, watched) {
             (Ok(grant), Ok(())) => Ok(grant),
             (Err(e), _) | (_, Err(e)) => {
@@ -246,6 +248,7 @@ impl EnvironmentDriver for LocalDriver {
         let lease = &input.context.lease;
         lease_dir_name(&lease.id)?;
         self.stop_everything(&lease.id).await?;
+        envrt_driver_api::fault::point("release");
         self.stop_watchdog(&lease.id)?;
         let keep = match lease.lease_policy {
             LeasePolicy::ReuseByEnvironment => true,

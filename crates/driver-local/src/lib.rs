@@ -61,8 +61,9 @@
 //! ## Recovery
 //! The driver has the recovery group ([`Recovery`]): its inventory is every lease
 //! workspace under the root (kind [`KIND_WORKSPACE`], with what runs tied to it and its
-//! watchdog) and every expiry watchdog whose workspace is gone ([`KIND_WATCHDOG`]),
-//! whichever process made them; reaping kills what is tied to the workspace, ends the
+//! watchdog), every expiry watchdog whose workspace is gone ([`KIND_WATCHDOG`]) and every
+//! template capture a crash cut short ([`KIND_TEMPLATE_STAGING`]), whichever process made
+//! them; reaping kills what is tied to the workspace, ends the
 //! watchdog and removes the directory. `kill_leftovers` kills what a dead holder's lease
 //! still runs ([`kill_tied_to`]). `EnvironmentRuntime::reconcile` (`envrt gc`) reaps what
 //! no lease of the store keeps, so a root belongs to one lease store.
@@ -184,4 +185,4 @@ pub use descriptor::{DESCRIPTOR, LocalDescriptor};
 pub use driver::{DRIVER_KEY, LocalDriver};
 pub use process::containment::kill_tied_to;
 pub use process::describe_containment;
-pub use recovery::{KIND_WATCHDOG, KIND_WORKSPACE};
+pub use recovery::{KIND_TEMPLATE_STAGING, KIND_WATCHDOG, KIND_WORKSPACE};

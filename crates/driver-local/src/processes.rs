@@ -80,7 +80,8 @@ impl AgentHost for LocalDriver {
         context: &LeaseContext,
         request: SpawnRequest,
     ) -> Result<proto::SpawnRequest, DriverError> {
-        let workspace = self.workspace_of(&context.lease.id)?;
+        // A workspace deleted behind envrt's back is a lost lease, not a bad cwd.
+        let workspace = self.live_workspace(context)?;
         let cwd = match &request.cwd {
             None => workspace.clone(),
             Some(cwd) => self.resolve_cwd(&workspace, cwd)?,

@@ -3,7 +3,9 @@
 //!
 //! The inventory is every lease workspace `{root}/lease-{id}` (with the processes and the
 //! watchdog tied to it) and every expiry watchdog `{root}/.watchdog-lease-{id}` whose
-//! workspace is already gone. Reaping a workspace kills what the lease still runs (its
+//! workspace is already gone, and every template capture a crash cut short
+//! (`{root}/.templates/.new-{template}.lease-{id}`, an item of the lease captured). Reaping
+//! a workspace kills what the lease still runs (its
 //! cgroup, or every process tied to the workspace), ends its watchdog and removes the
 //! directory; reaping a lone watchdog ends it. Lease cgroups are not listed on their own:
 //! every local driver of the host shares the cgroup base, so a cgroup without a workspace
@@ -22,6 +24,8 @@ use crate::workspace::{LEASE_DIR_PREFIX, lease_dir_name};
 pub const KIND_WORKSPACE: &str = "workspace";
 /// The kind of an expiry watchdog whose workspace is gone.
 pub const KIND_WATCHDOG: &str = "watchdog";
+/// The kind of a template capture's staging directory that a crash left.
+pub const KIND_TEMPLATE_STAGING: &str = "template_staging";
 
 /// The prefix of a watchdog's pid file name, before the lease directory name.
 const WATCHDOG_PREFIX: &str = ".watchdog-";
@@ -55,6 +59,20 @@ impl Recovery for LocalDriver {
                 watchdogs.push((lease, entry.path()));
             }
         }
+        // A capture cut short: listed while nothing captures into it any more is unknown,
+        // so it is its lease's until that lease ends.
+        if let Ok(staged) = std::fs::read_dir(self.templates_dir()) {
+            for entry in staged.flatten() {
+                let name = entry.file_name();
+                if let Some(lease) = name.to_str().and_then(crate::templates::staging_lease) {
+                    items.push(InventoryItem {
+                        kind: KIND_TEMPLATE_STAGING.to_owned(),
+                        id: entry.path().to_string_lossy().into_owned(),
+                        lease_id: Some(lease),
+                    });
+                }
+            }
+        }
         for (lease, pid_file) in watchdogs {
             // A workspace item covers its own watchdog.
             if !items.iter().any(|i| i.lease_id.as_deref() == Some(lease.as_str())) {
@@ -77,6 +95,20 @@ impl Recovery for LocalDriver {
             )));
         };
         // The item must be where this driver would have put it: nothing else is removed.
+        if item.kind == KIND_TEMPLATE_STAGING {
+            let path = std::path::Path::new(&item.id);
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if path.parent() != Some(self.templates_dir().as_path())
+                || crate::templates::staging_lease(name).as_deref() != Some(lease)
+            {
+                return Err(DriverError::invalid(format!(
+                    "{} is not a template capture of lease {lease} under {}",
+                    item.id,
+                    self.root().display()
+                )));
+            }
+            return self.remove_staging(name);
+        }
         let expected = match item.kind.as_str() {
             KIND_WORKSPACE => self.workspace_of(lease)?,
             KIND_WATCHDOG => crate::expiry::pid_file(self.root(), &lease_dir_name(lease)?),

@@ -5,7 +5,9 @@
 //! Files are cloned with `FICLONE` (the blocks are shared, copy-on-write) where the file
 //! system supports it (btrfs, XFS with reflink, bcachefs), and copied otherwise. A
 //! template is staged in a hidden sibling and renamed into place once complete, so a
-//! failed capture leaves nothing listed.
+//! failed capture leaves nothing listed. The staging directory's name,
+//! `.new-{template id}.lease-{lease id}`, names the lease captured: a capture cut short by
+//! a crash is an inventory item of that lease (`recovery`), reaped once the lease ends.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -100,9 +102,42 @@ pub(crate) fn copy_tree(source: &Path, dest: &Path) -> Result<CopyStats, DriverE
     Ok(stats)
 }
 
+/// The prefix of a capture's staging directory under the templates directory.
+const STAGING_PREFIX: &str = ".new-";
+
+/// The staging directory name of template `id` captured from `lease`.
+fn staging_name(id: &str, lease: &str) -> Result<String, DriverError> {
+    Ok(format!(
+        "{STAGING_PREFIX}{id}.{}",
+        crate::workspace::lease_dir_name(lease)?
+    ))
+}
+
+/// The lease a staging directory name was made for, when it is one.
+pub(crate) fn staging_lease(name: &str) -> Option<String> {
+    let (id, lease_dir) = name.strip_prefix(STAGING_PREFIX)?.split_once('.')?;
+    check_template_id(id).ok()?;
+    let lease = lease_dir.strip_prefix(crate::workspace::LEASE_DIR_PREFIX)?;
+    (staging_name(id, lease).ok()? == name).then(|| lease.to_owned())
+}
+
 impl LocalDriver {
-    fn templates_dir(&self) -> PathBuf {
+    pub(crate) fn templates_dir(&self) -> PathBuf {
         self.root().join(TEMPLATES_DIR)
+    }
+
+    /// Removes a capture's staging directory left by a crash, then the templates
+    /// directory when that was its last entry.
+    pub(crate) fn remove_staging(&self, name: &str) -> Result<(), DriverError> {
+        let parent = self.templates_dir();
+        let doomed = parent.join(name);
+        match remove_tree(&doomed) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove", &doomed, e)),
+        }
+        let _ = fs::remove_dir(&parent);
+        Ok(())
     }
 
     /// The directory of template `id` (checked to be a plain name).
@@ -136,7 +171,7 @@ impl Templates for LocalDriver {
         let workspace = self.live_workspace(context)?;
         let parent = self.templates_dir();
         let id = new_template_id();
-        let staging = parent.join(format!(".new-{id}"));
+        let staging = parent.join(staging_name(&id, &context.lease.id)?);
         // The parent may be removed by a deletion of the last template meanwhile: retry.
         let mut attempts = 0;
         loop {
@@ -157,6 +192,8 @@ impl Templates for LocalDriver {
             let tree = staging.join(TREE);
             create_private_dir(&tree).map_err(|e| io_err("create", &tree, e))?;
             let stats = copy_tree(&workspace, &tree)?;
+            // The tree is staged, not described: a crash here leaves a half template.
+            envrt_driver_api::fault::point("capture");
             let mut metadata = JsonMap::new();
             metadata.insert("path".into(), done.join(TREE).to_string_lossy().into_owned().into());
             metadata.insert("filesCloned".into(), stats.cloned.into());
@@ -182,6 +219,7 @@ impl Templates for LocalDriver {
                 .open(&description)
                 .map_err(|e| io_err("create", &description, e))?;
             io::Write::write_all(&mut file, &json).map_err(|e| io_err("write", &description, e))?;
+            envrt_driver_api::fault::point("capture");
             fs::rename(&staging, &done).map_err(|e| io_err("rename", &staging, e))?;
             Ok(template)
         })();
@@ -233,6 +271,22 @@ impl Templates for LocalDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_staging_name_names_its_lease_and_nothing_else_parses() {
+        let name = staging_name("tpl-0123456789abcdef", "l-1").unwrap();
+        assert_eq!(name, ".new-tpl-0123456789abcdef.lease-l-1");
+        assert_eq!(staging_lease(&name).as_deref(), Some("l-1"));
+        for other in [
+            "tpl-0123456789abcdef",
+            ".new-tpl-0123456789abcdef",
+            ".new-tpl-0123456789abcdef.l-1",
+            ".new-../x.lease-l-1",
+            ".new-tpl-0123456789abcdef.lease-l/1",
+        ] {
+            assert_eq!(staging_lease(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn a_tree_copy_keeps_modes_and_links_and_skips_fifos() {

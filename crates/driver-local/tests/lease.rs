@@ -280,7 +280,10 @@ async fn a_released_lease_runs_nothing_until_resumed_and_a_vanished_workspace_is
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("Lease resource \"lease-{}\" does not exist.", lease.id)
+        format!(
+            "Lease \"{id}\" is lost: its provider resource \"lease-{id}\" is gone; release or destroy the lease to end it.",
+            id = lease.id
+        )
     );
     h.runtime.destroy_lease(&lease.id).await.unwrap();
     h.finish();

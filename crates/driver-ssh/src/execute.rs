@@ -16,7 +16,7 @@ use envrt_driver_api::{Execute, LeaseContext};
 
 use crate::SshDriver;
 use crate::connection::{Host, exit_code};
-use crate::remote::{self, CWD_MISSING, CWD_OUTSIDE, CWD_REFUSED_CODE, Launch};
+use crate::remote::{self, CWD_MISSING, CWD_OUTSIDE, CWD_REFUSED_CODE, LEASE_GONE, Launch};
 
 /// How long the output and the exit status are awaited after a timeout's `KILL`.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -187,6 +187,10 @@ pub(crate) async fn run(
         if err_head.starts_with(CWD_MISSING) {
             guard.armed = false;
             return Err(DriverError::missing_cwd(&shown));
+        }
+        if err_head.starts_with(LEASE_GONE) {
+            guard.armed = false;
+            return Err(remote::lease_gone(site.lease_dir));
         }
     }
     let mut metadata = JsonMap::new();

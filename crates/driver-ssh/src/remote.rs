@@ -131,13 +131,29 @@ rm -f "$r.pid" "$r.in" "$r.fds""#
     )
 }
 
+/// Exit code of a sync's remote side when the lease's workspace is gone.
+pub(crate) const GONE_CODE: i32 = 124;
+
+/// The error of a lease whose remote directory was deleted behind envrt's back, named by
+/// its provider lease id (the lease directory's name). `dir` is the lease directory or
+/// its workspace (`{lease dir}/work`).
+pub(crate) fn lease_gone(dir: &str) -> envrt_driver_api::DriverError {
+    let lease_dir = dir.strip_suffix("/work").unwrap_or(dir);
+    envrt_driver_api::DriverError::ResourceGone {
+        id: lease_dir.rsplit('/').next().unwrap_or_default().to_owned(),
+    }
+}
+
 /// Exit code of the prologue when the requested cwd is refused; the reason is the first
-/// line of stderr ([`CWD_OUTSIDE`] or [`CWD_MISSING`]).
+/// line of stderr ([`CWD_OUTSIDE`], [`CWD_MISSING`] or [`LEASE_GONE`]).
 pub(crate) const CWD_REFUSED_CODE: i32 = 120;
 /// The prologue's stderr when the cwd resolves outside the workspace.
 pub(crate) const CWD_OUTSIDE: &[u8] = b"envrt-ssh: cwd outside\n";
 /// The prologue's stderr when the cwd does not exist.
 pub(crate) const CWD_MISSING: &[u8] = b"envrt-ssh: cwd missing\n";
+/// The prologue's stderr when the lease's workspace itself is gone (deleted behind
+/// envrt's back): the lease is lost, not the cwd.
+pub(crate) const LEASE_GONE: &[u8] = b"envrt-ssh: lease gone\n";
 
 /// The inner prologue, run by a clean `/bin/sh` (arguments: workspace, run file prefix,
 /// cwd or empty, stdin length or `stream`, then the command and its arguments): enters the
@@ -157,6 +173,7 @@ pub(crate) const CWD_MISSING: &[u8] = b"envrt-ssh: cwd missing\n";
 fn prologue() -> String {
     format!(
         r#"w=$1 r=$2 c=$3 m=$4; shift 4
+[ -d "$w" ] || {{ printf 'envrt-ssh: lease gone\n' >&2; exit {code}; }}
 if [ -n "$c" ]; then
   cd -P -- "$c" 2>/dev/null || {{ printf 'envrt-ssh: cwd missing\n' >&2; exit {code}; }}
   case "$(pwd -P)/" in "$w"/*) ;; *) printf 'envrt-ssh: cwd outside\n' >&2; exit {code};; esac

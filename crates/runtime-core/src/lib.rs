@@ -41,8 +41,8 @@
 
 // The driver API and the file helpers, at the paths they had before they moved out.
 pub use envrt_driver_api::{
-    capability, config_keys, descriptor, driver, error, execute, model, network, plugin_state, process, secret, sync,
-    template,
+    capability, config_keys, descriptor, driver, error, execute, fault, model, network, plugin_state, process, secret,
+    sync, template,
 };
 pub use envrt_driver_files::{archive, sparse, tree};
 

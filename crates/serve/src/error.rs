@@ -96,6 +96,7 @@ pub fn status_of(kind: &str) -> StatusCode {
         "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
         "lease_not_active"
         | "lease_gone"
+        | "lease_lost"
         | "lease_expired"
         | "environment_not_active"
         | "duplex_not_granted"

@@ -18,10 +18,7 @@ const AT_ONCE: usize = 2;
 /// Bound on one CLI invocation.
 const LIMIT: Duration = Duration::from_secs(300);
 
-/// The CLI's state directory under the scratch directory.
-pub(crate) fn state_dir(scratch: &Path) -> PathBuf {
-    scratch.join("cli")
-}
+use envrt_soak::cli_state_dir as state_dir;
 
 fn config(key: &str) -> String {
     let mut text = format!("[[environment]]\nid = \"soak\"\ndriver = \"{key}\"\n");

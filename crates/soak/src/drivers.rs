@@ -11,8 +11,7 @@ use envrt_driver_plugin_sandbox::{SandboxDriver, SandboxOptions};
 use envrt_runtime_core::{Environment, EnvironmentRuntime, JsonMap};
 use envrt_store_sqlite::SqliteStore;
 
-/// The label on the soak's own containers.
-pub(crate) const RUN_LABEL: &str = "envrt.soak-run";
+use envrt_soak::RUN_LABEL;
 /// The environment every cycle leases.
 pub(crate) const ENVIRONMENT: &str = "soak";
 

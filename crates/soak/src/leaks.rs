@@ -8,22 +8,28 @@ use std::time::{Duration, Instant};
 use envrt_runtime_core::{LeaseFilter, LeaseStatus, LeaseStore};
 use envrt_store_sqlite::SqliteStore;
 
-use crate::cli::state_dir;
-use crate::drivers::RUN_LABEL;
+use crate::{RUN_LABEL, cli_state_dir as state_dir};
 
 /// Counts per kind, and a line per thing found.
 #[derive(Debug, Default)]
-pub(crate) struct Leaks {
-    pub(crate) processes: usize,
-    pub(crate) containers: usize,
-    pub(crate) sandboxes: usize,
-    pub(crate) workspaces: usize,
-    pub(crate) active_rows: usize,
-    pub(crate) details: Vec<String>,
+pub struct Leaks {
+    /// Live processes whose command line, cwd or `HOME` is under the scratch directory.
+    pub processes: usize,
+    /// Docker containers with the run's label or the CLI state directory's.
+    pub containers: usize,
+    /// Sandbox lease directories left.
+    pub sandboxes: usize,
+    /// Local workspaces left.
+    pub workspaces: usize,
+    /// Lease rows still `active` or `pending_cleanup`.
+    pub active_rows: usize,
+    /// One line per thing found.
+    pub details: Vec<String>,
 }
 
 impl Leaks {
-    pub(crate) fn total(&self) -> usize {
+    /// Every leak of every kind.
+    pub fn total(&self) -> usize {
         self.processes + self.containers + self.sandboxes + self.workspaces + self.active_rows
     }
 }
@@ -31,7 +37,11 @@ impl Leaks {
 /// How long processes and containers get to go away after the last release.
 const SETTLE: Duration = Duration::from_secs(15);
 
-pub(crate) async fn count(key: &str, scratch: &Path, run: &str) -> Leaks {
+/// What driver `key`'s leases left under `scratch` (its soak layout: `local/`, `sandbox/`,
+/// `state/leases.db`, and the CLI's state directory [`state_dir`]) and, on Docker, in
+/// containers labelled with `run` or that CLI state directory. Processes get 15 s
+/// to go away first.
+pub async fn count(key: &str, scratch: &Path, run: &str) -> Leaks {
     let mut leaks = Leaks::default();
     let deadline = Instant::now() + SETTLE;
     let processes = loop {

@@ -15,7 +15,8 @@
 mod cli;
 mod cycle;
 mod drivers;
-mod leaks;
+
+use envrt_soak::leaks;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -38,8 +38,12 @@ pub(crate) fn ensure_private(path: &Path) -> Result<(), StoreError> {
         Ok(_) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
         Err(e) => {
+            let message = match crate::sql::file_system_refusal(path) {
+                Some(why) => format!("cannot open \"{}\": its file system is {why}", path.display()),
+                None => format!("cannot open \"{}\": {e}", path.display()),
+            };
             return Err(StoreError {
-                message: format!("cannot open \"{}\": {e}", path.display()),
+                message,
                 source: Some(Box::new(e)),
             });
         }

@@ -104,11 +104,35 @@ fn is_busy(error: &rusqlite::Error) -> bool {
     )
 }
 
+/// Why the file system holding `path` refuses writes, when it does: `full` (no block left
+/// for an unprivileged writer) or `read-only`. SQLite reports either as a bare "disk I/O
+/// error" or "attempt to write a readonly database".
+pub(crate) fn file_system_refusal(path: &Path) -> Option<&'static str> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let stat = rustix::fs::statvfs(dir).ok()?;
+    if stat.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) {
+        Some("read-only")
+    } else if stat.f_bavail == 0 {
+        Some("full")
+    } else {
+        None
+    }
+}
+
 fn open_once(path: &Path, busy_timeout: Duration) -> Result<Connection, Failure> {
     let shown = path.display();
     let fail = |e: rusqlite::Error| {
         let busy = is_busy(&e);
-        let error = err(format!("cannot open \"{shown}\""), e);
+        let error = match file_system_refusal(path) {
+            Some(why) if !busy => StoreError {
+                message: format!("cannot open \"{shown}\": its file system is {why}"),
+                source: Some(Box::new(e)),
+            },
+            _ => err(format!("cannot open \"{shown}\""), e),
+        };
         if busy {
             Failure::Busy(error)
         } else {

@@ -19,6 +19,7 @@ impl RuntimeError {
             RuntimeError::TenantMismatch { .. } => "tenant_mismatch",
             RuntimeError::LeaseNotActive { .. } => "lease_not_active",
             RuntimeError::LeaseGone { .. } => "lease_gone",
+            RuntimeError::LeaseLost { .. } => "lease_lost",
             RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",
             RuntimeError::LeaseExpired { .. } => "lease_expired",
             RuntimeError::LeasePaused { .. } => "lease_paused",
@@ -47,6 +48,7 @@ impl DriverError {
             DriverError::InvalidGlob { .. } => "invalid_glob",
             DriverError::InvalidInput { .. } => "invalid_input",
             DriverError::ResourceGone { .. } => "resource_gone",
+            DriverError::HostFileSystem { .. } => "host_file_system",
             DriverError::ProviderUnsupported { .. } => "provider_unsupported",
             DriverError::ChannelClosed => "channel_closed",
             DriverError::Process(error) => error.kind(),
@@ -97,6 +99,13 @@ mod tests {
                 "duplex_unsupported",
             ),
             (RuntimeError::LeaseNotFound { id: "x".into() }, "lease_not_found"),
+            (
+                RuntimeError::LeaseLost {
+                    id: "x".into(),
+                    resource: "r".into(),
+                },
+                "lease_lost",
+            ),
             (DriverError::invalid("bad").into(), "invalid_input"),
             (
                 DriverError::PathOutsideWorkspace { path: "../x".into() }.into(),

@@ -134,6 +134,20 @@ async fn copy_following_links(
     }
 }
 
+/// The archive API answers 404 both for a missing path and for a missing container: a
+/// container removed behind envrt's back is a lost lease
+/// ([`DriverError::ResourceGone`]), not a missing source.
+async fn missing(driver: &DockerDriver, container: &str, entry: &Entry<'_>) -> DriverError {
+    match driver.engine.docker.inspect_container(container, None).await {
+        Err(e) if is_not_found(&e) => DriverError::ResourceGone {
+            id: container.to_owned(),
+        },
+        _ => DriverError::SourceMissing {
+            path: entry.source_text.to_owned(),
+        },
+    }
+}
+
 async fn download(
     driver: &DockerDriver,
     container: &str,
@@ -151,11 +165,7 @@ async fn download(
         .await
     {
         Ok(stat) => stat,
-        Err(e) if is_not_found(&e) => {
-            return Err(DriverError::SourceMissing {
-                path: entry.source_text.to_owned(),
-            });
-        }
+        Err(e) if is_not_found(&e) => return Err(missing(driver, container, entry).await),
         Err(e) => return Err(engine.error("reading a sync source", e)),
     };
     let go_mode = stat.file_mode;

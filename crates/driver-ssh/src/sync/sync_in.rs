@@ -196,7 +196,7 @@ const OUTSIDE_CODE: i32 = 121;
 fn remote_script(workspace: &str, lease_dir: &str, plans: &[Planned]) -> String {
     let stage = format!("{lease_dir}/run/stage-{}", uuid::Uuid::new_v4().simple());
     let mut s = format!(
-        "w={w}; s={s}\numask 077\nmkdir -- \"$s\" || exit 1\ntrap 'rm -rf -- \"$s\"' EXIT\n\
+        "w={w}; s={s}\numask 077\n[ -d \"$w\" ] || exit {gone}\nmkdir -- \"$s\" || exit 1\ntrap 'rm -rf -- \"$s\"' EXIT\n\
          tar -x -p --no-same-owner -f - -C \"$s\" || exit 1\n\
          [ -f \"$s/{complete}\" ] || exit 1\n\
          inside() {{ case \"$(pwd -P)/\" in \"$w\"/*) return 0;; esac; return 1; }}\n\
@@ -206,6 +206,7 @@ fn remote_script(workspace: &str, lease_dir: &str, plans: &[Planned]) -> String 
         w = quote(workspace),
         s = quote(&stage),
         code = OUTSIDE_CODE,
+        gone = crate::remote::GONE_CODE,
         complete = COMPLETE,
     );
     for (i, plan) in plans.iter().enumerate() {
@@ -281,6 +282,11 @@ pub(crate) async fn transfer(
         .await
         .map_err(|e| DriverError::other(format!("the archive task failed: {e}")))?;
     let code = exit_code(remote.child.wait().await);
+    // A lost lease's remote side exits before reading the archive, so the writer may have
+    // met a closed pipe: the remote verdict explains that failure.
+    if code == Some(crate::remote::GONE_CODE) {
+        return Err(crate::remote::lease_gone(workspace));
+    }
     let (counts, plans) = built?;
     match code {
         Some(0) => Ok(counts),

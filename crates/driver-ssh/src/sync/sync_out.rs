@@ -72,12 +72,13 @@ fn remote_script(workspace: &str, plan: &Planned) -> String {
         String::new()
     };
     format!(
-        "w={w}; p={p}\n[ -e \"$p\" ] || exit {MISSING}\nr=$(readlink -f -- \"$p\") || exit {MISSING}\n\
+        "w={w}; p={p}\n[ -d \"$w\" ] || exit {gone}\n[ -e \"$p\" ] || exit {MISSING}\nr=$(readlink -f -- \"$p\") || exit {MISSING}\n\
          case \"$r/\" in \"$w\"/*) ;; *) exit {OUTSIDE};; esac\n[ {test} \"$r\" ] || exit {KIND}\n{follow_check}\
          S=; tar --version 2>/dev/null | grep -q GNU && S=--sparse\n\
          cd -P -- \"$(dirname -- \"$r\")\" && exec tar -c $S {h} -f - -- \"$(basename -- \"$r\")\"",
         w = quote(workspace),
         p = quote(&plan.source),
+        gone = crate::remote::GONE_CODE,
         h = if plan.follow { "-h" } else { "" },
     )
 }
@@ -234,6 +235,7 @@ async fn fetch(
     };
     match code {
         Some(0) => {}
+        Some(crate::remote::GONE_CODE) => return Err(crate::remote::lease_gone(workspace)),
         Some(MISSING) => {
             return Err(DriverError::SourceMissing {
                 path: plan.source_shown.clone(),

@@ -9,6 +9,7 @@ use crate::model::{
     CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp,
 };
 use crate::store::LeaseFilter;
+use envrt_driver_api::fault;
 
 use super::gate::{Operation, gate};
 use super::{EnvironmentRuntime, traced};
@@ -190,7 +191,10 @@ impl EnvironmentRuntime {
                 network,
             };
             tracing::Span::current().record("lease_id", input.lease_id.as_str());
+            fault::point("acquire");
             let grant = driver.acquire_lease(&input).await?;
+            // The resource exists and no row names it yet: `gc` must find it as an orphan.
+            fault::point("acquire");
             let now = Timestamp::now();
             let mut lease = Lease {
                 id: input.lease_id.clone(),
@@ -229,6 +233,7 @@ impl EnvironmentRuntime {
                 let _ = driver.release_lease(&release).await;
                 return Err(error.into());
             }
+            fault::point("acquire");
             Ok(lease)
         }
     }
@@ -357,8 +362,11 @@ impl EnvironmentRuntime {
             lease.last_used_at = now;
             // Its exposed ports close first: nothing reaches a lease being released.
             self.exposed.close(lease_id);
+            fault::point("release");
             match resolved.driver.release_lease(&input).await {
                 Ok(()) => {
+                    // The resource is gone and the row still says active.
+                    fault::point("release");
                     lease.status = final_status;
                     lease.released_at = Some(now);
                     lease.cleanup_status = Some(CleanupStatus::Success);
@@ -399,8 +407,10 @@ impl EnvironmentRuntime {
             let now = Timestamp::now();
             lease.last_used_at = now;
             self.exposed.close(lease_id);
+            fault::point("destroy");
             match destroy.destroy_lease(&resolved.context).await {
                 Ok(()) => {
+                    fault::point("destroy");
                     if matches!(
                         lease.status,
                         LeaseStatus::Active | LeaseStatus::Retained | LeaseStatus::PendingCleanup

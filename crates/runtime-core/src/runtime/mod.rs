@@ -201,11 +201,26 @@ async fn traced<T>(
 ) -> Result<T, RuntimeError> {
     let span = tracing::debug_span!("envrt", operation, lease_id, driver = tracing::field::Empty,);
     let started = Instant::now();
-    let result = body.instrument(span.clone()).await;
+    let result = body.instrument(span.clone()).await.map_err(|e| lost(lease_id, e));
     let duration_us = started.elapsed().as_micros() as u64;
     span.in_scope(|| match &result {
         Ok(_) => tracing::debug!(outcome = "ok", duration_us),
         Err(error) => tracing::debug!(outcome = "error", duration_us, %error),
     });
     result
+}
+
+/// A driver's `ResourceGone` on an operation on an existing lease says the lease's backend
+/// died behind envrt's back: the facade reports the lease itself as lost (contract section
+/// 3), naming what to do. An acquire (no lease id yet) keeps the driver's error.
+fn lost(lease_id: &str, error: RuntimeError) -> RuntimeError {
+    match error {
+        RuntimeError::Driver(crate::DriverError::ResourceGone { id }) if !lease_id.is_empty() => {
+            RuntimeError::LeaseLost {
+                id: lease_id.to_owned(),
+                resource: id,
+            }
+        }
+        other => other,
+    }
 }

@@ -61,7 +61,10 @@ impl EnvironmentRuntime {
         let context = &resolved.context;
         let sync = gate(&resolved, direction, |d| d.as_sync(), |s| s.supports_sync(context)).await?;
         Ok(match direction {
-            Operation::SyncOut => sync.sync_out(context, operations).await?,
+            Operation::SyncOut => sync
+                .sync_out(context, operations)
+                .await
+                .map_err(|e| host_file_system(e, operations))?,
             _ => sync.sync_in(context, operations).await?,
         })
     }
@@ -129,5 +132,28 @@ impl EnvironmentRuntime {
             lease: None,
         };
         Ok(Some(driver.resolve_capabilities(&input).await?))
+    }
+}
+
+/// A sync out's I/O failure because the host file system is full or read-only becomes
+/// [`crate::DriverError::HostFileSystem`], one text for every driver that reports the
+/// operating system's error (local, Docker, ssh; the drivers stage and rename, so nothing
+/// partial is left). Any other error passes unchanged.
+fn host_file_system(error: crate::DriverError, operations: &[SyncOperation]) -> crate::DriverError {
+    let crate::DriverError::Io { source, .. } = &error else {
+        return error;
+    };
+    let why = match source.kind() {
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => "full",
+        std::io::ErrorKind::ReadOnlyFilesystem => "read-only",
+        _ => return error,
+    };
+    let targets: Vec<&str> = operations
+        .iter()
+        .flat_map(|op| op.files.iter().map(|f| f.target_path.as_str()))
+        .collect();
+    crate::DriverError::HostFileSystem {
+        target: targets.join(", "),
+        why,
     }
 }

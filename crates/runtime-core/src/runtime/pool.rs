@@ -296,8 +296,11 @@ async fn fill(weak: Weak<EnvironmentRuntime>, pool: Arc<Pool>) {
             .saturating_sub(pool.ready.lock().unwrap_or_else(|e| e.into_inner()).len());
         let mut failed = false;
         for _ in 0..missing {
+            envrt_driver_api::fault::point("pool_refill");
             match runtime.acquire_fresh(pool_request(&pool.spec)).await {
                 Ok(lease) => {
+                    // Made and recorded, not yet ready in the pool.
+                    envrt_driver_api::fault::point("pool_refill");
                     if pool.stopped.load(Ordering::SeqCst) {
                         // Stopped while acquiring: this one is nobody's.
                         let _ = runtime.release_lease(&lease.id, LeaseStatus::Released).await;

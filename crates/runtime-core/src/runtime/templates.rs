@@ -18,7 +18,10 @@ impl EnvironmentRuntime {
         traced("capture_template", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let templates = gate(&resolved, Operation::CaptureTemplate, |d| d.as_templates(), |_| true).await?;
-            Ok(templates.capture_template(&resolved.context, label).await?)
+            envrt_driver_api::fault::point("capture");
+            let template = templates.capture_template(&resolved.context, label).await?;
+            envrt_driver_api::fault::point("capture");
+            Ok(template)
         })
         .await
     }
