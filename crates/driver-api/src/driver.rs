@@ -13,9 +13,11 @@ use crate::sync::{SyncOperation, SyncResult};
 use crate::template::{TemplateRef, Templates};
 
 mod duplex;
+mod fork;
 mod path_scope;
 mod processes;
 pub use duplex::{DuplexChannel, DuplexChannels, DuplexExit};
+pub use fork::{FORKED_FROM_KEY, ForkLease, MAX_FORK_COUNT};
 pub use path_scope::PathScope;
 pub use processes::{ProcessOutput, ProcessSessions};
 
@@ -312,6 +314,10 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     /// whose snapshot denies `persistentProcessSessions`: `Environment driver "{key}" does
     /// not support persistent process sessions.` (section 9).
     fn as_processes(&self) -> Option<&dyn ProcessSessions> {
+        None
+    }
+    /// Lease fork (section 8, "Fork"), if the driver has it. Without it: `Environment driver "{key}" does not support lease fork.`
+    fn as_fork(&self) -> Option<&dyn ForkLease> {
         None
     }
 

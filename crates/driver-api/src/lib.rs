@@ -49,8 +49,8 @@ mod time;
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{
     AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
-    FileSync, InventoryItem, LeaseContext, LeaseGrant, PathScope, ProbeAnswer, ProcessOutput, ProcessSessions,
-    RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, WorkspaceRequest,
+    FileSync, ForkLease, InventoryItem, LeaseContext, LeaseGrant, PathScope, ProbeAnswer, ProcessOutput,
+    ProcessSessions, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, WorkspaceRequest,
 };
 pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};
 pub use execute::{

@@ -170,6 +170,7 @@ mod descriptor;
 mod driver;
 mod execute;
 mod expiry;
+mod fork;
 mod process;
 mod processes;
 mod realize;

@@ -1,4 +1,5 @@
-//! `envrt lease acquire | list | release | destroy` and `envrt gc`.
+//! `envrt lease acquire | list | release | destroy` and `envrt gc` (`lease fork` is in
+//! `lease_fork.rs`).
 //!
 //! A lease records its holder process (`holderPid` + `holderStartTime`). `exec` and
 //! `shell` hold their ephemeral leases themselves; `lease acquire` names the process that
@@ -45,6 +46,8 @@ pub(crate) enum LeaseCommand {
         #[command(flatten)]
         network: crate::network::NetworkArgs,
     },
+    /// Copy a live lease into new leases that start from its state; print their ids.
+    Fork(crate::lease_fork::ForkArgs),
 }
 
 #[derive(Debug, Args)]
@@ -204,6 +207,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
             Ok(0)
         }
         LeaseCommand::Network { id, network } => crate::network::update(&app, &id, &network).await,
+        LeaseCommand::Fork(args) => crate::lease_fork::fork(&app, args).await,
     }
 }
 

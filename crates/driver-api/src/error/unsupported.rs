@@ -36,13 +36,15 @@ pub enum UnsupportedOperation {
     /// The process verbs (`spawn`, `processes`, `output`, ...): no process group, or the
     /// snapshot denies `persistentProcessSessions`.
     ProcessSessions,
+    /// `fork_lease` (no fork group).
+    Fork,
 }
 
 /// One row: the operation, its stable error kind, the words its refusal ends with.
 type Row = (UnsupportedOperation, &'static str, &'static str);
 
 /// The table, in the enum's order (a test keeps it so).
-const ROWS: [Row; 11] = [
+const ROWS: [Row; 12] = [
     (UnsupportedOperation::Resume, "resume_unsupported", "lease resume"),
     (UnsupportedOperation::Destroy, "destroy_unsupported", "lease destroy"),
     (
@@ -74,11 +76,12 @@ const ROWS: [Row; 11] = [
         "process_sessions_unsupported",
         "persistent process sessions",
     ),
+    (UnsupportedOperation::Fork, "fork_unsupported", "lease fork"),
 ];
 
 impl UnsupportedOperation {
     /// Every operation, in table order.
-    pub const ALL: [UnsupportedOperation; 11] = [
+    pub const ALL: [UnsupportedOperation; 12] = [
         UnsupportedOperation::Resume,
         UnsupportedOperation::Destroy,
         UnsupportedOperation::Realize,
@@ -90,6 +93,7 @@ impl UnsupportedOperation {
         UnsupportedOperation::TemplateDelete,
         UnsupportedOperation::Templates,
         UnsupportedOperation::ProcessSessions,
+        UnsupportedOperation::Fork,
     ];
 
     fn row(self) -> &'static Row {
@@ -130,7 +134,7 @@ mod tests {
     /// one replaced had.
     #[test]
     fn every_row_renders_the_pinned_text_and_kind() {
-        let rows: [(&str, UnsupportedOperation, &str, &str); 11] = [
+        let rows: [(&str, UnsupportedOperation, &str, &str); 12] = [
             (
                 "local",
                 UnsupportedOperation::Resume,
@@ -196,6 +200,12 @@ mod tests {
                 UnsupportedOperation::ProcessSessions,
                 "Environment driver \"docker\" does not support persistent process sessions.",
                 "process_sessions_unsupported",
+            ),
+            (
+                "ssh",
+                UnsupportedOperation::Fork,
+                "Environment driver \"ssh\" does not support lease fork.",
+                "fork_unsupported",
             ),
         ];
         for (key, operation, text, kind) in rows {

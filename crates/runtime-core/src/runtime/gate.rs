@@ -50,6 +50,8 @@ pub(super) enum Operation {
     /// Every process verb: `spawn`, `processes`, `process`, `output`, `write_stdin`,
     /// `close_stdin`, `signal`, `resize`, `wait`.
     Processes,
+    /// `fork_lease`.
+    Fork,
 }
 
 /// How a row refuses a denied capability (or a failed snapshot).
@@ -123,6 +125,8 @@ fn rule(operation: Operation) -> Rule {
         Operation::ListTemplates | Operation::AcquireFromTemplate => row(U::Templates, None, false),
         Operation::DeleteTemplate => row(U::TemplateDelete, None, false),
         Operation::Processes => row(U::ProcessSessions, Some(CapabilityKey::PersistentProcessSessions), true),
+        // Fork is a group, not a capability key; only a live lease is copied.
+        Operation::Fork => row(U::Fork, None, true),
     }
 }
 
@@ -198,7 +202,7 @@ fn require_active(lease: &Lease) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
-    const ALL: [Operation; 12] = [
+    const ALL: [Operation; 13] = [
         Operation::Resume,
         Operation::Destroy,
         Operation::Realize,
@@ -211,6 +215,7 @@ mod tests {
         Operation::DeleteTemplate,
         Operation::AcquireFromTemplate,
         Operation::Processes,
+        Operation::Fork,
     ];
 
     #[test]
@@ -231,6 +236,7 @@ mod tests {
                 "Environment driver \"k\" does not support template deletion.",
                 "Environment driver \"k\" does not support templates.",
                 "Environment driver \"k\" does not support persistent process sessions.",
+                "Environment driver \"k\" does not support lease fork.",
             ]
         );
     }
@@ -270,13 +276,14 @@ mod tests {
                 None,
                 None,
                 Some(CapabilityKey::PersistentProcessSessions),
+                None,
             ]
         );
         let active: Vec<bool> = ALL.iter().map(|op| rule(*op).needs_active).collect();
         assert_eq!(
             active,
             [
-                false, false, true, true, true, true, true, true, false, false, false, true
+                false, false, true, true, true, true, true, true, false, false, false, true, true
             ]
         );
     }

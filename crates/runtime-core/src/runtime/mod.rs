@@ -5,6 +5,7 @@
 //! are in [`pool`]; reconciliation with the drivers' inventories in [`recovery`]; lease
 //! templates in [`templates`].
 
+mod fork;
 mod gate;
 mod lifecycle;
 mod network;
