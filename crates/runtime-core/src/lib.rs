@@ -64,7 +64,8 @@ pub use envrt_driver_api::{
 };
 pub use envrt_driver_api::{MemoryStateStore, PluginStateStore, StateKey};
 pub use runtime::{
-    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, POOLED_KEY, PoolSpec, PoolStatus,
-    ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,
+    AcquireRequest, DriverItem, EnvironmentRuntime, FINGERPRINT_KEY, LABELS_KEY, LeaseFailure, LeaseSelector,
+    MAX_SCOPE_BYTES, POOLED_KEY, PoolSpec, PoolStatus, ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport,
+    ReleaseReport, Reuse, SCOPE_KEY, SCOPE_OUTCOME_KEY, SOURCE_TEMPLATE_KEY, ScopeOutcome,
 };
-pub use store::{LeaseFilter, LeaseStore, MemoryStore};
+pub use store::{LeaseFilter, LeaseStore, MemoryStore, ScopeGuard};

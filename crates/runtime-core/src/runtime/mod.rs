@@ -14,6 +14,7 @@ mod pool;
 mod pool_drop;
 mod processes;
 mod recovery;
+mod scope;
 mod templates;
 mod tenancy;
 
@@ -33,6 +34,9 @@ pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
 pub use processes::ProcessOutputStream;
 pub use recovery::{DriverItem, RECONCILE_SETTLE, ReconcileReport};
+pub use scope::{
+    FINGERPRINT_KEY, LABELS_KEY, LeaseSelector, MAX_SCOPE_BYTES, Reuse, SCOPE_KEY, SCOPE_OUTCOME_KEY, ScopeOutcome,
+};
 
 /// The facade: a registry of drivers by key plus a lease store. Every operation resolves
 /// the lease's driver key, then checks in the contract's order before calling the driver.
