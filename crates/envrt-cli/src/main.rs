@@ -22,6 +22,7 @@ mod gc_report;
 mod isolation;
 mod lease;
 mod lease_fork;
+mod lease_scope;
 mod lease_show;
 mod logs;
 mod network;
