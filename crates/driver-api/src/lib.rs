@@ -56,7 +56,9 @@ pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};
 pub use execute::{
     CappedBuffer, ExecuteRequest, ExecuteResult, ExecuteRules, NameRules, OutputKeep, OutputSink, OutputStream, Wording,
 };
-pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
+pub use model::{
+    CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Readiness, Timestamp,
+};
 pub use plugin_state::{MemoryStateStore, PluginStateStore, StateKey};
 pub use process::{
     Offsets, OutputChunk, OutputEvent, ProcessError, ProcessId, ProcessInfo, ProcessStatus, ProcessStream,

@@ -57,15 +57,16 @@ pub use envrt_driver_api::{
     Environment, EnvironmentDriver, EnvironmentStatus, Execute, ExecuteRequest, ExecuteResult, ExecuteRules, FileSync,
     ForkLease, InventoryItem, JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, NameRules, Offsets,
     OutputChunk, OutputEvent, OutputKeep, OutputSink, OutputStream, PathScope, ProcessError, ProcessId, ProcessInfo,
-    ProcessOutput, ProcessSessions, ProcessStatus, ProcessStream, RealizeWorkspace, RealizedWorkspace, Recovery,
-    ReleaseInput, ResumeLease, RuntimeError, Secret, SpawnRequest, StdinMode, StoreError, StreamInfo, SyncFile,
-    SyncKind, SyncOperation, SyncOperationResult, SyncResult, TemplateRef, Templates, Timestamp, TtySize,
+    ProcessOutput, ProcessSessions, ProcessStatus, ProcessStream, Readiness, RealizeWorkspace, RealizedWorkspace,
+    Recovery, ReleaseInput, ResumeLease, RuntimeError, Secret, SpawnRequest, StdinMode, StoreError, StreamInfo,
+    SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult, TemplateRef, Templates, Timestamp, TtySize,
     UnsupportedOperation, Wording, WorkspaceRequest,
 };
 pub use envrt_driver_api::{MemoryStateStore, PluginStateStore, StateKey};
 pub use runtime::{
     AcquireRequest, DriverItem, EnvironmentRuntime, FINGERPRINT_KEY, LABELS_KEY, LeaseFailure, LeaseSelector,
-    MAX_SCOPE_BYTES, POOLED_KEY, PoolSpec, PoolStatus, ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport,
-    ReleaseReport, Reuse, SCOPE_KEY, SCOPE_OUTCOME_KEY, SOURCE_TEMPLATE_KEY, ScopeOutcome,
+    MAX_READY_TIMEOUT, MAX_READY_WORDS, MAX_SCOPE_BYTES, POOLED_KEY, PoolSpec, PoolStatus, ProcessOutputStream,
+    RECONCILE_SETTLE, ReconcileReport, ReleaseReport, Reuse, SCOPE_KEY, SCOPE_OUTCOME_KEY, SOURCE_TEMPLATE_KEY,
+    ScopeOutcome,
 };
 pub use store::{LeaseFilter, LeaseStore, MemoryStore, ScopeGuard};

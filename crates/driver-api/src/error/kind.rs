@@ -21,6 +21,7 @@ impl RuntimeError {
             RuntimeError::LeaseGone { .. } => "lease_gone",
             RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",
             RuntimeError::LeaseExpired { .. } => "lease_expired",
+            RuntimeError::NotReady { .. } => "lease_not_ready",
             RuntimeError::TemplateNotFound { .. } => "template_not_found",
             RuntimeError::Process(error) => error.kind(),
             RuntimeError::Network(_) => "network_refused",

@@ -251,7 +251,7 @@ impl EnvironmentRuntime {
                 let _ = driver.release_lease(&release).await;
                 return Err(error.into());
             }
-            Ok(lease)
+            self.await_ready(lease, &environment).await
         }
     }
 

@@ -13,6 +13,7 @@ mod operations;
 mod pool;
 mod pool_drop;
 mod processes;
+mod ready;
 mod recovery;
 mod scope;
 mod templates;
@@ -33,6 +34,7 @@ use crate::store::{LeaseFilter, LeaseStore, MemoryStore};
 pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE_KEY};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
 pub use processes::ProcessOutputStream;
+pub use ready::{MAX_READY_TIMEOUT, MAX_READY_WORDS};
 pub use recovery::{DriverItem, RECONCILE_SETTLE, ReconcileReport};
 pub use scope::{
     FINGERPRINT_KEY, LABELS_KEY, LeaseSelector, MAX_SCOPE_BYTES, Reuse, SCOPE_KEY, SCOPE_OUTCOME_KEY, ScopeOutcome,
@@ -125,6 +127,7 @@ impl EnvironmentRuntime {
     /// Adds or replaces an environment. When its driver is registered, the driver checks
     /// the configuration first and an unknown key is refused (nothing is stored).
     pub async fn put_environment(&self, environment: Environment) -> Result<(), RuntimeError> {
+        ready::check_readiness(environment.readiness.as_ref())?;
         if let Some(driver) = self.driver(&environment.driver) {
             driver.check_environment_config(&environment.config).await?;
             network::environment_level(&environment, driver.as_ref())?;
