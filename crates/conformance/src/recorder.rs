@@ -100,6 +100,9 @@ impl EnvironmentDriver for Recorder {
     fn as_processes(&self) -> Option<&dyn envrt_runtime_core::ProcessSessions> {
         self.inner.as_processes()
     }
+    fn as_fork(&self) -> Option<&dyn envrt_runtime_core::ForkLease> {
+        self.inner.as_fork()
+    }
     fn verified_verbs(&self) -> VerbSet {
         self.inner.verified_verbs()
     }

@@ -13,6 +13,7 @@ mod execute;
 mod expiry;
 mod honesty;
 mod inputs;
+mod lease_life;
 mod lifecycle;
 mod lifecycle_driver;
 mod network;
@@ -129,6 +130,7 @@ pub(crate) fn all() -> Vec<Check> {
         observe::CHECKS,
         expiry::CHECKS,
         templates::CHECKS,
+        lease_life::CHECKS,
         pool::CHECKS,
         processes::CHECKS,
         processes_refusals::CHECKS,
