@@ -46,7 +46,7 @@ pub struct AcquireRequest {
     /// [`RuntimeError::Network`] (see [`crate::network`]); `None`: the environment's.
     pub network: Option<crate::network::Policy>,
     /// The owner scope (a tenant, agent or workspace key), recorded on the lease as
-    /// `envrtScope`; `release_matching` ends a scope's leases (see [`super::scope`]).
+    /// `envrtScope`; [`EnvironmentRuntime::release_matching`] ends a scope's leases.
     pub scope: Option<String>,
     /// With [`Reuse::Scope`](super::scope::Reuse::Scope), a live lease of the scope and
     /// the same configuration fingerprint is handed back instead of a new one.
