@@ -32,6 +32,8 @@ pub struct Profile {
     pub has_templates: bool,
     /// Has persistent process sessions.
     pub has_processes: bool,
+    /// Has lease fork.
+    pub has_fork: bool,
     /// The environment's snapshot before any lease.
     pub environment: CapabilitySnapshot,
     /// The snapshot of an ephemeral lease.
@@ -105,6 +107,7 @@ impl Ctx {
                 has_duplex: inner.as_duplex().is_some(),
                 has_templates: inner.as_templates().is_some(),
                 has_processes: inner.as_processes().is_some(),
+                has_fork: inner.as_fork().is_some(),
                 binary_safe: target.binary_safe,
                 half_close: target.half_close,
                 duplex_withheld: target.duplex_withheld,

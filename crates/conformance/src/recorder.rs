@@ -103,6 +103,9 @@ impl EnvironmentDriver for Recorder {
     fn as_pause(&self) -> Option<&dyn envrt_runtime_core::PauseLease> {
         self.inner.as_pause()
     }
+    fn as_fork(&self) -> Option<&dyn envrt_runtime_core::ForkLease> {
+        self.inner.as_fork()
+    }
     fn verified_verbs(&self) -> VerbSet {
         self.inner.verified_verbs()
     }

@@ -661,3 +661,42 @@ fn an_unpause_that_continues_nothing() {
     );
     assert_eq!(message, "the paused lease's process did not go on after unpause");
 }
+
+#[test]
+fn a_fork_whose_copies_start_empty_is_caught() {
+    let message = failure_of(
+        Fault::ForkCopiesAreEmpty,
+        "fork_copies_hold_the_fork_point_and_stay_apart",
+    );
+    assert!(
+        message.starts_with("the second copy after the source and the first copy wrote: expected"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_resume_that_empties_the_workspace_is_caught_by_scope_reuse() {
+    let message = failure_of(
+        Fault::ResumeEmptiesWorkspace,
+        "scope_reuse_resumes_replaces_and_serialises",
+    );
+    assert!(
+        message.starts_with("`sh -c \"cat scope-state\"` ended with Some(1)/None: "),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_destroy_that_keeps_the_workspace_is_caught_by_the_readiness_check() {
+    let message = failure_of(Fault::DestroyKeepsWorkspace, "ready_failure_leaves_nothing_behind");
+    assert_eq!(message, "the half-made lease's resource is still there");
+}
+
+#[test]
+fn the_honest_driver_passes_the_lease_life_checks() {
+    honest_passes(&[
+        "fork_copies_hold_the_fork_point_and_stay_apart",
+        "scope_reuse_resumes_replaces_and_serialises",
+        "ready_failure_leaves_nothing_behind",
+    ]);
+}

@@ -13,10 +13,12 @@ use crate::sync::{SyncOperation, SyncResult};
 use crate::template::{TemplateRef, Templates};
 
 mod duplex;
+mod fork;
 mod path_scope;
 mod pause;
 mod processes;
 pub use duplex::{DuplexChannel, DuplexChannels, DuplexExit};
+pub use fork::{FORKED_FROM_KEY, ForkLease, MAX_FORK_COUNT};
 pub use path_scope::PathScope;
 pub use pause::PauseLease;
 pub use processes::{ProcessOutput, ProcessSessions};
@@ -325,6 +327,11 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     /// lease's loopback. Without them: `Environment driver "{key}" does not support
     /// exposed lease ports.` (section 10).
     fn as_expose(&self) -> Option<&dyn ExposePorts> {
+        None
+    }
+
+    /// Lease fork (section 8, "Fork"), if the driver has it. Without it: `Environment driver "{key}" does not support lease fork.`
+    fn as_fork(&self) -> Option<&dyn ForkLease> {
         None
     }
 

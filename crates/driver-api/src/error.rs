@@ -101,6 +101,17 @@ pub enum RuntimeError {
         /// The provider lease id the driver no longer has.
         resource: String,
     },
+    /// A new lease's readiness command did not succeed (contract section 8,
+    /// "Readiness"); the lease was ended before this error returned. `reason`:
+    /// `its readiness command exited with code {code}`, `... was ended by signal
+    /// {signal}`, `... did not finish within {timeout_ms} ms`.
+    #[error("Lease \"{id}\" is not ready: {reason}.")]
+    NotReady {
+        /// The lease id.
+        id: String,
+        /// Why, from the list above.
+        reason: String,
+    },
     /// The lease is past its expiry; no operation but release and destroy is taken.
     #[error("Lease \"{id}\" expired at {expires_at}.")]
     LeaseExpired {

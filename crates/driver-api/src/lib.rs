@@ -50,14 +50,17 @@ mod time;
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{
     AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
-    ExposePorts, FileSync, InventoryItem, LeaseContext, LeaseGrant, PathScope, PauseLease, ProbeAnswer, ProcessOutput,
-    ProcessSessions, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, WorkspaceRequest,
+    ExposePorts, FileSync, ForkLease, InventoryItem, LeaseContext, LeaseGrant, PathScope, PauseLease, ProbeAnswer,
+    ProcessOutput, ProcessSessions, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
+    WorkspaceRequest,
 };
 pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};
 pub use execute::{
     CappedBuffer, ExecuteRequest, ExecuteResult, ExecuteRules, NameRules, OutputKeep, OutputSink, OutputStream, Wording,
 };
-pub use model::{CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Timestamp};
+pub use model::{
+    CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Readiness, Timestamp,
+};
 pub use plugin_state::{MemoryStateStore, PluginStateStore, StateKey};
 pub use process::{
     Offsets, OutputChunk, OutputEvent, ProcessError, ProcessId, ProcessInfo, ProcessStatus, ProcessStream,

@@ -57,6 +57,22 @@ pub struct Environment {
     /// `None`: the driver's default (see [`crate::network`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::network::EnvironmentNetwork>,
+    /// A command that must succeed on a new lease before its acquire returns
+    /// (`ready_command`, `ready_timeout`); `None`: the lease is ready once its driver says
+    /// so (contract section 8, "Readiness").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Readiness>,
+}
+
+/// An environment's readiness command: run on every new lease, bounded by `timeout_ms`;
+/// anything but exit code 0 within it ends the lease and fails the acquire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Readiness {
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// How long it may take, in milliseconds.
+    pub timeout_ms: u64,
 }
 
 impl Environment {
@@ -70,6 +86,7 @@ impl Environment {
             config: JsonMap::new(),
             metadata: None,
             network: None,
+            readiness: None,
         }
     }
 

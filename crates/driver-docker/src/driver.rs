@@ -350,6 +350,9 @@ impl EnvironmentDriver for DockerDriver {
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         Some(self)
     }
+    fn as_fork(&self) -> Option<&dyn envrt_driver_api::ForkLease> {
+        Some(self)
+    }
     fn as_templates(&self) -> Option<&dyn envrt_driver_api::Templates> {
         Some(self)
     }

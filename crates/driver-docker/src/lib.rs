@@ -93,6 +93,7 @@ mod egress;
 mod engine;
 mod execute;
 mod expiry;
+mod fork;
 mod network;
 mod owner;
 mod pause;

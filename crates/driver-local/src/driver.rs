@@ -186,37 +186,21 @@ impl LocalDriver {
         Ok(())
     }
 
-    /// Kills everything the lease still runs: its process groups, then its cgroups (or,
-    /// without them, every process tied to its workspace).
-    async fn stop_everything(&self, lease_id: &str) -> Result<(), DriverError> {
-        let dir = self.workspace_of(lease_id)?;
-        self.processes.close(lease_id).await;
-        crate::processes::agent::stop(&self.root, lease_id);
-        self.containment.kill_lease(lease_id, &dir).await;
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl EnvironmentDriver for LocalDriver {
-    fn key(&self) -> &str {
-        DRIVER_KEY
-    }
-
-    async fn check_environment_config(&self, config: &envrt_driver_api::JsonMap) -> Result<(), DriverError> {
-        user::check_config(config)
-    }
-
-    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+    /// Acquires a lease whose workspace starts as a copy of `seed` (a fork), else of the
+    /// input's template, else empty. Nothing is left when it fails.
+    pub(crate) fn acquire_seeded(&self, input: &AcquireInput, seed: Option<&Path>) -> Result<LeaseGrant, DriverError> {
         user::check_config(&input.environment.config)?;
         let dir = self.workspace_of(&input.lease_id)?;
         self.processes.reopen(&input.lease_id);
         create_private_dir(&dir)
             .map_err(|e| DriverError::io(format!("cannot create workspace {}", dir.display()), e))?;
         envrt_driver_api::fault::point("acquire");
-        if let Some(template) = &input.template
-            && let Err(e) = self.seed_workspace(template, &dir)
-        {
+        let seeded = match (seed, &input.template) {
+            (Some(seed), _) => crate::templates::copy_tree(seed, &dir).map(drop),
+            (None, Some(template)) => self.seed_workspace(template, &dir).map(drop),
+            (None, None) => Ok(()),
+        };
+        if let Err(e) = seeded {
             let _ = remove_tree(&dir);
             return Err(e);
         }
@@ -242,6 +226,31 @@ impl EnvironmentDriver for LocalDriver {
                 Err(e)
             }
         }
+    }
+
+    /// Kills everything the lease still runs: its process groups, then its cgroups (or,
+    /// without them, every process tied to its workspace).
+    async fn stop_everything(&self, lease_id: &str) -> Result<(), DriverError> {
+        let dir = self.workspace_of(lease_id)?;
+        self.processes.close(lease_id).await;
+        crate::processes::agent::stop(&self.root, lease_id);
+        self.containment.kill_lease(lease_id, &dir).await;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl EnvironmentDriver for LocalDriver {
+    fn key(&self) -> &str {
+        DRIVER_KEY
+    }
+
+    async fn check_environment_config(&self, config: &envrt_driver_api::JsonMap) -> Result<(), DriverError> {
+        user::check_config(config)
+    }
+
+    async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
+        self.acquire_seeded(input, None)
     }
 
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
@@ -288,6 +297,9 @@ impl EnvironmentDriver for LocalDriver {
         Some(self)
     }
     fn as_templates(&self) -> Option<&dyn Templates> {
+        Some(self)
+    }
+    fn as_fork(&self) -> Option<&dyn envrt_driver_api::ForkLease> {
         Some(self)
     }
     /// Commands run on this host, on its network: no policy can be enforced.

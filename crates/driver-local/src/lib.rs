@@ -171,6 +171,7 @@ mod descriptor;
 mod driver;
 mod execute;
 mod expiry;
+mod fork;
 mod pause;
 mod process;
 mod processes;

@@ -123,6 +123,26 @@ impl App {
         template: Option<String>,
         network: Option<envrt::core::network::Policy>,
     ) -> Result<Lease, CliError> {
+        let request = self
+            .acquire_request(environment_id, policy, run_id, holder, ttl, purpose, template, network)
+            .await?;
+        Ok(self.runtime.acquire_lease(request).await?)
+    }
+
+    /// The request [`acquire_with`](Self::acquire_with) sends, for a caller that adds to it
+    /// (`lease acquire --scope`, `--label`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn acquire_request(
+        &self,
+        environment_id: &str,
+        policy: LeasePolicy,
+        run_id: Option<String>,
+        holder: Option<Holder>,
+        ttl: Option<std::time::Duration>,
+        purpose: &str,
+        template: Option<String>,
+        network: Option<envrt::core::network::Policy>,
+    ) -> Result<AcquireRequest, CliError> {
         let ttl = ttl.or_else(|| self.config.ttls.get(environment_id).copied());
         if let Some(driver) = self.environment_driver(environment_id).await? {
             self.check_driver(&driver)?;
@@ -143,7 +163,7 @@ impl App {
             network,
             ..Default::default()
         };
-        Ok(self.runtime.acquire_lease(request).await?)
+        Ok(request)
     }
 
     /// Checks that lease `id` exists and that its driver was set up.

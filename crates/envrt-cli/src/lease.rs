@@ -1,4 +1,5 @@
-//! `envrt lease acquire | list | release | destroy | pause | unpause` and `envrt gc`.
+//! `envrt lease acquire | list | release | destroy | pause | unpause` and `envrt gc`
+//! (`lease fork` is in `lease_fork.rs`).
 //!
 //! A lease records its holder process (`holderPid` + `holderStartTime`). `exec` and
 //! `shell` hold their ephemeral leases themselves; `lease acquire` names the process that
@@ -55,6 +56,8 @@ pub(crate) enum LeaseCommand {
         #[command(flatten)]
         network: crate::network::NetworkArgs,
     },
+    /// Copy a live lease into new leases that start from its state; print their ids.
+    Fork(crate::lease_fork::ForkArgs),
 }
 
 #[derive(Debug, Args)]
@@ -86,6 +89,8 @@ pub(crate) struct AcquireArgs {
     json: bool,
     #[command(flatten)]
     network: crate::network::NetworkArgs,
+    #[command(flatten)]
+    owner: crate::lease_scope::OwnerArgs,
 }
 
 #[derive(Debug, Args)]
@@ -100,8 +105,11 @@ pub(crate) struct ListArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ReleaseArgs {
-    /// The lease id.
-    id: String,
+    /// The lease id (or --scope / --label).
+    #[arg(required_unless_present_any = ["scope", "label"])]
+    id: Option<String>,
+    #[command(flatten)]
+    select: crate::lease_scope::SelectArgs,
     /// released, failed or expired.
     #[arg(long, default_value = "released", value_parser = parse_status)]
     status: LeaseStatus,
@@ -164,8 +172,8 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                 .map(|raw| envrt::config::parse_duration("--ttl", raw))
                 .transpose()?;
             let environment = app.environment_id(&args.target).await?;
-            let lease = app
-                .acquire_with(
+            let mut request = app
+                .acquire_request(
                     &environment,
                     args.policy,
                     args.run_id,
@@ -176,6 +184,9 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                     args.network.policy()?,
                 )
                 .await?;
+            args.owner.apply(&mut request);
+            let lease = app.runtime.acquire_lease(request).await?;
+            crate::lease_scope::report_outcome(&lease);
             if args.json {
                 crate::out!("{}", to_json(&lease));
             } else {
@@ -202,8 +213,12 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
         }
         LeaseCommand::Show { id, json } => crate::lease_show::show(&app, &id, json).await,
         LeaseCommand::Release(args) => {
-            app.existing_lease(&args.id).await?;
-            let lease = app.runtime.release_lease(&args.id, args.status).await?;
+            if let Some(done) = crate::lease_scope::release_selected(&app, &args.select, args.status).await {
+                return done;
+            }
+            let id = args.id.unwrap_or_default();
+            app.existing_lease(&id).await?;
+            let lease = app.runtime.release_lease(&id, args.status).await?;
             crate::out!("{} {}", lease.id, lease.status);
             Ok(0)
         }
@@ -216,6 +231,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
         LeaseCommand::Network { id, network } => crate::network::update(&app, &id, &network).await,
         LeaseCommand::Pause { id } => crate::lease_pause::run(&app, &id, true).await,
         LeaseCommand::Unpause { id } => crate::lease_pause::run(&app, &id, false).await,
+        LeaseCommand::Fork(args) => crate::lease_fork::fork(&app, args).await,
     }
 }
 

@@ -48,6 +48,32 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn get_lease(&self, id: &str) -> Result<Option<Lease>, StoreError>;
     /// Leases passing `filter`, ordered by acquisition time then id.
     async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError>;
+    /// Takes the turn of owner scope `scope`, held until the returned guard is dropped:
+    /// an acquire with scope reuse looks for the scope's lease and makes one under it, so
+    /// that concurrent acquires of one scope get one lease. MUST exclude every other
+    /// holder of the same scope using this store, in this process (another runtime on the
+    /// same store included) and, for a durable store, in every other process that opens
+    /// it. Holders of other scopes MAY be excluded too (a coarser lock is correct, only
+    /// slower).
+    async fn lock_scope(&self, scope: &str) -> Result<ScopeGuard, StoreError>;
+}
+
+/// The turn of one owner scope ([`LeaseStore::lock_scope`]); released when dropped.
+pub struct ScopeGuard {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl ScopeGuard {
+    /// A guard that holds `inner` (a mutex guard, a locked file) until it is dropped.
+    pub fn new(inner: impl Send + Sync + 'static) -> ScopeGuard {
+        ScopeGuard { _held: Box::new(inner) }
+    }
+}
+
+impl std::fmt::Debug for ScopeGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScopeGuard")
+    }
 }
 
 /// An in-memory [`LeaseStore`].
@@ -55,6 +81,7 @@ pub trait LeaseStore: Send + Sync + 'static {
 pub struct MemoryStore {
     environments: RwLock<BTreeMap<String, Environment>>,
     leases: RwLock<BTreeMap<String, Lease>>,
+    scopes: std::sync::Mutex<BTreeMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl MemoryStore {
@@ -102,5 +129,16 @@ impl LeaseStore for MemoryStore {
             .collect();
         out.sort_by(|a, b| (a.acquired_at, &a.id).cmp(&(b.acquired_at, &b.id)));
         Ok(out)
+    }
+
+    async fn lock_scope(&self, scope: &str) -> Result<ScopeGuard, StoreError> {
+        let lock = {
+            let mut scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
+            // Scopes nobody holds or waits for are forgotten, so the map stays as small as
+            // the number of scopes in use.
+            scopes.retain(|_, lock| std::sync::Arc::strong_count(lock) > 1);
+            scopes.entry(scope.to_owned()).or_default().clone()
+        };
+        Ok(ScopeGuard::new(lock.lock_owned().await))
     }
 }

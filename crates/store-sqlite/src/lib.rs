@@ -42,6 +42,7 @@
 pub mod holder;
 mod plugin_state;
 mod private;
+mod scope_lock;
 mod sql;
 mod tokens;
 
@@ -153,6 +154,11 @@ impl LeaseStore for SqliteStore {
     async fn list_leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
         let filter = filter.clone();
         self.with(move |c| sql::list_leases(c, &filter)).await
+    }
+
+    async fn lock_scope(&self, scope: &str) -> Result<envrt_runtime_core::ScopeGuard, StoreError> {
+        let (path, scope) = (self.path.clone(), scope.to_owned());
+        blocking(move || scope_lock::lock(&path, &scope)).await
     }
 }
 

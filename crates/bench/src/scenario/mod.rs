@@ -7,6 +7,7 @@
 pub(crate) mod concurrent;
 pub(crate) mod duplex;
 pub(crate) mod exec;
+pub(crate) mod fork;
 pub(crate) mod growth;
 pub(crate) mod open_leases;
 pub(crate) mod peers;
@@ -211,6 +212,20 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         groups: &[processes::MEMORY],
         targets: &["local"],
         run: |c| Box::pin(processes::memory_rows(c)),
+    },
+    Scenario {
+        section: fork::LOCAL,
+        number: fork::NUMBER,
+        groups: &[fork::LOCAL],
+        targets: &["local"],
+        run: |c| Box::pin(fork::local(c)),
+    },
+    Scenario {
+        section: fork::DOCKER,
+        number: fork::NUMBER,
+        groups: &[fork::DOCKER],
+        targets: &["docker"],
+        run: |c| Box::pin(fork::docker(c)),
     },
 ];
 

@@ -14,6 +14,7 @@ mod execute;
 mod expiry;
 mod honesty;
 mod inputs;
+mod lease_life;
 mod lifecycle;
 mod lifecycle_driver;
 mod network;
@@ -132,6 +133,7 @@ pub(crate) fn all() -> Vec<Check> {
         expiry::CHECKS,
         pause::CHECKS,
         templates::CHECKS,
+        lease_life::CHECKS,
         pool::CHECKS,
         processes::CHECKS,
         processes_refusals::CHECKS,

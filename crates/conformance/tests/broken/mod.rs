@@ -4,6 +4,7 @@
 //! the honest local driver passes that check.
 
 mod duplex;
+mod lease_life;
 mod pause;
 pub(crate) mod processes;
 mod sink;
@@ -132,6 +133,12 @@ pub(crate) enum Fault {
     PauseStopsNothing,
     /// Unpause answers success and leaves the lease frozen.
     UnpauseContinuesNothing,
+    /// Class 1: a fork's copies start empty instead of from the source's state.
+    ForkCopiesAreEmpty,
+    /// Class 1: resume hands back the lease with its workspace emptied.
+    ResumeEmptiesWorkspace,
+    /// Class 1: destroy answers success and keeps the workspace.
+    DestroyKeepsWorkspace,
 }
 
 /// The local driver with one fault.
@@ -251,6 +258,9 @@ impl EnvironmentDriver for Faulty {
     fn as_pause(&self) -> Option<&dyn PauseLease> {
         Some(self)
     }
+    fn as_fork(&self) -> Option<&dyn ForkLease> {
+        Some(self)
+    }
     fn verified_verbs(&self) -> VerbSet {
         let mut verbs = self.inner.verified_verbs();
         if self.as_duplex().is_some() {
@@ -277,6 +287,14 @@ impl ResumeLease for Faulty {
                 expires_at: None,
             }));
         }
+        // The facade writes the grant's metadata over the lease's: keep the driver ours.
+        let resumed = resumed.map(|mut grant| {
+            grant.metadata.insert("driver".into(), self.key().into());
+            grant
+        });
+        if self.has(Fault::ResumeEmptiesWorkspace) && resumed.is_some() {
+            lease_life::empty(&self.inner.workspace_of(&context.lease.id)?);
+        }
         Ok(resumed)
     }
 }
@@ -284,6 +302,9 @@ impl ResumeLease for Faulty {
 #[async_trait]
 impl DestroyLease for Faulty {
     async fn destroy_lease(&self, context: &LeaseContext) -> Result<(), DriverError> {
+        if self.has(Fault::DestroyKeepsWorkspace) {
+            return Ok(());
+        }
         let workspace = context.lease.metadata.get("workspace").and_then(|v| v.as_str());
         if self.has(Fault::DestroyFailsWhenGone) && workspace.is_none_or(|w| !Path::new(w).exists()) {
             return Err(DriverError::other(format!(

@@ -40,13 +40,15 @@ pub enum UnsupportedOperation {
     Pause,
     /// `expose` (no exposed-ports group).
     ExposePorts,
+    /// `fork_lease` (no fork group).
+    Fork,
 }
 
 /// One row: the operation, its stable error kind, the words its refusal ends with.
 type Row = (UnsupportedOperation, &'static str, &'static str);
 
 /// The table, in the enum's order (a test keeps it so).
-const ROWS: [Row; 13] = [
+const ROWS: [Row; 14] = [
     (UnsupportedOperation::Resume, "resume_unsupported", "lease resume"),
     (UnsupportedOperation::Destroy, "destroy_unsupported", "lease destroy"),
     (
@@ -84,11 +86,12 @@ const ROWS: [Row; 13] = [
         "expose_unsupported",
         "exposed lease ports",
     ),
+    (UnsupportedOperation::Fork, "fork_unsupported", "lease fork"),
 ];
 
 impl UnsupportedOperation {
     /// Every operation, in table order.
-    pub const ALL: [UnsupportedOperation; 13] = [
+    pub const ALL: [UnsupportedOperation; 14] = [
         UnsupportedOperation::Resume,
         UnsupportedOperation::Destroy,
         UnsupportedOperation::Realize,
@@ -102,6 +105,7 @@ impl UnsupportedOperation {
         UnsupportedOperation::ProcessSessions,
         UnsupportedOperation::Pause,
         UnsupportedOperation::ExposePorts,
+        UnsupportedOperation::Fork,
     ];
 
     fn row(self) -> &'static Row {
@@ -142,7 +146,7 @@ mod tests {
     /// one replaced had.
     #[test]
     fn every_row_renders_the_pinned_text_and_kind() {
-        let rows: [(&str, UnsupportedOperation, &str, &str); 12] = [
+        let rows: [(&str, UnsupportedOperation, &str, &str); 13] = [
             (
                 "local",
                 UnsupportedOperation::Resume,
@@ -214,6 +218,12 @@ mod tests {
                 UnsupportedOperation::Pause,
                 "Environment driver \"ssh\" does not support pause.",
                 "pause_unsupported",
+            ),
+            (
+                "ssh",
+                UnsupportedOperation::Fork,
+                "Environment driver \"ssh\" does not support lease fork.",
+                "fork_unsupported",
             ),
         ];
         for (key, operation, text, kind) in rows {

@@ -37,6 +37,8 @@
 //! driver = "docker"
 //! status = "active"         # or "archived"
 //! ttl = "30m"               # default lease expiry (`lease acquire`, `exec`, `shell`); none by default
+//! ready_command = ["sh", "-c", "test -e /ready"]  # must exit 0 on every new lease first
+//! ready_timeout = "30s"     # its bound (default 60s, at most 600s)
 //! [environment.config]      # driver-specific, passed as JSON
 //! image = "debian:12"
 //! [environment.network]     # or `network = "host"` (local, ssh); docs/contract.md section 10
@@ -168,33 +170,12 @@ struct EnvironmentEntry {
     #[serde(default)]
     metadata: Option<toml::Table>,
     ttl: Option<String>,
-    pool: Option<PoolEntry>,
+    pool: Option<super::pool::PoolEntry>,
+    /// `ready_command = [...]`, `ready_timeout = "30s"` (see `super::ready`).
+    ready_command: Option<toml::Value>,
+    ready_timeout: Option<String>,
     /// `"host"` or `[environment.network]` (see `super::network`).
     network: Option<toml::Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PoolEntry {
-    size: Option<toml::Value>,
-}
-
-/// The largest pool an environment may declare: each pooled lease holds a real resource
-/// (a container, a sandbox) while it waits, so a typo such as `size = 1000` is refused.
-pub const MAX_POOL_SIZE: i64 = 64;
-
-/// The checked `size` of `[environment.pool]`.
-fn pool_size(pool: &PoolEntry) -> Result<usize, String> {
-    let Some(size) = &pool.size else {
-        return Err("[environment.pool] needs a size".into());
-    };
-    match size.as_integer() {
-        Some(n) if (1..=MAX_POOL_SIZE).contains(&n) => Ok(n as usize),
-        _ => Err(format!(
-            "pool size expects a whole number from 1 to {MAX_POOL_SIZE}, got {}",
-            shown(size)
-        )),
-    }
 }
 
 /// The configuration file's name as error messages show it.
@@ -351,8 +332,10 @@ impl Config {
             if let Some(raw) = &entry.ttl {
                 super::parse_duration("ttl", raw).map_err(|e| format!("environment \"{}\": {e}", entry.id))?;
             }
+            super::ready::parse(entry.ready_command.as_ref(), entry.ready_timeout.as_deref())
+                .map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
             if let Some(pool) = &entry.pool {
-                pool_size(pool).map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
+                super::pool::pool_size(pool).map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
                 if entry.ttl.is_some() {
                     return Err(format!(
                         "environment \"{}\": a pool cannot be combined with ttl (pooled leases are acquired ahead and carry no expiry)",
@@ -389,7 +372,7 @@ impl Config {
         let pools = file
             .environments
             .iter()
-            .filter_map(|e| Some((e.id.clone(), pool_size(e.pool.as_ref()?).ok()?)))
+            .filter_map(|e| Some((e.id.clone(), super::pool::pool_size(e.pool.as_ref()?).ok()?)))
             .collect();
         let mut environments: Vec<Environment> = file
             .environments
@@ -403,6 +386,7 @@ impl Config {
                 metadata: e.metadata.map(to_json),
                 // Checked by `parse`.
                 network: e.network.as_ref().and_then(|n| super::network::parse(n).ok()),
+                readiness: super::ready::parse(e.ready_command.as_ref(), e.ready_timeout.as_deref()).unwrap_or(None),
             })
             .collect();
         if !environments.iter().any(|e| e.id == IMPLICIT_LOCAL) {

@@ -28,6 +28,8 @@ mod compat;
 mod duration;
 mod file;
 mod network;
+mod pool;
+mod ready;
 
 pub use assemble::{Assembly, open_store};
 // Empty in a build without those drivers.
@@ -35,7 +37,8 @@ pub use assemble::{Assembly, open_store};
 pub use compat::*;
 pub use duration::{DurationError, parse_duration};
 pub use envrt_runtime_core::descriptor::find_in_path;
-pub use file::{Config, IMPLICIT_LOCAL, MAX_POOL_SIZE, Paths, Settings};
+pub use file::{Config, IMPLICIT_LOCAL, Paths, Settings};
+pub use pool::MAX_POOL_SIZE;
 
 use envrt_runtime_core::{RuntimeError, StoreError};
 

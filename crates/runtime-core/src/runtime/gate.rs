@@ -54,6 +54,8 @@ pub(super) enum Operation {
     Processes,
     /// `expose`.
     Expose,
+    /// `fork_lease`.
+    Fork,
 }
 
 /// How a row refuses a denied capability (or a failed snapshot).
@@ -129,6 +131,8 @@ fn rule(operation: Operation) -> Rule {
         Operation::Processes => row(U::ProcessSessions, Some(CapabilityKey::PersistentProcessSessions), true),
         Operation::Pause => row(U::Pause, None, true),
         Operation::Expose => row(U::ExposePorts, None, true),
+        // Fork is a group, not a capability key; only a live lease is copied.
+        Operation::Fork => row(U::Fork, None, true),
     }
 }
 
@@ -207,7 +211,7 @@ fn require_active(lease: &Lease) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
-    const ALL: [Operation; 13] = [
+    const ALL: [Operation; 14] = [
         Operation::Resume,
         Operation::Destroy,
         Operation::Realize,
@@ -221,6 +225,7 @@ mod tests {
         Operation::AcquireFromTemplate,
         Operation::Processes,
         Operation::Pause,
+        Operation::Fork,
     ];
 
     #[test]
@@ -242,6 +247,7 @@ mod tests {
                 "Environment driver \"k\" does not support templates.",
                 "Environment driver \"k\" does not support persistent process sessions.",
                 "Environment driver \"k\" does not support pause.",
+                "Environment driver \"k\" does not support lease fork.",
             ]
         );
     }

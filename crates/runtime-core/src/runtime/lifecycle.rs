@@ -46,6 +46,12 @@ pub struct AcquireRequest {
     /// `grantable` list and enforceable by the driver, else the acquire is refused with
     /// [`RuntimeError::Network`] (see [`crate::network`]); `None`: the environment's.
     pub network: Option<crate::network::Policy>,
+    /// The owner scope (a tenant, agent or workspace key), recorded on the lease as
+    /// `envrtScope`; [`EnvironmentRuntime::release_matching`] ends a scope's leases.
+    pub scope: Option<String>,
+    /// With [`Reuse::Scope`](super::scope::Reuse::Scope), a live lease of the scope and
+    /// the same configuration fingerprint is handed back instead of a new one.
+    pub reuse: super::scope::Reuse,
 }
 
 impl AcquireRequest {
@@ -105,6 +111,23 @@ impl EnvironmentRuntime {
     pub async fn acquire_lease(&self, request: AcquireRequest) -> Result<Lease, RuntimeError> {
         traced("acquire_lease", "", async {
             self.check_tenant(&request.company_id)?;
+            super::scope::check_scope(request.scope.as_deref(), request.reuse)?;
+            if request.reuse == super::scope::Reuse::Scope {
+                return self.acquire_in_scope(request).await;
+            }
+            self.acquire_unscoped(request).await
+        })
+        .await
+    }
+
+    /// An acquire that hands back no existing lease (a scope is only recorded).
+    pub(super) async fn acquire_unscoped(&self, mut request: AcquireRequest) -> Result<Lease, RuntimeError> {
+        if let Some(scope) = &request.scope {
+            request
+                .metadata
+                .insert(super::scope::SCOPE_KEY.into(), scope.clone().into());
+        }
+        {
             if let Some(lease) = self.pools.take(&request) {
                 // The same checks as a fresh acquire, so a pool never outlives its rules (a
                 // template deleted since the lease was made refuses it too).
@@ -120,8 +143,7 @@ impl EnvironmentRuntime {
                 }
             }
             self.acquire_fresh(request).await
-        })
-        .await
+        }
     }
 
     /// A fresh acquire's checks for a request served from a pool: the environment, and the
@@ -234,7 +256,7 @@ impl EnvironmentRuntime {
                 return Err(error.into());
             }
             fault::point("acquire");
-            Ok(lease)
+            self.await_ready(lease, &environment).await
         }
     }
 

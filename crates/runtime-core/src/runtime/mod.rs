@@ -6,6 +6,7 @@
 //! templates in [`templates`].
 
 mod expose;
+mod fork;
 mod gate;
 mod lifecycle;
 mod network;
@@ -14,7 +15,9 @@ mod pause;
 mod pool;
 mod pool_drop;
 mod processes;
+mod ready;
 mod recovery;
+mod scope;
 mod templates;
 mod tenancy;
 
@@ -38,7 +41,11 @@ pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE
 pub use pause::{PAUSED_KEY, is_paused, paused_at};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
 pub use processes::ProcessOutputStream;
+pub use ready::{MAX_READY_TIMEOUT, MAX_READY_WORDS};
 pub use recovery::{DriverItem, RECONCILE_SETTLE, ReconcileReport};
+pub use scope::{
+    FINGERPRINT_KEY, LABELS_KEY, LeaseSelector, MAX_SCOPE_BYTES, Reuse, SCOPE_KEY, SCOPE_OUTCOME_KEY, ScopeOutcome,
+};
 
 /// The facade: a registry of drivers by key plus a lease store. Every operation resolves
 /// the lease's driver key, then checks in the contract's order before calling the driver.
@@ -129,6 +136,7 @@ impl EnvironmentRuntime {
     /// Adds or replaces an environment. When its driver is registered, the driver checks
     /// the configuration first and an unknown key is refused (nothing is stored).
     pub async fn put_environment(&self, environment: Environment) -> Result<(), RuntimeError> {
+        ready::check_readiness(environment.readiness.as_ref())?;
         if let Some(driver) = self.driver(&environment.driver) {
             driver.check_environment_config(&environment.config).await?;
             network::environment_level(&environment, driver.as_ref())?;

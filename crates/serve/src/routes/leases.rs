@@ -82,6 +82,9 @@ pub(super) async fn acquire(
             requested_expires_at: body.ttl_ms.map(|ms| Timestamp::now().after(Duration::from_millis(ms))),
             template: body.template,
             network,
+            // Scope reuse is not offered over HTTP yet.
+            scope: None,
+            reuse: Default::default(),
         };
         Ok::<_, ApiError>(runtime.acquire_lease(request).await?)
     }
