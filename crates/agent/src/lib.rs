@@ -65,6 +65,7 @@ pub mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod proto;
+mod pump;
 mod refuse;
 mod ring;
 mod run;

@@ -127,6 +127,12 @@ pub struct SpawnRequest {
     /// The same key with the same request returns the same process.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// Hold the output for one reader instead of dropping it (a host's buffered execute):
+    /// a stream stops being read while `keep` bytes of it are unread, so the process blocks
+    /// on a full pipe, as with a plain pipe, and nothing is lost; the process leaves the
+    /// table once its final state has been delivered to a reader (pipes only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
 }
 
 /// Per-stream start offsets for `output`; a stream left out starts at its oldest byte held.
@@ -282,6 +288,11 @@ pub struct ProcessInfo {
     pub status: Status,
     /// Its streams.
     pub streams: Vec<StreamInfo>,
+    /// Its stdout and stderr pipes as `/proc/PID/fd` names them (`pipe:[N]`), so that a host
+    /// can find every process that still holds them (a `setsid` escapee); empty with a
+    /// terminal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pipes: Vec<String>,
 }
 
 /// The agent's own state.

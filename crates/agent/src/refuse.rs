@@ -91,6 +91,10 @@ pub(crate) fn tty_stdin() -> String {
     "a process with a terminal reads its terminal: stdin must not be piped".to_owned()
 }
 
+pub(crate) fn hold_tty() -> String {
+    "a process with a terminal cannot hold its output (hold is for pipes)".to_owned()
+}
+
 pub(crate) fn not_a_directory(cwd: &str) -> String {
     format!("cwd {cwd:?} is not a directory")
 }
