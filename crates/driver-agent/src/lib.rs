@@ -27,6 +27,9 @@ mod map;
 mod sessions;
 
 pub use async_trait::async_trait;
+/// The supervisor's own crate (its wire types and client), for a driver that talks to it
+/// beyond the process verbs (a buffered execute through it).
+pub use envrt_agent as agent;
 pub use envrt_agent::client::{Client, ClientError};
 pub use envrt_agent::proto::SpawnRequest as AgentSpawnRequest;
 pub use envrt_agent::proto::{StdinMode as AgentStdinMode, TtySize as AgentTtySize};

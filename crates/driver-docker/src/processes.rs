@@ -163,7 +163,7 @@ pub(crate) fn remove_lease(lease_id: &str) {
 }
 
 /// Whether a lease's container has the supervisor mounted.
-fn mounted(lease: &envrt_driver_api::Lease) -> bool {
+pub(crate) fn mounted(lease: &envrt_driver_api::Lease) -> bool {
     lease.metadata.get(META_AGENT).and_then(|v| v.as_bool()) == Some(true)
 }
 
