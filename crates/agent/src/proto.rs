@@ -19,6 +19,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The protocol version this crate speaks.
 pub const VERSION: u32 = 1;
+/// The most process ids one agent gives (from its first id on): a host starting the next
+/// supervisor of a lease numbers it this far on, so two supervisors' ids never collide,
+/// and ended processes, executes among them, never use up a lease's supervisor.
+pub const IDS_PER_GENERATION: u64 = 1 << 32;
+/// The most processes one agent holds at once by default (running, or ended and kept).
+pub const DEFAULT_MAX_PROCESSES: u64 = 4096;
 /// The largest frame body either side sends or accepts.
 pub const MAX_FRAME: usize = 1024 * 1024;
 /// The largest output chunk the agent puts in one frame.

@@ -55,6 +55,12 @@ pub(crate) fn buffer_bound(need: u64, held: u64, bound: u64) -> String {
     )
 }
 
+pub(crate) fn ids_spent(span: u64) -> String {
+    format!(
+        "the agent has given all {span} process ids of its generation; the lease's next supervisor numbers past them"
+    )
+}
+
 pub(crate) fn process_bound(bound: u64) -> String {
     format!("the agent already holds {bound} processes, its bound")
 }

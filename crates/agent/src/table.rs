@@ -12,8 +12,8 @@ use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
 use crate::proto::{
-    AgentInfo, DEFAULT_KEEP, MAX_ARGS, MAX_KEEP, MAX_KEY, ProcessInfo, SpawnRequest, Status, StdinMode, Stream,
-    StreamInfo, VERSION,
+    AgentInfo, DEFAULT_KEEP, DEFAULT_MAX_PROCESSES, IDS_PER_GENERATION, MAX_ARGS, MAX_KEEP, MAX_KEY, ProcessInfo,
+    SpawnRequest, Status, StdinMode, Stream, StreamInfo, VERSION,
 };
 use crate::pump::pump;
 use crate::refuse;
@@ -35,16 +35,20 @@ pub struct Config {
     /// again (its container restarted) starts past the ids the earlier one gave, so that an
     /// id never names two processes of one lease.
     pub first_id: u64,
+    /// The most ids it gives ([`IDS_PER_GENERATION`]): past `first_id + id_span - 1` it
+    /// refuses to spawn (a next supervisor numbers from there).
+    pub id_span: u64,
 }
 
 impl Default for Config {
     fn default() -> Config {
         Config {
-            max_processes: 4096,
+            max_processes: DEFAULT_MAX_PROCESSES,
             buffer_bound: 1024 * 1024 * 1024,
             reaps_orphans: false,
             shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
             first_id: 1,
+            id_span: IDS_PER_GENERATION,
         }
     }
 }
@@ -267,6 +271,9 @@ impl Agent {
                 return Err(refuse::idempotency(key, *id));
             }
             return Ok(Agent::info_of(*id, &state.procs[id]));
+        }
+        if state.next_id.saturating_sub(self.config.first_id) >= self.config.id_span {
+            return Err(refuse::ids_spent(self.config.id_span));
         }
         if state.procs.len() as u64 >= self.config.max_processes {
             return Err(refuse::process_bound(self.config.max_processes));

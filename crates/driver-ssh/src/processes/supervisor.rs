@@ -283,7 +283,7 @@ case $g in ''|*[!0-9]*) g=0 ;; esac
 [ ${{#g}} -le 15 ] || g=0
 echo $((g + 1)) >"$d/agent.generation" || exit 3
 cd -- "$d/work" || exit 3
-{env} setsid {b} --socket "$s" --subreaper --max-processes {per} --first-id $((g * {per} + 1)) </dev/null >"$d/agent.log" 2>&1 9>&- &
+{env} setsid {b} --socket "$s" --subreaper --max-processes {held} --first-id $((g * {per} + 1)) </dev/null >"$d/agent.log" 2>&1 9>&- &
 p=$!
 echo "$p" >"$d/agent.pid"
 i=0
@@ -300,6 +300,7 @@ exit 4"#,
         s = quote(socket),
         b = quote(binary),
         per = envrt_driver_agent::IDS_PER_SUPERVISOR,
+        held = envrt_driver_agent::HELD_PROCESSES,
     )
 }
 
