@@ -56,12 +56,7 @@ fn main() {
             .with_config(config)
             .with_cases(8)
             .with_leftovers(leftovers)
-            .with_resource_probe(resource)
-            .with_deviation(
-                "execute_signal_reported",
-                "the Engine API reports a command killed by signal n as exit code 128+n, \
-                 indistinguishable from `exit 128+n`; only timeouts report the signal",
-            ))
+            .with_resource_probe(resource))
     });
     match built {
         Ok(suite) => suite.run_and_exit(),
