@@ -73,3 +73,37 @@ async fn a_command_that_kills_its_supervisor_fails_its_call_and_the_next_execute
     .await;
     h.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_execute_through_the_supervisor_kills_its_tree_escapees_included() {
+    let h = execute_harness!();
+    common::bounded(120, async {
+        let lease = h.default_lease().await;
+        let n = unique();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let started_tx = Mutex::new(Some(started_tx));
+        let mut request = ExecuteRequest::new(
+            "sh",
+            ["-c", &format!("setsid sleep {n} & sleep {n}1 & echo started; wait")],
+        );
+        request.sink = Some(Arc::new(move |_: OutputStream, _: &[u8]| {
+            if let Some(tx) = started_tx.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+        }));
+        let mut call = Box::pin(h.runtime.execute(&lease.id, request));
+        tokio::select! {
+            ended = &mut call => panic!("the execute ended before it was dropped: {ended:?}"),
+            started = started_rx => started.unwrap(),
+        }
+        // The two sleeps, and the shell whose command line names them.
+        assert_eq!(h.processes_matching(&lease, &format!("sleep {n}")).await.len(), 3);
+        drop(call);
+        assert_eq!(
+            h.processes_matching(&lease, &format!("sleep {n}")).await,
+            Vec::<String>::new()
+        );
+    })
+    .await;
+    h.finish().await;
+}
