@@ -5,8 +5,9 @@ mod common;
 
 macro_rules! execute_harness {
     () => {
-        harness_or_skip!()
+        crate::harness_or_skip!()
     };
 }
 
-include!("cases/execute.rs");
+#[path = "cases/execute.rs"]
+mod cases;

@@ -4,6 +4,11 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
+
+use cases::unique;
+use envrt_runtime_core::{ExecuteRequest, OutputStream};
+
 macro_rules! execute_harness {
     () => {
         match common::harness_with(|config| config.agent = Some(envrt_test_support::docker::static_agent())).await {
@@ -13,7 +18,8 @@ macro_rules! execute_harness {
     };
 }
 
-include!("cases/execute.rs");
+#[path = "cases/execute.rs"]
+mod cases;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_execute_runs_through_the_supervisor_and_one_as_another_user_through_the_engine() {

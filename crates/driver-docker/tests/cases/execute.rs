@@ -1,6 +1,8 @@
-// The cases of `execute` (contract section 5), included by `execute.rs` (the engine's exec
-// path) and `execute_agent.rs` (through the lease's supervisor); `execute_harness!` is the
-// including file's harness.
+//! The cases of `execute` (contract section 5), a module of `execute.rs` (the engine's exec
+//! path) and of `execute_agent.rs` (through the lease's supervisor); `execute_harness!` is
+//! the including file's harness.
+
+use super::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,7 +11,7 @@ use envrt_runtime_core::{DriverError, ExecuteRequest, OutputStream, RuntimeError
 
 type Chunks = Vec<(OutputStream, Vec<u8>)>;
 
-fn unique() -> u32 {
+pub(crate) fn unique() -> u32 {
     // A sleep length no other test uses, to find the test's own processes.
     100_000 + (uuid::Uuid::new_v4().as_u128() % 800_000) as u32
 }
