@@ -344,7 +344,7 @@ async fn a_supervisor_started_again_gives_ids_no_earlier_one_gave() {
         .unwrap()
         .id
         .to_string();
-    assert_eq!(third, format!("{}/4098", lease.id));
+    assert_eq!(third, format!("{}/4294967298", lease.id));
     runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     driver.shutdown().await;
 }
