@@ -67,7 +67,16 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     // Docker leases need the supervisor built static (it runs in images without a C
     // library of their own); the bench finds it in the target directory's
     // `x86_64-unknown-linux-gnu/release`.
-    let docker_sessions = ["10", "processes", "processes-spawn", "processes-replay"];
+    let docker_sessions = [
+        "10",
+        "11",
+        "exec",
+        "processes",
+        "processes-spawn",
+        "processes-replay",
+        "exec-supervisor",
+        "exec-supervisor-docker",
+    ];
     if only.is_empty() || only.iter().any(|o| docker_sessions.contains(&o.as_str())) {
         let mut agent = cargo();
         agent

@@ -30,7 +30,9 @@
 //! lease ports), at most [`proto::MAX_TUNNELS`] at once.
 //!
 //! # Bounds
-//! Per agent: at most `--max-processes` processes (default 4096) and `--max-buffer-bytes`
+//! Per agent: at most [`proto::IDS_PER_GENERATION`] ids given over its life (2^32, from
+//! `--first-id` on; a spawn past them is refused), at most `--max-processes` processes held
+//! at once (default 4096; a held execute leaves the table once delivered) and `--max-buffer-bytes`
 //! of replay buffers reserved (default 1 GiB; each process reserves `keep` per stream until the
 //! stream ends, then only the bytes it holds, and
 //! its buffers grow only with the bytes actually held). Per request: argv at most
@@ -67,6 +69,7 @@ pub mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod proto;
+mod pump;
 mod refuse;
 mod ring;
 mod run;

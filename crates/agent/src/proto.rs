@@ -19,6 +19,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The protocol version this crate speaks.
 pub const VERSION: u32 = 1;
+/// The most process ids one agent gives (from its first id on): a host starting the next
+/// supervisor of a lease numbers it this far on, so two supervisors' ids never collide,
+/// and ended processes, executes among them, never use up a lease's supervisor.
+pub const IDS_PER_GENERATION: u64 = 1 << 32;
+/// The most processes one agent holds at once by default (running, or ended and kept).
+pub const DEFAULT_MAX_PROCESSES: u64 = 4096;
 /// The largest frame body either side sends or accepts.
 pub const MAX_FRAME: usize = 1024 * 1024;
 /// The largest output chunk the agent puts in one frame.
@@ -127,6 +133,12 @@ pub struct SpawnRequest {
     /// The same key with the same request returns the same process.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// Hold the output for one reader instead of dropping it (a host's buffered execute):
+    /// a stream stops being read while `keep` bytes of it are unread, so the process blocks
+    /// on a full pipe, as with a plain pipe, and nothing is lost; the process leaves the
+    /// table once its final state has been delivered to a reader (pipes only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
 }
 
 /// Per-stream start offsets for `output`; a stream left out starts at its oldest byte held.
@@ -293,6 +305,11 @@ pub struct ProcessInfo {
     pub status: Status,
     /// Its streams.
     pub streams: Vec<StreamInfo>,
+    /// Its stdout and stderr pipes as `/proc/PID/fd` names them (`pipe:[N]`), so that a host
+    /// can find every process that still holds them (a `setsid` escapee); empty with a
+    /// terminal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pipes: Vec<String>,
 }
 
 /// The agent's own state.

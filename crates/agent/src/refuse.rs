@@ -55,6 +55,12 @@ pub(crate) fn buffer_bound(need: u64, held: u64, bound: u64) -> String {
     )
 }
 
+pub(crate) fn ids_spent(span: u64) -> String {
+    format!(
+        "the agent has given all {span} process ids of its generation; the lease's next supervisor numbers past them"
+    )
+}
+
 pub(crate) fn process_bound(bound: u64) -> String {
     format!("the agent already holds {bound} processes, its bound")
 }
@@ -89,6 +95,10 @@ pub(crate) fn tty_size() -> String {
 
 pub(crate) fn tty_stdin() -> String {
     "a process with a terminal reads its terminal: stdin must not be piped".to_owned()
+}
+
+pub(crate) fn hold_tty() -> String {
+    "a process with a terminal cannot hold its output (hold is for pipes)".to_owned()
 }
 
 pub(crate) fn not_a_directory(cwd: &str) -> String {

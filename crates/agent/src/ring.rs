@@ -23,6 +23,8 @@ pub(crate) struct Ring {
     buf: VecDeque<u8>,
     start: u64,
     keep: usize,
+    /// Held for one reader (`hold`): one past the newest byte handed to a reader.
+    held_for: Option<u64>,
 }
 
 impl Ring {
@@ -31,6 +33,36 @@ impl Ring {
             buf: VecDeque::new(),
             start: 0,
             keep,
+            held_for: None,
+        }
+    }
+
+    /// A ring that never drops a byte no reader was handed: its writer asks [`Ring::room`]
+    /// before it reads more.
+    pub(crate) fn holding(keep: usize) -> Ring {
+        Ring {
+            held_for: Some(0),
+            ..Ring::new(keep)
+        }
+    }
+
+    /// How many bytes may be pushed without dropping one no reader was handed (any number
+    /// for a ring that is not held).
+    pub(crate) fn room(&self) -> usize {
+        match self.held_for {
+            Some(handed) => self.keep.saturating_sub((self.end() - handed) as usize),
+            None => usize::MAX,
+        }
+    }
+
+    /// A reader was handed the bytes up to `end`; true when that made room in a held ring.
+    pub(crate) fn handed(&mut self, end: u64) -> bool {
+        match &mut self.held_for {
+            Some(handed) if end > *handed => {
+                *handed = end;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -109,6 +141,24 @@ mod tests {
         ring.push(b"0123456789");
         assert_eq!((ring.start(), ring.end()), (11, 15));
         assert_eq!(ring.read(12, 2), Ok(b"78".to_vec()));
+    }
+
+    #[test]
+    fn a_held_ring_has_room_only_for_what_a_reader_was_handed() {
+        let mut ring = Ring::holding(4);
+        assert_eq!(ring.room(), 4);
+        ring.push(b"abc");
+        assert_eq!(ring.room(), 1);
+        ring.push(b"d");
+        assert_eq!(ring.room(), 0);
+        assert!(ring.handed(2));
+        assert!(!ring.handed(2));
+        assert_eq!(ring.room(), 2);
+        ring.push(b"ef");
+        assert_eq!((ring.start(), ring.end(), ring.room()), (2, 6, 0));
+        assert_eq!(ring.read(2, 10), Ok(b"cdef".to_vec()));
+        assert_eq!(Ring::new(4).room(), usize::MAX);
+        assert!(!Ring::new(4).handed(3));
     }
 
     #[test]

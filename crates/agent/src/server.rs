@@ -235,7 +235,10 @@ async fn output(
                     }
                 }
             }
-            Next::Exit(info) => return Ok(Reply::Exit(info)),
+            Next::Exit(info) => {
+                agent.delivered(process);
+                return Ok(Reply::Exit(info));
+            }
             Next::Pending => {
                 if changes.changed().await.is_err() {
                     return agent.info(process).map(Reply::Exit);

@@ -30,6 +30,13 @@ pub(crate) struct Started {
     pub(crate) stdin: Option<OwnedFd>,
     /// The terminal's master, for resize.
     pub(crate) master: Option<OwnedFd>,
+    /// The output pipes' names as `/proc/PID/fd` shows them (`pipe:[N]`).
+    pub(crate) pipes: Vec<String>,
+}
+
+/// A pipe's name as `/proc/PID/fd` shows it, from either end.
+fn pipe_name(fd: &OwnedFd) -> Option<String> {
+    rustix::fs::fstat(fd).ok().map(|stat| format!("pipe:[{}]", stat.st_ino))
 }
 
 fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
@@ -84,7 +91,9 @@ fn start_piped(request: &SpawnRequest) -> io::Result<Started> {
         nonblocking(fd)?;
     }
     // The child is reaped by the agent's reaper (waitpid on any child), not through `child`.
+    let pipes = [&stdout, &stderr].into_iter().filter_map(pipe_name).collect();
     Ok(Started {
+        pipes,
         pid: child.id() as i32,
         outputs: vec![(Stream::Stdout, stdout), (Stream::Stderr, stderr)],
         stdin,
@@ -123,6 +132,7 @@ fn start_tty(request: &SpawnRequest, shim: &Path, size: Winsize) -> io::Result<S
         outputs: vec![(Stream::Tty, reader)],
         stdin: Some(writer),
         master: Some(master),
+        pipes: Vec::new(),
     })
 }
 

@@ -12,9 +12,10 @@ use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
 use crate::proto::{
-    AgentInfo, DEFAULT_KEEP, MAX_ARGS, MAX_KEEP, MAX_KEY, ProcessInfo, SpawnRequest, Status, StdinMode, Stream,
-    StreamInfo, VERSION,
+    AgentInfo, DEFAULT_KEEP, DEFAULT_MAX_PROCESSES, IDS_PER_GENERATION, MAX_ARGS, MAX_KEEP, MAX_KEY, ProcessInfo,
+    SpawnRequest, Status, StdinMode, Stream, StreamInfo, VERSION,
 };
+use crate::pump::pump;
 use crate::refuse;
 use crate::ring::Ring;
 use crate::spawn;
@@ -34,16 +35,20 @@ pub struct Config {
     /// again (its container restarted) starts past the ids the earlier one gave, so that an
     /// id never names two processes of one lease.
     pub first_id: u64,
+    /// The most ids it gives ([`IDS_PER_GENERATION`]): past `first_id + id_span - 1` it
+    /// refuses to spawn (a next supervisor numbers from there).
+    pub id_span: u64,
 }
 
 impl Default for Config {
     fn default() -> Config {
         Config {
-            max_processes: 4096,
+            max_processes: DEFAULT_MAX_PROCESSES,
             buffer_bound: 1024 * 1024 * 1024,
             reaps_orphans: false,
             shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
             first_id: 1,
+            id_span: IDS_PER_GENERATION,
         }
     }
 }
@@ -59,6 +64,10 @@ struct Proc {
     stdin: Option<Arc<StdinPipe>>,
     master: Option<Arc<OwnedFd>>,
     changed: watch::Sender<()>,
+    /// Held output (`hold`): woken when a reader was handed bytes, so the pumps read on.
+    drained: Arc<tokio::sync::Notify>,
+    hold: bool,
+    pipes: Vec<String>,
 }
 
 impl Proc {
@@ -192,6 +201,9 @@ fn check_request(request: &SpawnRequest) -> Result<u64, String> {
     {
         return Err(refuse::key_length(key.len()));
     }
+    if request.hold && request.tty.is_some() {
+        return Err(refuse::hold_tty());
+    }
     if let Some(size) = request.tty {
         if size.rows == 0 || size.cols == 0 {
             return Err(refuse::tty_size());
@@ -237,6 +249,7 @@ impl Agent {
                     keep: ring.keep() as u64,
                 })
                 .collect(),
+            pipes: proc.pipes.clone(),
         }
     }
 
@@ -258,6 +271,9 @@ impl Agent {
                 return Err(refuse::idempotency(key, *id));
             }
             return Ok(Agent::info_of(*id, &state.procs[id]));
+        }
+        if state.next_id.saturating_sub(self.config.first_id) >= self.config.id_span {
+            return Err(refuse::ids_spent(self.config.id_span));
         }
         if state.procs.len() as u64 >= self.config.max_processes {
             return Err(refuse::process_bound(self.config.max_processes));
@@ -300,13 +316,22 @@ impl Agent {
             stdin,
             master: started.master.map(Arc::new),
             changed,
+            drained: Arc::default(),
+            hold: request.hold,
+            pipes: started.pipes,
         };
         for (stream, fd) in started.outputs {
-            proc.streams.push((stream, Ring::new(keep as usize)));
+            let ring = if request.hold {
+                Ring::holding(keep as usize)
+            } else {
+                Ring::new(keep as usize)
+            };
+            proc.streams.push((stream, ring));
             match pipe::Receiver::from_owned_fd_unchecked(fd) {
                 Ok(fd) => {
                     proc.open_outputs += 1;
-                    tokio::spawn(pump(Arc::clone(self), id, stream, fd));
+                    let drained = Arc::clone(&proc.drained);
+                    tokio::spawn(pump(Arc::clone(self), id, stream, fd, drained));
                 }
                 // No pump: the stream stays empty, and reserves nothing.
                 Err(_) => state.reserved -= keep,
@@ -444,9 +469,9 @@ impl Agent {
     pub(crate) fn next(&self, id: u64, cursors: &[(Stream, u64)]) -> Result<Next, String> {
         self.with(id, |proc| {
             for (stream, offset) in cursors {
-                let ring = &proc
+                let ring = &mut proc
                     .streams
-                    .iter()
+                    .iter_mut()
                     .find(|(s, _)| s == stream)
                     .expect("a cursor's stream")
                     .1;
@@ -454,6 +479,9 @@ impl Agent {
                     .read(*offset, crate::proto::MAX_CHUNK)
                     .map_err(|error| ring_refusal(id, *stream, *offset, error))?;
                 if !bytes.is_empty() {
+                    if ring.handed(*offset + bytes.len() as u64) {
+                        proc.drained.notify_waiters();
+                    }
                     return Ok(Next::Chunk(*stream, *offset, bytes));
                 }
             }
@@ -470,10 +498,44 @@ impl Agent {
         self.with(id, |proc| Ok(proc.finished().then(|| Agent::info_of(id, proc))))
     }
 
+    /// The room a pump may fill in the ring of `stream` of process `id`.
+    pub(crate) fn room(&self, id: u64, stream: Stream) -> usize {
+        let state = self.lock();
+        let ring = state
+            .procs
+            .get(&id)
+            .and_then(|p| p.streams.iter().find(|(s, _)| *s == stream));
+        ring.map_or(usize::MAX, |(_, ring)| ring.room())
+    }
+
+    /// Appends what a pump read to the ring of `stream` of process `id`.
+    pub(crate) fn pushed(&self, id: u64, stream: Stream, bytes: &[u8]) {
+        let mut state = self.lock();
+        if let Some(proc) = state.procs.get_mut(&id) {
+            let ring = proc.streams.iter_mut().find(|(s, _)| *s == stream);
+            if let Some((_, ring)) = ring {
+                ring.push(bytes);
+            }
+            proc.changed.send_replace(());
+        }
+    }
+
+    /// A held process (`hold`) whose final state a reader was handed leaves the table, and
+    /// the replay bytes it reserved go back to the bound.
+    pub(crate) fn delivered(&self, id: u64) {
+        let mut state = self.lock();
+        if state.procs.get(&id).is_some_and(|proc| proc.hold && proc.finished()) {
+            let proc = state.procs.remove(&id).expect("held");
+            let held: u64 = proc.streams.iter().map(|(_, ring)| ring.end() - ring.start()).sum();
+            state.reserved -= held;
+            state.keys.retain(|_, (_, held_id)| *held_id != id);
+        }
+    }
+
     /// `stream` of process `id` reached its end: its ring can no longer grow, so its
     /// reservation shrinks from `keep` to the bytes it holds (an ended process costs the
     /// bound only what it keeps for replay, not what it could have kept).
-    fn output_closed(&self, id: u64, stream: Stream) {
+    pub(crate) fn output_closed(&self, id: u64, stream: Stream) {
         let mut state = self.lock();
         let Some(proc) = state.procs.get_mut(&id) else {
             return;
@@ -528,42 +590,6 @@ fn ring_refusal(id: u64, stream: Stream, offset: u64, error: crate::ring::RingEr
         crate::ring::RingError::Dropped { first } => refuse::dropped(id, stream, offset, first),
         crate::ring::RingError::PastEnd { end } => refuse::past_end(id, stream, offset, end),
     }
-}
-
-/// Copies one output stream into its ring until EOF. Never waits for a reader.
-async fn pump(agent: Arc<Agent>, id: u64, stream: Stream, fd: pipe::Receiver) {
-    loop {
-        if fd.readable().await.is_err() {
-            break;
-        }
-        // The buffer lives only across the read, not in the pump's future: an idle process
-        // costs no buffer.
-        let mut buf = [0u8; 16 * 1024];
-        match fd.try_read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let mut state = agent.lock();
-                if let Some(proc) = state.procs.get_mut(&id) {
-                    let ring = &mut proc
-                        .streams
-                        .iter_mut()
-                        .find(|(s, _)| *s == stream)
-                        .expect("the stream")
-                        .1;
-                    ring.push(&buf[..n]);
-                    proc.changed.send_replace(());
-                }
-            }
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                ) => {}
-            // EIO: a terminal whose last holder closed it.
-            Err(_) => break,
-        }
-    }
-    agent.output_closed(id, stream);
 }
 
 #[cfg(test)]

@@ -66,3 +66,24 @@ async fn a_pid_whose_start_time_changed_is_never_signalled() {
     agent.lock().procs.get_mut(&info.id).unwrap().start_time -= 1;
     agent.signal(info.id, rustix::process::Signal::KILL).unwrap();
 }
+
+#[tokio::test]
+async fn an_agent_gives_at_most_its_span_of_ids_ended_processes_included() {
+    let agent = Agent::new(Config {
+        first_id: 4097,
+        id_span: 2,
+        ..Config::default()
+    });
+    let request = SpawnRequest {
+        argv: vec!["true".into()],
+        ..SpawnRequest::default()
+    };
+    let first = agent.spawn(request.clone()).unwrap();
+    let second = agent.spawn(request.clone()).unwrap();
+    assert_eq!((first.id, second.id), (4097, 4098));
+    ended(&agent, second.id).await;
+    assert_eq!(
+        agent.spawn(request).unwrap_err(),
+        "the agent has given all 2 process ids of its generation; the lease's next supervisor numbers past them"
+    );
+}

@@ -64,12 +64,7 @@ fn main() {
             .with_cases(8)
             .with_leftovers(leftovers)
             .with_resource_probe(resource)
-            .with_egress_host(egress)
-            .with_deviation(
-                "execute_signal_reported",
-                "the Engine API reports a command killed by signal n as exit code 128+n, \
-                 indistinguishable from `exit 128+n`; only timeouts report the signal",
-            ))
+            .with_egress_host(egress))
     });
     match built {
         Ok(suite) => {

@@ -1,23 +1,28 @@
-//! Process ids that never repeat within a lease: each supervisor a lease ever had gave at
-//! most [`IDS_PER_SUPERVISOR`] numbers (its `--max-processes`: the agent keeps every
-//! process it started, so it never holds more), so the `n`th supervisor of a lease (a
-//! generation counted from 0 in a file beside its socket, out of the lease's reach)
-//! numbers from `n * IDS_PER_SUPERVISOR + 1` (its `--first-id`). A supervisor killed by a
+//! Process ids that never repeat within a lease: each supervisor a lease ever had gives at
+//! most [`IDS_PER_SUPERVISOR`] (2^32) numbers (the agent refuses to spawn past them), so the
+//! `n`th supervisor of a lease (a generation counted from 0 in a file beside its socket,
+//! out of the lease's reach) numbers from `n * IDS_PER_SUPERVISOR + 1` (its `--first-id`).
+//! What a supervisor holds at once is a separate bound ([`HELD_PROCESSES`], its
+//! `--max-processes`): an execute through it leaves its table when it is over, so executes
+//! never use a supervisor up. A supervisor killed by a
 //! command, by a restart of its host or by its host's end, is followed by one whose ids
 //! start above every id the earlier ones could have given, so `{lease}/{n}` never names
 //! two processes.
 
 use std::path::Path;
 
-/// The most processes one supervisor holds (`--max-processes`), so the most ids it gives.
-pub const IDS_PER_SUPERVISOR: u64 = 4096;
+/// The most ids one supervisor gives, so how far apart two generations number.
+pub const IDS_PER_SUPERVISOR: u64 = envrt_agent::proto::IDS_PER_GENERATION;
+/// The most processes one supervisor holds at once (`--max-processes`): running ones and
+/// ended ones whose status it keeps.
+pub const HELD_PROCESSES: u64 = envrt_agent::proto::DEFAULT_MAX_PROCESSES;
 
 /// The arguments a supervisor of generation `generation` is started with:
-/// `--max-processes {IDS_PER_SUPERVISOR} --first-id {generation * IDS_PER_SUPERVISOR + 1}`.
+/// `--max-processes {HELD_PROCESSES} --first-id {generation * IDS_PER_SUPERVISOR + 1}`.
 pub fn id_args(generation: u64) -> [String; 4] {
     [
         "--max-processes".to_owned(),
-        IDS_PER_SUPERVISOR.to_string(),
+        HELD_PROCESSES.to_string(),
         "--first-id".to_owned(),
         first_id(generation).to_string(),
     ]
@@ -50,11 +55,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let counter = dir.path().join("generation");
         let firsts: Vec<u64> = (0..3).map(|_| first_id(next_generation(&counter).unwrap())).collect();
-        assert_eq!(firsts, [1, 4097, 8193]);
+        assert_eq!(firsts, [1, (1 << 32) + 1, (2 << 32) + 1]);
         assert_eq!(std::fs::read_to_string(&counter).unwrap(), "3");
         assert_eq!(
             id_args(2),
-            ["--max-processes", "4096", "--first-id", "8193"].map(str::to_owned)
+            ["--max-processes", "4096", "--first-id", "8589934593"].map(str::to_owned)
         );
         // A counter that is no number starts over at 0 rather than failing the start.
         std::fs::write(&counter, "x").unwrap();

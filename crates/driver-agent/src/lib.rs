@@ -30,12 +30,15 @@ mod map;
 mod sessions;
 
 pub use async_trait::async_trait;
+/// The supervisor's own crate (its wire types and client), for a driver that talks to it
+/// beyond the process verbs (a buffered execute through it).
+pub use envrt_agent as agent;
 pub use envrt_agent::client::{Client, ClientError};
 pub use envrt_agent::proto::SpawnRequest as AgentSpawnRequest;
 pub use envrt_agent::proto::{StdinMode as AgentStdinMode, TtySize as AgentTtySize};
 pub use envrt_driver_api::process::{Offsets, ProcessInfo, ProcessStatus, SpawnRequest};
 pub use envrt_driver_api::{DriverError, LeaseContext, ProcessOutput, ProcessSessions};
-pub use ids::{IDS_PER_SUPERVISOR, first_id, id_args, next_generation};
+pub use ids::{HELD_PROCESSES, IDS_PER_SUPERVISOR, first_id, id_args, next_generation};
 pub use locate::{AGENT_BINARY, AGENT_VAR, is_static, locate, locate_in, locate_named};
 pub use lock::start_lock;
 pub use map::lift;

@@ -70,6 +70,7 @@ pub fn request_of(
             .timeout
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         idempotency_key: request.idempotency_key,
+        hold: false,
     }
 }
 

@@ -46,6 +46,8 @@ pub struct DockerDriver {
     pub(crate) agent: Result<std::path::PathBuf, String>,
     /// What the driver runs each lease's egress with, or why it has none.
     pub(crate) egress: Result<crate::egress::EgressSetup, String>,
+    /// Whether this host sees the containers' processes (a local engine), once looked at.
+    pub(crate) host_sees: std::sync::OnceLock<bool>,
 }
 
 impl DockerDriver {
@@ -62,6 +64,7 @@ impl DockerDriver {
             owners: OwnerCache::default(),
             agent,
             egress,
+            host_sees: std::sync::OnceLock::new(),
         })
     }
 

@@ -366,6 +366,13 @@ impl Execute for DockerDriver {
             }
         }
         let workspace = Self::workspace_of(context);
+        let request = match self
+            .execute_through_agent(context, container, &workspace, request)
+            .await?
+        {
+            Ok(result) => return Ok(result),
+            Err(request) => request,
+        };
         execute(&self.engine, self.config.kill_grace, container, &workspace, request).await
     }
 }

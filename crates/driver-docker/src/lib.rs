@@ -92,6 +92,7 @@ mod duplex;
 mod egress;
 mod engine;
 mod execute;
+mod execute_agent;
 mod expiry;
 mod fork;
 mod network;

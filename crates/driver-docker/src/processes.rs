@@ -64,9 +64,8 @@ const AGENT_ROOT: &str = "Docker process supervisor root";
 const START_BOUND: Duration = Duration::from_secs(10);
 /// The pause between two looks at a starting supervisor's socket.
 const START_POLL: Duration = Duration::from_millis(5);
-/// The most processes one supervisor holds (its `--max-processes`), so the most ids it
-/// gives: the next one of the lease starts that far on.
-const IDS_PER_START: u64 = 4096;
+/// The most ids one supervisor gives: the next one of the lease starts that far on.
+const IDS_PER_START: u64 = envrt_driver_agent::IDS_PER_SUPERVISOR;
 /// The file of the lease directory holding the first id of the next supervisor.
 const NEXT_ID: &str = "next-id";
 
@@ -163,7 +162,7 @@ pub(crate) fn remove_lease(lease_id: &str) {
 }
 
 /// Whether a lease's container has the supervisor mounted.
-fn mounted(lease: &envrt_driver_api::Lease) -> bool {
+pub(crate) fn mounted(lease: &envrt_driver_api::Lease) -> bool {
     lease.metadata.get(META_AGENT).and_then(|v| v.as_bool()) == Some(true)
 }
 
@@ -237,7 +236,7 @@ impl DockerDriver {
             format!("{RUN_DIR}/{SOCKET}"),
             "--subreaper".to_owned(),
             "--max-processes".to_owned(),
-            IDS_PER_START.to_string(),
+            envrt_driver_agent::HELD_PROCESSES.to_string(),
             "--first-id".to_owned(),
             first.to_string(),
         ];

@@ -328,7 +328,7 @@ async fn a_resumed_lease_starts_a_new_supervisor_with_fresh_ids_and_a_read_only_
         assert_eq!(h.runtime.processes(&lease.id).await.unwrap(), Vec::new());
         let again = h.runtime.spawn(&lease.id, sh("echo again")).await.unwrap();
         // A new supervisor, whose ids start past every one the first could give.
-        assert_eq!((first.id.number, again.id.number), (1, 4097));
+        assert_eq!((first.id.number, again.id.number), (1, (1 << 32) + 1));
         let (chunks, exit) = drain(&h, &again.id.to_string(), &Offsets::zero()).await;
         assert_eq!(text_of(&chunks, ProcessStream::Stdout), "again\n");
         assert_eq!(exit.status, ProcessStatus::Exited { code: 0 });

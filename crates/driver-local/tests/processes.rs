@@ -297,7 +297,7 @@ async fn a_supervisor_started_again_gives_ids_no_earlier_one_gave() {
     assert!(survivors(&socket).await.is_empty(), "the supervisor survived SIGKILL");
     // The next spawn starts another, which numbers past every id the first could give.
     let second = h.runtime.spawn(&lease.id, sh("echo two")).await.unwrap().id.to_string();
-    assert_eq!(second, format!("{}/4097", lease.id));
+    assert_eq!(second, format!("{}/4294967297", lease.id));
     let (chunks, _) = drain(&h, &second, &Offsets::zero()).await;
     assert_eq!(bytes_of(&chunks, ProcessStream::Stdout), b"two\n");
     assert_eq!(

@@ -176,7 +176,7 @@ async fn a_link_planted_in_the_supervisor_directory_is_not_followed() {
     // past every id the old one could give.
     let info = runtime.spawn(&lease.id, SpawnRequest::new(["true"])).await.unwrap();
     assert_eq!(info.id.lease_id, lease.id);
-    assert_eq!(info.id.to_string(), format!("{}/4097", lease.id));
+    assert_eq!(info.id.to_string(), format!("{}/4294967297", lease.id));
     assert!(
         !std::fs::symlink_metadata(dir.join("sock"))
             .unwrap()
@@ -326,7 +326,7 @@ async fn a_supervisor_started_again_gives_ids_no_earlier_one_gave() {
         .unwrap()
         .id
         .to_string();
-    assert_eq!(second, format!("{}/4097", lease.id));
+    assert_eq!(second, format!("{}/4294967297", lease.id));
     assert_eq!(
         runtime.process(&first).await.unwrap_err().to_string(),
         format!("Process \"{first}\" was not found.")
@@ -344,7 +344,7 @@ async fn a_supervisor_started_again_gives_ids_no_earlier_one_gave() {
         .unwrap()
         .id
         .to_string();
-    assert_eq!(third, format!("{}/4098", lease.id));
+    assert_eq!(third, format!("{}/4294967298", lease.id));
     runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     driver.shutdown().await;
 }

@@ -393,7 +393,7 @@ async fn a_supervisor_started_again_gives_ids_no_earlier_one_gave() {
         .unwrap()
         .id
         .to_string();
-    assert_eq!(second, format!("{}/4097", lease.id));
+    assert_eq!(second, format!("{}/4294967297", lease.id));
     assert_ne!(agent_pid(&workspace), Some(agent), "another supervisor runs");
     assert_eq!(stdout_until(&rt, &second, "two\n").await, "two\n");
     assert_eq!(

@@ -1,7 +1,7 @@
 //! The scenarios, each run over the driver targets that support it (`crate::targets`):
 //! one module per thing measured — execute latency, output capture, duplex, sync,
-//! concurrent executes, lease growth, open routes, pools, the peers, and persistent process
-//! sessions — and
+//! concurrent executes, lease growth, open routes, pools, the peers, persistent process
+//! sessions, and executes through the in-lease supervisor — and
 //! [`SCENARIOS`], the one list `envrt-bench` runs in order and `--list` prints.
 
 pub(crate) mod concurrent;
@@ -15,6 +15,7 @@ pub(crate) mod pool;
 pub(crate) mod processes;
 pub(crate) mod routes;
 pub(crate) mod stdout;
+pub(crate) mod supervised;
 pub(crate) mod sync;
 
 use std::future::Future;
@@ -227,6 +228,13 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         targets: &["docker"],
         run: |c| Box::pin(fork::docker(c)),
     },
+    Scenario {
+        section: supervised::DOCKER,
+        number: supervised::NUMBER,
+        groups: &[supervised::DOCKER],
+        targets: &["docker"],
+        run: |c| Box::pin(supervised::docker_rows(c)),
+    },
 ];
 
 #[cfg(test)]
@@ -266,8 +274,15 @@ mod tests {
         assert_eq!(selected(&[]).len(), SCENARIOS.len());
         assert_eq!(
             selected(&["exec"]),
-            ["exec-local", "exec-docker", "exec-sandbox", "exec-ssh"]
+            [
+                "exec-local",
+                "exec-docker",
+                "exec-sandbox",
+                "exec-ssh",
+                "exec-supervisor-docker"
+            ]
         );
+        assert_eq!(selected(&["11"]), ["exec-supervisor-docker"]);
         assert_eq!(selected(&["6"]), ["sync-local", "sync-docker", "sync-ssh"]);
         assert_eq!(
             selected(&["scale-exec"]),

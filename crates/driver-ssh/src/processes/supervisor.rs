@@ -260,7 +260,7 @@ pub(crate) const GONE: &str = "gone";
 /// workspace, with a command's environment (`env` is [`remote::clean_env`]'s text);
 /// its pid goes to `{lease_dir}/agent.pid`. Each supervisor of the lease numbers its
 /// processes past every id an earlier one could give: the `n`th (counted in
-/// `{lease_dir}/agent.generation`, outside the workspace) starts at `n * 4096 + 1`
+/// `{lease_dir}/agent.generation`, outside the workspace) starts at `n * 2^32 + 1`
 /// ([`envrt_driver_agent::id_args`]), so a supervisor killed and started again never gives
 /// an id that named another process. One runs when that pid is alive, its cwd lies
 /// in the lease directory (a recycled pid does not count) and its socket exists. Prints [`STARTED`], [`RUNNING`] or [`GONE`];
@@ -283,7 +283,7 @@ case $g in ''|*[!0-9]*) g=0 ;; esac
 [ ${{#g}} -le 15 ] || g=0
 echo $((g + 1)) >"$d/agent.generation" || exit 3
 cd -- "$d/work" || exit 3
-{env} setsid {b} --socket "$s" --subreaper --max-processes {per} --first-id $((g * {per} + 1)) </dev/null >"$d/agent.log" 2>&1 9>&- &
+{env} setsid {b} --socket "$s" --subreaper --max-processes {held} --first-id $((g * {per} + 1)) </dev/null >"$d/agent.log" 2>&1 9>&- &
 p=$!
 echo "$p" >"$d/agent.pid"
 i=0
@@ -300,6 +300,7 @@ exit 4"#,
         s = quote(socket),
         b = quote(binary),
         per = envrt_driver_agent::IDS_PER_SUPERVISOR,
+        held = envrt_driver_agent::HELD_PROCESSES,
     )
 }
 
