@@ -120,6 +120,7 @@
 
 // The policy: its grammar, the denied ranges and the grant rules, free of any runtime so
 // the driver API's data model can carry it (`default-features = false`).
+mod credential;
 mod entry;
 #[cfg(feature = "proxy")]
 #[doc(hidden)]
@@ -129,6 +130,10 @@ mod policy;
 mod ranges;
 
 // The enforcement: the proxy, the DNS stub and the resolver (feature `proxy`, the default).
+#[cfg(feature = "proxy")]
+mod broker;
+#[cfg(feature = "proxy")]
+pub mod credential_stdin;
 #[cfg(feature = "proxy")]
 mod dns;
 #[cfg(feature = "proxy")]
@@ -140,8 +145,16 @@ mod resolve;
 #[cfg(feature = "proxy")]
 pub mod standalone;
 #[cfg(feature = "proxy")]
+mod tls;
+#[cfg(feature = "proxy")]
 mod tunnel;
 
+#[cfg(feature = "proxy")]
+pub use broker::Broker;
+pub use credential::{
+    Brokered, Credential, CredentialError, MAX_CREDENTIALS, MAX_SECRET_BYTES, PLACEHOLDER, RawCredential, Secret,
+    SecretRef, placeholder_env,
+};
 #[cfg(feature = "proxy")]
 pub use dns::{ANSWER_TTL, DnsStub, MAX_QUERY};
 pub use entry::{Host, Rule};
@@ -152,3 +165,5 @@ pub use proxy::{EgressProxy, Limits, too_many_connections_text};
 pub use ranges::{Cidr, DENIED, DeniedRange};
 #[cfg(feature = "proxy")]
 pub use resolve::{MAX_ADDRESSES, ResolveError, Resolver};
+#[cfg(feature = "proxy")]
+pub use tls::{LeaseCa, TlsError, upstream_config};
