@@ -140,7 +140,7 @@ mod tests {
         let good = br#"[{"host":"api.test","port":443,"header":"authorization","value":"Bearer s3cr3t"}]"#;
         let list = read_brokered(&good[..]).unwrap();
         assert_eq!(list[0].value.expose(), "Bearer s3cr3t");
-        assert_eq!(format!("{list:?}").contains("s3cr3t"), false);
+        assert!(!format!("{list:?}").contains("s3cr3t"));
         // A wrong type would make serde quote the value: only line and column are said.
         let bad = br#"[{"host":"api.test","port":"s3cr3t","header":"a","value":"b"}]"#;
         assert_eq!(
@@ -160,6 +160,53 @@ mod tests {
         assert_eq!(
             read_brokered(&huge[..]),
             Err("the credentials on stdin are larger than 1048576 bytes".into())
+        );
+    }
+
+    #[test]
+    fn brokering_options_are_checked_with_exact_texts() {
+        let base: Vec<String> = [
+            "--proxy-socket",
+            "p",
+            "--dns-socket",
+            "d",
+            "--policy",
+            "f",
+            "--upstream",
+            "192.0.2.1:53",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let with = |more: &[&str]| {
+            let mut args = base.clone();
+            args.extend(more.iter().map(|s| (*s).to_owned()));
+            crate::standalone::Options::parse(&args)
+        };
+        assert_eq!(with(&[]).unwrap().credentials, None);
+        assert_eq!(
+            with(&[
+                "--credentials-stdin",
+                "--ca-bundle",
+                "/b.pem",
+                "--extra-roots",
+                "/r.pem"
+            ])
+            .unwrap()
+            .credentials,
+            Some(BrokerOptions {
+                ca_bundle: "/b.pem".into(),
+                base_bundle: None,
+                extra_roots: Some("/r.pem".into()),
+            })
+        );
+        assert_eq!(
+            with(&["--credentials-stdin"]).unwrap_err(),
+            "--credentials-stdin needs --ca-bundle FILE (where the lease's CA bundle is written)"
+        );
+        assert_eq!(
+            with(&["--extra-roots", "/r.pem"]).unwrap_err(),
+            "--ca-bundle, --base-bundle and --extra-roots are for credential brokering: add --credentials-stdin"
         );
     }
 

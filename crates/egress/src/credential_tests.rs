@@ -25,7 +25,7 @@ fn a_credential_is_parsed_and_round_trips() {
     assert_eq!((c.prefix.as_str(), c.suffix.as_str()), ("Bearer ", ""));
     assert_eq!(c.secret, SecretRef::Env("GITHUB_TOKEN".into()));
     assert_eq!(
-        placeholder_env(&[c.clone()]),
+        placeholder_env(std::slice::from_ref(&c)),
         vec!["GITHUB_TOKEN=envrt-credential-placeholder".to_owned()]
     );
     assert_eq!(Credential::parse(0, &c.to_raw()).unwrap(), c);
@@ -109,7 +109,7 @@ fn a_secret_is_resolved_and_no_error_or_debug_text_shows_it() {
     .resolve(0, |_| None)
     .unwrap();
     assert_eq!(from_file.value.expose(), "Bearer s3cr3t-from-file");
-    assert_eq!(format!("{from_file:?}").contains("s3cr3t"), false);
+    assert!(!format!("{from_file:?}").contains("s3cr3t"));
     let by_env = Credential::parse(0, &raw("a.test", "X-Key", "{secret}", "env:TOKEN")).unwrap();
     assert_eq!(
         by_env
