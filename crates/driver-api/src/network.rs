@@ -22,7 +22,10 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use envrt_egress::{Egress, GrantError, NetworkConfig, Policy, PolicyError, RawNetwork, RawPolicy};
+pub use envrt_egress::{
+    Credential, CredentialError, Egress, GrantError, NetworkConfig, PLACEHOLDER, Policy, PolicyError, RawCredential,
+    RawNetwork, RawPolicy, placeholder_env,
+};
 
 /// What an environment says about its leases' network.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -145,7 +145,10 @@ pub(crate) struct Plumbing {
 
 /// Makes the sockets directory in `lease_dir` (already made for the supervisor) and says
 /// what the container needs.
-pub(crate) fn prepare(lease_dir: &Path) -> Result<Plumbing, DriverError> {
+pub(crate) fn prepare(
+    lease_dir: &Path,
+    credentials: &[envrt_driver_api::network::Credential],
+) -> Result<Plumbing, DriverError> {
     let dir = sockets_dir(lease_dir);
     std::fs::DirBuilder::new()
         .mode(0o755)
@@ -164,6 +167,7 @@ pub(crate) fn prepare(lease_dir: &Path) -> Result<Plumbing, DriverError> {
             .iter()
             .map(|name| format!("{name}=localhost,127.0.0.1,::1")),
     );
+    env.extend(crate::egress_credentials::lease_env(credentials));
     Ok(Plumbing {
         mount: Mount {
             target: Some(EGRESS_DIR.to_owned()),
@@ -204,7 +208,12 @@ fn running_proxy(lease_dir: &Path) -> Option<i32> {
 }
 
 /// Starts the lease's proxy on the host and waits until it listens.
-async fn start_proxy(setup: &EgressSetup, lease: &str, lease_dir: &Path) -> Result<(), DriverError> {
+async fn start_proxy(
+    setup: &EgressSetup,
+    lease: &str,
+    lease_dir: &Path,
+    brokering: Option<crate::egress_credentials::Brokering>,
+) -> Result<(), DriverError> {
     let sockets = sockets_dir(lease_dir);
     let log = lease_dir.join("egress.log");
     let log_file =
@@ -220,15 +229,33 @@ async fn start_proxy(setup: &EgressSetup, lease: &str, lease_dir: &Path) -> Resu
         .arg("--upstream")
         .arg(setup.upstream.to_string())
         .env_clear()
-        .stdin(std::process::Stdio::null())
+        .stdin(match brokering {
+            Some(_) => std::process::Stdio::piped(),
+            None => std::process::Stdio::null(),
+        })
         .stdout(std::process::Stdio::piped())
         .stderr(log_file)
         // A session of its own: it outlives the program that acquired the lease and gets
         // none of its terminal's signals.
         .process_group(0);
+    if let Some(brokering) = &brokering {
+        command.args(&brokering.args);
+    }
     let mut child = command
         .spawn()
         .map_err(|e| DriverError::io(format!("cannot start {}", setup.binary.display()), e))?;
+    // The secrets go over stdin (never argv, never a file), then end of file.
+    if let (Some(brokering), Some(mut stdin)) = (brokering, child.stdin.take()) {
+        use tokio::io::AsyncWriteExt;
+        let written = tokio::time::timeout(START_BOUND, stdin.write_all(&brokering.stdin)).await;
+        drop(stdin);
+        if !matches!(written, Ok(Ok(()))) {
+            let _ = child.start_kill();
+            return Err(DriverError::other(format!(
+                "the egress proxy of lease {lease} did not take its credentials"
+            )));
+        }
+    }
     let mut line = String::new();
     let stdout = child.stdout.take().expect("piped");
     let said = tokio::time::timeout(START_BOUND, tokio::io::BufReader::new(stdout).read_line(&mut line)).await;
@@ -257,11 +284,19 @@ pub(crate) fn stop(lease_id: &str) {
 impl DockerDriver {
     /// Starts the egress of a new lease under `policy`, once its container runs: the proxy
     /// on the host and the forwarder in the container.
-    pub(crate) async fn start_egress(&self, lease: &str, container: &str, policy: &Policy) -> Result<(), DriverError> {
+    pub(crate) async fn start_egress(
+        &self,
+        lease: &str,
+        container: &str,
+        policy: &Policy,
+        credentials: &[envrt_driver_api::network::Credential],
+    ) -> Result<(), DriverError> {
         let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;
         let dir = lease_dir(&container_name(lease));
         write_policy(&dir, policy)?;
-        start_proxy(setup, lease, &dir).await?;
+        let brokering =
+            crate::egress_credentials::brokering(credentials, &sockets_dir(&dir), self.config.egress_roots.as_deref())?;
+        start_proxy(setup, lease, &dir, brokering).await?;
         self.start_forwarder(lease, container).await
     }
 
@@ -303,7 +338,13 @@ impl DockerDriver {
                 .map_err(|e| DriverError::other(format!("cannot signal the egress proxy of lease {lease}: {e}"))),
             None => {
                 let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;
-                start_proxy(setup, lease, &dir).await?;
+                let credentials = crate::egress_credentials::of(context.environment.as_ref());
+                let brokering = crate::egress_credentials::brokering(
+                    credentials,
+                    &sockets_dir(&dir),
+                    self.config.egress_roots.as_deref(),
+                )?;
+                start_proxy(setup, lease, &dir, brokering).await?;
                 let container = Self::container_of(context)?;
                 let socket = crate::processes::run_dir(&dir).join("fwd");
                 if crate::processes::answers(&socket).await {
