@@ -148,6 +148,15 @@ pub enum NetworkRefusal {
         /// The driver key.
         driver: String,
     },
+    /// Credentials on a driver whose proxy does not broker them.
+    #[error(
+        "driver \"{driver}\" cannot broker credentials ([[environment.network.credential]]): no proxy of its own \
+         puts them on the lease's requests; remove them, or use a driver that brokers credentials"
+    )]
+    NoBroker {
+        /// The driver key.
+        driver: String,
+    },
     /// A lease's policy outside the environment's policy and `grantable` list.
     #[error("{0}")]
     Grant(#[from] GrantError),
