@@ -6,6 +6,7 @@
 
 pub(crate) mod concurrent;
 pub(crate) mod duplex;
+pub(crate) mod egress;
 pub(crate) mod exec;
 pub(crate) mod growth;
 pub(crate) mod open_leases;
@@ -211,6 +212,13 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         groups: &[processes::MEMORY],
         targets: &["local"],
         run: |c| Box::pin(processes::memory_rows(c)),
+    },
+    Scenario {
+        section: egress::GROUP,
+        number: egress::NUMBER,
+        groups: &[egress::GROUP],
+        targets: &["docker"],
+        run: |c| Box::pin(egress::rows(c)),
     },
 ];
 
