@@ -22,7 +22,7 @@
 //! - SIGTERM or SIGINT end it (exit 0).
 //! - Credential brokering (`--credentials-stdin --ca-bundle FILE [--base-bundle FILE]
 //!   [--extra-roots FILE]`): the resolved credentials are read from stdin (a JSON list of
-//!   [`Brokered`](crate::Brokered), at most [`MAX_CREDENTIALS_BYTES`], until end of file:
+//!   [`Brokered`](crate::Brokered), at most [`MAX_CREDENTIALS_BYTES`](crate::credential_stdin::MAX_CREDENTIALS_BYTES), until end of file:
 //!   never on the command line or in a file), a CA is made for the lease in this process,
 //!   and its certificate (followed by `--base-bundle`, the host's roots, when given) is
 //!   written to `--ca-bundle` before the listening line. `--extra-roots` adds trusted roots
