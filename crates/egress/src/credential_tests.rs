@@ -1,3 +1,6 @@
+//! The credential configuration: parsing, exact refusal texts, and resolving a secret
+//! without any text or `Debug` output ever showing it.
+
 use super::*;
 
 fn raw(host: &str, header: &str, value: &str, secret: &str) -> RawCredential {
