@@ -95,9 +95,19 @@ fn recording_https(l: std::net::TcpListener, names: &[&str]) -> (String, Arc<Mut
     (ca.pem(), seen)
 }
 
+/// A child process killed when dropped, so that a failed assertion leaves no proxy behind.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The proxy process with brokering: its sockets, bundle and log in `dir`; the credentials
 /// written to its stdin.
-fn start_proxy(dir: &Path, extra_roots: Option<&Path>, credentials: &str) -> (Child, PathBuf) {
+fn start_proxy(dir: &Path, extra_roots: Option<&Path>, credentials: &str) -> (Guard, PathBuf) {
     let proxy = dir.join("proxy.sock");
     std::fs::write(
         dir.join("policy.json"),
@@ -121,12 +131,12 @@ fn start_proxy(dir: &Path, extra_roots: Option<&Path>, credentials: &str) -> (Ch
     if let Some(roots) = extra_roots {
         command.arg("--extra-roots").arg(roots);
     }
-    let mut child = command.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
+    let mut child = Guard(command.spawn().unwrap());
+    let mut stdin = child.0.stdin.take().unwrap();
     stdin.write_all(credentials.as_bytes()).unwrap();
     drop(stdin);
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
+    BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     assert_eq!(
@@ -205,7 +215,7 @@ fn a_brokered_credential_reaches_its_host_only_and_never_the_lease_side() {
         let dir = tempfile::tempdir().unwrap();
         let roots = dir.path().join("test-ca.pem");
         std::fs::write(&roots, &test_ca).unwrap();
-        let (mut child, proxy) = start_proxy(dir.path(), Some(&roots), &credentials_json());
+        let (child, proxy) = start_proxy(dir.path(), Some(&roots), &credentials_json());
         let bundle = std::fs::read_to_string(dir.path().join("ca-bundle.pem")).unwrap();
         let lease = client(&bundle);
 
@@ -275,19 +285,18 @@ fn a_brokered_credential_reaches_its_host_only_and_never_the_lease_side() {
         }
         assert!(!bundle.contains(SECRET));
         assert!(!bundle.contains("PRIVATE KEY"), "the CA's key left the proxy");
-        let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id())).unwrap();
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.0.id())).unwrap();
         assert!(!String::from_utf8_lossy(&cmdline).contains(SECRET));
-        assert!(!contains(Path::new(&format!("/proc/{}/environ", child.id())), SECRET));
+        assert!(!contains(Path::new(&format!("/proc/{}/environ", child.0.id())), SECRET));
         for file in ["egress.log", "policy.json", "ca-bundle.pem"] {
             assert!(!contains(&dir.path().join(file), SECRET), "{file}");
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
+        drop(child);
 
         // Without the test CA among its roots the proxy refuses to re-originate: the real
         // host is verified, not trusted blindly.
         let dir = tempfile::tempdir().unwrap();
-        let (mut child, proxy) = start_proxy(dir.path(), None, &credentials_json());
+        let (child, proxy) = start_proxy(dir.path(), None, &credentials_json());
         let bundle = std::fs::read_to_string(dir.path().join("ca-bundle.pem")).unwrap();
         let before = seen.lock().unwrap().len();
         let (s, _) = connect(&proxy, "api.test:443").await;
@@ -304,8 +313,7 @@ fn a_brokered_credential_reaches_its_host_only_and_never_the_lease_side() {
             )
         );
         assert_eq!(seen.lock().unwrap().len(), before);
-        child.kill().unwrap();
-        child.wait().unwrap();
+        drop(child);
     });
 }
 
