@@ -57,6 +57,10 @@ impl EnvironmentDriver for Recorder {
         self.inner.network_boundary(environment)
     }
 
+    fn brokers_credentials(&self) -> bool {
+        self.inner.brokers_credentials()
+    }
+
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         self.record("acquire_lease");
         if input.template.is_some() {

@@ -130,6 +130,24 @@ pub fn running_proxy(lease_dir: &Path, sockets: &Path) -> Option<i32> {
         .then_some(pid)
 }
 
+/// What a proxy that brokers credentials is started with: its extra options and the
+/// secrets it reads on its stdin (never on its command line, never in a file).
+pub struct ProxyCredentials {
+    /// `--credentials-stdin` and the options that go with it.
+    pub args: Vec<std::ffi::OsString>,
+    /// The credentials, JSON, written to the proxy's stdin and then closed.
+    pub stdin: Vec<u8>,
+}
+
+impl std::fmt::Debug for ProxyCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyCredentials")
+            .field("args", &self.args)
+            .field("stdin", &format_args!("{} bytes", self.stdin.len()))
+            .finish()
+    }
+}
+
 /// Starts the lease's proxy on the host (sockets in `sockets`, policy and records in
 /// `lease_dir`) and waits until it listens. It runs in a session of its own, so it
 /// outlives the program that started it and gets none of its terminal's signals.
@@ -138,6 +156,7 @@ pub async fn start_proxy(
     lease: &str,
     lease_dir: &Path,
     sockets: &Path,
+    credentials: Option<&ProxyCredentials>,
 ) -> Result<(), DriverError> {
     let log = lease_dir.join("egress.log");
     let log_file =
@@ -153,13 +172,31 @@ pub async fn start_proxy(
         .arg("--upstream")
         .arg(setup.upstream.to_string())
         .env_clear()
-        .stdin(std::process::Stdio::null())
+        .stdin(match credentials {
+            Some(_) => std::process::Stdio::piped(),
+            None => std::process::Stdio::null(),
+        })
         .stdout(std::process::Stdio::piped())
         .stderr(log_file)
         .process_group(0);
+    if let Some(credentials) = credentials {
+        command.args(&credentials.args);
+    }
     let mut child = command
         .spawn()
         .map_err(|e| DriverError::io(format!("cannot start {}", setup.binary.display()), e))?;
+    // The secrets go over stdin (never argv, never a file), then end of file.
+    if let (Some(credentials), Some(mut stdin)) = (credentials, child.stdin.take()) {
+        use tokio::io::AsyncWriteExt;
+        let written = tokio::time::timeout(START_BOUND, stdin.write_all(&credentials.stdin)).await;
+        drop(stdin);
+        if !matches!(written, Ok(Ok(()))) {
+            let _ = child.start_kill();
+            return Err(DriverError::other(format!(
+                "the egress proxy of lease {lease} did not take its credentials"
+            )));
+        }
+    }
     let mut line = String::new();
     let stdout = child.stdout.take().expect("piped");
     let said = tokio::time::timeout(START_BOUND, tokio::io::BufReader::new(stdout).read_line(&mut line)).await;

@@ -250,6 +250,14 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
         crate::network::NetworkBoundary::Undeclared
     }
 
+    /// Whether the driver's egress proxy brokers `[[environment.network.credential]]`: puts
+    /// each secret on the requests to its host and keeps it out of the lease (the lease
+    /// trusts a CA of the proxy's, and sees only placeholders). The facade refuses an
+    /// environment with credentials on a driver that does not (default: it does not).
+    fn brokers_credentials(&self) -> bool {
+        false
+    }
+
     /// Replaces the network policy of an active lease (the facade checked it against the
     /// environment and the boundary first). Called only for a driver whose boundary is
     /// [`Proxied`](crate::network::NetworkBoundary::Proxied), which MUST apply it to new

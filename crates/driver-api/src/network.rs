@@ -22,7 +22,10 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use envrt_egress::{Egress, GrantError, NetworkConfig, Policy, PolicyError, RawNetwork, RawPolicy};
+pub use envrt_egress::{
+    Credential, CredentialError, Egress, GrantError, NetworkConfig, PLACEHOLDER, Policy, PolicyError, RawCredential,
+    RawNetwork, RawPolicy, placeholder_env,
+};
 
 /// What an environment says about its leases' network.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,6 +145,15 @@ pub enum NetworkRefusal {
          can be enforced there"
     )]
     Undeclared {
+        /// The driver key.
+        driver: String,
+    },
+    /// Credentials on a driver whose proxy does not broker them.
+    #[error(
+        "driver \"{driver}\" cannot broker credentials ([[environment.network.credential]]): no proxy of its own \
+         puts them on the lease's requests; remove them, or use a driver that brokers credentials"
+    )]
+    NoBroker {
         /// The driver key.
         driver: String,
     },

@@ -73,6 +73,10 @@ pub struct DockerConfig {
     /// The DNS server the egress proxy resolves names through; the first `nameserver` of
     /// the host's `/etc/resolv.conf` when absent.
     pub egress_dns: Option<std::net::SocketAddr>,
+    /// PEM root certificates the egress proxy trusts, besides the system's, when it
+    /// re-originates TLS to a host that carries a brokered credential (a private CA, or a
+    /// test host's).
+    pub egress_roots: Option<std::path::PathBuf>,
 }
 
 /// Where a Docker lease's workspace lives.
@@ -104,6 +108,7 @@ impl Default for DockerConfig {
             agent: None,
             egress: None,
             egress_dns: None,
+            egress_roots: None,
         }
     }
 }

@@ -86,14 +86,16 @@ impl DockerDriver {
         // (the facade names a policy only where the driver's boundary is proxied).
         let plumbing = match (&input.network, &agent) {
             (None, _) => None,
-            (Some(_), Some(prepared)) => match crate::egress::prepare(&prepared.dir) {
-                Ok(plumbing) => Some(plumbing),
-                Err(error) => {
-                    crate::processes::remove_dir(&prepared.dir);
-                    crate::bind::remove_made(bind_dir.as_deref());
-                    return Err(error);
+            (Some(_), Some(prepared)) => {
+                match crate::egress::prepare(&prepared.dir, crate::egress_credentials::of(Some(&input.environment))) {
+                    Ok(plumbing) => Some(plumbing),
+                    Err(error) => {
+                        crate::processes::remove_dir(&prepared.dir);
+                        crate::bind::remove_made(bind_dir.as_deref());
+                        return Err(error);
+                    }
                 }
-            },
+            }
             (Some(_), None) => {
                 crate::bind::remove_made(bind_dir.as_deref());
                 return Err(DriverError::other(
@@ -208,7 +210,8 @@ impl DockerDriver {
                 None => false,
             };
             if let Some(policy) = &input.network {
-                self.start_egress(&input.lease_id, &id, policy).await?;
+                let credentials = crate::egress_credentials::of(Some(&input.environment));
+                self.start_egress(&input.lease_id, &id, policy, credentials).await?;
             }
             Ok((owner, handed))
         }

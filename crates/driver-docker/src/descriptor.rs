@@ -32,7 +32,8 @@ impl DriverConfig for DockerConfig {
 
 /// `[docker]`: `host`, `workspace_mount` (`"container"` or `"bind"`), `bind_root`, `agent`
 /// (the static process supervisor), `egress` (the egress proxy binary) and `egress_dns`
-/// (its upstream DNS server, `ADDRESS:PORT`).
+/// (its upstream DNS server, `ADDRESS:PORT`), `egress_roots` (PEM roots its brokered
+/// credentials' hosts are also verified against).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Section {
@@ -42,6 +43,7 @@ struct Section {
     agent: Option<PathBuf>,
     egress: Option<PathBuf>,
     egress_dns: Option<String>,
+    egress_roots: Option<PathBuf>,
 }
 
 /// The checked `[docker] workspace_mount`.
@@ -93,6 +95,7 @@ impl DriverDescriptor for DockerDescriptor {
             bind_root: absolute("bind_root", section.bind_root)?,
             agent: absolute("agent", section.agent)?,
             egress: absolute("egress", section.egress)?,
+            egress_roots: absolute("egress_roots", section.egress_roots)?,
             egress_dns: section
                 .egress_dns
                 .map(|text| {

@@ -217,6 +217,11 @@ impl EnvironmentDriver for DockerDriver {
         DRIVER_KEY
     }
 
+    fn brokers_credentials(&self) -> bool {
+        // Its egress proxy terminates TLS for credentialed hosts (`egress_credentials`).
+        true
+    }
+
     fn network_boundary(
         &self,
         environment: &envrt_driver_api::Environment,

@@ -98,7 +98,10 @@ pub(crate) struct Plumbing {
 
 /// Makes the sockets directory in `lease_dir` (already made for the supervisor) and says
 /// what the container needs.
-pub(crate) fn prepare(lease_dir: &Path) -> Result<Plumbing, DriverError> {
+pub(crate) fn prepare(
+    lease_dir: &Path,
+    credentials: &[envrt_driver_api::network::Credential],
+) -> Result<Plumbing, DriverError> {
     let dir = sockets_dir(lease_dir);
     std::fs::DirBuilder::new()
         .mode(0o755)
@@ -107,10 +110,11 @@ pub(crate) fn prepare(lease_dir: &Path) -> Result<Plumbing, DriverError> {
     // The umask may have narrowed it; the container's user must reach the sockets.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| DriverError::io(format!("cannot open {} to the lease", dir.display()), e))?;
-    let env = envrt_driver_agent::egress::proxy_env()
+    let mut env = envrt_driver_agent::egress::proxy_env()
         .into_iter()
         .map(|(name, value)| format!("{name}={value}"))
-        .collect();
+        .collect::<Vec<_>>();
+    env.extend(crate::egress_credentials::lease_env(credentials));
     Ok(Plumbing {
         mount: Mount {
             target: Some(EGRESS_DIR.to_owned()),
@@ -133,11 +137,19 @@ pub(crate) fn stop(lease_id: &str) {
 impl DockerDriver {
     /// Starts the egress of a new lease under `policy`, once its container runs: the proxy
     /// on the host and the forwarder in the container.
-    pub(crate) async fn start_egress(&self, lease: &str, container: &str, policy: &Policy) -> Result<(), DriverError> {
+    pub(crate) async fn start_egress(
+        &self,
+        lease: &str,
+        container: &str,
+        policy: &Policy,
+        credentials: &[envrt_driver_api::network::Credential],
+    ) -> Result<(), DriverError> {
         let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;
         let dir = lease_dir(&container_name(lease));
         write_policy(&dir, policy)?;
-        start_proxy(setup, lease, &dir, &sockets_dir(&dir)).await?;
+        let brokering =
+            crate::egress_credentials::brokering(credentials, &sockets_dir(&dir), self.config.egress_roots.as_deref())?;
+        start_proxy(setup, lease, &dir, &sockets_dir(&dir), brokering.as_ref()).await?;
         self.start_forwarder(lease, container).await
     }
 
@@ -178,7 +190,11 @@ impl DockerDriver {
             return Ok(());
         }
         let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;
-        start_proxy(setup, lease, &dir, &sockets_dir(&dir)).await?;
+        // A proxy started again reads its credentials again (contract section 10).
+        let credentials = crate::egress_credentials::of(context.environment.as_ref());
+        let brokering =
+            crate::egress_credentials::brokering(credentials, &sockets_dir(&dir), self.config.egress_roots.as_deref())?;
+        start_proxy(setup, lease, &dir, &sockets_dir(&dir), brokering.as_ref()).await?;
         let container = Self::container_of(context)?;
         let socket = crate::processes::run_dir(&dir).join("fwd");
         if crate::processes::answers(&socket).await {

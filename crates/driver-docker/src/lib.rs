@@ -90,6 +90,7 @@ mod descriptor;
 mod driver;
 mod duplex;
 mod egress;
+mod egress_credentials;
 mod engine;
 mod execute;
 mod execute_agent;

@@ -55,13 +55,22 @@ impl Refused {
     pub(crate) fn policy(r: impl std::fmt::Display) -> Self {
         Refused(StatusCode::FORBIDDEN, format!("envrt egress: refused: {r}\n"))
     }
-    fn bad_request(what: &str) -> Self {
+    pub(crate) fn new(status: StatusCode, text: String) -> Self {
+        Refused(status, text)
+    }
+    pub(crate) fn status(&self) -> StatusCode {
+        self.0
+    }
+    pub(crate) fn text(&self) -> &str {
+        &self.1
+    }
+    pub(crate) fn bad_request(what: &str) -> Self {
         Refused(StatusCode::BAD_REQUEST, format!("envrt egress: bad request: {what}\n"))
     }
     fn bad_gateway(what: impl std::fmt::Display) -> Self {
         Refused(StatusCode::BAD_GATEWAY, format!("envrt egress: {what}\n"))
     }
-    fn into_response(self) -> Response<Body> {
+    pub(crate) fn into_response(self) -> Response<Body> {
         let mut resp = Response::new(full(self.1));
         *resp.status_mut() = self.0;
         resp.headers_mut()
@@ -143,9 +152,20 @@ async fn connect(
     let target = Target::parse(auth.host());
     let addr = decide(&shared, &target, port).await?;
     let upstream = dial(&shared, addr).await?;
+    // A host that carries a credential is terminated here (`broker`); every other stays a
+    // plain tunnel whose bytes the proxy never reads past the ClientHello.
+    let brokered = match (&target, &shared.broker) {
+        (Target::Name(name), Some(broker)) if broker.brokers(name, port) => Some(name.clone()),
+        _ => None,
+    };
     tokio::spawn(async move {
         match hyper::upgrade::on(req).await {
-            Ok(upgraded) => crate::tunnel::run(TokioIo::new(upgraded), upstream, target, addr, shared, permit).await,
+            Ok(upgraded) => match brokered {
+                Some(host) => {
+                    crate::broker::run(TokioIo::new(upgraded), upstream, host, port, addr, shared, permit).await;
+                }
+                None => crate::tunnel::run(TokioIo::new(upgraded), upstream, target, addr, shared, permit).await,
+            },
             Err(e) => tracing::debug!("egress proxy: CONNECT upgrade failed: {e}"),
         }
     });
@@ -164,7 +184,7 @@ const HOP: &[&str] = &[
     "upgrade",
 ];
 
-fn strip_hop(headers: &mut hyper::HeaderMap) {
+pub(crate) fn strip_hop(headers: &mut hyper::HeaderMap) {
     for h in HOP {
         headers.remove(HeaderName::from_static(h));
     }
@@ -182,6 +202,11 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>) -> Result<Resp
     };
     let port = auth.port_u16().unwrap_or(80);
     let target = Target::parse(auth.host());
+    if let (Target::Name(name), Some(broker)) = (&target, &shared.broker)
+        && broker.names(name)
+    {
+        return Err(Refused::policy(crate::broker::plain_refusal(name)));
+    }
     if let Some(host) = req.headers().get(HOST) {
         let text = host.to_str().unwrap_or("");
         let (h, p) = match text.rsplit_once(':') {
@@ -229,7 +254,7 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>) -> Result<Resp
 /// The upstream body, passed on frame by frame until it ends or a policy update denies the
 /// request's target, the upstream passes nothing for the idle time, or the client is gone
 /// (then the body ends early and hyper closes the client's connection).
-fn cut_on_update(
+pub(crate) fn cut_on_update(
     mut body: Incoming,
     mut policy: tokio::sync::watch::Receiver<Arc<Policy>>,
     target: Target,

@@ -105,9 +105,25 @@
 //! for it: a name cannot carry data out. An unknown name upstream gives NXDOMAIN; an upstream
 //! failure SERVFAIL.
 //!
+//! # Credential brokering ([`Broker`], [`Credential`])
+//!
+//! `[[environment.network.credential]]` binds a secret (by reference: `env:NAME` or
+//! `file:/abs`) to one host and port, one header and a value template ([`Credential`], its
+//! refusals [`CredentialError`]). A proxy made with [`EgressProxy::with_broker`] holds the
+//! resolved values ([`Brokered`]), a CA of its own ([`LeaseCa`], name-constrained to the
+//! credentialed hosts, its key never leaving the process) and a verifying client
+//! ([`upstream_config`]: the system's roots plus extra roots). A `CONNECT` to a credentialed
+//! host and port is terminated with a leaf for that name (the ClientHello's server name must
+//! be the CONNECT host), each request judged, its `Host` checked, the credential's header
+//! replaced, and sent over verified TLS to the real host; responses (redirects included)
+//! come back as they are. Every other host stays a plain tunnel. Plain `http://` to a
+//! credentialed host is refused. The `envrt-egress` process reads the credentials on stdin
+//! and writes the CA bundle ([`credential_stdin`]).
+//!
 //! # What it does not do (yet)
 //!
-//! - No credential brokering (per-lease CA, TLS re-origination) and no exposed lease ports.
+//! - No exposed lease ports; credential brokering for HTTP/1.1 only (no HTTP/2, no
+//!   WebSocket upgrade on a credentialed host).
 //! - No HTTP/2 to the proxy, no `https://` absolute URIs (use CONNECT), no non-TLS CONNECT
 //!   (ssh or other protocols through the proxy are refused), no TLS ClientHello split over
 //!   more than [`Limits::max_hello_bytes`].
@@ -120,6 +136,7 @@
 
 // The policy: its grammar, the denied ranges and the grant rules, free of any runtime so
 // the driver API's data model can carry it (`default-features = false`).
+mod credential;
 mod entry;
 #[cfg(feature = "proxy")]
 #[doc(hidden)]
@@ -129,6 +146,10 @@ mod policy;
 mod ranges;
 
 // The enforcement: the proxy, the DNS stub and the resolver (feature `proxy`, the default).
+#[cfg(feature = "proxy")]
+mod broker;
+#[cfg(feature = "proxy")]
+pub mod credential_stdin;
 #[cfg(feature = "proxy")]
 mod dns;
 #[cfg(feature = "proxy")]
@@ -140,8 +161,16 @@ mod resolve;
 #[cfg(feature = "proxy")]
 pub mod standalone;
 #[cfg(feature = "proxy")]
+mod tls;
+#[cfg(feature = "proxy")]
 mod tunnel;
 
+#[cfg(feature = "proxy")]
+pub use broker::Broker;
+pub use credential::{
+    Brokered, Credential, CredentialError, MAX_CREDENTIALS, MAX_SECRET_BYTES, PLACEHOLDER, RawCredential, Secret,
+    SecretRef, placeholder_env,
+};
 #[cfg(feature = "proxy")]
 pub use dns::{ANSWER_TTL, DnsStub, MAX_QUERY};
 pub use entry::{Host, Rule};
@@ -152,3 +181,5 @@ pub use proxy::{EgressProxy, Limits, too_many_connections_text};
 pub use ranges::{Cidr, DENIED, DeniedRange};
 #[cfg(feature = "proxy")]
 pub use resolve::{MAX_ADDRESSES, ResolveError, Resolver};
+#[cfg(feature = "proxy")]
+pub use tls::{LeaseCa, TlsError, upstream_config};

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::credential::{Credential, RawCredential};
 use crate::entry::{Host, Rule, parse_list};
 use crate::policy::{Egress, Policy, PolicyError, RawPolicy};
 use crate::ranges::DENIED;
@@ -12,6 +13,7 @@ use crate::ranges::DENIED;
 pub struct NetworkConfig {
     policy: Policy,
     grantable: Vec<Rule>,
+    credentials: Vec<Credential>,
 }
 
 /// The TOML shape of `[environment.network]`.
@@ -27,6 +29,10 @@ pub struct RawNetwork {
     /// Entries a lease may add to its own policy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub grantable: Vec<String>,
+    /// `[[environment.network.credential]]`: secrets the proxy puts on requests to their
+    /// hosts (see the `credential` module).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credential: Vec<RawCredential>,
 }
 
 impl TryFrom<RawNetwork> for NetworkConfig {
@@ -38,7 +44,12 @@ impl TryFrom<RawNetwork> for NetworkConfig {
         })?;
         let entries: Vec<&str> = raw.grantable.iter().map(String::as_str).collect();
         let grantable = parse_list("grantable", &entries)?;
-        Ok(Self { policy, grantable })
+        let credentials = Credential::parse_all(&raw.credential)?;
+        Ok(Self {
+            policy,
+            grantable,
+            credentials,
+        })
     }
 }
 
@@ -55,6 +66,7 @@ impl Serialize for NetworkConfig {
             egress: raw.egress,
             allow: raw.allow,
             grantable: self.grantable.iter().map(ToString::to_string).collect(),
+            credential: self.credentials.iter().map(Credential::to_raw).collect(),
         }
         .serialize(s)
     }
@@ -84,7 +96,19 @@ impl NetworkConfig {
         Ok(Self {
             policy,
             grantable: parse_list("grantable", grantable)?,
+            credentials: Vec::new(),
         })
+    }
+
+    /// The same section with `credentials` (checked: see [`Credential::parse_all`]).
+    pub fn with_credentials(mut self, credentials: &[RawCredential]) -> Result<Self, PolicyError> {
+        self.credentials = Credential::parse_all(credentials)?;
+        Ok(self)
+    }
+
+    /// The credentials the proxy brokers for the environment's leases.
+    pub fn credentials(&self) -> &[Credential] {
+        &self.credentials
     }
 
     /// The environment's policy.

@@ -43,6 +43,9 @@ impl Egress {
 /// A policy that does not parse; each text is pinned by a test.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
+    /// A `[[environment.network.credential]]` entry that does not parse.
+    #[error(transparent)]
+    Credential(#[from] crate::credential::CredentialError),
     /// `egress` is not one of the three values.
     #[error("egress = \"{0}\": unknown value (expected \"none\", \"allow\" or \"open\")")]
     UnknownEgress(String),

@@ -61,6 +61,7 @@ pub(crate) struct Shared {
     pub(crate) policy: watch::Sender<Arc<Policy>>,
     pub(crate) resolver: Resolver,
     pub(crate) limits: Limits,
+    pub(crate) broker: Option<Arc<crate::broker::Broker>>,
     conns: Arc<Semaphore>,
 }
 
@@ -74,6 +75,16 @@ pub struct EgressProxy {
 impl EgressProxy {
     /// A proxy enforcing `policy`, resolving through `resolver`.
     pub fn new(policy: Policy, resolver: Resolver, limits: Limits) -> Self {
+        Self::build(policy, resolver, limits, None)
+    }
+
+    /// A proxy that also brokers credentials (see `broker`): CONNECTs to a credentialed
+    /// host are terminated with the broker's CA and re-originated with the header set.
+    pub fn with_broker(policy: Policy, resolver: Resolver, limits: Limits, broker: crate::broker::Broker) -> Self {
+        Self::build(policy, resolver, limits, Some(Arc::new(broker)))
+    }
+
+    fn build(policy: Policy, resolver: Resolver, limits: Limits, broker: Option<Arc<crate::broker::Broker>>) -> Self {
         let (policy, _) = watch::channel(Arc::new(policy));
         let conns = Arc::new(Semaphore::new(limits.max_connections));
         Self {
@@ -81,6 +92,7 @@ impl EgressProxy {
                 policy,
                 resolver,
                 limits,
+                broker,
                 conns,
             }),
         }

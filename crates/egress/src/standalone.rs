@@ -20,6 +20,13 @@
 //!   keeps the policy in force, and says why on stderr (`envrt-egress: policy not reloaded:
 //!   ...`). The driver writes the new file under another name and renames it over the old.
 //! - SIGTERM or SIGINT end it (exit 0).
+//! - Credential brokering (`--credentials-stdin --ca-bundle FILE [--base-bundle FILE]
+//!   [--extra-roots FILE]`): the resolved credentials are read from stdin (a JSON list of
+//!   [`Brokered`](crate::Brokered), at most [`MAX_CREDENTIALS_BYTES`](crate::credential_stdin::MAX_CREDENTIALS_BYTES), until end of file:
+//!   never on the command line or in a file), a CA is made for the lease in this process,
+//!   and its certificate (followed by `--base-bundle`, the host's roots, when given) is
+//!   written to `--ca-bundle` before the listening line. `--extra-roots` adds trusted roots
+//!   for the real hosts. See [`crate::credential_stdin`].
 
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -47,17 +54,24 @@ pub struct Options {
     pub policy: PathBuf,
     /// The DNS server names are resolved through.
     pub upstream: SocketAddr,
+    /// Credential brokering, when asked for.
+    pub credentials: Option<crate::credential_stdin::BrokerOptions>,
 }
 
 /// The usage line.
-pub const USAGE: &str = "usage: envrt-egress --proxy-socket PATH --dns-socket PATH --policy FILE --upstream ADDR:PORT";
+pub const USAGE: &str = "usage: envrt-egress --proxy-socket PATH --dns-socket PATH --policy FILE --upstream ADDR:PORT [--credentials-stdin --ca-bundle FILE [--base-bundle FILE] [--extra-roots FILE]]";
 
 impl Options {
     /// Parses the command line (without the program name); the error is the exact text.
     pub fn parse(args: &[String]) -> Result<Options, String> {
         let (mut proxy, mut dns, mut policy, mut upstream) = (None, None, None, None);
+        let mut broker = crate::credential_stdin::BrokerArgs::default();
         let mut args = args.iter();
         while let Some(arg) = args.next() {
+            if arg == "--credentials-stdin" {
+                broker.stdin = true;
+                continue;
+            }
             let value = args.next().cloned().ok_or_else(|| format!("{arg} needs a value"));
             match arg.as_str() {
                 "--proxy-socket" => proxy = Some(PathBuf::from(value?)),
@@ -70,6 +84,9 @@ impl Options {
                             .map_err(|_| format!("--upstream takes ADDRESS:PORT, not {text:?}"))?,
                     );
                 }
+                "--ca-bundle" => broker.ca_bundle = Some(PathBuf::from(value?)),
+                "--base-bundle" => broker.base_bundle = Some(PathBuf::from(value?)),
+                "--extra-roots" => broker.extra_roots = Some(PathBuf::from(value?)),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -78,6 +95,7 @@ impl Options {
             dns_socket: dns.ok_or("--dns-socket PATH is required")?,
             policy: policy.ok_or("--policy FILE is required")?,
             upstream: upstream.ok_or("--upstream ADDR:PORT is required")?,
+            credentials: broker.check()?,
         })
     }
 }
@@ -114,11 +132,14 @@ fn listen(path: &Path) -> Result<UnixListener, String> {
 /// Serves until SIGTERM or SIGINT (then `Ok`), or until a listener fails.
 pub async fn run(options: Options) -> Result<(), String> {
     let policy = read_policy(&options.policy)?;
-    let proxy = EgressProxy::new(
-        policy,
-        Resolver::new(options.upstream, RESOLVE_TIMEOUT),
-        Limits::default(),
-    );
+    let resolver = Resolver::new(options.upstream, RESOLVE_TIMEOUT);
+    let proxy = match &options.credentials {
+        None => EgressProxy::new(policy, resolver, Limits::default()),
+        Some(broker) => {
+            let broker = crate::credential_stdin::start(broker, std::io::stdin().lock())?;
+            EgressProxy::with_broker(policy, resolver, Limits::default(), broker)
+        }
+    };
     let stub = proxy.dns_stub();
     let proxy_listener = listen(&options.proxy_socket)?;
     let dns_listener = listen(&options.dns_socket)?;

@@ -20,6 +20,7 @@
 
 pub mod docker;
 pub mod fuzz;
+pub mod https;
 pub mod network;
 pub mod sandbox;
 pub mod ssh;

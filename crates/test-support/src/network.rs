@@ -56,14 +56,14 @@ pub const HOST: &str = "HOST";
 
 /// One test host: its namespace, its veth, its servers.
 pub struct TestHost {
-    ns: String,
+    pub(crate) ns: String,
     veth: String,
     /// The host's address (its HTTP server listens on ports 80 and 8080, its DNS server on 53).
     pub address: String,
     /// The root namespace's address on the same link.
     pub gateway: String,
-    folder: PathBuf,
-    servers: Vec<Child>,
+    pub(crate) folder: PathBuf,
+    pub(crate) servers: Vec<Child>,
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {

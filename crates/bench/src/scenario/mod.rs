@@ -6,6 +6,7 @@
 
 pub(crate) mod concurrent;
 pub(crate) mod duplex;
+pub(crate) mod egress;
 pub(crate) mod exec;
 pub(crate) mod fork;
 pub(crate) mod growth;
@@ -234,6 +235,13 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         groups: &[supervised::DOCKER],
         targets: &["docker"],
         run: |c| Box::pin(supervised::docker_rows(c)),
+    },
+    Scenario {
+        section: egress::GROUP,
+        number: egress::NUMBER,
+        groups: &[egress::GROUP],
+        targets: &["docker"],
+        run: |c| Box::pin(egress::rows(c)),
     },
 ];
 

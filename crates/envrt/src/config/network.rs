@@ -72,7 +72,38 @@ mod tests {
         );
         assert_eq!(
             parsed("[network]\negres = \"none\"").unwrap_err(),
-            "[environment.network]: unknown field `egres`, expected one of `egress`, `allow`, `grantable`"
+            "[environment.network]: unknown field `egres`, expected one of `egress`, `allow`, `grantable`, `credential`"
+        );
+    }
+
+    #[test]
+    fn credentials_are_read_with_their_secret_reference_and_exact_refusals() {
+        let with = |entry: &str| {
+            parsed(&format!(
+                "[network]\negress = \"allow\"\nallow = [\"api.github.com:443\"]\n[[network.credential]]\n{entry}"
+            ))
+        };
+        let EnvironmentNetwork::Policy(config) = with(
+            "host = \"api.github.com\"\nheader = \"Authorization\"\nvalue = \"Bearer {secret}\"\nsecret = \"env:GITHUB_TOKEN\"",
+        )
+        .unwrap() else {
+            panic!("not a policy")
+        };
+        assert_eq!(config.credentials()[0].host, "api.github.com");
+        assert_eq!(
+            with("host = \"api.github.com\"\nheader = \"Authorization\"\nvalue = \"Bearer\"\nsecret = \"env:T\"")
+                .unwrap_err(),
+            "[environment.network]: credential 0: value must contain \"{secret}\" exactly once, and otherwise only visible ASCII and spaces"
+        );
+        assert_eq!(
+            with("host = \"api.github.com\"\nheader = \"A\"\nvalue = \"{secret}\"\nsecret = \"ghp_literal\"")
+                .unwrap_err(),
+            "[environment.network]: credential 0: secret \"ghp_literal\" must be \"env:NAME\" or \"file:/absolute/path\""
+        );
+        assert_eq!(
+            with("host = \"api.github.com\"\nheader = \"A\"\nvalue = \"{secret}\"\nsecret = \"env:T\"\ntoken = \"x\"")
+                .unwrap_err(),
+            "[environment.network]: unknown field `token`, expected one of `host`, `header`, `value`, `secret`, `placeholder_env`"
         );
     }
 }

@@ -9,11 +9,27 @@ use crate::network::{self, NetworkBoundary, NetworkLevel, Policy};
 
 use super::{EnvironmentRuntime, traced};
 
+/// Refuses credentials on a driver that does not broker them (they would be ignored).
+fn check_credentials(environment: &Environment, driver: &dyn EnvironmentDriver) -> Result<(), RuntimeError> {
+    let has = matches!(
+        &environment.network,
+        Some(network::EnvironmentNetwork::Policy(config)) if !config.credentials().is_empty()
+    );
+    if has && !driver.brokers_credentials() {
+        return Err(network::NetworkRefusal::NoBroker {
+            driver: environment.driver.clone(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// The level `environment`'s leases get from `driver`, or the refusal of its setting.
 pub(super) fn environment_level(
     environment: &Environment,
     driver: &dyn EnvironmentDriver,
 ) -> Result<NetworkLevel, RuntimeError> {
+    check_credentials(environment, driver)?;
     let boundary = driver.network_boundary(environment);
     Ok(network::environment_level(
         &environment.driver,
@@ -28,6 +44,7 @@ pub(super) fn lease_level(
     driver: &dyn EnvironmentDriver,
     asked: Option<&Policy>,
 ) -> Result<NetworkLevel, RuntimeError> {
+    check_credentials(environment, driver)?;
     let boundary = driver.network_boundary(environment);
     Ok(network::lease_level(
         &environment.driver,

@@ -129,7 +129,7 @@ impl SandboxDriver {
         make_dir(&lease_dir(lease), 0o711)?;
         make_dir(&sockets_dir(lease), 0o755)?;
         write_policy(&lease_dir(lease), policy)?;
-        start_proxy(setup, lease, &lease_dir(lease), &sockets_dir(lease)).await?;
+        start_proxy(setup, lease, &lease_dir(lease), &sockets_dir(lease), None).await?;
         let lease_ref = LeaseRef {
             provider_lease_id: grant.provider_lease_id.clone(),
             metadata: Some(grant.metadata.clone()),
@@ -187,7 +187,7 @@ impl SandboxDriver {
         write_policy(&dir, policy)?;
         if !reload_proxy(lease, &dir, &sockets)? {
             let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;
-            start_proxy(setup, lease, &dir, &sockets).await?;
+            start_proxy(setup, lease, &dir, &sockets, None).await?;
         }
         self.start_forwarder(
             self.base(context),
