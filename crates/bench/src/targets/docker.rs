@@ -112,6 +112,26 @@ pub(crate) fn missing(group: &'static str, number: u8, names: &[String], e: &str
         .collect()
 }
 
+/// The floor of a Docker execute: `nsenter` into every namespace of the container's init
+/// (mount, UTS, IPC, network, PID, cgroup) running `argv` there — the cost of starting a
+/// process in the container without the engine. Returns nsenter's arguments.
+pub(crate) async fn nsenter_args(docker: &Docker, container: &str, argv: &[&str]) -> Result<Vec<String>, String> {
+    let inspected = docker
+        .inspect_container(container, None)
+        .await
+        .map_err(|e| format!("inspecting {container}: {e}"))?;
+    let pid = inspected
+        .state
+        .and_then(|s| s.pid)
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("container {container} has no running init"))?;
+    let mut args: Vec<String> = ["-t", &pid.to_string(), "-m", "-u", "-i", "-n", "-p", "-C", "--"]
+        .map(String::from)
+        .into();
+    args.extend(argv.iter().map(|a| a.to_string()));
+    Ok(args)
+}
+
 /// The bare Engine API round: create exec, start attached, read to the end, inspect
 /// until the engine records the exit (as a careful client must).
 pub(crate) async fn bare_exec(docker: &Docker, container: &str, argv: &[&str]) -> Result<(), String> {
