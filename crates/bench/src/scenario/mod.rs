@@ -4,6 +4,7 @@
 //! sessions — and
 //! [`SCENARIOS`], the one list `envrt-bench` runs in order and `--list` prints.
 
+pub(crate) mod agent;
 pub(crate) mod concurrent;
 pub(crate) mod duplex;
 pub(crate) mod exec;
@@ -211,6 +212,20 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         groups: &[processes::MEMORY],
         targets: &["local"],
         run: |c| Box::pin(processes::memory_rows(c)),
+    },
+    Scenario {
+        section: agent::LOOP,
+        number: agent::NUMBER,
+        groups: &[agent::LOOP],
+        targets: &["local", "docker", "sandbox", "ssh"],
+        run: |c| Box::pin(agent::loops(c)),
+    },
+    Scenario {
+        section: agent::MANY,
+        number: agent::NUMBER,
+        groups: &[agent::MANY],
+        targets: &["local"],
+        run: |c| Box::pin(agent::many(c)),
     },
 ];
 

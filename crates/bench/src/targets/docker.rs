@@ -35,7 +35,13 @@ pub(crate) async fn open_with(workspace_mount: WorkspaceMount) -> Result<Docker1
         workspace_mount,
         ..DockerConfig::default()
     };
-    open_config(config, false).await
+    open_config(config, false, IMAGE).await
+}
+
+/// A lease on the default driver whose container runs `image` (the agent rows use the
+/// Debian image of `scripts/docker-debian-image.sh`).
+pub(crate) async fn open_image(image: &str) -> Result<Docker1, String> {
+    open_config(DockerConfig::default(), false, image).await
 }
 
 /// The static supervisor (`envrt-agent` built with `+crt-static` for
@@ -58,12 +64,12 @@ pub(crate) async fn open_sessions() -> Result<Docker1, String> {
         agent: static_agent(),
         ..DockerConfig::default()
     };
-    open_config(config, true).await
+    open_config(config, true, IMAGE).await
 }
 
 /// A lease on a driver with `config`; with `sessions`, `n/a` unless the driver serves
 /// process sessions.
-async fn open_config(config: DockerConfig, sessions: bool) -> Result<Docker1, String> {
+async fn open_config(config: DockerConfig, sessions: bool, image: &str) -> Result<Docker1, String> {
     let driver = DockerDriver::connect(config)
         .await
         .map_err(|e| format!("n/a (no engine): {e}"))?;
@@ -71,7 +77,7 @@ async fn open_config(config: DockerConfig, sessions: bool) -> Result<Docker1, St
         return Err(format!("n/a (no static supervisor: {why})"));
     }
     let mut config = JsonMap::new();
-    config.insert("image".into(), IMAGE.into());
+    config.insert("image".into(), image.into());
     let leased = Leased::open(Arc::new(driver), config).await?;
     let container = match leased.provider_lease_id.clone() {
         Some(id) => id,
