@@ -134,7 +134,8 @@ impl Target {
 pub(crate) struct Row {
     /// The group key `--only` selects by (`exec-local`, `sync`, ...).
     pub(crate) group: &'static str,
-    /// The row number (1–10; 8 is the warm-pool rows, 9 the peers, 10 the process sessions).
+    /// The row number (1–11; 8 is the warm-pool rows, 9 the peers, 10 the process sessions,
+    /// 11 the agent-shaped workloads).
     pub(crate) number: u8,
     /// What is measured.
     pub(crate) name: String,

@@ -43,7 +43,8 @@ const AGENTS: usize = 64;
 /// The module the patch fixes and the test checks.
 const CALC: &str = "def add(a, b):\n    return a - b\n";
 const TEST: &str = "import calc\nassert calc.add(2, 3) == 5, calc.add(2, 3)\nprint('ok')\n";
-const PATCH: &str = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n";
+const PATCH: &str =
+    "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n";
 
 /// Writes the repository: `files` Python modules of about 1 KiB in directories of 100,
 /// plus `calc.py`, `test_calc.py` and `fix.patch`.
@@ -54,9 +55,12 @@ pub(crate) fn make_repo(root: &Path, files: usize) -> Result<(), String> {
         if i % 100 == 0 {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
-        let mut text = format!("\"\"\"Module {i}.\"\"\"\n\n\ndef f_{i}(x):\n    # TODO: cache this\n    return x * {i}\n");
+        let mut text =
+            format!("\"\"\"Module {i}.\"\"\"\n\n\ndef f_{i}(x):\n    # TODO: cache this\n    return x * {i}\n");
         while text.len() < 1024 {
-            text.push_str(&format!("# filler line for module {i}, so the file is about a kibibyte\n"));
+            text.push_str(&format!(
+                "# filler line for module {i}, so the file is about a kibibyte\n"
+            ));
         }
         write(dir.join(format!("mod_{i:04}.py")), &text)?;
     }
@@ -71,7 +75,11 @@ pub(crate) fn commands(n: usize) -> Vec<Vec<String>> {
         &["ls", "-la", "pkg/d00"],
         &["cat", "calc.py"],
         &["grep", "-rn", "--include=*.py", "-c", "TODO", "pkg/d01"],
-        &["python3", "-c", "import sys; print(sum(range(1000)), sys.version_info[0])"],
+        &[
+            "python3",
+            "-c",
+            "import sys; print(sum(range(1000)), sys.version_info[0])",
+        ],
     ];
     (0..n)
         .map(|i| shapes[i % shapes.len()].iter().map(|s| s.to_string()).collect())
@@ -101,7 +109,13 @@ pub(crate) struct Steps {
 
 /// One loop: `repo` in as `work` (a path relative to the workspace, or a host path when
 /// bare), `commands` short commands, patch, test, out to `out` (a host path, absent).
-pub(crate) async fn run_loop(place: Place<'_>, repo: &Path, work: &str, commands: &[Vec<String>], out: &Path) -> Result<Steps, String> {
+pub(crate) async fn run_loop(
+    place: Place<'_>,
+    repo: &Path,
+    work: &str,
+    commands: &[Vec<String>],
+    out: &Path,
+) -> Result<Steps, String> {
     let start = Instant::now();
     let mut each = Vec::with_capacity(commands.len() + 4);
     let mut step = Instant::now();
@@ -197,7 +211,10 @@ fn rounds(config: &Config) -> usize {
 /// SWE-ReX running the loop in its own interpreter (`crates/bench/agent_driver.py`).
 pub(crate) struct Peer {
     child: tokio::process::Child,
-    io: tokio::sync::Mutex<(tokio::process::ChildStdin, Lines<BufReader<tokio::process::ChildStdout>>)>,
+    io: tokio::sync::Mutex<(
+        tokio::process::ChildStdin,
+        Lines<BufReader<tokio::process::ChildStdout>>,
+    )>,
 }
 
 impl Peer {
@@ -207,7 +224,9 @@ impl Peer {
         let venv = std::env::var("ENVRT_SWEREX_VENV").unwrap_or_else(|_| "/opt/envrt-swerex-venv".into());
         let python = Path::new(&venv).join("bin/python");
         if !python.is_file() {
-            return Err(format!("no SWE-ReX virtual environment at {venv} (bash scripts/swerex-venv.sh makes it)"));
+            return Err(format!(
+                "no SWE-ReX virtual environment at {venv} (bash scripts/swerex-venv.sh makes it)"
+            ));
         }
         let mut child = tokio::process::Command::new(&python)
             .arg(DRIVER)
@@ -233,15 +252,24 @@ impl Peer {
         let request = serde_json::json!({"repo": repo, "work": work, "out": out, "commands": all}).to_string() + "\n";
         let mut io = self.io.lock().await;
         let (stdin, lines) = &mut *io;
-        stdin.write_all(request.as_bytes()).await.map_err(|e| format!("agent driver: {e}"))?;
+        stdin
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| format!("agent driver: {e}"))?;
         let answer = reply(lines).await?;
-        answer["ns"].as_u64().map(Duration::from_nanos).ok_or_else(|| format!("agent driver said {answer}"))
+        answer["ns"]
+            .as_u64()
+            .map(Duration::from_nanos)
+            .ok_or_else(|| format!("agent driver said {answer}"))
     }
 
     /// Closes its input and waits for it to exit.
     pub(crate) async fn stop(mut self) {
         drop(self.io);
-        if tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .is_err()
+        {
             let _ = self.child.kill().await;
         }
     }
@@ -253,7 +281,8 @@ async fn reply(lines: &mut Lines<BufReader<tokio::process::ChildStdout>>) -> Res
         .await
         .map_err(|e| format!("agent driver: {e}"))?
         .ok_or("the agent driver exited (its stderr is above)")?;
-    let value: serde_json::Value = serde_json::from_str(&line).map_err(|e| format!("agent driver said {line:?}: {e}"))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&line).map_err(|e| format!("agent driver said {line:?}: {e}"))?;
     match value["error"].as_str() {
         Some(error) => Err(error.to_owned()),
         None => Ok(value),
@@ -310,7 +339,10 @@ pub(crate) async fn loop_row(
     );
     if contenders == 3 {
         row = row
-            .baseline("SWE-ReX LocalRuntime (upload, execute)", Figure::ms(median(&mut times[2])))
+            .baseline(
+                "SWE-ReX LocalRuntime (upload, execute)",
+                Figure::ms(median(&mut times[2])),
+            )
             .target(Target::RatioAtMost(0, 1.0));
     }
     Ok(row.floor("the same steps bare on the host", Figure::ms(median(&mut times[1]))))
@@ -328,7 +360,14 @@ pub(crate) async fn loops(config: &Config) -> Vec<Row> {
     let peer = Peer::start().await;
     match Local::open(Some(scratch.join("leases"))).await {
         Ok(local) => {
-            let row = loop_row(config, "local", Place::Lease(&local.leased), &scratch, peer.as_ref().ok()).await;
+            let row = loop_row(
+                config,
+                "local",
+                Place::Lease(&local.leased),
+                &scratch,
+                peer.as_ref().ok(),
+            )
+            .await;
             local.leased.close().await;
             rows.push(match (row, &peer) {
                 (Ok(row), Err(why)) => row.note(format!("SWE-ReX not run: {why}")),
@@ -345,14 +384,26 @@ pub(crate) async fn loops(config: &Config) -> Vec<Row> {
     let docker_name = name("docker (envrt-debian:bookworm)");
     match docker::open_image(DEBIAN_IMAGE).await {
         Ok(d) => {
-            let row = loop_row(config, "docker (envrt-debian:bookworm)", Place::Lease(&d.leased), &scratch, None).await;
+            let row = loop_row(
+                config,
+                "docker (envrt-debian:bookworm)",
+                Place::Lease(&d.leased),
+                &scratch,
+                None,
+            )
+            .await;
             d.leased.close().await;
             rows.push(match row {
                 Ok(row) => row.note(INSPECT_DOCKER),
                 Err(e) => Row::missing(LOOP, NUMBER, docker_name, format!("error: {e}")),
             });
         }
-        Err(e) => rows.push(Row::missing(LOOP, NUMBER, docker_name, if e.starts_with("n/a") { e } else { format!("error: {e}") })),
+        Err(e) => rows.push(Row::missing(
+            LOOP,
+            NUMBER,
+            docker_name,
+            if e.starts_with("n/a") { e } else { format!("error: {e}") },
+        )),
     }
     // The sandbox.
     match sandbox::open(&scratch.join("sandbox")).await {
@@ -388,7 +439,12 @@ pub(crate) async fn many(config: &Config) -> Vec<Row> {
         format!("{AGENTS} concurrent agent loops (local, 10 commands each): throughput"),
         format!("{AGENTS} concurrent agent loops (local): p99 per step"),
     ];
-    let fail = |e: String| names.iter().map(|n| Row::missing(MANY, NUMBER, n.clone(), format!("error: {e}"))).collect();
+    let fail = |e: String| {
+        names
+            .iter()
+            .map(|n| Row::missing(MANY, NUMBER, n.clone(), format!("error: {e}")))
+            .collect()
+    };
     let scratch = match Scratch::new("4g") {
         Ok(s) => s,
         Err(e) => return fail(e),
@@ -417,7 +473,10 @@ pub(crate) async fn many(config: &Config) -> Vec<Row> {
             let runs = (0..AGENTS).map(|i| async move {
                 let out = scratch.join(&format!("many-out-{i}"));
                 let (place, work) = if bare {
-                    (Place::Bare, scratch.join(&format!("many-bare-{i}")).display().to_string())
+                    (
+                        Place::Bare,
+                        scratch.join(&format!("many-bare-{i}")).display().to_string(),
+                    )
                 } else {
                     (Place::Lease(&leases[i].leased), "repo".to_owned())
                 };
@@ -460,8 +519,16 @@ pub(crate) async fn many(config: &Config) -> Vec<Row> {
         Row::new(MANY, NUMBER, names[0].clone(), Figure::ops(median(&mut ours_rate)))
             .floor("the same loops bare on the host", Figure::ops(median(&mut bare_rate)))
             .note("steps per second: sync in, each command, patch, test, sync out count one each; one lease per agent"),
-        Row::new(MANY, NUMBER, names[1].clone(), Figure::ms(percentile_ms(&ours_steps, 99.0)))
-            .floor("the same loops bare on the host", Figure::ms(percentile_ms(&bare_steps, 99.0))),
+        Row::new(
+            MANY,
+            NUMBER,
+            names[1].clone(),
+            Figure::ms(percentile_ms(&ours_steps, 99.0)),
+        )
+        .floor(
+            "the same loops bare on the host",
+            Figure::ms(percentile_ms(&bare_steps, 99.0)),
+        ),
     ]
 }
 
@@ -481,9 +548,16 @@ mod tests {
         let steps = run_loop(Place::Bare, &repo, &work, &commands(5), &out).await.unwrap();
         // sync in, 5 commands, patch, test, sync out.
         assert_eq!(steps.each.len(), 9);
-        assert_eq!(std::fs::read_to_string(out.join("calc.py")).unwrap(), "def add(a, b):\n    return a + b\n");
+        assert_eq!(
+            std::fs::read_to_string(out.join("calc.py")).unwrap(),
+            "def add(a, b):\n    return a + b\n"
+        );
         // Without the patch the test fails, so a loop whose patch did not apply cannot pass.
-        let unpatched = std::process::Command::new("python3").arg("test_calc.py").current_dir(&repo).output().unwrap();
+        let unpatched = std::process::Command::new("python3")
+            .arg("test_calc.py")
+            .current_dir(&repo)
+            .output()
+            .unwrap();
         assert!(!unpatched.status.success());
         assert_eq!(commands(6)[4], commands(6)[0]);
     }
