@@ -150,11 +150,14 @@ pub(crate) async fn run_loop(
                 }
             }
             Place::Bare => {
-                let status = std::process::Command::new(&argv[0])
+                // Async, so that 64 bare loops at once run at once (a blocking spawn would
+                // hold one of the runtime's few worker threads per command).
+                let status = tokio::process::Command::new(&argv[0])
                     .args(&argv[1..])
                     .current_dir(work)
                     .stdin(std::process::Stdio::null())
                     .output()
+                    .await
                     .map_err(|e| format!("{}: {e}", argv[0]))?;
                 if !status.status.success() {
                     return Err(format!("{argv:?} exited {}", status.status));
@@ -203,9 +206,10 @@ pub(crate) async fn clean(place: Place<'_>, work: &str) {
     }
 }
 
-/// Rounds of the loop per contender.
+/// Rounds of the loop per contender (the quick run's one round is meant to be repeated
+/// with `--runs`: each loop takes seconds on the slower targets).
 fn rounds(config: &Config) -> usize {
-    if config.quick { 3 } else { 5 }
+    if config.quick { 1 } else { 5 }
 }
 
 /// SWE-ReX running the loop in its own interpreter (`crates/bench/agent_driver.py`).
@@ -496,7 +500,7 @@ pub(crate) async fn many(config: &Config) -> Vec<Row> {
     };
     let mut results = [(Vec::new(), Vec::new()), (Vec::new(), Vec::new())];
     let mut error = None;
-    for round in 0..(if config.quick { 2 } else { 3 }) {
+    for round in 0..(if config.quick { 1 } else { 3 }) {
         for k in 0..2 {
             let bare = (k + round) % 2 == 1;
             match wave(bare).await {
