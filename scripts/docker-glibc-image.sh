@@ -9,8 +9,9 @@
 #   usage: scripts/docker-glibc-image.sh [--force]
 #   needs: a running engine and envrt-test:latest (scripts/docker-test-image.sh).
 #
-# Why this and not debootstrap: debootstrap needs a Debian mirror (no network here), and
-# takes minutes and ~200 MB; this takes seconds and adds ~15 MB, and the libraries are the
+# Why this and not debootstrap: debootstrap takes minutes and ~260 MB (that image is
+# scripts/docker-debian-image.sh, for the rows and tests that need a real userland); this
+# takes seconds and adds ~15 MB, and the libraries are the
 # very ones the host runs (Inspect's tools binary is built for glibc, so any glibc of the
 # same architecture works).
 # Label envrt.test.stamp=<script rev + base image id + libc sha256> lets re-runs skip.

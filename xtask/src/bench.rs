@@ -2,6 +2,9 @@
 //! workers its drivers need, and the process supervisor, also static for Docker leases
 //! when the process session rows run) in release mode, runs it, and keeps its table as
 //! JSON (`target/bench/latest.json`) and Markdown (`target/bench/latest.md`).
+//! `--runs N`, `--report PATH.md` (and `PATH.json` beside it) and `--compare OLD.json` go
+//! to the bench: N runs, one report of every row's median run with its floor and spread,
+//! and what moved since an earlier report.
 //! `cargo xtask bench --list` runs a debug build with `--list` instead: every scenario with
 //! its row number, groups and driver targets, nothing measured.
 
@@ -18,6 +21,20 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--quick" => passed.push(arg.clone()),
+            // The report over several runs and the comparison with an earlier one are the
+            // bench's own (crates/bench/src/summary.rs); a relative path is the caller's.
+            "--runs" | "--report" | "--compare" => {
+                let value = it.next().ok_or(format!("{arg} needs a value"))?;
+                let value = if arg == "--runs" {
+                    value.clone()
+                } else {
+                    std::path::absolute(value)
+                        .map_err(|e| format!("{value}: {e}"))?
+                        .display()
+                        .to_string()
+                };
+                passed.extend([arg.clone(), value]);
+            }
             "--list" => list = true,
             "--only" => {
                 let row = it.next().ok_or("--only needs a row number or group key")?;
@@ -29,7 +46,7 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
             }
             other => {
                 return Err(format!(
-                    "unknown option {other:?}; bench takes --quick, --only ROW and --list"
+                    "unknown option {other:?}; bench takes --quick, --only ROW, --runs N, --report PATH.md, --compare OLD.json and --list"
                 ));
             }
         }

@@ -23,6 +23,24 @@ pub(crate) async fn spawn(program: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// The floor of an execute: a bare blocking `std::process::Command` spawn (`posix_spawn`
+/// on glibc, `fork`+`exec` where it cannot) and wait, no output read, no async runtime.
+/// It blocks the calling tokio worker for the spawn's duration, which is what it measures.
+pub(crate) fn posix_spawn(program: &str, args: &[&str]) -> Result<(), String> {
+    let status = std::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("spawning {program}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{program} exited {status}"))
+    }
+}
+
 /// `head -c bytes /dev/zero | cat > /dev/null`; returns the time.
 pub(crate) async fn pipe(bytes: u64) -> Result<Duration, String> {
     time_sh(&format!("head -c {bytes} /dev/zero | cat > /dev/null")).await

@@ -3,11 +3,17 @@
 //! writes it as JSON). Run it with `cargo xtask bench [--quick] [--only ROW]`.
 //!
 //! ```text
-//! envrt-bench [--quick] [--only ROW]... [--json PATH] [--markdown PATH]
+//! envrt-bench [--quick] [--only ROW]... [--runs N] [--json PATH] [--markdown PATH]
+//!             [--report PATH.md] [--compare OLD.json]
 //! envrt-bench --list
 //! ```
+//! `--runs N` runs the selected rows N times; `--report PATH.md` writes every row's median
+//! run with its floor, target, verdict and spread over the runs (`summary`), and the same
+//! as JSON beside it (`PATH.json`); `--compare OLD.json` prints (and appends to the report)
+//! what moved since an earlier report.
 //! The rows come from scenarios (`scenario`: execute latency, output capture, duplex,
-//! sync, concurrent executes, lease growth, open routes, pools, peers, process sessions),
+//! sync, concurrent executes, lease growth, open routes, pools, peers, process sessions,
+//! agent-shaped workloads),
 //! each run over the driver targets that support it (`targets`: local, Docker, sandbox,
 //! SSH); `--list` prints them with their row numbers, groups and targets, and runs nothing.
 //! `ROW` is a row number (1–11) or a group key: `exec-local`, `exec-docker`,
@@ -15,14 +21,16 @@
 //! `sync-ssh`, `scale-exec` (and under it `scale-exec-docker`, `scale-exec-sandbox`),
 //! `scale-leases`, `scale-open` (local, Docker and sandbox rows each), `scale-duplex`,
 //! `pool-local`, `pool-docker`, `pool-sandbox`, `peers`, `processes-spawn`,
-//! `processes-replay`, `processes-memory`, `exec-supervisor-docker` (a prefix such as `exec`, `sync` or `processes`
-//! selects every group under it).
+//! `processes-replay`, `processes-memory`, `exec-supervisor-docker`, `egress`, `agent-loop`,
+//! `agent-many` (a prefix such as `exec`, `sync`, `processes` or `agent` selects every group
+//! under it).
 
 mod baseline;
 mod facade;
 mod measure;
 mod report;
 mod scenario;
+mod summary;
 mod targets;
 
 use std::path::PathBuf;
@@ -41,6 +49,21 @@ pub(crate) struct Config {
     pub(crate) only: Vec<String>,
     /// Print the scenarios and run nothing.
     pub(crate) list: bool,
+}
+
+/// Where the results go, besides the printed table.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Outputs {
+    /// Times the selected rows run (1 unless `--runs`).
+    pub(crate) runs: usize,
+    /// The last run's rows as JSON (`--json`).
+    pub(crate) json: Option<PathBuf>,
+    /// The last run's rows as Markdown (`--markdown`).
+    pub(crate) markdown: Option<PathBuf>,
+    /// The report over all runs (`--report PATH.md`, and `PATH.json` beside it).
+    pub(crate) report: Option<PathBuf>,
+    /// An earlier report to compare with (`--compare OLD.json`).
+    pub(crate) compare: Option<PathBuf>,
 }
 
 impl Config {
@@ -107,10 +130,12 @@ impl Config {
     }
 }
 
-fn parse(args: &[String]) -> Result<(Config, Option<PathBuf>, Option<PathBuf>), String> {
+fn parse(args: &[String]) -> Result<(Config, Outputs), String> {
     let mut config = Config::default();
-    let mut json_path = None;
-    let mut markdown_path = None;
+    let mut out = Outputs {
+        runs: 1,
+        ..Outputs::default()
+    };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().cloned().ok_or_else(|| format!("{arg} needs a value"));
@@ -118,12 +143,36 @@ fn parse(args: &[String]) -> Result<(Config, Option<PathBuf>, Option<PathBuf>), 
             "--quick" => config.quick = true,
             "--list" => config.list = true,
             "--only" => config.only.push(value()?),
-            "--json" => json_path = Some(PathBuf::from(value()?)),
-            "--markdown" => markdown_path = Some(PathBuf::from(value()?)),
+            "--json" => out.json = Some(PathBuf::from(value()?)),
+            "--markdown" => out.markdown = Some(PathBuf::from(value()?)),
+            "--report" => {
+                let path = PathBuf::from(value()?);
+                if path.extension().is_none_or(|e| e != "md") {
+                    return Err(format!(
+                        "--report takes a PATH.md (got {:?})",
+                        path.display().to_string()
+                    ));
+                }
+                out.report = Some(path);
+            }
+            "--compare" => out.compare = Some(PathBuf::from(value()?)),
+            "--runs" => {
+                let n = value()?;
+                out.runs = match n.parse::<usize>() {
+                    Ok(n @ 1..=20) => n,
+                    _ => return Err(format!("--runs takes 1 to 20 (got {n:?})")),
+                };
+            }
             other => return Err(format!("unknown option {other:?}")),
         }
     }
-    Ok((config, json_path, markdown_path))
+    Ok((config, out))
+}
+
+/// Reads an earlier report for `--compare`.
+fn read_report(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))
 }
 
 fn machine() -> serde_json::Value {
@@ -188,7 +237,7 @@ fn list() -> String {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let child = [Some(growth::LEASE_MEMORY_CHILD), Some(growth::CHILD)].contains(&args.first().map(String::as_str));
-    let (config, json_path, markdown_path) = match parse(if child { &[] } else { &args }) {
+    let (config, outputs) = match parse(if child { &[] } else { &args }) {
         Ok(parsed) => parsed,
         Err(message) => {
             eprintln!("envrt-bench: {message}");
@@ -199,6 +248,14 @@ fn main() -> ExitCode {
         print!("{}", list());
         return ExitCode::SUCCESS;
     }
+    // Read the old report first: a bad path should not cost a whole run.
+    let old = match outputs.compare.as_deref().map(read_report).transpose() {
+        Ok(old) => old,
+        Err(message) => {
+            eprintln!("envrt-bench: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -233,8 +290,19 @@ fn main() -> ExitCode {
     }
     let started = std::time::Instant::now();
     let date = utc_now();
-    let rows = runtime.block_on(run_all(&config));
+    // Other sessions build on the same cores: the report says how loaded the machine was.
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    let mut all_runs = Vec::new();
+    for run in 0..outputs.runs {
+        if outputs.runs > 1 {
+            eprintln!("envrt-bench: run {} of {}", run + 1, outputs.runs);
+        }
+        all_runs.push(runtime.block_on(run_all(&config)));
+    }
     drop(runtime);
+    let rows = all_runs.last().cloned().unwrap_or_default();
     let machine = machine();
     let mode = if config.quick { "quick" } else { "full" };
     println!(
@@ -246,12 +314,18 @@ fn main() -> ExitCode {
     );
     print!("{}", report::text_table(&rows));
     let header = json!({
+        "load": load,
         "date": date,
         "mode": mode,
         "only": config.only,
         "seconds": started.elapsed().as_secs_f64(),
         "machine": machine,
     });
+    let (json_path, markdown_path) = (outputs.json.clone(), outputs.markdown.clone());
+    if let Err(message) = write_report(&outputs, all_runs, &header, old.as_ref()) {
+        eprintln!("envrt-bench: {message}");
+        return ExitCode::FAILURE;
+    }
     if let Some(path) = json_path {
         let report = report::json_report(&rows, header.clone());
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
@@ -274,6 +348,56 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Writes `--report` (Markdown and JSON over all runs) and prints `--compare`.
+fn write_report(
+    outputs: &Outputs,
+    runs: Vec<Vec<report::Row>>,
+    header: &serde_json::Value,
+    old: Option<&serde_json::Value>,
+) -> Result<(), String> {
+    let count = runs.len();
+    let summaries = summary::summarise(runs);
+    let report = summary::json(header.clone(), count, &summaries);
+    let mut compared = None;
+    let old_path = outputs
+        .compare
+        .as_deref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    if let Some(old) = old {
+        let text = summary::compare(old, &report).map_err(|e| format!("{}: {e}", old_path))?;
+        println!("\nWhat moved since {}:\n\n{text}", old_path);
+        compared = Some(text);
+    }
+    let Some(path) = &outputs.report else { return Ok(()) };
+    let m = &header["machine"];
+    let mut intro = format!(
+        "Measured {} ({} run{}, {} mode) on {} cores, {} GiB, kernel {}; load average {} at the start, {} at the end.",
+        header["date"].as_str().unwrap_or(""),
+        count,
+        if count == 1 { "" } else { "s" },
+        header["mode"].as_str().unwrap_or(""),
+        m["nproc"],
+        m["memory_gib"],
+        m["kernel"].as_str().unwrap_or(""),
+        header["load"].as_str().unwrap_or("?"),
+        std::fs::read_to_string("/proc/loadavg")
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default(),
+    );
+    intro.push_str(" Each row shows its median run; the spread is over all runs.");
+    let mut text = summary::markdown(&intro, &summaries);
+    if let Some(compared) = compared {
+        text.push_str(&format!("\nWhat moved since {}:\n\n{compared}", old_path));
+    }
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let json_path = path.with_extension("json");
+    let body = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
+    std::fs::write(&json_path, body).map_err(|e| format!("cannot write {}: {e}", json_path.display()))?;
+    eprintln!("envrt-bench: wrote {} and {}", path.display(), json_path.display());
+    Ok(())
 }
 
 #[cfg(test)]
@@ -316,11 +440,32 @@ mod tests {
     #[test]
     fn options_parse_and_refuse_unknown_ones() {
         let args: Vec<String> = ["--quick", "--only", "3", "--json", "/x.json"].map(String::from).into();
-        let (config, json, markdown) = parse(&args).unwrap();
+        let (config, out) = parse(&args).unwrap();
         assert!(config.quick);
         assert_eq!(config.only, ["3"]);
-        assert_eq!(json, Some(PathBuf::from("/x.json")));
-        assert_eq!(markdown, None);
+        assert_eq!(out.json, Some(PathBuf::from("/x.json")));
+        assert_eq!(out.markdown, None);
+        assert_eq!(out.runs, 1);
+        let args: Vec<String> = ["--runs", "3", "--report", "/r.md", "--compare", "/o.json"]
+            .map(String::from)
+            .into();
+        let (_, out) = parse(&args).unwrap();
+        assert_eq!(
+            (out.runs, out.report, out.compare),
+            (3, Some("/r.md".into()), Some("/o.json".into()))
+        );
+        assert_eq!(
+            parse(&["--runs".into(), "0".into()]).unwrap_err(),
+            "--runs takes 1 to 20 (got \"0\")"
+        );
+        assert_eq!(
+            parse(&["--report".into(), "/r.txt".into()]).unwrap_err(),
+            "--report takes a PATH.md (got \"/r.txt\")"
+        );
+        assert_eq!(
+            read_report(std::path::Path::new("/nonexistent/old.json")).unwrap_err(),
+            "cannot read /nonexistent/old.json: No such file or directory (os error 2)"
+        );
         assert_eq!(parse(&["--only".into()]).unwrap_err(), "--only needs a value");
         assert_eq!(parse(&["--fast".into()]).unwrap_err(), "unknown option \"--fast\"");
         assert!(parse(&["--list".into()]).unwrap().0.list);

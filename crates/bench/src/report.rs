@@ -134,7 +134,8 @@ impl Target {
 pub(crate) struct Row {
     /// The group key `--only` selects by (`exec-local`, `sync`, ...).
     pub(crate) group: &'static str,
-    /// The row number (1–10; 8 is the warm-pool rows, 9 the peers, 10 the process sessions).
+    /// The row number (1–11; 8 is the warm-pool rows, 9 the peers, 10 the process sessions,
+    /// 11 the agent-shaped workloads).
     pub(crate) number: u8,
     /// What is measured.
     pub(crate) name: String,
@@ -146,6 +147,10 @@ pub(crate) struct Row {
     pub(crate) target: Target,
     /// A short remark printed under the table (how it was measured, a caveat).
     pub(crate) note: Option<String>,
+    /// The floor: the least the same work can cost on this machine (a bare spawn, `nsenter`,
+    /// bare `bwrap`, a command over the open master, `cp -a`, a pipe into a preallocated
+    /// buffer), measured in the same run; `Err` says why there is none.
+    pub(crate) floor: Option<Result<(String, Figure), String>>,
 }
 
 impl Row {
@@ -159,6 +164,7 @@ impl Row {
             baselines: Vec::new(),
             target: Target::None,
             note: None,
+            floor: None,
         }
     }
 
@@ -172,11 +178,36 @@ impl Row {
             baselines: Vec::new(),
             target: Target::None,
             note: None,
+            floor: None,
         }
     }
 
     pub(crate) fn baseline(mut self, name: impl Into<String>, figure: Figure) -> Self {
         self.baselines.push((name.into(), figure));
+        self
+    }
+
+    /// The row's floor, measured in the same run (see [`Row::floor`]).
+    pub(crate) fn floor(mut self, name: impl Into<String>, figure: Figure) -> Self {
+        self.floor = Some(Ok((name.into(), figure)));
+        self
+    }
+
+    /// The row's floor is its baseline `i` (already measured beside it). A row naming a
+    /// baseline it does not have gets no floor, and the table says so.
+    pub(crate) fn floor_is(mut self, i: usize) -> Self {
+        self.floor = Some(
+            self.baselines
+                .get(i)
+                .cloned()
+                .ok_or_else(|| format!("no baseline {i} to be the floor")),
+        );
+        self
+    }
+
+    /// Why the row has no floor (the table prints it in the floor's cell).
+    pub(crate) fn no_floor(mut self, why: impl Into<String>) -> Self {
+        self.floor = Some(Err(why.into()));
         self
     }
 
@@ -208,6 +239,19 @@ impl Row {
             .collect()
     }
 
+    /// ours ÷ the floor; `None` without a figure or a floor.
+    pub(crate) fn ratio_to_floor(&self) -> Option<f64> {
+        match (&self.ours, &self.floor) {
+            (Ok(ours), Some(Ok((_, f)))) if f.value > 0.0 => Some(ours.value / f.value),
+            _ => None,
+        }
+    }
+
+    /// ours ÷ the first baseline: the ratio a row's spread over runs is taken of.
+    pub(crate) fn first_ratio(&self) -> Option<f64> {
+        self.ratios().first().copied().flatten()
+    }
+
     /// Whether the target is met; `None` when there is no target or no figure.
     pub(crate) fn met(&self) -> Option<bool> {
         match &self.ours {
@@ -216,7 +260,7 @@ impl Row {
         }
     }
 
-    fn cells(&self) -> [String; 6] {
+    pub(crate) fn cells(&self) -> [String; 8] {
         let ours = match &self.ours {
             Ok(f) => f.to_string(),
             Err(why) => why.clone(),
@@ -242,17 +286,28 @@ impl Row {
             Some(false) => "NO",
             None => "—",
         };
+        let floor = match &self.floor {
+            Some(Ok((n, f))) => format!("{n} {f}"),
+            Some(Err(why)) => format!("none: {why}"),
+            None => "—".into(),
+        };
+        let to_floor = match self.ratio_to_floor() {
+            Some(r) => format!("{r:.2}×"),
+            None => "—".into(),
+        };
         [
             format!("{} {}", self.number, self.name),
             ours,
             if baselines.is_empty() { "—".into() } else { baselines },
             if ratios.is_empty() { "—".into() } else { ratios },
+            floor,
+            to_floor,
             self.target.describe(self),
             met.into(),
         ]
     }
 
-    fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let figure = |f: &Figure| json!({"value": f.value, "unit": f.unit.label()});
         json!({
             "group": self.group,
@@ -266,6 +321,12 @@ impl Row {
                 b
             }).collect::<Vec<_>>(),
             "ratios": self.ratios(),
+            "floor": match &self.floor {
+                Some(Ok((n, f))) => { let mut b = figure(f); b["name"] = json!(n); b }
+                Some(Err(why)) => json!({"unavailable": why}),
+                None => Value::Null,
+            },
+            "ratio_to_floor": self.ratio_to_floor(),
             "target": self.target.describe(self),
             "met": self.met(),
             "note": self.note,
@@ -273,11 +334,20 @@ impl Row {
     }
 }
 
-const HEADERS: [&str; 6] = ["row", "ours", "baseline(s)", "ratio(s)", "target", "met"];
+const HEADERS: [&str; 8] = [
+    "row",
+    "ours",
+    "baseline(s)",
+    "ratio(s)",
+    "floor",
+    "× floor",
+    "target",
+    "met",
+];
 
 /// The rows as a plain-text table (columns padded), with the notes below.
 pub(crate) fn text_table(rows: &[Row]) -> String {
-    let cells: Vec<[String; 6]> = rows.iter().map(Row::cells).collect();
+    let cells: Vec<[String; 8]> = rows.iter().map(Row::cells).collect();
     let mut widths = HEADERS.map(|h| h.chars().count());
     for row in &cells {
         for (w, c) in widths.iter_mut().zip(row) {
@@ -314,7 +384,7 @@ pub(crate) fn markdown_table(rows: &[Row]) -> String {
     out
 }
 
-fn notes(out: &mut String, rows: &[Row]) {
+pub(crate) fn notes(out: &mut String, rows: &[Row]) {
     for row in rows {
         if let Some(note) = &row.note {
             let _ = writeln!(out, "- {} {}: {note}", row.number, row.name);
@@ -371,7 +441,8 @@ mod tests {
         assert_eq!(r.met(), None);
         let cells = r.cells();
         assert_eq!(cells[1], "n/a (no engine)");
-        assert_eq!(cells[5], "—");
+        assert_eq!(cells[4], "—");
+        assert_eq!(cells[7], "—");
     }
 
     #[test]
@@ -388,11 +459,37 @@ mod tests {
         assert!(text.contains("- 1 r: a note"), "{text}");
         let md = markdown_table(&rows);
         let lines: Vec<&str> = md.lines().collect();
-        assert_eq!(lines[1], "|---|---|---|---|---|---|");
-        assert_eq!(lines[2].matches(" | ").count(), 5, "{md}");
+        assert_eq!(lines[1], "|---|---|---|---|---|---|---|---|");
+        assert_eq!(lines[2].matches(" | ").count(), 7, "{md}");
         let json = json_report(&rows, json!({"date": "d"}));
         assert_eq!(json["rows"][0]["ratios"][0], json!(1.5));
         assert_eq!(json["rows"][0]["met"], json!(false));
         assert_eq!(json["date"], json!("d"));
+    }
+
+    #[test]
+    fn a_floor_shows_beside_the_baselines_with_its_ratio() {
+        let r = row(Figure::ms(3.0))
+            .baseline("bare", Figure::ms(2.0))
+            .floor("posix_spawn", Figure::ms(1.5));
+        assert_eq!(r.ratio_to_floor(), Some(2.0));
+        let cells = r.cells();
+        assert_eq!(cells[4], "posix_spawn 1.500 ms");
+        assert_eq!(cells[5], "2.00×");
+        let same = row(Figure::gbps(1.0)).baseline("pipe", Figure::gbps(2.0)).floor_is(0);
+        assert_eq!(same.cells()[4], "pipe 2.00 GB/s");
+        assert_eq!(same.ratio_to_floor(), Some(0.5));
+        let none = row(Figure::ms(1.0)).floor_is(2);
+        assert_eq!(none.cells()[4], "none: no baseline 2 to be the floor");
+        assert_eq!(none.ratio_to_floor(), None);
+        let why = row(Figure::ms(1.0)).no_floor("the peer runs its own loop");
+        assert_eq!(why.cells()[4], "none: the peer runs its own loop");
+        let json = json_report(&[r, why], json!({}));
+        assert_eq!(json["rows"][0]["floor"]["name"], json!("posix_spawn"));
+        assert_eq!(json["rows"][0]["ratio_to_floor"], json!(2.0));
+        assert_eq!(
+            json["rows"][1]["floor"]["unavailable"],
+            json!("the peer runs its own loop")
+        );
     }
 }

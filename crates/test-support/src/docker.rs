@@ -38,6 +38,27 @@ pub fn image_or_skip() -> Option<String> {
     None
 }
 
+/// The Debian image with python3 and git (`scripts/docker-debian-image.sh`, debootstrap
+/// from Debian's packages), for tests that need a real userland.
+pub const DEBIAN_IMAGE: &str = "envrt-debian:bookworm";
+
+/// [`DEBIAN_IMAGE`] when the engine has it; otherwise fails with
+/// `ENVRT_REQUIRE_DOCKER=1 but no engine or no image envrt-debian:bookworm (scripts/docker-debian-image.sh)`
+/// when Docker is required, or says `SKIPPED: ...` and returns `None`.
+#[track_caller]
+pub fn debian_image_or_skip() -> Option<String> {
+    if has_image(DEBIAN_IMAGE) {
+        return Some(DEBIAN_IMAGE.to_owned());
+    }
+    Component::Docker.skip_or_fail(
+        format_args!(
+            "ENVRT_REQUIRE_DOCKER=1 but no engine or no image {DEBIAN_IMAGE} (scripts/docker-debian-image.sh)"
+        ),
+        format_args!("SKIPPED: no Docker engine or no image {DEBIAN_IMAGE} (scripts/docker-debian-image.sh)"),
+    );
+    None
+}
+
 /// The static process supervisor (`envrt-agent` built with `+crt-static` on the gnu
 /// target, as its crate documents), which runs in the busybox test image: built here by
 /// `cargo build` once per test binary (a no-op once built; cargo's own lock orders the test

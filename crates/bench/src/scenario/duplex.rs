@@ -66,12 +66,14 @@ pub(crate) async fn duplex_measure(
     let rate = |i: usize| Figure::gbps(gbps(bytes, Duration::from_secs_f64(m.p(i, 50.0) / 1e3)));
     let mut read = Row::new("duplex", 5, names[0].clone(), rate(0))
         .baseline("bare pipe", rate(2))
+        .floor_is(0)
         .target(Target::RatioAtLeast(0, min_ratio));
     if let Some((name, _)) = extra {
         read = read.baseline(name, rate(3));
     }
     let write = Row::new("duplex", 5, names[1].clone(), rate(1))
         .baseline("bare pipe", rate(2))
+        .floor_is(0)
         .target(Target::RatioAtLeast(0, min_ratio))
         .note("64 KiB writes into `cat > /dev/null`, from opening the channel to the exit");
     vec![read, write]

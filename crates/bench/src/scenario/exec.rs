@@ -19,6 +19,12 @@ use crate::targets::ssh;
 
 const EXEC: &str = "exec-local";
 
+/// The floor of a local execute (`baseline::posix_spawn`).
+const SPAWN_FLOOR: &str = "posix_spawn+wait from Rust";
+
+/// The floor of a Docker execute (`docker::nsenter_args`).
+const NSENTER_FLOOR: &str = "nsenter into the container";
+
 /// Row 1: `true` through the facade and the local driver vs a bare tokio spawn.
 pub(crate) async fn local(config: &Config) -> Vec<Row> {
     let name = "local execute `true`";
@@ -34,11 +40,12 @@ pub(crate) async fn local(config: &Config) -> Vec<Row> {
     };
     let l = &local.leased;
     let u = &uncontained.leased;
-    let measured = interleave(3, 30, config.exec_rounds(), |i| async move {
+    let measured = interleave(4, 30, config.exec_rounds(), |i| async move {
         match i {
             0 => l.run(&["true"]).await,
             1 => baseline::spawn("true", &[]).await,
-            _ => u.run(&["true"]).await,
+            2 => u.run(&["true"]).await,
+            _ => baseline::posix_spawn("true", &[]),
         }
     })
     .await;
@@ -52,11 +59,13 @@ pub(crate) async fn local(config: &Config) -> Vec<Row> {
         Row::new(EXEC, 1, format!("{name} p50"), Figure::ms(m.p(0, 50.0)))
             .baseline("bare tokio spawn", Figure::ms(m.p(1, 50.0)))
             .baseline("local driver without cgroups", Figure::ms(m.p(2, 50.0)))
+            .floor(SPAWN_FLOOR, Figure::ms(m.p(3, 50.0)))
             .target(Target::RatioAtMost(0, 1.10))
             .note("\"without cgroups\": `LocalConfig { cgroups: false }`, process groups only"),
         Row::new(EXEC, 1, format!("{name} p99"), Figure::ms(m.p(0, 99.0)))
             .baseline("bare tokio spawn", Figure::ms(m.p(1, 99.0)))
-            .baseline("local driver without cgroups", Figure::ms(m.p(2, 99.0))),
+            .baseline("local driver without cgroups", Figure::ms(m.p(2, 99.0)))
+            .floor(SPAWN_FLOOR, Figure::ms(m.p(3, 99.0))),
     ]
 }
 
@@ -84,7 +93,16 @@ async fn docker_rows(config: &Config, name: &str) -> Vec<Row> {
     let steps = std::sync::Mutex::new(Vec::new());
     let steps_ref = &steps;
     let wrapped = ["sh", "-c", WRAPPER_ALONE, "envrt-exec", "true"];
-    let measured = interleave(7, 3, config.slow_exec_rounds(), |i| async move {
+    let nsenter = match docker::nsenter_args(bare, container, &["true"]).await {
+        Ok(args) => args,
+        Err(e) => {
+            d.leased.close().await;
+            return docker::missing("exec-docker", 2, &[p50], &e);
+        }
+    };
+    let nsenter: Vec<&str> = nsenter.iter().map(String::as_str).collect();
+    let nsenter = &nsenter;
+    let measured = interleave(8, 3, config.slow_exec_rounds(), |i| async move {
         match i {
             0 => l.run(&["true"]).await,
             1 => bare_exec(bare, container, &["true"]).await,
@@ -92,6 +110,7 @@ async fn docker_rows(config: &Config, name: &str) -> Vec<Row> {
             3 => bare_exec(bare, container, &["sh", "-c", "exec \"$@\"", "envrt-exec", "true"]).await,
             4 => bare_exec(bare, container, &wrapped).await,
             5 => bare_exec_steps(bare, container, &["true"], true).await.map(|_| ()),
+            7 => baseline::posix_spawn("nsenter", nsenter),
             _ => {
                 let s = bare_exec_steps(bare, container, &wrapped, true).await?;
                 steps_ref.lock().map_err(|e| e.to_string())?.push(s);
@@ -111,6 +130,7 @@ async fn docker_rows(config: &Config, name: &str) -> Vec<Row> {
                 .baseline("bare Engine API via the driver's wrapper", Figure::ms(m.p(4, 50.0)))
                 .baseline("bare Engine API, stdin attached", Figure::ms(m.p(5, 50.0)))
                 .baseline("bare Engine API via the wrapper, stdin attached", Figure::ms(m.p(6, 50.0)))
+                .floor(NSENTER_FLOOR, Figure::ms(m.p(7, 50.0)))
                 .target(Target::All(vec![
                     Target::RatioAtMost(0, 1.05),
                     Target::RatioAtMost(1, 0.75),
@@ -118,7 +138,8 @@ async fn docker_rows(config: &Config, name: &str) -> Vec<Row> {
                 .note(format!("\"via sh -c exec\": `sh -c 'exec \"$@\"' x true`; \"via the driver's wrapper\": the pid-reporting script the driver puts in front of every command (crates/driver-docker/src/process.rs), run through the bare API; \"stdin attached\": the exec also attaches stdin and the client closes it at once (what the driver did for every command until 2026-12-01). {}", steps_note(&steps))),
             Row::new("exec-docker", 2, format!("{name} p99"), Figure::ms(m.p(0, 99.0)))
                 .baseline("bare Engine API", Figure::ms(m.p(1, 99.0)))
-                .baseline("docker exec CLI", Figure::ms(m.p(2, 99.0))),
+                .baseline("docker exec CLI", Figure::ms(m.p(2, 99.0)))
+                .floor(NSENTER_FLOOR, Figure::ms(m.p(7, 99.0))),
         ],
         Err(e) => docker::missing("exec-docker", 2, &[p50], &e),
     }
@@ -175,11 +196,13 @@ async fn sandbox_rows(config: &Config, name: &str) -> Vec<Row> {
                 .baseline("bare bwrap", Figure::ms(m.p(1, 50.0)))
                 .baseline("local driver", Figure::ms(m.p(2, 50.0)))
                 .baseline("bare bwrap via worker init", Figure::ms(m.p(3, 50.0)))
+                .floor_is(0)
                 .target(Target::PlusAtMost(0, 1.5))
                 .note("\"via worker init\": the same bwrap running `true` under the worker binary's init role, as the worker does"),
             Row::new("exec-sandbox", 3, format!("{name} p99"), Figure::ms(m.p(0, 99.0)))
                 .baseline("bare bwrap", Figure::ms(m.p(1, 99.0)))
-                .baseline("local driver", Figure::ms(m.p(2, 99.0))),
+                .baseline("local driver", Figure::ms(m.p(2, 99.0)))
+                .floor_is(0),
         ],
         Err(e) => sandbox::missing("exec-sandbox", 3, &[p50], &e),
     }
@@ -214,6 +237,7 @@ async fn ssh_rows(config: &Config, name: String) -> Vec<Row> {
             Row::new("exec-ssh", 2, name.clone(), Figure::ms(m.p(0, 50.0)))
                 .baseline("ssh over the open master", Figure::ms(m.p(1, 50.0)))
                 .baseline("fresh ssh connection", Figure::ms(m.p(2, 50.0)))
+                .floor_is(0)
                 .target(Target::All(vec![
                     Target::RatioAtMost(0, 1.0),
                     Target::RatioAtMost(1, 0.2),

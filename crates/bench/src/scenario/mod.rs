@@ -4,6 +4,7 @@
 //! sessions, and executes through the in-lease supervisor — and
 //! [`SCENARIOS`], the one list `envrt-bench` runs in order and `--list` prints.
 
+pub(crate) mod agent;
 pub(crate) mod concurrent;
 pub(crate) mod duplex;
 pub(crate) mod egress;
@@ -242,6 +243,20 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         groups: &[egress::GROUP],
         targets: &["docker"],
         run: |c| Box::pin(egress::rows(c)),
+    },
+    Scenario {
+        section: agent::LOOP,
+        number: agent::NUMBER,
+        groups: &[agent::LOOP],
+        targets: &["local", "docker", "sandbox", "ssh"],
+        run: |c| Box::pin(agent::loops(c)),
+    },
+    Scenario {
+        section: agent::MANY,
+        number: agent::NUMBER,
+        groups: &[agent::MANY],
+        targets: &["local"],
+        run: |c| Box::pin(agent::many(c)),
     },
 ];
 

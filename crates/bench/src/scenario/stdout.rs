@@ -47,11 +47,12 @@ pub(crate) async fn local(config: &Config) -> Vec<Row> {
         Err(e) => return vec![Row::missing("stdout", 4, name, e)],
     };
     let l = &local.leased;
-    let measured = interleave(3, 0, config.reps(), |i| async move {
+    let measured = interleave(4, 0, config.reps(), |i| async move {
         match i {
             0 => l.stream_stdout(bytes).await.map(|_| ()),
             1 => baseline::pipe(bytes).await.map(|_| ()),
-            _ => tokio_pipe(bytes).await.map(|_| ()),
+            2 => tokio_pipe(bytes).await.map(|_| ()),
+            _ => baseline::pipe_into_buffer(bytes).await.map(|_| ()),
         }
     })
     .await;
@@ -63,6 +64,7 @@ pub(crate) async fn local(config: &Config) -> Vec<Row> {
                 Row::new("stdout", 4, name, Figure::gbps(rate(0)))
                     .baseline("bare pipe", Figure::gbps(rate(1)))
                     .baseline("tokio pipe read", Figure::gbps(rate(2)))
+                    .floor("pipe read into a preallocated buffer", Figure::gbps(rate(3)))
                     .target(Target::RatioAtLeast(0, 0.8))
                     .note("median of the runs; \"tokio pipe read\" is a bare tokio spawn read with 64 KiB reads"),
             ]

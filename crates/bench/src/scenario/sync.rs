@@ -144,6 +144,7 @@ async fn local_sync_on(
                 Row::new("sync-local", 6, names[k * 2 + j].clone(), Figure::ms(m[0]))
                     .baseline("cp -a", Figure::ms(m[1]))
                     .baseline("tar | tar", Figure::ms(m[2]))
+                    .floor_is(0)
                     .target(Target::RatioAtMost(0, limit))
                     .note(note),
             );
@@ -299,6 +300,7 @@ async fn docker_sync_on(
                 Row::new("sync-docker", 6, names[k * 2 + j].clone(), Figure::ms(m[0]))
                     .baseline("docker cp", Figure::ms(m[1]))
                     .baseline("bare archive stream", Figure::ms(m[2]))
+                    .no_floor("cp -a into the container's file system is not measured yet")
                     .target(Target::RatioAtMost(1, 1.1))
                     .note(format!(
                         "host side on a private tmpfs; container side {}; median of {reps} runs",
@@ -375,6 +377,7 @@ async fn ssh_sync_on(config: &Config, d: &Ssh1, name: &str) -> Result<Vec<Row>, 
     Ok(vec![
         Row::new("sync-ssh", 6, name.to_owned(), Figure::ms(m[0]))
             .baseline("tar | ssh tar -x (open master)", Figure::ms(m[1]))
+            .floor_is(0)
             .target(Target::RatioAtMost(0, 1.1))
             .note(format!(
                 "host side on a private tmpfs; sshd on 127.0.0.1; median of {reps} runs"

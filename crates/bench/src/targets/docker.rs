@@ -35,7 +35,13 @@ pub(crate) async fn open_with(workspace_mount: WorkspaceMount) -> Result<Docker1
         workspace_mount,
         ..DockerConfig::default()
     };
-    open_config(config, false).await
+    open_config(config, false, IMAGE).await
+}
+
+/// A lease on the default driver whose container runs `image` (the agent rows use the
+/// Debian image of `scripts/docker-debian-image.sh`).
+pub(crate) async fn open_image(image: &str) -> Result<Docker1, String> {
+    open_config(DockerConfig::default(), false, image).await
 }
 
 /// The static supervisor (`envrt-agent` built with `+crt-static` for
@@ -58,12 +64,12 @@ pub(crate) async fn open_sessions() -> Result<Docker1, String> {
         agent: static_agent(),
         ..DockerConfig::default()
     };
-    open_config(config, true).await
+    open_config(config, true, IMAGE).await
 }
 
 /// A lease on a driver with `config`; with `sessions`, `n/a` unless the driver serves
 /// process sessions.
-async fn open_config(config: DockerConfig, sessions: bool) -> Result<Docker1, String> {
+async fn open_config(config: DockerConfig, sessions: bool, image: &str) -> Result<Docker1, String> {
     let driver = DockerDriver::connect(config)
         .await
         .map_err(|e| format!("n/a (no engine): {e}"))?;
@@ -71,7 +77,7 @@ async fn open_config(config: DockerConfig, sessions: bool) -> Result<Docker1, St
         return Err(format!("n/a (no static supervisor: {why})"));
     }
     let mut config = JsonMap::new();
-    config.insert("image".into(), IMAGE.into());
+    config.insert("image".into(), image.into());
     let leased = Leased::open(Arc::new(driver), config).await?;
     let container = match leased.provider_lease_id.clone() {
         Some(id) => id,
@@ -110,6 +116,26 @@ pub(crate) fn missing(group: &'static str, number: u8, names: &[String], e: &str
         .iter()
         .map(|n| Row::missing(group, number, n.clone(), why.clone()))
         .collect()
+}
+
+/// The floor of a Docker execute: `nsenter` into every namespace of the container's init
+/// (mount, UTS, IPC, network, PID, cgroup) running `argv` there — the cost of starting a
+/// process in the container without the engine. Returns nsenter's arguments.
+pub(crate) async fn nsenter_args(docker: &Docker, container: &str, argv: &[&str]) -> Result<Vec<String>, String> {
+    let inspected = docker
+        .inspect_container(container, None)
+        .await
+        .map_err(|e| format!("inspecting {container}: {e}"))?;
+    let pid = inspected
+        .state
+        .and_then(|s| s.pid)
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("container {container} has no running init"))?;
+    let mut args: Vec<String> = ["-t", &pid.to_string(), "-m", "-u", "-i", "-n", "-p", "-C", "--"]
+        .map(String::from)
+        .into();
+    args.extend(argv.iter().map(|a| a.to_string()));
+    Ok(args)
 }
 
 /// The bare Engine API round: create exec, start attached, read to the end, inspect
