@@ -288,6 +288,35 @@ class Runtime:
         await runtime.put_environment("local", "local", name="local")
         return runtime
 
+    @classmethod
+    async def connect(cls, url: str, token: str) -> "Runtime":
+        """A runtime reached through ``envrt serve`` at ``url`` (``unix:PATH`` or an
+        absolute socket path, ``http://HOST:PORT``, ``https://HOST:PORT``) with the bearer
+        ``token`` (``envrt token create``): the same :class:`Lease` and :class:`Process`
+        calls for leases, execute, sync and process sessions, bound to the token's tenant.
+        The service's refusals raise the same typed exceptions with the service's exact
+        text; what it has no route for (``put_environment``, ``write_file``,
+        ``open_duplex``, a single-file ``sync_in``) raises :class:`EnvrtUnsupportedError`
+        (kind ``service_unsupported``). Needs ``httpx`` (``envrt[service]``); close it
+        with :meth:`close` or ``async with``."""
+        from ._remote import Service
+
+        runtime = cls(Service(url, token), None)  # type: ignore[arg-type]
+        runtime.default_environment = "local"
+        return runtime
+
+    async def close(self) -> None:
+        """Closes the connection to a service (``connect``); nothing for an embedded runtime."""
+        close = getattr(self._native, "aclose", None)
+        if close is not None:
+            await close()
+
+    async def __aenter__(self) -> "Runtime":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     def driver_keys(self) -> list[str]:
         """The registered driver keys."""
         return list(self._native.driver_keys())
