@@ -59,6 +59,8 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     let mut build = cargo();
     build.args(["build", "--release", "-p", "envrt-bench", "--bin", "envrt-bench"]);
     build.args(["-p", "envrt-agent", "--bin", "envrt-agent"]);
+    // The service rows (11) start the `envrt` binary beside the bench.
+    build.args(["-p", "envrt-cli", "--bin", "envrt"]);
     for worker in drivers.iter().filter_map(|d| d.worker.as_deref()) {
         build.args(["-p", worker, "--bin", worker]);
     }

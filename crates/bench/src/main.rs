@@ -10,13 +10,14 @@
 //! sync, concurrent executes, lease growth, open routes, pools, peers, process sessions),
 //! each run over the driver targets that support it (`targets`: local, Docker, sandbox,
 //! SSH); `--list` prints them with their row numbers, groups and targets, and runs nothing.
-//! `ROW` is a row number (1–10) or a group key: `exec-local`, `exec-docker`,
+//! `ROW` is a row number (1–11) or a group key: `exec-local`, `exec-docker`,
 //! `exec-sandbox`, `exec-ssh`, `stdout`, `duplex`, `sync-local`, `sync-docker`,
 //! `sync-ssh`, `scale-exec` (and under it `scale-exec-docker`, `scale-exec-sandbox`),
 //! `scale-leases`, `scale-open` (local, Docker and sandbox rows each), `scale-duplex`,
 //! `pool-local`, `pool-docker`, `pool-sandbox`, `peers`, `processes-spawn`,
-//! `processes-replay`, `processes-memory` (a prefix such as `exec`, `sync` or `processes`
-//! selects every group under it).
+//! `processes-replay`, `processes-memory`, `service` (row 11: `envrt serve`, the `envrt`
+//! binary beside this one) (a prefix such as `exec`, `sync` or `processes` selects every
+//! group under it).
 
 mod baseline;
 mod facade;

@@ -13,6 +13,7 @@ pub(crate) mod peers;
 pub(crate) mod pool;
 pub(crate) mod processes;
 pub(crate) mod routes;
+pub(crate) mod service;
 pub(crate) mod stdout;
 pub(crate) mod sync;
 
@@ -211,6 +212,13 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         groups: &[processes::MEMORY],
         targets: &["local"],
         run: |c| Box::pin(processes::memory_rows(c)),
+    },
+    Scenario {
+        section: "service",
+        number: service::NUMBER,
+        groups: &["service"],
+        targets: &["local"],
+        run: |c| Box::pin(service::rows(c)),
     },
 ];
 
