@@ -28,6 +28,17 @@ from ._remote_files import pack_tree, unpack
 _DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024
 
 
+def connect(cls: Any, url: str, token: str) -> Any:
+    """``Runtime.connect``: a runtime of class ``cls`` whose calls go to the service. What
+    the service has no route for (``put_environment``, ``write_file``, ``open_duplex``, a
+    single-file ``sync_in``) raises :class:`EnvrtUnsupportedError` (kind
+    ``service_unsupported``); the service's refusals raise the package's typed exceptions
+    with the service's exact text."""
+    runtime = cls(Service(url, token), None)
+    runtime.default_environment = "local"
+    return runtime
+
+
 def unsupported(what: str) -> EnvrtUnsupportedError:
     """``envrt: {what} is not available through envrt serve``, kind ``service_unsupported``."""
     return EnvrtUnsupportedError(f"envrt: {what} is not available through envrt serve", "service_unsupported")
