@@ -49,3 +49,14 @@ pub(crate) fn plugin(
     };
     Ok((manifest, options))
 }
+
+/// `builder` with the sandbox plugins `loaded` (from [`plugin`]).
+pub(crate) fn with_plugins(
+    builder: RuntimeBuilder,
+    loaded: Vec<(
+        envrt::plugin_sandbox::PluginManifest,
+        envrt::plugin_sandbox::SandboxOptions,
+    )>,
+) -> RuntimeBuilder {
+    builder.configure_with(|s: &mut envrt::plugin_sandbox::SandboxSettings| s.plugins.extend(loaded))
+}

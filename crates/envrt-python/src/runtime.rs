@@ -70,9 +70,7 @@ pub(crate) fn build_runtime(
             }
             builder = builder.store(Arc::new(store));
         }
-        for plugin in loaded {
-            builder = builder.configure_with(|s: &mut envrt::plugin_sandbox::SandboxSettings| s.plugins.push(plugin));
-        }
+        builder = crate::drivers::with_plugins(builder, loaded);
         let runtime = builder
             .build()
             .await
