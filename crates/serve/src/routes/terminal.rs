@@ -91,8 +91,12 @@ pub(super) async fn attach(
     audit_process(&service, &who, "process.attach", &id, &opened.as_ref().map(|_| ()));
     let (upgrade, output) = opened?;
     let stopping = service.stopping();
+    // Small buffers: a terminal's frames are small, and a service holds many of them (the
+    // 128 KiB defaults of each direction dominated the memory per open terminal).
     Ok(upgrade
         .max_message_size(service.limits.max_json_bytes)
+        .read_buffer_size(8 * 1024)
+        .write_buffer_size(0)
         .on_upgrade(move |socket| pump(socket, runtime, id.id, output, stopping)))
 }
 
