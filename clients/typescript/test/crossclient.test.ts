@@ -21,7 +21,17 @@ const packageDir = resolve(here, "../../../../crates/envrt-python/python");
 
 const service = new Service();
 
+let token: string | undefined;
+
 after(async () => {
+  // Whatever a failed test left: its leases end, and their processes with them.
+  if (token) {
+    if (!service.running) await service.start();
+    const client = service.client(token);
+    for (const lease of await client.listLeases().catch(() => [])) {
+      await client.destroyLease(lease.id).catch(() => undefined);
+    }
+  }
   await service.remove();
 });
 
@@ -47,7 +57,7 @@ test("a process spawned here is read from offset 0 through the Python client aft
     t.skip(`SKIPPED: ${message}`);
     return;
   }
-  const token = service.token("acme");
+  token = service.token("acme");
   await service.start();
   const client = service.client(token);
   const lease = await client.acquireLease({ environmentId: "local" });
@@ -71,12 +81,13 @@ test("a process spawned here is read from offset 0 through the Python client aft
   const printed = execFileSync(python, ["-c", reader, `unix:${service.socketPath}`, token, info.id], {
     env: { ...process.env, PYTHONPATH: packageDir },
   }).toString();
+  const owner = token;
   assert.deepEqual(JSON.parse(printed), {
     before: "running",
     stdout: "one\nthree go\n",
     stderr: "two\n",
     exit: "exited(0)",
   });
-  assert.deepEqual((await service.client(token).process(info.id)).status, { state: "exited", code: 0 });
-  await service.client(token).releaseLease(lease.id);
+  assert.deepEqual((await service.client(owner).process(info.id)).status, { state: "exited", code: 0 });
+  await service.client(owner).releaseLease(lease.id);
 });

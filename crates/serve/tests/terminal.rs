@@ -49,6 +49,14 @@ async fn next_text(socket: &mut Socket) -> Value {
     }
 }
 
+/// Releases `lease`, which ends its supervisor (nothing is left behind).
+async fn release(h: &Harness, token: &str, lease: &str) {
+    let answer = h
+        .call("POST", &format!("/v1/leases/{lease}/release"), token, json!({}))
+        .await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+}
+
 async fn tty_process(h: &Harness, token: &str, lease: &str, script: &str) -> String {
     let answer = h
         .call(
@@ -90,6 +98,7 @@ async fn a_terminal_carries_input_output_and_resize_and_ends_with_the_exit() {
     assert_eq!(exit["process"]["id"], id.as_str());
     assert_eq!(exit["process"]["status"], json!({ "state": "exited", "code": 3 }));
     assert!(matches!(socket.next().await, Some(Ok(Message::Close(_))) | None));
+    release(&h, &token, &lease).await;
     h.stop().await;
 }
 

@@ -263,6 +263,16 @@ async fn execute_rows(config: &Config) -> Vec<Row> {
         if let Some(peer) = peer {
             peer.stop().await;
         }
+        let mut sender = s.lock().await;
+        call(
+            &mut sender,
+            token,
+            "POST",
+            &format!("/v1/leases/{lease}/release"),
+            Some(&json!({})),
+            200,
+        )
+        .await?;
         measured
     }
     .await;
@@ -365,6 +375,10 @@ async fn streams_row() -> Row {
         }
         let during = rss_of(&served.pid);
         stop.notify_waiters();
+        // The process and the lease end here, so its supervisor is not left behind.
+        let signal = json!({ "signal": "KILL" });
+        call(&mut sender, &served.token, "POST", &format!("/v1/leases/{lease}/processes/{number}/signal"), Some(&signal), 200).await?;
+        call(&mut sender, &served.token, "POST", &format!("/v1/leases/{lease}/release"), Some(&json!({})), 200).await?;
         Ok::<_, String>((before, during, seen.load(Ordering::Relaxed)))
     }
     .await;
@@ -456,8 +470,9 @@ async fn listing_row(config: &Config) -> Row {
     let seconds = if config.quick { 2.0 } else { 5.0 };
     let result = async {
         let mut sender = served.connect().await?;
+        let mut leases = Vec::new();
         for _ in 0..LISTED_LEASES {
-            acquire(&served, &mut sender).await?;
+            leases.push(acquire(&served, &mut sender).await?);
         }
         let listed = call(&mut sender, &served.token, "GET", "/v1/leases", None, 200).await?;
         let addr = served.url.trim_start_matches("http://").to_owned();
@@ -489,6 +504,17 @@ async fn listing_row(config: &Config) -> Row {
             seconds,
         )
         .await?;
+        for lease in leases {
+            call(
+                &mut sender,
+                &served.token,
+                "POST",
+                &format!("/v1/leases/{lease}/release"),
+                Some(&json!({})),
+                200,
+            )
+            .await?;
+        }
         Ok::<_, String>((ours, floor))
     }
     .await;
