@@ -139,7 +139,12 @@ async fn pump(
     let last = loop {
         let event = tokio::select! {
             event = output.next() => event.map_err(ApiError::from),
-            Ok(error) = &mut failed => Err(error),
+            failed = &mut failed => match failed {
+                Ok(error) => Err(error),
+                // The input side ended without an error: the client closed or dropped the
+                // socket. Detach now, so the process's output stream is not held open.
+                Err(_) => break None,
+            },
             () = stopping.cancelled() => Err(ApiError::stopping()),
         };
         match event {
