@@ -76,8 +76,10 @@ pub(crate) fn run_bench(args: &[String]) -> Result<(), String> {
     let mut build = cargo();
     build.args(["build", "--release", "-p", "envrt-bench", "--bin", "envrt-bench"]);
     build.args(["-p", "envrt-agent", "--bin", "envrt-agent"]);
-    // The egress proxy a Docker lease's traffic goes through (row 11), beside the bench.
+    // The egress proxy a Docker lease's traffic goes through (row 13), beside the bench.
     build.args(["-p", "envrt-egress", "--bin", "envrt-egress"]);
+    // The service rows (15) start the `envrt` binary beside the bench.
+    build.args(["-p", "envrt-cli", "--bin", "envrt"]);
     for worker in drivers.iter().filter_map(|d| d.worker.as_deref()) {
         build.args(["-p", worker, "--bin", worker]);
     }

@@ -51,6 +51,11 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "the unprivileged pytest pass selects the tests of the driver that needs no component",
     ),
     (
+        "crates/envrt-cli/src/via_server.rs",
+        "\"local\"",
+        "through a service a new lease's environment defaults to the implicit `local`, the one a service without envrt.toml has",
+    ),
+    (
         "xtask/src/schemathesis.rs",
         "\"local\"",
         "the process routes are fuzzed on a lease of the implicit environment `local`, the one a service without envrt.toml has",

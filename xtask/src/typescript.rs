@@ -2,7 +2,9 @@
 //! ci`: the `envrt` binary and the supervisor beside it (`envrt-agent`, for the process
 //! tests on the local driver) are built, then `npm ci && npm test` runs there with
 //! `ENVRT_BIN` naming it, so the tests start a real `envrt serve`. Node 20 and npm come
-//! from `scripts/setup.sh`.
+//! from `scripts/setup.sh`. One test reads a process through the Python package too
+//! (`test/crossclient.test.ts`): it runs after the pytest step, which built the package
+//! in place, with the venv's Python.
 
 use std::process::Command;
 

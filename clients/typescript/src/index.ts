@@ -4,13 +4,17 @@
  * A typed client of `envrt serve` (see docs/serve.md and crates/serve/openapi.json):
  * leases and their network policies, execute (buffered and streamed), sync in and out as
  * tar, templates, capabilities, and process sessions (spawn, list, output from offsets,
- * stdin, signal, resize, wait), over HTTP on a unix socket (`socketPath`) or TCP
+ * stdin, signal, resize, wait, a terminal over WebSocket), over HTTP on a unix socket (`socketPath`) or TCP
  * (`baseUrl`). Every refusal or failure rejects with an {@link EnvrtError} carrying the
  * service's status, its stable `kind` and its exact `message`.
  */
 
 import * as http from "node:http";
 import * as https from "node:https";
+
+import { attachTerminal, Terminal } from "./terminal.js";
+
+export { Terminal } from "./terminal.js";
 
 /** How to reach a service. */
 export interface ClientOptions {
@@ -439,6 +443,15 @@ export class EnvrtClient {
   async resize(id: string, rows: number, cols: number): Promise<void> {
     const body = Buffer.from(JSON.stringify({ rows, cols }));
     EnvrtClient.#check(await this.#send("POST", `${processPath(id)}/resize`, body));
+  }
+
+  /**
+   * Attaches to the terminal of a process spawned with `tty`, over WebSocket: its output
+   * from `from` (default: the oldest byte held) as the terminal's async iterator, `write`,
+   * `resize`, `ended` (the final record); `close` detaches and the process runs on.
+   */
+  terminal(id: string, from?: number): Promise<Terminal> {
+    return attachTerminal(this.#options, processPath(id), from);
   }
 
   /** Waits for the process to end, at most `timeoutMs` (forever when absent); still `running` when that passed first. */

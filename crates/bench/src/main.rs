@@ -22,8 +22,8 @@
 //! `scale-leases`, `scale-open` (local, Docker and sandbox rows each), `scale-duplex`,
 //! `pool-local`, `pool-docker`, `pool-sandbox`, `peers`, `processes-spawn`,
 //! `processes-replay`, `processes-memory`, `exec-supervisor-docker`, `egress`, `agent-loop`,
-//! `agent-many` (a prefix such as `exec`, `sync`, `processes` or `agent` selects every group
-//! under it).
+//! `agent-many`, `service` (`envrt serve`, the `envrt` binary beside this one) (a prefix such
+//! as `exec`, `sync`, `processes` or `agent` selects every group under it).
 
 mod baseline;
 mod facade;

@@ -29,7 +29,7 @@
 //! - `initialize` (15 s); `supportedMethods` is read live by every accessor (`as_execute`,
 //!   `as_duplex`, ...), by the capability classifier and before every lifecycle verb, and
 //!   replaced when a restarted worker answers;
-//! - each request carries `paperclipInvocation {id, scope: {companyId}}`; `execute.log`
+//! - each request carries `paperclipInvocation {id, scope: {companyId}, traceparent}`; `execute.log`
 //!   notifications whose `paperclipInvocationId` names a running execute reach its sink
 //!   (others are dropped). An `execute.log` may say `"encoding": "base64"` (used by
 //!   workers answering `environmentExecuteBinary`);

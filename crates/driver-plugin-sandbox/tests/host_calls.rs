@@ -92,7 +92,7 @@ async fn every_supported_method_answers_as_the_sdk_types_it() {
     );
     assert_eq!(
         error(&out[14]),
-        "\"http.fetch\": https:// is not supported by this host yet (plain http:// only)"
+        "\"http.fetch\" to example.com:443 refused: the host is not on the allowlist of plugin 'envrt.hostcalls'"
     );
     for (i, outcome) in out.iter().enumerate().take(20).skip(15) {
         assert_eq!(ok(outcome), &Value::Null, "{i}");

@@ -35,21 +35,21 @@ use envrt::config::Paths;
 pub(crate) struct CpArgs {
     /// No progress line and no summary.
     #[arg(short, long)]
-    quiet: bool,
+    pub(crate) quiet: bool,
     /// DST becomes exactly SRC: an existing directory DST is replaced whole (no merge, no
     /// `DST/basename(SRC)`).
     #[arg(long)]
-    replace: bool,
+    pub(crate) replace: bool,
     /// Leave out the entries of a directory SRC that match this glob (repeatable): a
     /// pattern without `/` matches an entry's name at any depth (`*.log`, `node_modules`),
     /// one with `/` matches its path relative to SRC (`build/out/**`); a matching directory
     /// is left out with everything below it. A file SRC is copied as named.
     #[arg(long, value_name = "PATTERN")]
-    exclude: Vec<String>,
+    pub(crate) exclude: Vec<String>,
     /// The source: a host path or `lease:ID:/path`.
-    src: String,
+    pub(crate) src: String,
     /// The destination: a host path or `lease:ID:/path`.
-    dst: String,
+    pub(crate) dst: String,
 }
 
 /// One side of a copy.

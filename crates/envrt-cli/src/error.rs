@@ -13,6 +13,9 @@ pub(crate) enum CliError {
     Usage(String),
     /// Any other failure.
     Failure(String),
+    /// An error body of the service the tool acts through (`--server`): its HTTP status,
+    /// kind and exact text.
+    Service { status: u16, kind: String, message: String },
 }
 
 impl fmt::Display for CliError {
@@ -20,6 +23,7 @@ impl fmt::Display for CliError {
         match self {
             CliError::Runtime(e) => write!(f, "{e}"),
             CliError::Usage(m) | CliError::Failure(m) => f.write_str(m),
+            CliError::Service { message, .. } => f.write_str(message),
         }
     }
 }
@@ -58,11 +62,12 @@ impl From<envrt::config::DurationError> for CliError {
 impl CliError {
     /// A stable machine-readable class: `usage`, `failure`, or the runtime error's own
     /// [`kind`](RuntimeError::kind).
-    pub(crate) fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &str {
         match self {
             CliError::Usage(_) => "usage",
             CliError::Failure(_) => "failure",
             CliError::Runtime(e) => e.kind(),
+            CliError::Service { kind, .. } => kind,
         }
     }
 
@@ -91,6 +96,14 @@ impl CliError {
             CliError::Usage(_) => 2,
             CliError::Failure(_) => 1,
             CliError::Runtime(e) => runtime_exit_code(e),
+            // A refusal of the service is the caller's to fix; anything else is a failure.
+            CliError::Service { status, .. } => {
+                if (400..500).contains(status) {
+                    2
+                } else {
+                    1
+                }
+            }
         }
     }
 }

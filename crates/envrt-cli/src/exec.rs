@@ -25,63 +25,63 @@ pub(crate) const EXIT_TIMEOUT: u8 = 124;
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
     #[command(flatten)]
-    target: Target,
+    pub(crate) target: Target,
     /// Run on this existing lease instead of acquiring (and releasing) an ephemeral one.
     #[arg(long, value_name = "ID", conflicts_with_all = ["env_id", "driver"])]
-    lease: Option<String>,
+    pub(crate) lease: Option<String>,
     /// Working directory in the environment.
     #[arg(long, value_name = "DIR")]
-    cwd: Option<String>,
+    pub(crate) cwd: Option<String>,
     /// Run as this user of the environment (`NAME`, `UID`, `NAME:GROUP` or `UID:GID`):
     /// docker takes what the image knows when it is the environment's `user` or its
     /// `allowedUsers` lists it, the sandbox a numeric `UID[:GID]`, local only as root and
     /// when the environment's `allowedUsers` lists it.
     #[arg(short = 'u', long, value_name = "USER")]
-    user: Option<String>,
+    pub(crate) user: Option<String>,
     /// An environment variable for the command (repeatable).
     #[arg(short = 'e', long = "env", value_name = "K=V")]
-    env: Vec<String>,
+    pub(crate) env: Vec<String>,
     /// Read environment variables from a file of `K=V` lines (repeatable; blank lines and
     /// `#` comments are skipped). Its values are secrets: they never show in envrt's argv,
     /// errors or logs, so use it rather than `-e` for credentials.
     #[arg(long, value_name = "FILE")]
-    env_file: Vec<std::path::PathBuf>,
+    pub(crate) env_file: Vec<std::path::PathBuf>,
     /// Kill the command's whole process tree after this long (exit 124): `90`, `1.5`,
     /// `500ms`, `1s`, `2m`, `1h30m`.
     #[arg(long, value_name = "DURATION")]
-    timeout: Option<String>,
+    pub(crate) timeout: Option<String>,
     /// The lease expires after this long (a new lease only; default: the environment's
     /// `ttl`): the driver ends it then even if envrt is gone.
     #[arg(long, value_name = "DURATION", conflicts_with = "lease")]
-    ttl: Option<String>,
+    pub(crate) ttl: Option<String>,
     /// Start the ephemeral lease from this template of the environment.
     #[arg(long, value_name = "TEMPLATE", conflicts_with = "lease")]
-    template: Option<String>,
+    pub(crate) template: Option<String>,
     /// Print one JSON document with the whole result (exit code, signal, timeout,
     /// output and truncation per stream, duration) instead of streaming the output; envrt
     /// then exits 0 whenever the command ran, and on its own errors prints
     /// `{"error": {"kind", "message", "exitCode"}}` and exits 1 or 2.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Print at most this many bytes of each stream (the rest is dropped, with a note).
     #[arg(long, value_name = "BYTES")]
-    max_output: Option<usize>,
+    pub(crate) max_output: Option<usize>,
     /// Which bytes of a stream past --max-output are kept: the first (head, streamed as
     /// they come) or the last (tail, printed when the command ends).
     #[arg(long, value_enum, value_name = "PART", default_value_t = Keep::Head)]
-    keep: Keep,
+    pub(crate) keep: Keep,
     /// Do not read stdin; the command gets an empty one.
     #[arg(short = 'n', long)]
-    no_stdin: bool,
+    pub(crate) no_stdin: bool,
     /// Refuse a stdin longer than this (the command receives stdin as one buffer).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_STDIN_LIMIT)]
-    stdin_limit: u64,
+    pub(crate) stdin_limit: u64,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
-    command: Vec<String>,
+    pub(crate) command: Vec<String>,
     /// The ephemeral lease's own network policy (a new lease only).
     #[command(flatten)]
-    network: crate::network::NetworkArgs,
+    pub(crate) network: crate::network::NetworkArgs,
 }
 
 /// Parses `K=V` pairs.
@@ -139,7 +139,7 @@ pub(crate) fn parse_timeout(raw: Option<&str>) -> Result<Option<Duration>, CliEr
 }
 
 /// Writes output to our stdout/stderr as it arrives, at most `cap` bytes per stream.
-struct Printer {
+pub(crate) struct Printer {
     cap: usize,
     state: Mutex<[PrintState; 2]>,
 }
@@ -152,14 +152,14 @@ struct PrintState {
 }
 
 impl Printer {
-    fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         Printer {
             cap,
             state: Mutex::new([PrintState::default(); 2]),
         }
     }
 
-    fn emit(&self, stream: OutputStream, chunk: &[u8]) {
+    pub(crate) fn emit(&self, stream: OutputStream, chunk: &[u8]) {
         let mut states = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut states[stream as usize];
         let room = self.cap.saturating_sub(state.printed);
@@ -416,9 +416,22 @@ async fn run_on(
             return Ok((128 + signal) as u8);
         }
     };
+    Ok(report(&result, &printer, json, tail, args.max_output, timeout))
+}
+
+/// Prints what is left of a finished command (its JSON document, or the output no sink
+/// printed and the notes on cuts and timeouts); the exit code that stands for it.
+pub(crate) fn report(
+    result: &ExecuteResult,
+    printer: &Printer,
+    json: bool,
+    tail: bool,
+    max_output: Option<usize>,
+    timeout: Option<Duration>,
+) -> u8 {
     if json {
-        crate::out!("{}", result_json(&result));
-        return Ok(0);
+        crate::out!("{}", result_json(result));
+        return 0;
     }
     for (stream, captured) in [
         (OutputStream::Stdout, &result.stdout),
@@ -432,7 +445,7 @@ async fn run_on(
         crate::say!("{note}");
     }
     if tail {
-        let cap = args.max_output.unwrap_or(envrt::core::execute::DEFAULT_OUTPUT_LIMIT);
+        let cap = max_output.unwrap_or(envrt::core::execute::DEFAULT_OUTPUT_LIMIT);
         for (name, cut) in [("stdout", result.stdout_truncated), ("stderr", result.stderr_truncated)] {
             if cut {
                 crate::say!("envrt: {name} was cut to its last {cap} bytes (--max-output --keep tail)");
@@ -443,7 +456,7 @@ async fn run_on(
         let secs = timeout.map(|t| t.as_secs_f64()).unwrap_or_default();
         crate::say!("envrt: the command timed out after {secs} s and was killed");
     }
-    Ok(exit_code_of(&result))
+    exit_code_of(result)
 }
 
 #[cfg(test)]

@@ -63,56 +63,56 @@ pub(crate) enum LeaseCommand {
 #[derive(Debug, Args)]
 pub(crate) struct AcquireArgs {
     #[command(flatten)]
-    target: Target,
+    pub(crate) target: Target,
     /// ephemeral, reuse_by_environment, reuse_by_execution_workspace or retain_on_failure.
     #[arg(long, value_name = "POLICY", default_value = "ephemeral", value_parser = parse_policy)]
-    policy: LeasePolicy,
+    pub(crate) policy: LeasePolicy,
     /// The run this lease belongs to.
     #[arg(long, value_name = "ID")]
-    run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// The process holding the lease (gc releases it once that process is gone); default
     /// the process that ran envrt.
     #[arg(long, value_name = "PID", conflicts_with = "detached")]
-    holder_pid: Option<u32>,
+    pub(crate) holder_pid: Option<u32>,
     /// No holder: gc never releases this lease (before its expiry).
     #[arg(long)]
-    detached: bool,
+    pub(crate) detached: bool,
     /// The lease expires after this long (default: the environment's `ttl`, else never):
     /// the driver ends it then even if its holder is gone, and `gc` records it expired.
     #[arg(long, value_name = "DURATION")]
-    ttl: Option<String>,
+    pub(crate) ttl: Option<String>,
     /// Start the lease from this template of the environment (`envrt template list`).
     #[arg(long, value_name = "TEMPLATE")]
-    template: Option<String>,
+    pub(crate) template: Option<String>,
     /// Print the whole lease record as JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     #[command(flatten)]
-    network: crate::network::NetworkArgs,
+    pub(crate) network: crate::network::NetworkArgs,
     #[command(flatten)]
-    owner: crate::lease_scope::OwnerArgs,
+    pub(crate) owner: crate::lease_scope::OwnerArgs,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
     /// Every lease, ended ones included.
     #[arg(long)]
-    all: bool,
+    pub(crate) all: bool,
     /// JSON (an array of lease records).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ReleaseArgs {
     /// The lease id (or --scope / --label).
     #[arg(required_unless_present_any = ["scope", "label"])]
-    id: Option<String>,
+    pub(crate) id: Option<String>,
     #[command(flatten)]
-    select: crate::lease_scope::SelectArgs,
+    pub(crate) select: crate::lease_scope::SelectArgs,
     /// released, failed or expired.
     #[arg(long, default_value = "released", value_parser = parse_status)]
-    status: LeaseStatus,
+    pub(crate) status: LeaseStatus,
 }
 
 #[derive(Debug, Args)]
@@ -137,7 +137,7 @@ fn parse_status(s: &str) -> Result<LeaseStatus, String> {
         .map_err(|_| "expected released, failed or expired".to_owned())
 }
 
-fn to_json<T: serde::Serialize>(value: &T) -> String {
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|_| "null".into())
 }
 
@@ -246,7 +246,7 @@ fn holder_text(lease: &Lease) -> String {
     }
 }
 
-fn print_table(leases: &[Lease]) {
+pub(crate) fn print_table(leases: &[Lease]) {
     let rows: Vec<[String; 7]> = leases
         .iter()
         .map(|l| {

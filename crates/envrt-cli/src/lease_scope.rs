@@ -14,14 +14,14 @@ use crate::error::CliError;
 pub(crate) struct OwnerArgs {
     /// The owner scope (a tenant, agent or workspace key) recorded on the lease.
     #[arg(long, value_name = "SCOPE")]
-    scope: Option<String>,
+    pub(crate) scope: Option<String>,
     /// `scope`: hand back the scope's live lease of the same configuration (resumed), or
     /// replace one whose configuration changed, instead of always making a new one.
     #[arg(long, value_name = "MODE", value_parser = parse_reuse)]
     reuse: Option<Reuse>,
     /// A label on the lease, KEY=VALUE (repeatable); `lease release --label` ends by it.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
-    labels: Vec<(String, String)>,
+    pub(crate) labels: Vec<(String, String)>,
 }
 
 impl OwnerArgs {

@@ -18,19 +18,19 @@ use crate::error::CliError;
 pub(crate) struct LogsArgs {
     /// The process id (`LEASE/N`, as `envrt spawn` printed it).
     #[arg(value_name = "PROC")]
-    process: String,
+    pub(crate) process: String,
     /// Start at this byte offset of the stream(s) (default: the oldest byte still held).
     #[arg(long, value_name = "OFFSET")]
-    from: Option<u64>,
+    pub(crate) from: Option<u64>,
     /// Keep printing until the process ends.
     #[arg(short = 'f', long)]
-    follow: bool,
+    pub(crate) follow: bool,
     /// Only this stream: stdout, stderr (or tty).
     #[arg(long, value_name = "STREAM")]
-    stream: Option<ProcessStream>,
+    pub(crate) stream: Option<ProcessStream>,
 }
 
-fn emit(stream: ProcessStream, bytes: &[u8]) {
+pub(crate) fn emit(stream: ProcessStream, bytes: &[u8]) {
     // A closed reader is not an error of ours (see `output`).
     let _ = match stream {
         ProcessStream::Stderr => std::io::stderr().write_all(bytes),

@@ -30,12 +30,15 @@ mod logs;
 mod network;
 mod ps;
 mod serve;
+mod server;
 mod shell;
 mod shell_tty;
 mod signal;
 mod spawn;
 mod template;
 mod token;
+mod via_server;
+mod via_server_cp;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,6 +65,11 @@ struct Cli {
     /// $XDG_STATE_HOME/envrt, else ~/.local/state/envrt.
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Act through an `envrt serve` at this URL (`unix:PATH` or `http://HOST:PORT`) with
+    /// the token in $ENVRT_TOKEN: lease acquire/list/release/destroy/network, exec, spawn,
+    /// ps, logs, kill, wait and cp.
+    #[arg(long, global = true, value_name = "URL", env = "ENVRT_SERVER")]
+    server: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -161,6 +169,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
+    if let Some(url) = &cli.server {
+        let server = server::Server::new(url, std::env::var(server::TOKEN_VAR).ok())?;
+        return via_server::run(&server, cli.command).await;
+    }
     let paths = envrt::config::Paths::resolve(cli.config.as_deref(), cli.state_dir.as_deref())?;
     match cli.command {
         Command::Exec(args) => exec::run(&paths, args).await,

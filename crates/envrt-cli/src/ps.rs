@@ -13,10 +13,10 @@ use crate::error::CliError;
 pub(crate) struct PsArgs {
     /// Only this lease's processes.
     #[arg(long, value_name = "ID")]
-    lease: Option<String>,
+    pub(crate) lease: Option<String>,
     /// Print a JSON array of processes (id, pid, startedAt, argv, tty, status, streams).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 fn written(info: &ProcessInfo, stream: ProcessStream) -> String {
@@ -68,7 +68,12 @@ pub(crate) async fn run(paths: &Paths, args: PsArgs) -> Result<u8, CliError> {
             }
         }
     }
-    if args.json {
+    print(&all, args.json)
+}
+
+/// Prints `all` as the table, or as JSON.
+pub(crate) fn print(all: &[ProcessInfo], json: bool) -> Result<u8, CliError> {
+    if json {
         let json = serde_json::to_string(&all).map_err(|e| CliError::Failure(format!("envrt: {e}")))?;
         crate::out!("{json}");
         return Ok(0);

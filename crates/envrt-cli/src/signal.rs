@@ -14,20 +14,20 @@ use crate::error::CliError;
 pub(crate) struct KillArgs {
     /// The signal, by name (`TERM`, `SIGINT`, `kill`) or number (default TERM).
     #[arg(short = 's', long, value_name = "SIGNAL", default_value = "TERM")]
-    signal: String,
+    pub(crate) signal: String,
     /// The process id (`LEASE/N`).
     #[arg(value_name = "PROC")]
-    process: String,
+    pub(crate) process: String,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct WaitArgs {
     /// The process id (`LEASE/N`).
     #[arg(value_name = "PROC")]
-    process: String,
+    pub(crate) process: String,
     /// Give up after this long (exit 124 while the process still runs): `90`, `500ms`.
     #[arg(long, value_name = "DURATION")]
-    timeout: Option<String>,
+    pub(crate) timeout: Option<String>,
 }
 
 pub(crate) async fn kill(paths: &Paths, args: KillArgs) -> Result<u8, CliError> {
@@ -37,7 +37,7 @@ pub(crate) async fn kill(paths: &Paths, args: KillArgs) -> Result<u8, CliError> 
 }
 
 /// The exit code standing for a status: the code, 128+n for signal n.
-fn code_of(status: ProcessStatus) -> u8 {
+pub(crate) fn code_of(status: ProcessStatus) -> u8 {
     match status.exit_code() {
         Some(code) => (code & 0xff) as u8,
         None => crate::exec::EXIT_TIMEOUT,

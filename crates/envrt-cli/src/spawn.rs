@@ -20,37 +20,37 @@ use crate::exec::{parse_env, parse_timeout, read_env_files};
 #[derive(Debug, Args)]
 pub(crate) struct SpawnArgs {
     #[command(flatten)]
-    target: Target,
+    pub(crate) target: Target,
     /// Spawn on this existing lease instead of acquiring a new one (which is left running).
     #[arg(long, value_name = "ID", conflicts_with_all = ["env_id", "driver"])]
-    lease: Option<String>,
+    pub(crate) lease: Option<String>,
     /// Give the process a pseudo-terminal ($LINES x $COLUMNS when set, else 24x80).
     #[arg(long)]
-    tty: bool,
+    pub(crate) tty: bool,
     /// Bytes of output held per stream for replay: `65536`, `64K`, `8M`, `1G` (default 8M).
     #[arg(long, value_name = "SIZE")]
-    keep: Option<String>,
+    pub(crate) keep: Option<String>,
     /// Give the process a stdin pipe (fed by `envrt attach`); else it reads /dev/null.
     #[arg(long, conflicts_with = "tty")]
-    stdin: bool,
+    pub(crate) stdin: bool,
     /// Working directory in the environment.
     #[arg(long, value_name = "DIR")]
-    cwd: Option<String>,
+    pub(crate) cwd: Option<String>,
     /// An environment variable for the process (repeatable).
     #[arg(short = 'e', long = "env", value_name = "K=V")]
-    env: Vec<String>,
+    pub(crate) env: Vec<String>,
     /// Read environment variables (secrets) from a file of `K=V` lines (repeatable).
     #[arg(long, value_name = "FILE")]
-    env_file: Vec<std::path::PathBuf>,
+    pub(crate) env_file: Vec<std::path::PathBuf>,
     /// Kill the process's whole group after this long: `90`, `500ms`, `2m`.
     #[arg(long, value_name = "DURATION")]
-    timeout: Option<String>,
+    pub(crate) timeout: Option<String>,
     /// The same key with the same command returns the same process.
     #[arg(long, value_name = "KEY")]
-    idempotency_key: Option<String>,
+    pub(crate) idempotency_key: Option<String>,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
-    command: Vec<String>,
+    pub(crate) command: Vec<String>,
 }
 
 /// Parses `--keep`: bytes, or a number with `K`, `M` or `G` (binary multiples).
@@ -79,7 +79,7 @@ pub(crate) fn parse_size(raw: &str) -> Result<u64, CliError> {
 }
 
 /// The terminal size for `--tty`: `$LINES` x `$COLUMNS` when both are set, else 24x80.
-fn terminal_size() -> TtySize {
+pub(crate) fn terminal_size() -> TtySize {
     let var = |name| {
         std::env::var(name)
             .ok()

@@ -27,23 +27,36 @@ pub(crate) fn configured(mut builder: RuntimeBuilder, drivers: &JsonMap) -> PyRe
     Ok(builder)
 }
 
-/// `builder` with one more sandbox plugin: the manifest's JSON text (relative paths
+/// One sandbox plugin, to add to a builder: the manifest's JSON text (relative paths
 /// resolved against `folder`), which entry, and its configuration. Manifests arrive as
 /// text (the Python side builds the reference worker's), which `envrt.toml`'s `[[plugin]]`
 /// (a manifest file) cannot express, so this names the sandbox driver's own types.
 pub(crate) fn plugin(
-    builder: RuntimeBuilder,
     manifest: &str,
     folder: Option<&std::path::Path>,
     driver_key: Option<String>,
     config: JsonMap,
-) -> PyResult<RuntimeBuilder> {
-    use envrt::plugin_sandbox::{PluginManifest, SandboxOptions, SandboxSettings};
+) -> PyResult<(
+    envrt::plugin_sandbox::PluginManifest,
+    envrt::plugin_sandbox::SandboxOptions,
+)> {
+    use envrt::plugin_sandbox::{PluginManifest, SandboxOptions};
     let manifest = PluginManifest::from_json_in(manifest, folder).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let options = SandboxOptions {
         driver_key,
         config,
         ..Default::default()
     };
-    Ok(builder.configure_with(|s: &mut SandboxSettings| s.plugins.push((manifest, options))))
+    Ok((manifest, options))
+}
+
+/// `builder` with the sandbox plugins `loaded` (from [`plugin`]).
+pub(crate) fn with_plugins(
+    builder: RuntimeBuilder,
+    loaded: Vec<(
+        envrt::plugin_sandbox::PluginManifest,
+        envrt::plugin_sandbox::SandboxOptions,
+    )>,
+) -> RuntimeBuilder {
+    builder.configure_with(|s: &mut envrt::plugin_sandbox::SandboxSettings| s.plugins.extend(loaded))
 }

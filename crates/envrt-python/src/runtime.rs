@@ -48,16 +48,29 @@ pub(crate) fn build_runtime(
     if let Some(tenant) = tenant {
         builder = builder.tenant(tenant);
     }
+    let mut loaded = Vec::with_capacity(plugins.len());
     for (manifest, folder, driver_key, config) in plugins {
-        builder = crate::drivers::plugin(builder, &manifest, folder.as_deref(), driver_key, from_json(&config)?)?;
+        loaded.push(crate::drivers::plugin(
+            &manifest,
+            folder.as_deref(),
+            driver_key,
+            from_json(&config)?,
+        )?);
     }
     crate::rt::future_into_py(py, async move {
         if let Some(path) = database {
             let store = envrt::SqliteStore::open(&path)
                 .await
                 .map_err(|e| runtime_error(e.into()))?;
+            // A plugin's `ctx.state` lives in the runtime's store, as an envrt.toml
+            // `[[plugin]]`'s does: it outlives the worker and this runtime.
+            let state: Arc<dyn envrt::core::PluginStateStore> = Arc::new(store.clone());
+            for (_, options) in &mut loaded {
+                options.worker_calls.state = Arc::clone(&state);
+            }
             builder = builder.store(Arc::new(store));
         }
+        builder = crate::drivers::with_plugins(builder, loaded);
         let runtime = builder
             .build()
             .await

@@ -100,7 +100,7 @@ fn the_sandbox_worker_and_plugins_are_paths_beside_the_file() {
     let settings = sandbox(
         "[[plugin]]\nmanifest = \"p/plugin.json\"\ndriver_key = \"bwrap\"\n\
          secrets = [\"env:API_TOKEN\", \"file:/run/secrets/t\"]\nhttp_allow = [\"api.example.com\", \"10.0.0.1:8080\"]\n\
-         [plugin.config]\nlevel = 2\n",
+         http_roots = [\"ca/root.pem\"]\n[plugin.config]\nlevel = 2\n",
     )
     .unwrap();
     assert_eq!(
@@ -111,12 +111,13 @@ fn the_sandbox_worker_and_plugins_are_paths_beside_the_file() {
             config: serde_json::json!({"level": 2}).as_object().cloned().unwrap(),
             secrets: vec!["env:API_TOKEN".into(), "file:/run/secrets/t".into()],
             http_allow: vec!["api.example.com".into(), "10.0.0.1:8080".into()],
+            http_roots: vec![dir.path().join("ca/root.pem")],
         }]
     );
     assert_eq!(
         sandbox("[[plugin]]\nmanifest = \"m\"\nkey = 1\n").unwrap_err(),
         format!(
-            "{}unknown field `key`, expected one of `manifest`, `driver_key`, `config`, `secrets`, `http_allow`",
+            "{}unknown field `key`, expected one of `manifest`, `driver_key`, `config`, `secrets`, `http_allow`, `http_roots`",
             prefix(dir.path())
         )
     );

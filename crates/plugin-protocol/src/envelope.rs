@@ -67,6 +67,25 @@ pub struct Invocation {
     pub id: String,
     /// Tenant scope.
     pub scope: InvocationScope,
+    /// A W3C `traceparent` the host minted for this request. SDK workers treat it as
+    /// opaque: its presence turns their `ctx.tracer` spans on (sent as `span.record`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+}
+
+/// A fresh W3C `traceparent` (version 00, sampled): random 128-bit trace id and 64-bit
+/// span id, lower-case hex, neither all zeros.
+pub fn mint_traceparent(random: [u8; 24]) -> String {
+    let mut trace: [u8; 16] = random[..16].try_into().unwrap_or([1; 16]);
+    let mut span: [u8; 8] = random[16..].try_into().unwrap_or([1; 8]);
+    if trace.iter().all(|b| *b == 0) {
+        trace[15] = 1;
+    }
+    if span.iter().all(|b| *b == 0) {
+        span[7] = 1;
+    }
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    format!("00-{}-{}-01", hex(&trace), hex(&span))
 }
 
 /// The tenant scope of an [`Invocation`].

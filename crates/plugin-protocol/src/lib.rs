@@ -43,8 +43,8 @@ pub mod reader;
 pub mod setup;
 
 pub use envelope::{
-    ErrorObject, Invocation, InvocationScope, Request, RequestId, error_response_line, notification_line, request_line,
-    response_line,
+    ErrorObject, Invocation, InvocationScope, Request, RequestId, error_response_line, mint_traceparent,
+    notification_line, request_line, response_line,
 };
 pub use error_data::ErrorData;
 pub use line::{HostMessage, Incoming, LineError};

@@ -169,11 +169,26 @@ fn request_lines_carry_the_invocation() {
             scope: InvocationScope {
                 company_id: Some("co".into()),
             },
+            traceparent: None,
         }),
     );
     assert_eq!(
         String::from_utf8(line).unwrap(),
         "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"health\",\"params\":{},\"paperclipInvocation\":{\"id\":\"inv-1\",\"scope\":{\"companyId\":\"co\"}}}\n"
+    );
+    let traced = Invocation {
+        id: "inv-2".into(),
+        scope: InvocationScope::default(),
+        traceparent: Some(envrt_plugin_protocol::mint_traceparent([0xab; 24])),
+    };
+    assert_eq!(
+        String::from_utf8(request_line(8, "health", json!({}), Some(traced))).unwrap(),
+        "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"health\",\"params\":{},\"paperclipInvocation\":{\"id\":\"inv-2\",\"scope\":{},\"traceparent\":\"00-abababababababababababababababab-abababababababab-01\"}}\n"
+    );
+    // Neither id may be all zeros (W3C trace context).
+    assert_eq!(
+        envrt_plugin_protocol::mint_traceparent([0; 24]),
+        "00-00000000000000000000000000000001-0000000000000001-01"
     );
 }
 

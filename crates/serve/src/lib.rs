@@ -31,7 +31,7 @@ mod state;
 
 pub use error::{ApiError, ErrorBody};
 pub use listen::{Bound, Endpoint, stop_signal};
-pub use routes::{Routes, app, routes};
+pub use routes::{NOT_A_TERMINAL_MESSAGE, Routes, app, routes};
 pub use state::{AuditSink, Limits, Service};
 
 /// The OpenAPI 3.1 document of every route.

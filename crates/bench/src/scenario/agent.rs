@@ -1,4 +1,4 @@
-//! Agent-shaped workloads (row 11): what a coding agent's harness does to an environment,
+//! Agent-shaped workloads (row 14): what a coding agent's harness does to an environment,
 //! timed end to end on each target beside the same steps done bare on the host (the
 //! floor) and the peers that can run them here.
 //!
@@ -352,7 +352,7 @@ pub(crate) async fn loop_row(
     Ok(row.floor("the same steps bare on the host", Figure::ms(median(&mut times[1]))))
 }
 
-/// Row 11 (a) on every target; the peers beside the targets they compare with.
+/// Row 14 (a) on every target; the peers beside the targets they compare with.
 pub(crate) async fn loops(config: &Config) -> Vec<Row> {
     let name = |t: &str| format!("agent loop on {t}: 2,000 files in, 50 commands, patch, test, out");
     let scratch = match Scratch::new("2g") {
@@ -436,7 +436,7 @@ pub(crate) const INSPECT_DOCKER: &str = "Inspect AI's Docker sandbox provider no
 /// The Debian image of the Docker loop.
 const DEBIAN_IMAGE: &str = "envrt-debian:bookworm";
 
-/// Row 11 (b): `AGENTS` local leases each running the loop with 10 commands at once, vs
+/// Row 14 (b): `AGENTS` local leases each running the loop with 10 commands at once, vs
 /// as many bare loops at once; throughput in steps per second and p99 per step.
 pub(crate) async fn many(config: &Config) -> Vec<Row> {
     let names = [

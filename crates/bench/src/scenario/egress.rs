@@ -1,4 +1,4 @@
-//! The egress proxy (row 11, group `egress`): the `envrt-egress` process a Docker lease's
+//! The egress proxy (row 13, group `egress`): the `envrt-egress` process a Docker lease's
 //! traffic goes through, against a test host on this machine (a network namespace joined
 //! by a veth pair, TEST-NET-3 addresses on the link only, `busybox httpd` serving a file
 //! from memory and a few lines of `python3` holding connections), measured in the same run
@@ -297,7 +297,7 @@ async fn tunnel(socket: &std::path::Path, target: &str) -> Result<tokio::net::Un
     Ok(s)
 }
 
-/// Row 11: the egress proxy's download rate, connect latency and memory under 1,000
+/// Row 13: the egress proxy's download rate, connect latency and memory under 1,000
 /// tunnels.
 pub(crate) async fn rows(config: &Config) -> Vec<Row> {
     let names = [

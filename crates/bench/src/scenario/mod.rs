@@ -16,6 +16,7 @@ pub(crate) mod peers;
 pub(crate) mod pool;
 pub(crate) mod processes;
 pub(crate) mod routes;
+pub(crate) mod service;
 pub(crate) mod stdout;
 pub(crate) mod supervised;
 pub(crate) mod sync;
@@ -257,6 +258,13 @@ pub(crate) const SCENARIOS: &[Scenario] = &[
         groups: &[agent::MANY],
         targets: &["local"],
         run: |c| Box::pin(agent::many(c)),
+    },
+    Scenario {
+        section: "service",
+        number: service::NUMBER,
+        groups: &["service"],
+        targets: &["local"],
+        run: |c| Box::pin(service::rows(c)),
     },
 ];
 

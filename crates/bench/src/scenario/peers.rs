@@ -38,14 +38,14 @@ const DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/peers_driver.py");
 
 /// A peer's interpreter: the venv's python, from `var` or `default`, and the script that
 /// makes it.
-struct Venv {
+pub(crate) struct Venv {
     what: &'static str,
     var: &'static str,
     default: &'static str,
     script: &'static str,
 }
 
-const SWEREX: Venv = Venv {
+pub(crate) const SWEREX: Venv = Venv {
     what: "SWE-ReX",
     var: "ENVRT_SWEREX_VENV",
     default: "/opt/envrt-swerex-venv",
@@ -85,7 +85,7 @@ impl Venv {
 }
 
 /// One running driver: requests go in on its stdin, replies come back one line each.
-struct Peer {
+pub(crate) struct Peer {
     child: Child,
     io: Mutex<(ChildStdin, Lines<BufReader<ChildStdout>>)>,
     ops: Vec<String>,
@@ -93,7 +93,7 @@ struct Peer {
 
 impl Peer {
     /// Starts `peers_driver.py kind` under `venv`'s python and waits for its `ready`.
-    async fn start(venv: &Venv, kind: &str) -> Result<Peer, String> {
+    pub(crate) async fn start(venv: &Venv, kind: &str) -> Result<Peer, String> {
         let python = venv.python()?;
         let mut child = tokio::process::Command::new(&python)
             .arg(DRIVER)
@@ -120,12 +120,12 @@ impl Peer {
         })
     }
 
-    fn has(&self, op: &str) -> bool {
+    pub(crate) fn has(&self, op: &str) -> bool {
         self.ops.iter().any(|o| o == op)
     }
 
     /// Runs `op` on `argv` once (checking `bytes` of stdout when given); the peer's own time.
-    async fn time(&self, op: &str, argv: &[&str], bytes: Option<u64>) -> Result<Duration, String> {
+    pub(crate) async fn time(&self, op: &str, argv: &[&str], bytes: Option<u64>) -> Result<Duration, String> {
         let mut io = self.io.lock().await;
         let (stdin, lines) = &mut *io;
         let request = json!({"op": op, "argv": argv, "bytes": bytes}).to_string() + "\n";
@@ -141,7 +141,7 @@ impl Peer {
     }
 
     /// Closes its input (the driver stops its server and exits) and waits for it.
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         drop(self.io);
         if tokio::time::timeout(Duration::from_secs(20), self.child.wait())
             .await

@@ -1,4 +1,4 @@
-//! Executes through the in-lease supervisor (row 11, issue 26 item 1), each against the
+//! Executes through the in-lease supervisor (row 12, issue 26 item 1), each against the
 //! bare tool of the same run and its floor:
 //!
 //! - `exec-supervisor-docker`: `execute(["true"])` p50 on a Docker lease with the static
@@ -34,7 +34,7 @@ async fn nsenter(pid: &str) -> Result<(), String> {
         .ok_or_else(|| format!("nsenter exited with {status}"))
 }
 
-/// Row 11, Docker: execute `true` through the supervisor.
+/// Row 12, Docker: execute `true` through the supervisor.
 pub(crate) async fn docker_rows(config: &Config) -> Vec<Row> {
     let p50 = "docker execute `true` through the supervisor p50".to_owned();
     let d = match docker::open_sessions().await {

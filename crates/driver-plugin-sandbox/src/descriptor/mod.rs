@@ -46,6 +46,9 @@ pub struct PluginFile {
     /// The hosts `http.fetch` may reach (`host`, `host:port`), checked
     /// when the file is read.
     pub http_allow: Vec<String>,
+    /// PEM files of extra certificate authorities `http.fetch` trusts for `https://`
+    /// (resolved against the file's directory).
+    pub http_roots: Vec<PathBuf>,
 }
 
 /// The sandbox drivers to set up: plugins a program loaded itself, plugins named by
@@ -92,6 +95,8 @@ struct PluginEntry {
     secrets: Vec<String>,
     #[serde(default)]
     http_allow: Vec<String>,
+    #[serde(default)]
+    http_roots: Vec<PathBuf>,
 }
 
 /// Checks one `secrets` entry of a `[[plugin]]`: `env:NAME` (a variable name: letters,
@@ -194,6 +199,7 @@ impl DriverDescriptor for SandboxDescriptor {
                     config: p.config,
                     secrets: p.secrets,
                     http_allow: p.http_allow,
+                    http_roots: p.http_roots.into_iter().map(|r| context.beside_config(r)).collect(),
                 })
                 .collect(),
             worker: sandbox.worker.map(|w| context.beside_config(w)),
@@ -224,6 +230,7 @@ impl DriverDescriptor for SandboxDescriptor {
             };
             options.worker_calls.secrets = plugin.secrets.clone();
             options.worker_calls.http_allow = plugin.http_allow.clone();
+            options.worker_calls.http_roots = plugin.http_roots.clone();
             if let Some(store) = context.plugin_state {
                 options.worker_calls.state = store.clone();
             }

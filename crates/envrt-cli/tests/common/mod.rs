@@ -52,6 +52,8 @@ impl Site {
             .current_dir(self.path())
             .env("ENVRT_STATE_DIR", self.state())
             .env_remove("ENVRT_CONFIG")
+            .env_remove("ENVRT_SERVER")
+            .env_remove("ENVRT_TOKEN")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         c
@@ -137,6 +139,40 @@ impl Site {
             .as_array()
             .unwrap()
             .clone()
+    }
+}
+
+/// Runs the command `c` with `stdin` piped in (or /dev/null), bounded by [`LIMIT`].
+pub fn run_command(mut c: Command, stdin: Option<&[u8]>) -> Outcome {
+    c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child = c.spawn().unwrap();
+    let writer = stdin.map(|data| {
+        let mut pipe = child.stdin.take().unwrap();
+        let data = data.to_vec();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&data);
+        })
+    });
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = wait_bounded(&mut child, LIMIT);
+    if let Some(w) = writer {
+        w.join().unwrap();
+    }
+    Outcome {
+        code: status.code(),
+        stdout: reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
     }
 }
 

@@ -11,7 +11,8 @@ kind (or the operating-system cause)    also an instance of
 ``source_missing``, ``file_not_found``  :class:`FileNotFoundError`
 ``path_outside_workspace``, EACCES,
 ``permission_denied``,
-``tenant_mismatch``                     :class:`PermissionError`
+``tenant_mismatch``, ``network_refused``,
+``unauthenticated``, ``forbidden``      :class:`PermissionError`
 ``source_kind`` (a file was expected),
 ``is_a_directory``                      :class:`IsADirectoryError`
 ``source_kind`` (a directory expected)  :class:`NotADirectoryError`
@@ -25,7 +26,9 @@ kind (or the operating-system cause)    also an instance of
 ``process_no_stream``,
 ``process_unknown_signal``,
 ``process_idempotency_conflict``,
-``process_spawn_refused``               :class:`ValueError`
+``process_spawn_refused``,
+``invalid_request``,
+``body_too_large``                      :class:`ValueError`
 ======================================  =====================================
 
 ``user_refused`` (exec as a user the driver will not run as) is
@@ -119,6 +122,11 @@ _BY_KIND = {
     "process_idempotency_conflict": EnvrtValueError,
     "process_spawn_refused": EnvrtValueError,
     "network_refused": EnvrtPermissionError,
+    # The kinds of envrt serve's own refusals (Runtime.connect).
+    "unauthenticated": EnvrtPermissionError,
+    "forbidden": EnvrtPermissionError,
+    "invalid_request": EnvrtValueError,
+    "body_too_large": EnvrtValueError,
 }
 
 

@@ -3,7 +3,8 @@
 //! first, and the extractors that turn a malformed request into the error body.
 //!
 //! Routes are grouped by resource (`environments`, `leases`, `network`, `execute`,
-//! `files`, `duplex`, `templates`, `processes`); each group adds its rows to [`routes`].
+//! `files`, `duplex`, `templates`, `processes`, `terminal`); each group adds its rows to
+//! [`routes`].
 
 mod duplex;
 mod environments;
@@ -13,6 +14,8 @@ mod leases;
 mod network;
 mod processes;
 mod templates;
+mod terminal;
+pub use terminal::NOT_A_TERMINAL_MESSAGE;
 
 use std::sync::Arc;
 
@@ -114,6 +117,11 @@ pub fn routes() -> Routes {
             post(processes::resize),
         )
         .route("/v1/leases/{id}/processes/{n}/wait", &["GET"], get(processes::wait))
+        .route(
+            "/v1/leases/{id}/processes/{n}/terminal",
+            &["GET"],
+            get(terminal::attach),
+        )
 }
 
 /// The whole application: every route behind authentication, with the error body for

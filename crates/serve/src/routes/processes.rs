@@ -50,7 +50,7 @@ pub(super) struct ProcessRef {
 }
 
 impl ProcessRef {
-    fn new(lease: String, number: &str) -> ProcessRef {
+    pub(super) fn new(lease: String, number: &str) -> ProcessRef {
         ProcessRef {
             id: format!("{lease}/{number}"),
             lease,

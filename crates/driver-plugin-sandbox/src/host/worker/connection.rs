@@ -198,12 +198,23 @@ impl Connection {
         sink: Option<ExecSink>,
     ) -> Result<Value, SandboxError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut random = [0u8; 24];
+        random[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        random[16..].copy_from_slice(&uuid::Uuid::new_v4().as_bytes()[..8]);
         let invocation = Invocation {
             id: uuid::Uuid::new_v4().to_string(),
             scope: InvocationScope {
                 company_id: company_id.map(str::to_owned),
             },
+            traceparent: Some(protocol::mint_traceparent(random)),
         };
+        tracing::debug!(
+            target: "envrt::plugin",
+            method,
+            invocation = %invocation.id,
+            traceparent = invocation.traceparent.as_deref().unwrap_or_default(),
+            "plugin request"
+        );
         let line = protocol::request_line(id, method, params, Some(invocation.clone()));
         let size = line.len().saturating_sub(1);
         if size > self.max_request_bytes {

@@ -7,6 +7,7 @@ mod http;
 mod secrets;
 mod state;
 mod telemetry;
+mod tls;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -78,6 +79,9 @@ pub struct WorkerCallOptions {
     /// The hosts `http.fetch` may reach, as `host` (any port) or `host:port`. None by
     /// default: every fetch is refused.
     pub http_allow: Vec<String>,
+    /// PEM files of certificate authorities `http.fetch` trusts for `https://` besides the
+    /// system's CA bundle (a private CA of the plugin's backend). None by default.
+    pub http_roots: Vec<std::path::PathBuf>,
     /// Bounds.
     pub limits: WorkerCallLimits,
 }
@@ -88,6 +92,7 @@ impl Default for WorkerCallOptions {
             state: Arc::new(MemoryStateStore::default()),
             secrets: Vec::new(),
             http_allow: Vec::new(),
+            http_roots: Vec::new(),
             limits: WorkerCallLimits::default(),
         }
     }
@@ -99,6 +104,7 @@ impl std::fmt::Debug for WorkerCallOptions {
         f.debug_struct("WorkerCallOptions")
             .field("secrets", &self.secrets)
             .field("http_allow", &self.http_allow)
+            .field("http_roots", &self.http_roots)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
@@ -115,6 +121,8 @@ pub(crate) struct WorkerCalls {
     resolved: Mutex<Vec<Secret>>,
     /// Serialises `state.set`, so the key-count bound holds under concurrent writes.
     state_writes: tokio::sync::Mutex<()>,
+    /// The TLS client of `http.fetch`, built on the first `https://` fetch.
+    tls: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
 }
 
 /// A refusal or failure answered to the worker.
@@ -138,6 +146,7 @@ impl WorkerCalls {
             in_flight: AtomicUsize::new(0),
             resolved: Mutex::new(Vec::new()),
             state_writes: tokio::sync::Mutex::new(()),
+            tls: std::sync::OnceLock::new(),
         }
     }
 
