@@ -49,7 +49,7 @@ mod time;
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{
     AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
-    FileSync, InventoryItem, LeaseContext, LeaseGrant, PathScope, PauseLease, ProbeAnswer, ProcessOutput,
+    FileSync, IdleTimeout, InventoryItem, LeaseContext, LeaseGrant, PathScope, PauseLease, ProbeAnswer, ProcessOutput,
     ProcessSessions, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, WorkspaceRequest,
 };
 pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};

@@ -170,6 +170,7 @@ mod descriptor;
 mod driver;
 mod execute;
 mod expiry;
+mod idle;
 mod pause;
 mod process;
 mod processes;

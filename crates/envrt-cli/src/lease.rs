@@ -48,6 +48,11 @@ pub(crate) enum LeaseCommand {
         /// The lease id.
         id: String,
     },
+    /// Reset a lease's idle clock (a lease acquired with --idle-timeout).
+    KeepAlive {
+        /// The lease id.
+        id: String,
+    },
     /// Replace a lease's network policy (none given: egress none) and print its level.
     Network {
         /// The lease id.
@@ -78,6 +83,10 @@ pub(crate) struct AcquireArgs {
     /// the driver ends it then even if its holder is gone, and `gc` records it expired.
     #[arg(long, value_name = "DURATION")]
     ttl: Option<String>,
+    /// End the lease once it has taken no operation and run no process for this long
+    /// (idle time does not count while it is paused), even if its holder is gone.
+    #[arg(long, value_name = "DURATION")]
+    idle_timeout: Option<String>,
     /// Start the lease from this template of the environment (`envrt template list`).
     #[arg(long, value_name = "TEMPLATE")]
     template: Option<String>,
@@ -163,6 +172,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                 .as_deref()
                 .map(|raw| envrt::config::parse_duration("--ttl", raw))
                 .transpose()?;
+            let idle = crate::lease_idle::parse(args.idle_timeout.as_deref())?;
             let environment = app.environment_id(&args.target).await?;
             let lease = app
                 .acquire_with(
@@ -176,6 +186,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                     args.network.policy()?,
                 )
                 .await?;
+            let lease = crate::lease_idle::arm(&app, lease, idle).await?;
             if args.json {
                 crate::out!("{}", to_json(&lease));
             } else {
@@ -216,6 +227,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
         LeaseCommand::Network { id, network } => crate::network::update(&app, &id, &network).await,
         LeaseCommand::Pause { id } => crate::lease_pause::run(&app, &id, true).await,
         LeaseCommand::Unpause { id } => crate::lease_pause::run(&app, &id, false).await,
+        LeaseCommand::KeepAlive { id } => crate::lease_idle::keep_alive(&app, &id).await,
     }
 }
 

@@ -21,6 +21,7 @@ mod exec;
 mod gc_report;
 mod isolation;
 mod lease;
+mod lease_idle;
 mod lease_pause;
 mod lease_show;
 mod logs;

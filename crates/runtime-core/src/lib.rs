@@ -55,16 +55,17 @@ pub use envrt_driver_api::{
     AcquireInput, Capabilities, CapabilityDeclaration, CapabilityInput, CapabilityKey, CapabilitySnapshot,
     CappedBuffer, CleanupStatus, DestroyLease, DriverError, DuplexChannel, DuplexChannels, DuplexExit, EnvValue,
     Environment, EnvironmentDriver, EnvironmentStatus, Execute, ExecuteRequest, ExecuteResult, ExecuteRules, FileSync,
-    InventoryItem, JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, NameRules, Offsets, OutputChunk,
-    OutputEvent, OutputKeep, OutputSink, OutputStream, PathScope, PauseLease, ProcessError, ProcessId, ProcessInfo,
-    ProcessOutput, ProcessSessions, ProcessStatus, ProcessStream, RealizeWorkspace, RealizedWorkspace, Recovery,
-    ReleaseInput, ResumeLease, RuntimeError, Secret, SpawnRequest, StdinMode, StoreError, StreamInfo, SyncFile,
-    SyncKind, SyncOperation, SyncOperationResult, SyncResult, TemplateRef, Templates, Timestamp, TtySize,
+    IdleTimeout, InventoryItem, JsonMap, Lease, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus, NameRules, Offsets,
+    OutputChunk, OutputEvent, OutputKeep, OutputSink, OutputStream, PathScope, PauseLease, ProcessError, ProcessId,
+    ProcessInfo, ProcessOutput, ProcessSessions, ProcessStatus, ProcessStream, RealizeWorkspace, RealizedWorkspace,
+    Recovery, ReleaseInput, ResumeLease, RuntimeError, Secret, SpawnRequest, StdinMode, StoreError, StreamInfo,
+    SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult, TemplateRef, Templates, Timestamp, TtySize,
     UnsupportedOperation, Wording, WorkspaceRequest,
 };
 pub use envrt_driver_api::{MemoryStateStore, PluginStateStore, StateKey};
 pub use runtime::{
-    AcquireRequest, DriverItem, EnvironmentRuntime, LeaseFailure, PAUSED_KEY, POOLED_KEY, PoolSpec, PoolStatus,
-    ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY, is_paused, paused_at,
+    AcquireRequest, DriverItem, EnvironmentRuntime, IDLE_TIMEOUT_KEY, LeaseFailure, PAUSED_KEY, POOLED_KEY, PoolSpec,
+    PoolStatus, ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport, ReleaseReport, SOURCE_TEMPLATE_KEY,
+    idle_timeout, is_paused, paused_at,
 };
 pub use store::{LeaseFilter, LeaseStore, MemoryStore};

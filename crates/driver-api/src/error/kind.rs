@@ -22,6 +22,7 @@ impl RuntimeError {
             RuntimeError::InvalidReleaseStatus { .. } => "invalid_release_status",
             RuntimeError::LeaseExpired { .. } => "lease_expired",
             RuntimeError::LeasePaused { .. } => "lease_paused",
+            RuntimeError::LeaseIdleEnded { .. } => "lease_idle_ended",
             RuntimeError::TemplateNotFound { .. } => "template_not_found",
             RuntimeError::Process(error) => error.kind(),
             RuntimeError::Network(_) => "network_refused",

@@ -38,13 +38,15 @@ pub enum UnsupportedOperation {
     ProcessSessions,
     /// `pause_lease` / `unpause_lease` (no pause group).
     Pause,
+    /// An idle timeout or keep-alive (no idle group).
+    IdleTimeout,
 }
 
 /// One row: the operation, its stable error kind, the words its refusal ends with.
 type Row = (UnsupportedOperation, &'static str, &'static str);
 
 /// The table, in the enum's order (a test keeps it so).
-const ROWS: [Row; 12] = [
+const ROWS: [Row; 13] = [
     (UnsupportedOperation::Resume, "resume_unsupported", "lease resume"),
     (UnsupportedOperation::Destroy, "destroy_unsupported", "lease destroy"),
     (
@@ -77,11 +79,16 @@ const ROWS: [Row; 12] = [
         "persistent process sessions",
     ),
     (UnsupportedOperation::Pause, "pause_unsupported", "pause"),
+    (
+        UnsupportedOperation::IdleTimeout,
+        "idle_timeout_unsupported",
+        "idle timeouts",
+    ),
 ];
 
 impl UnsupportedOperation {
     /// Every operation, in table order.
-    pub const ALL: [UnsupportedOperation; 12] = [
+    pub const ALL: [UnsupportedOperation; 13] = [
         UnsupportedOperation::Resume,
         UnsupportedOperation::Destroy,
         UnsupportedOperation::Realize,
@@ -94,6 +101,7 @@ impl UnsupportedOperation {
         UnsupportedOperation::Templates,
         UnsupportedOperation::ProcessSessions,
         UnsupportedOperation::Pause,
+        UnsupportedOperation::IdleTimeout,
     ];
 
     fn row(self) -> &'static Row {
@@ -134,7 +142,7 @@ mod tests {
     /// one replaced had.
     #[test]
     fn every_row_renders_the_pinned_text_and_kind() {
-        let rows: [(&str, UnsupportedOperation, &str, &str); 12] = [
+        let rows: [(&str, UnsupportedOperation, &str, &str); 13] = [
             (
                 "local",
                 UnsupportedOperation::Resume,
@@ -206,6 +214,12 @@ mod tests {
                 UnsupportedOperation::Pause,
                 "Environment driver \"ssh\" does not support pause.",
                 "pause_unsupported",
+            ),
+            (
+                "ssh",
+                UnsupportedOperation::IdleTimeout,
+                "Environment driver \"ssh\" does not support idle timeouts.",
+                "idle_timeout_unsupported",
             ),
         ];
         for (key, operation, text, kind) in rows {

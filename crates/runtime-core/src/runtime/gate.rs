@@ -49,6 +49,8 @@ pub(super) enum Operation {
     AcquireFromTemplate,
     /// `pause_lease` and `unpause_lease`.
     Pause,
+    /// `keep_alive` and arming an idle timeout.
+    Idle,
     /// Every process verb: `spawn`, `processes`, `process`, `output`, `write_stdin`,
     /// `close_stdin`, `signal`, `resize`, `wait`.
     Processes,
@@ -126,6 +128,7 @@ fn rule(operation: Operation) -> Rule {
         Operation::DeleteTemplate => row(U::TemplateDelete, None, false),
         Operation::Processes => row(U::ProcessSessions, Some(CapabilityKey::PersistentProcessSessions), true),
         Operation::Pause => row(U::Pause, None, true),
+        Operation::Idle => row(U::IdleTimeout, None, true),
     }
 }
 
@@ -173,8 +176,12 @@ pub(super) async fn gate<'a, G: ?Sized + 'a>(
     }
     if rule.needs_active {
         require_active(lease)?;
-        if operation != Operation::Pause && super::pause::is_paused(lease) {
+        if !matches!(operation, Operation::Pause | Operation::Idle) && super::pause::is_paused(lease) {
             return Err(RuntimeError::LeasePaused { id: lease.id.clone() });
+        }
+        // Every operation a lease takes is activity: it resets the idle clock.
+        if operation != Operation::Idle {
+            super::idle::touch(resolved).await?;
         }
     }
     Ok(found)
@@ -204,7 +211,7 @@ fn require_active(lease: &Lease) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
-    const ALL: [Operation; 13] = [
+    const ALL: [Operation; 14] = [
         Operation::Resume,
         Operation::Destroy,
         Operation::Realize,
@@ -218,6 +225,7 @@ mod tests {
         Operation::AcquireFromTemplate,
         Operation::Processes,
         Operation::Pause,
+        Operation::Idle,
     ];
 
     #[test]
@@ -239,6 +247,7 @@ mod tests {
                 "Environment driver \"k\" does not support templates.",
                 "Environment driver \"k\" does not support persistent process sessions.",
                 "Environment driver \"k\" does not support pause.",
+                "Environment driver \"k\" does not support idle timeouts.",
             ]
         );
     }
@@ -279,13 +288,14 @@ mod tests {
                 None,
                 Some(CapabilityKey::PersistentProcessSessions),
                 None,
+                None,
             ]
         );
         let active: Vec<bool> = ALL.iter().map(|op| rule(*op).needs_active).collect();
         assert_eq!(
             active,
             [
-                false, false, true, true, true, true, true, true, false, false, false, true, true
+                false, false, true, true, true, true, true, true, false, false, false, true, true, true
             ]
         );
     }

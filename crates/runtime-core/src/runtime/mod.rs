@@ -6,6 +6,7 @@
 //! templates in [`templates`].
 
 mod gate;
+mod idle;
 mod lifecycle;
 mod network;
 mod operations;
@@ -29,6 +30,7 @@ use crate::error::RuntimeError;
 use crate::model::{Environment, Lease, resolve_driver_key};
 use crate::store::{LeaseFilter, LeaseStore, MemoryStore};
 
+pub use idle::{IDLE_TIMEOUT_KEY, idle_timeout};
 pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE_KEY};
 pub use pause::{PAUSED_KEY, is_paused, paused_at};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
