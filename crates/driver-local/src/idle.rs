@@ -4,18 +4,19 @@
 //! starts a detached idle watchdog, `/bin/sh` in a process group of its own started by
 //! the driver's process (never inside the lease's cgroup), its process group id and start
 //! time in `{root}/.idle-watchdog-lease-{id}`. The stamp's modification time is the last
-//! activity; it holds `paused` while the lease is paused. Once a second the watchdog reads
-//! the stamp's time (a `stat` and a `date`, nothing else); only when it is older than the
-//! idle timeout does it look further (the time has whole seconds and the facade touches
-//! at most once a second, so the watchdog waits until the stamp's whole-second time is at
-//! least the timeout plus 2 s behind: a lease ends no sooner than its idle timeout, and
-//! about 3 s later at most, after its last activity): a paused stamp, or a process of the lease other
-//! than its `envrt-agent` (in the lease's cgroups, or tied to the workspace as release's
-//! scan finds them), counts as activity and resets the stamp. Otherwise it removes the
-//! stamp (so the facade learns that the lease ended) and ends the lease exactly as the
-//! expiry watchdog does at the expiry ([`expiry::SCRIPT`](crate::expiry) with no wait).
-//! Release, destroy and `gc` end the idle watchdog with the expiry one; it also exits by
-//! itself within a second once the workspace or the stamp is gone.
+//! activity; it holds `paused` while the lease is paused. The watchdog reads the stamp's
+//! time (a `stat` and a `date`) and sleeps until the stamp could be due, a minute at
+//! most; only a due stamp makes it look further. The time has whole seconds and the
+//! facade touches at most once a second, so a stamp is due once its time is at least the
+//! timeout plus 2 s behind: a lease ends no sooner than its idle timeout, and about 3 s
+//! later at most, after its last activity. A paused stamp, or a process of the lease
+//! other than its `envrt-agent` (in the lease's cgroups, or tied to the workspace as
+//! release's scan finds them), counts as activity and resets the stamp. Otherwise the
+//! watchdog removes the stamp (so the facade learns that the lease ended) and ends the
+//! lease exactly as the expiry watchdog does at the expiry
+//! ([`expiry::SCRIPT`](crate::expiry) with no wait). Release, destroy and `gc` end the
+//! idle watchdog with the expiry one; it also exits by itself at its next look (within a
+//! minute) once the workspace or the stamp is gone.
 //!
 //! Touching the stamp is one `stat`, and, at most once a second (or when the paused state
 //! changes), an `open` and a `futimens`.
@@ -35,9 +36,10 @@ use crate::workspace::lease_dir_name;
 /// lease's cgroup (empty without cgroups), `$5` `remove` or `keep`, `$6` its pid file,
 /// `$7` the expiry script it ends the lease with.
 const SCRIPT: &str = r#"idle="$1"; st="$2"; ws="$3"; cg="$4"
-while sleep 1; do
+while :; do
   if [ ! -d "$ws" ] || ! last=$(stat -c %Y "$st" 2>/dev/null); then rm -f "$6"; exit 0; fi
-  [ $(( $(date +%s) - last )) -gt $((idle + 1)) ] || continue
+  left=$(( last + idle + 2 - $(date +%s) ))
+  if [ "$left" -gt 0 ]; then [ "$left" -gt 60 ] && left=60; sleep "$left"; continue; fi
   if [ -s "$st" ]; then touch -c "$st"; continue; fi
   busy=
   if [ -n "$cg" ]; then
