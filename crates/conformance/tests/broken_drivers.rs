@@ -661,3 +661,28 @@ fn an_unpause_that_continues_nothing() {
     );
     assert_eq!(message, "the paused lease's process did not go on after unpause");
 }
+
+// Idle timeouts (contract section 8).
+
+#[test]
+fn an_idle_timeout_armed_with_the_wrong_length() {
+    let message = failure_of(Fault::IdleNeverEnds, "idle_lease_ends_and_kept_alive_one_stays");
+    assert_eq!(
+        message,
+        "a lease untouched for its idle timeout of 1s was still held after 60s"
+    );
+    honest_passes(&["idle_lease_ends_and_kept_alive_one_stays"]);
+}
+
+#[test]
+fn a_keep_alive_that_resets_nothing() {
+    let message = failure_of(
+        Fault::KeepAliveResetsNothing,
+        "idle_lease_ends_and_kept_alive_one_stays",
+    );
+    assert!(
+        message == "the driver ended a lease that was kept alive"
+            || message.starts_with("a kept-alive lease was refused: Lease \""),
+        "{message}"
+    );
+}

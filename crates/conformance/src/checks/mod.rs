@@ -12,6 +12,7 @@ mod escape;
 mod execute;
 mod expiry;
 mod honesty;
+mod idle;
 mod inputs;
 mod lifecycle;
 mod lifecycle_driver;
@@ -130,6 +131,7 @@ pub(crate) fn all() -> Vec<Check> {
         observe::CHECKS,
         expiry::CHECKS,
         pause::CHECKS,
+        idle::CHECKS,
         templates::CHECKS,
         pool::CHECKS,
         processes::CHECKS,

@@ -4,6 +4,7 @@
 //! the honest local driver passes that check.
 
 mod duplex;
+mod idle;
 mod pause;
 pub(crate) mod processes;
 mod sink;
@@ -129,6 +130,10 @@ pub(crate) enum Fault {
     PauseStopsNothing,
     /// Unpause answers success and leaves the lease frozen.
     UnpauseContinuesNothing,
+    /// Arming an idle timeout arms 30 days instead of the length asked for.
+    IdleNeverEnds,
+    /// Resetting the idle clock answers success and resets nothing.
+    KeepAliveResetsNothing,
 }
 
 /// The local driver with one fault.
@@ -244,6 +249,12 @@ impl EnvironmentDriver for Faulty {
     }
     fn as_pause(&self) -> Option<&dyn PauseLease> {
         Some(self)
+    }
+    fn as_idle(&self) -> Option<&dyn envrt_runtime_core::IdleTimeout> {
+        Some(self)
+    }
+    fn as_recovery(&self) -> Option<&dyn envrt_runtime_core::Recovery> {
+        self.inner.as_recovery()
     }
     fn verified_verbs(&self) -> VerbSet {
         let mut verbs = self.inner.verified_verbs();
