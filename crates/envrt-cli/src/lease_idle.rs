@@ -16,10 +16,15 @@ pub(crate) fn parse(raw: Option<&str>) -> Result<Option<Duration>, CliError> {
         .transpose()?)
 }
 
-/// Arms `idle` on the lease just acquired; when that fails, releases the lease again so
-/// no lease is left without the idle timeout it was asked for.
+/// Arms `idle` (else the environment's `idle_timeout`) on the lease just acquired; when
+/// that fails, releases the lease again so no lease is left without the idle timeout it
+/// was asked for.
 pub(crate) async fn arm(app: &App, lease: Lease, idle: Option<Duration>) -> Result<Lease, CliError> {
-    let Some(idle) = idle else {
+    let default = || {
+        let environment = lease.environment_id.as_ref()?;
+        app.config.idle_timeouts.get(environment).copied()
+    };
+    let Some(idle) = idle.or_else(default) else {
         return Ok(lease);
     };
     match app.runtime.set_idle_timeout(&lease.id, idle).await {

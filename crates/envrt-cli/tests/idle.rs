@@ -189,3 +189,55 @@ fn bad_idle_timeouts_and_keep_alive_without_one_are_refused() {
     assert_eq!(ws.code, Some(2));
     assert_eq!(ws.stderr, "Lease \"nope\" was not found.\n");
 }
+
+#[test]
+fn an_environment_default_idle_timeout_applies_and_bad_ones_are_refused() {
+    let s = Site::new();
+    let toml = s.path().join("envrt.toml");
+    std::fs::write(
+        &toml,
+        "default = \"idle\"\n[[environment]]\nid = \"idle\"\ndriver = \"local\"\nidle_timeout = \"1s\"\non_idle = \"release\"\n",
+    )
+    .unwrap();
+    let out = s.run(&["lease", "acquire", "--detached", "--json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let lease: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(lease["metadata"]["envrtIdleTimeoutMs"], 1000, "{lease}");
+    let ws = workspace(&lease);
+    assert!(eventually(|| !ws.exists()), "the idle lease was never ended");
+    // --idle-timeout wins over the environment's.
+    let out = s.run(&["lease", "acquire", "--detached", "--json", "--idle-timeout", "1h"]);
+    let lease: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(lease["metadata"]["envrtIdleTimeoutMs"], 3_600_000, "{lease}");
+    assert_eq!(
+        s.run(&["lease", "release", lease["id"].as_str().unwrap()]).code,
+        Some(0)
+    );
+    for (lines, text) in [
+        (
+            "idle_timeout = \"soon\"\n",
+            "idle_timeout expects a positive duration such as 90, 1.5, 500ms, 1s, 2m or 1h30m, got \"soon\"",
+        ),
+        (
+            "idle_timeout = \"1m\"\non_idle = \"pause\"\n",
+            "on_idle = \"pause\" is not built yet (only \"release\")",
+        ),
+        (
+            "idle_timeout = \"1m\"\non_idle = \"stop\"\n",
+            "on_idle must be \"release\", got \"stop\"",
+        ),
+        ("on_idle = \"release\"\n", "on_idle needs an idle_timeout"),
+    ] {
+        std::fs::write(
+            &toml,
+            format!("[[environment]]\nid = \"x\"\ndriver = \"local\"\n{lines}"),
+        )
+        .unwrap();
+        let bad = s.run(&["lease", "list"]);
+        assert_eq!(bad.code, Some(2), "{lines}");
+        assert_eq!(
+            bad.stderr,
+            format!("envrt: config \"envrt.toml\": environment \"x\": {text}\n")
+        );
+    }
+}
