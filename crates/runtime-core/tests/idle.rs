@@ -139,4 +139,6 @@ async fn operations_reset_the_clock_and_a_run_out_clock_ends_the_lease() {
     assert_eq!(runtime.keep_alive(&lease.id).await.unwrap_err().to_string(), ended);
     let stored = runtime.lease(&lease.id).await.unwrap().unwrap();
     assert_eq!(stored.status, LeaseStatus::Expired);
+    // The release that recorded it dropped the timeout with the lease's resources.
+    assert_eq!(idle_timeout(&stored), None);
 }
