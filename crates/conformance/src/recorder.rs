@@ -110,6 +110,13 @@ impl EnvironmentDriver for Recorder {
     fn as_fork(&self) -> Option<&dyn envrt_runtime_core::ForkLease> {
         self.inner.as_fork()
     }
+    fn as_idle(&self) -> Option<&dyn envrt_runtime_core::IdleTimeout> {
+        self.inner.as_idle()
+    }
+    // The idle check reads the inventory to see a lease end without touching it.
+    fn as_recovery(&self) -> Option<&dyn envrt_runtime_core::Recovery> {
+        self.inner.as_recovery()
+    }
     fn verified_verbs(&self) -> VerbSet {
         self.inner.verified_verbs()
     }

@@ -700,3 +700,28 @@ fn the_honest_driver_passes_the_lease_life_checks() {
         "ready_failure_leaves_nothing_behind",
     ]);
 }
+
+// Idle timeouts (contract section 8).
+
+#[test]
+fn an_idle_timeout_armed_with_the_wrong_length() {
+    let message = failure_of(Fault::IdleNeverEnds, "idle_lease_ends_and_kept_alive_one_stays");
+    assert_eq!(
+        message,
+        "a lease untouched for its idle timeout of 1s was still held after 60s"
+    );
+    honest_passes(&["idle_lease_ends_and_kept_alive_one_stays"]);
+}
+
+#[test]
+fn a_keep_alive_that_resets_nothing() {
+    let message = failure_of(
+        Fault::KeepAliveResetsNothing,
+        "idle_lease_ends_and_kept_alive_one_stays",
+    );
+    assert!(
+        message == "the driver ended a lease that was kept alive"
+            || message.starts_with("a kept-alive lease was refused: Lease \""),
+        "{message}"
+    );
+}

@@ -14,11 +14,13 @@ use crate::template::{TemplateRef, Templates};
 
 mod duplex;
 mod fork;
+mod idle;
 mod path_scope;
 mod pause;
 mod processes;
 pub use duplex::{DuplexChannel, DuplexChannels, DuplexExit};
 pub use fork::{FORKED_FROM_KEY, ForkLease, MAX_FORK_COUNT};
+pub use idle::IdleTimeout;
 pub use path_scope::PathScope;
 pub use pause::PauseLease;
 pub use processes::{ProcessOutput, ProcessSessions};
@@ -323,6 +325,11 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     /// Pause and unpause (contract section 8). Without it: `Environment driver "{key}"
     /// does not support pause.`
     fn as_pause(&self) -> Option<&dyn PauseLease> {
+        None
+    }
+    /// Idle timeouts and keep-alive (contract section 8). Without it: `Environment
+    /// driver "{key}" does not support idle timeouts.`
+    fn as_idle(&self) -> Option<&dyn IdleTimeout> {
         None
     }
     /// Persistent process sessions, if the driver has them. Without them, or on a lease

@@ -112,6 +112,13 @@ pub enum RuntimeError {
         /// Why, from the list above.
         reason: String,
     },
+    /// The lease's idle timeout ended it (its driver's idle watchdog, with no holder
+    /// needed); the facade records it as expired.
+    #[error("Lease \"{id}\" ended after its idle timeout.")]
+    LeaseIdleEnded {
+        /// The lease id.
+        id: String,
+    },
     /// The lease is past its expiry; no operation but release and destroy is taken.
     #[error("Lease \"{id}\" expired at {expires_at}.")]
     LeaseExpired {

@@ -179,10 +179,12 @@ impl LocalDriver {
         &self.containment
     }
 
-    /// Ends the lease's expiry watchdog, if any (release and destroy before expiry).
+    /// Ends the lease's expiry and idle watchdogs, if any (release and destroy before
+    /// expiry).
     pub(crate) fn stop_watchdog(&self, lease_id: &str) -> Result<(), DriverError> {
         let name = lease_dir_name(lease_id)?;
         expiry::stop(&expiry::pid_file(&self.root, &name), &self.root.join(&name));
+        self.stop_idle(&name);
         Ok(())
     }
 
@@ -316,6 +318,10 @@ impl EnvironmentDriver for LocalDriver {
     }
 
     fn as_pause(&self) -> Option<&dyn envrt_driver_api::PauseLease> {
+        Some(self)
+    }
+
+    fn as_idle(&self) -> Option<&dyn envrt_driver_api::IdleTimeout> {
         Some(self)
     }
 

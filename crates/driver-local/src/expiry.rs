@@ -20,7 +20,7 @@ use nix::unistd::Pid;
 /// it kills the cgroup (or, without one, every process whose working directory lies in the
 /// workspace or whose `HOME` is the workspace), waits (bounded) for the cgroup to empty,
 /// removes the workspace when asked, then the empty cgroups and its pid file.
-const SCRIPT: &str = r#"sleep "$1" || exit 0
+pub(crate) const SCRIPT: &str = r#"sleep "$1" || exit 0
 cg="$2"; ws="$3"
 if [ -n "$cg" ]; then
   [ -d "$cg" ] && echo 1 > "$cg/cgroup.kill" 2>/dev/null
@@ -122,7 +122,7 @@ pub(crate) fn stop(pid_file: &Path, workspace: &Path) {
 }
 
 /// The start time of process `pid` (clock ticks since boot, field 22 of its `stat`).
-fn start_time(pid: i32) -> Option<u64> {
+pub(crate) fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count from the last `)`.
     let rest = &stat[stat.rfind(')')? + 1..];

@@ -172,6 +172,7 @@ mod driver;
 mod execute;
 mod expiry;
 mod fork;
+mod idle;
 mod pause;
 mod process;
 mod processes;

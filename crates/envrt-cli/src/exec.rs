@@ -54,6 +54,10 @@ pub(crate) struct ExecArgs {
     /// `ttl`): the driver ends it then even if envrt is gone.
     #[arg(long, value_name = "DURATION", conflicts_with = "lease")]
     pub(crate) ttl: Option<String>,
+    /// End the new lease once it has been idle this long (no operation, no process),
+    /// even if envrt is gone.
+    #[arg(long, value_name = "DURATION", conflicts_with = "lease")]
+    pub(crate) idle_timeout: Option<String>,
     /// Start the ephemeral lease from this template of the environment.
     #[arg(long, value_name = "TEMPLATE", conflicts_with = "lease")]
     pub(crate) template: Option<String>,
@@ -324,6 +328,7 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
         .as_deref()
         .map(|raw| envrt::config::parse_duration("--ttl", raw))
         .transpose()?;
+    let idle = crate::lease_idle::parse(args.idle_timeout.as_deref())?;
     let network = args.network.policy()?;
     if network.is_some() && args.lease.is_some() {
         return Err(CliError::Usage(
@@ -356,7 +361,7 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
                     network,
                 )
                 .await?;
-            (lease, true)
+            (crate::lease_idle::arm(&app, lease, idle).await?, true)
         }
     };
     let outcome = run_on(&app, &lease.id, args, env, timeout, stdin, &mut interrupts).await;

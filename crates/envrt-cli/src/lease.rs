@@ -49,6 +49,11 @@ pub(crate) enum LeaseCommand {
         /// The lease id.
         id: String,
     },
+    /// Reset a lease's idle clock (a lease acquired with --idle-timeout).
+    KeepAlive {
+        /// The lease id.
+        id: String,
+    },
     /// Replace a lease's network policy (none given: egress none) and print its level.
     Network {
         /// The lease id.
@@ -81,6 +86,10 @@ pub(crate) struct AcquireArgs {
     /// the driver ends it then even if its holder is gone, and `gc` records it expired.
     #[arg(long, value_name = "DURATION")]
     pub(crate) ttl: Option<String>,
+    /// End the lease once it has taken no operation and run no process for this long
+    /// (idle time does not count while it is paused), even if its holder is gone.
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) idle_timeout: Option<String>,
     /// Start the lease from this template of the environment (`envrt template list`).
     #[arg(long, value_name = "TEMPLATE")]
     pub(crate) template: Option<String>,
@@ -171,6 +180,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                 .as_deref()
                 .map(|raw| envrt::config::parse_duration("--ttl", raw))
                 .transpose()?;
+            let idle = crate::lease_idle::parse(args.idle_timeout.as_deref())?;
             let environment = app.environment_id(&args.target).await?;
             let mut request = app
                 .acquire_request(
@@ -187,6 +197,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
             args.owner.apply(&mut request);
             let lease = app.runtime.acquire_lease(request).await?;
             crate::lease_scope::report_outcome(&lease);
+            let lease = crate::lease_idle::arm(&app, lease, idle).await?;
             if args.json {
                 crate::out!("{}", to_json(&lease));
             } else {
@@ -232,6 +243,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
         LeaseCommand::Pause { id } => crate::lease_pause::run(&app, &id, true).await,
         LeaseCommand::Unpause { id } => crate::lease_pause::run(&app, &id, false).await,
         LeaseCommand::Fork(args) => crate::lease_fork::fork(&app, args).await,
+        LeaseCommand::KeepAlive { id } => crate::lease_idle::keep_alive(&app, &id).await,
     }
 }
 

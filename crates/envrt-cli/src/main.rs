@@ -23,6 +23,7 @@ mod gc_report;
 mod isolation;
 mod lease;
 mod lease_fork;
+mod lease_idle;
 mod lease_pause;
 mod lease_scope;
 mod lease_show;

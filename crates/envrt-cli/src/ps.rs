@@ -61,7 +61,8 @@ pub(crate) async fn run(paths: &Paths, args: PsArgs) -> Result<u8, CliError> {
                     Err(
                         RuntimeError::Unsupported { .. }
                         | RuntimeError::DriverNotRegistered { .. }
-                        | RuntimeError::LeaseExpired { .. },
+                        | RuntimeError::LeaseExpired { .. }
+                        | RuntimeError::LeaseIdleEnded { .. },
                     ) => {}
                     Err(error) => return Err(error.into()),
                 }

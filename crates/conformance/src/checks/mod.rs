@@ -13,6 +13,7 @@ mod escape;
 mod execute;
 mod expiry;
 mod honesty;
+mod idle;
 mod inputs;
 mod lease_life;
 mod lifecycle;
@@ -132,6 +133,7 @@ pub(crate) fn all() -> Vec<Check> {
         observe::CHECKS,
         expiry::CHECKS,
         pause::CHECKS,
+        idle::CHECKS,
         templates::CHECKS,
         lease_life::CHECKS,
         pool::CHECKS,

@@ -4,6 +4,7 @@
 //! the honest local driver passes that check.
 
 mod duplex;
+mod idle;
 mod lease_life;
 mod pause;
 pub(crate) mod processes;
@@ -139,6 +140,10 @@ pub(crate) enum Fault {
     ResumeEmptiesWorkspace,
     /// Class 1: destroy answers success and keeps the workspace.
     DestroyKeepsWorkspace,
+    /// Arming an idle timeout arms 30 days instead of the length asked for.
+    IdleNeverEnds,
+    /// Resetting the idle clock answers success and resets nothing.
+    KeepAliveResetsNothing,
 }
 
 /// The local driver with one fault.
@@ -260,6 +265,12 @@ impl EnvironmentDriver for Faulty {
     }
     fn as_fork(&self) -> Option<&dyn ForkLease> {
         Some(self)
+    }
+    fn as_idle(&self) -> Option<&dyn envrt_runtime_core::IdleTimeout> {
+        Some(self)
+    }
+    fn as_recovery(&self) -> Option<&dyn envrt_runtime_core::Recovery> {
+        self.inner.as_recovery()
     }
     fn verified_verbs(&self) -> VerbSet {
         let mut verbs = self.inner.verified_verbs();

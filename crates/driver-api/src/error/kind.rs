@@ -24,6 +24,7 @@ impl RuntimeError {
             RuntimeError::LeaseExpired { .. } => "lease_expired",
             RuntimeError::LeasePaused { .. } => "lease_paused",
             RuntimeError::NotReady { .. } => "lease_not_ready",
+            RuntimeError::LeaseIdleEnded { .. } => "lease_idle_ended",
             RuntimeError::TemplateNotFound { .. } => "template_not_found",
             RuntimeError::Process(error) => error.kind(),
             RuntimeError::Network(_) => "network_refused",

@@ -42,13 +42,15 @@ pub enum UnsupportedOperation {
     ExposePorts,
     /// `fork_lease` (no fork group).
     Fork,
+    /// An idle timeout or keep-alive (no idle group).
+    IdleTimeout,
 }
 
 /// One row: the operation, its stable error kind, the words its refusal ends with.
 type Row = (UnsupportedOperation, &'static str, &'static str);
 
 /// The table, in the enum's order (a test keeps it so).
-const ROWS: [Row; 14] = [
+const ROWS: [Row; 15] = [
     (UnsupportedOperation::Resume, "resume_unsupported", "lease resume"),
     (UnsupportedOperation::Destroy, "destroy_unsupported", "lease destroy"),
     (
@@ -87,11 +89,16 @@ const ROWS: [Row; 14] = [
         "exposed lease ports",
     ),
     (UnsupportedOperation::Fork, "fork_unsupported", "lease fork"),
+    (
+        UnsupportedOperation::IdleTimeout,
+        "idle_timeout_unsupported",
+        "idle timeouts",
+    ),
 ];
 
 impl UnsupportedOperation {
     /// Every operation, in table order.
-    pub const ALL: [UnsupportedOperation; 14] = [
+    pub const ALL: [UnsupportedOperation; 15] = [
         UnsupportedOperation::Resume,
         UnsupportedOperation::Destroy,
         UnsupportedOperation::Realize,
@@ -106,6 +113,7 @@ impl UnsupportedOperation {
         UnsupportedOperation::Pause,
         UnsupportedOperation::ExposePorts,
         UnsupportedOperation::Fork,
+        UnsupportedOperation::IdleTimeout,
     ];
 
     fn row(self) -> &'static Row {
@@ -146,7 +154,7 @@ mod tests {
     /// one replaced had.
     #[test]
     fn every_row_renders_the_pinned_text_and_kind() {
-        let rows: [(&str, UnsupportedOperation, &str, &str); 13] = [
+        let rows: [(&str, UnsupportedOperation, &str, &str); 14] = [
             (
                 "local",
                 UnsupportedOperation::Resume,
@@ -224,6 +232,12 @@ mod tests {
                 UnsupportedOperation::Fork,
                 "Environment driver \"ssh\" does not support lease fork.",
                 "fork_unsupported",
+            ),
+            (
+                "ssh",
+                UnsupportedOperation::IdleTimeout,
+                "Environment driver \"ssh\" does not support idle timeouts.",
+                "idle_timeout_unsupported",
             ),
         ];
         for (key, operation, text, kind) in rows {

@@ -39,6 +39,8 @@
 //! ttl = "30m"               # default lease expiry (`lease acquire`, `exec`, `shell`); none by default
 //! ready_command = ["sh", "-c", "test -e /ready"]  # must exit 0 on every new lease first
 //! ready_timeout = "30s"     # its bound (default 60s, at most 600s)
+//! idle_timeout = "10m"      # default idle timeout (`lease acquire`, `exec`); none by default
+//! on_idle = "release"       # what an idle timeout does; the only value so far
 //! [environment.config]      # driver-specific, passed as JSON
 //! image = "debian:12"
 //! [environment.network]     # or `network = "host"` (local, ssh); docs/contract.md section 10
@@ -174,6 +176,8 @@ struct EnvironmentEntry {
     /// `ready_command = [...]`, `ready_timeout = "30s"` (see `super::ready`).
     ready_command: Option<toml::Value>,
     ready_timeout: Option<String>,
+    idle_timeout: Option<String>,
+    on_idle: Option<String>,
     /// `"host"` or `[environment.network]` (see `super::network`).
     network: Option<toml::Value>,
 }
@@ -210,6 +214,8 @@ pub struct Config {
     pub environments: Vec<Environment>,
     /// The default lease TTL of each environment that sets `ttl`.
     pub ttls: BTreeMap<String, std::time::Duration>,
+    /// The default idle timeout of each environment that sets `idle_timeout`.
+    pub idle_timeouts: BTreeMap<String, std::time::Duration>,
     /// The pool size of each environment that declares `[environment.pool]`.
     pub pools: BTreeMap<String, usize>,
     /// Each known driver's settings, read by its descriptor from its own sections (the
@@ -225,6 +231,7 @@ impl std::fmt::Debug for Config {
             .field("default_environment", &self.default_environment)
             .field("environments", &self.environments)
             .field("ttls", &self.ttls)
+            .field("idle_timeouts", &self.idle_timeouts)
             .field("pools", &self.pools)
             .field("drivers", &self.drivers.keys().collect::<Vec<_>>())
             .finish()
@@ -334,6 +341,8 @@ impl Config {
             }
             super::ready::parse(entry.ready_command.as_ref(), entry.ready_timeout.as_deref())
                 .map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
+            super::idle::check(entry.idle_timeout.as_deref(), entry.on_idle.as_deref())
+                .map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
             if let Some(pool) = &entry.pool {
                 super::pool::pool_size(pool).map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
                 if entry.ttl.is_some() {
@@ -369,6 +378,7 @@ impl Config {
                 Some((e.id.clone(), ttl))
             })
             .collect();
+        let idle_timeouts = super::idle::defaults(file.environments.iter().map(|e| (&e.id, e.idle_timeout.as_deref())));
         let pools = file
             .environments
             .iter()
@@ -397,6 +407,7 @@ impl Config {
             default_environment: file.default.unwrap_or_else(|| IMPLICIT_LOCAL.into()),
             environments,
             ttls,
+            idle_timeouts,
             pools,
             drivers,
         })
@@ -409,170 +420,5 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn paths() -> Paths {
-        Paths {
-            config: None,
-            state_dir: PathBuf::from("/state"),
-        }
-    }
-
-    #[test]
-    fn no_file_gives_the_implicit_local_environment() {
-        let c = Config::from_file(File::default(), &paths()).unwrap();
-        assert_eq!(
-            c.environments,
-            vec![Environment::new(IMPLICIT_LOCAL, IMPLICIT_LOCAL, IMPLICIT_LOCAL)]
-        );
-        assert_eq!(c.company, IMPLICIT_LOCAL);
-        assert_eq!(c.default_environment, IMPLICIT_LOCAL);
-        let keys: Vec<&str> = c.drivers.keys().copied().collect();
-        let mut known = crate::known_drivers();
-        known.sort();
-        assert_eq!(keys, known);
-    }
-
-    #[cfg(all(feature = "docker", feature = "plugin-sandbox"))]
-    #[test]
-    fn a_full_file_parses_with_driver_config_as_json() {
-        let file = Config::parse(
-            r#"
-company = "acme"
-default = "dev"
-[local]
-root = "/tmp/ws"
-[docker]
-host = "tcp://127.0.0.1:2375"
-[[plugin]]
-manifest = "p/plugin.json"
-driver_key = "bwrap"
-[plugin.config]
-level = 2
-[[environment]]
-id = "dev"
-driver = "docker"
-[environment.config]
-image = "debian:12"
-memoryBytes = 100
-[[environment]]
-id = "old"
-name = "Old one"
-driver = "local"
-status = "archived"
-"#,
-        )
-        .unwrap();
-        let mut paths = paths();
-        paths.config = Some(PathBuf::from("/etc/envrt/envrt.toml"));
-        let c = Config::from_file(file, &paths).unwrap();
-        assert_eq!(c.company, "acme");
-        assert_eq!(c.default_environment, "dev");
-        let ids: Vec<&str> = c.environments.iter().map(|e| e.id.as_str()).collect();
-        assert_eq!(ids, ["dev", "old", "local"]);
-        let dev = c.environment("dev").unwrap();
-        assert_eq!(dev.name, "dev");
-        assert_eq!(
-            serde_json::Value::Object(dev.config.clone()),
-            serde_json::json!({"image": "debian:12", "memoryBytes": 100})
-        );
-        assert_eq!(c.environment("old").unwrap().status, EnvironmentStatus::Archived);
-        assert!(c.ttls.is_empty());
-    }
-
-    #[test]
-    fn an_environment_may_set_a_default_ttl() {
-        let file = Config::parse("[[environment]]\nid = \"a\"\ndriver = \"local\"\nttl = \"1m30s\"\n").unwrap();
-        let c = Config::from_file(file, &paths()).unwrap();
-        assert_eq!(c.ttls.get("a"), Some(&std::time::Duration::from_secs(90)));
-        assert_eq!(c.ttls.get("local"), None);
-        assert_eq!(
-            Config::parse("[[environment]]\nid = \"a\"\ndriver = \"local\"\nttl = \"soon\"\n").unwrap_err(),
-            "environment \"a\": ttl expects a positive duration such as 90, 1.5, 500ms, 1s, 2m or 1h30m, got \"soon\""
-        );
-    }
-
-    #[test]
-    fn bad_files_are_refused_with_a_clear_message() {
-        assert_eq!(
-            Config::parse(
-                "[[environment]]\nid = \"a\"\ndriver = \"local\"\n[[environment]]\nid = \"a\"\ndriver = \"x\"\n"
-            )
-            .unwrap_err(),
-            "environment \"a\" is defined twice"
-        );
-        assert_eq!(
-            Config::parse("[[environment]]\nid = \"a\"\ndriver = \"\"\n").unwrap_err(),
-            "environment \"a\" has an empty driver"
-        );
-        assert_eq!(
-            Config::parse("colour = 1\n").unwrap_err(),
-            unknown_field("colour", &top_level_keys())
-        );
-        assert_eq!(
-            Config::parse("[[environment]]\nid = \"a\"\n").unwrap_err(),
-            "missing field `driver`"
-        );
-    }
-
-    #[test]
-    fn unknown_fields_are_refused_as_serde_words_them() {
-        assert_eq!(unknown_field("x", &[]), "unknown field `x`, there are no fields");
-        assert_eq!(unknown_field("x", &["a"]), "unknown field `x`, expected `a`");
-        assert_eq!(
-            unknown_field("x", &["a", "b"]),
-            "unknown field `x`, expected `a` or `b`"
-        );
-        assert_eq!(
-            unknown_field("x", &["a", "b", "c"]),
-            "unknown field `x`, expected one of `a`, `b`, `c`"
-        );
-    }
-
-    #[test]
-    fn an_environment_may_declare_a_pool() {
-        let file =
-            Config::parse("[[environment]]\nid = \"a\"\ndriver = \"local\"\n[environment.pool]\nsize = 3\n").unwrap();
-        let c = Config::from_file(file, &paths()).unwrap();
-        assert_eq!(c.pools.get("a"), Some(&3));
-        assert_eq!(c.pools.len(), 1);
-    }
-
-    #[test]
-    fn bad_pools_are_refused_with_exact_texts() {
-        let pool = |body: &str| {
-            Config::parse(&format!(
-                "[[environment]]\nid = \"a\"\ndriver = \"local\"\n[environment.pool]\n{body}"
-            ))
-            .unwrap_err()
-        };
-        for (body, got) in [
-            ("size = 0\n", "0"),
-            ("size = -2\n", "-2"),
-            ("size = 65\n", "65"),
-            ("size = 1.5\n", "1.5"),
-            ("size = \"three\"\n", "\"three\""),
-            ("size = true\n", "true"),
-            ("size = [1]\n", "an array"),
-        ] {
-            assert_eq!(
-                pool(body),
-                format!("environment \"a\": pool size expects a whole number from 1 to 64, got {got}"),
-                "for {body:?}"
-            );
-        }
-        assert_eq!(pool(""), "environment \"a\": [environment.pool] needs a size");
-        assert_eq!(
-            pool("size = 2\nimage = \"x\"\n"),
-            "unknown field `image`, expected `size`"
-        );
-        assert_eq!(
-            Config::parse(
-                "[[environment]]\nid = \"a\"\ndriver = \"local\"\nttl = \"5m\"\n[environment.pool]\nsize = 2\n"
-            )
-            .unwrap_err(),
-            "environment \"a\": a pool cannot be combined with ttl (pooled leases are acquired ahead and carry no expiry)"
-        );
-    }
-}
+#[path = "file_tests.rs"]
+mod tests;

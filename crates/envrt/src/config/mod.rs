@@ -27,6 +27,7 @@ mod assemble;
 mod compat;
 mod duration;
 mod file;
+mod idle;
 mod network;
 mod pool;
 mod ready;

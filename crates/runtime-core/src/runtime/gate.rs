@@ -49,6 +49,8 @@ pub(super) enum Operation {
     AcquireFromTemplate,
     /// `pause_lease` and `unpause_lease`.
     Pause,
+    /// `keep_alive` and arming an idle timeout.
+    Idle,
     /// Every process verb: `spawn`, `processes`, `process`, `output`, `write_stdin`,
     /// `close_stdin`, `signal`, `resize`, `wait`.
     Processes,
@@ -133,6 +135,7 @@ fn rule(operation: Operation) -> Rule {
         Operation::Expose => row(U::ExposePorts, None, true),
         // Fork is a group, not a capability key; only a live lease is copied.
         Operation::Fork => row(U::Fork, None, true),
+        Operation::Idle => row(U::IdleTimeout, None, true),
     }
 }
 
@@ -180,8 +183,12 @@ pub(super) async fn gate<'a, G: ?Sized + 'a>(
     }
     if rule.needs_active {
         require_active(lease)?;
-        if operation != Operation::Pause && super::pause::is_paused(lease) {
+        if !matches!(operation, Operation::Pause | Operation::Idle) && super::pause::is_paused(lease) {
             return Err(RuntimeError::LeasePaused { id: lease.id.clone() });
+        }
+        // Every operation a lease takes is activity: it resets the idle clock.
+        if operation != Operation::Idle {
+            super::idle::touch(resolved).await?;
         }
     }
     Ok(found)
@@ -211,7 +218,7 @@ fn require_active(lease: &Lease) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
-    const ALL: [Operation; 14] = [
+    const ALL: [Operation; 15] = [
         Operation::Resume,
         Operation::Destroy,
         Operation::Realize,
@@ -226,6 +233,7 @@ mod tests {
         Operation::Processes,
         Operation::Pause,
         Operation::Fork,
+        Operation::Idle,
     ];
 
     #[test]
@@ -248,6 +256,7 @@ mod tests {
                 "Environment driver \"k\" does not support persistent process sessions.",
                 "Environment driver \"k\" does not support pause.",
                 "Environment driver \"k\" does not support lease fork.",
+                "Environment driver \"k\" does not support idle timeouts.",
             ]
         );
     }
@@ -288,13 +297,14 @@ mod tests {
                 None,
                 Some(CapabilityKey::PersistentProcessSessions),
                 None,
+                None,
             ]
         );
         let active: Vec<bool> = ALL.iter().map(|op| rule(*op).needs_active).collect();
         assert_eq!(
             active,
             [
-                false, false, true, true, true, true, true, true, false, false, false, true, true
+                false, false, true, true, true, true, true, true, false, false, false, true, true, true
             ]
         );
     }

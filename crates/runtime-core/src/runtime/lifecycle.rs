@@ -393,6 +393,7 @@ impl EnvironmentRuntime {
                     lease.released_at = Some(now);
                     lease.cleanup_status = Some(CleanupStatus::Success);
                     lease.metadata.remove(super::PAUSED_KEY);
+                    lease.metadata.remove(super::IDLE_TIMEOUT_KEY);
                     if final_status == LeaseStatus::Expired {
                         lease.failure_reason = Some("lease_expired".into());
                     }
@@ -443,6 +444,7 @@ impl EnvironmentRuntime {
                     lease.cleanup_status = Some(CleanupStatus::Success);
                     lease.metadata.insert("destroyed".into(), true.into());
                     lease.metadata.remove(super::PAUSED_KEY);
+                    lease.metadata.remove(super::IDLE_TIMEOUT_KEY);
                     self.store.put_lease(&lease).await?;
                     Ok(lease)
                 }

@@ -8,6 +8,7 @@
 mod expose;
 mod fork;
 mod gate;
+mod idle;
 mod lifecycle;
 mod network;
 mod operations;
@@ -37,6 +38,7 @@ pub use expose::{
     EndpointAddress, ExposeAt, ExposedEndpoint, MAX_CONNECTIONS as EXPOSE_MAX_CONNECTIONS,
     MAX_ENDPOINTS as EXPOSE_MAX_ENDPOINTS, TOKEN_WAIT as EXPOSE_TOKEN_WAIT,
 };
+pub use idle::{IDLE_TIMEOUT_KEY, idle_timeout};
 pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE_KEY};
 pub use pause::{PAUSED_KEY, is_paused, paused_at};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};

@@ -40,6 +40,7 @@ impl EnvironmentRuntime {
                 return Ok(lease);
             }
             pause.pause_lease(&resolved.context).await?;
+            super::idle::touch_as(&resolved, true).await?;
             let now = Timestamp::now();
             lease.metadata.insert(PAUSED_KEY.into(), now.0.into());
             lease.last_used_at = now;
@@ -60,6 +61,7 @@ impl EnvironmentRuntime {
                 return Ok(lease);
             }
             pause.unpause_lease(&resolved.context).await?;
+            super::idle::touch_as(&resolved, false).await?;
             lease.metadata.remove(PAUSED_KEY);
             lease.last_used_at = Timestamp::now();
             self.store.put_lease(&lease).await?;
