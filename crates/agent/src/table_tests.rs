@@ -3,6 +3,12 @@
 
 use super::*;
 
+/// The agent reaps any child of its process (`waitpid(-1)`), as it should when it is the
+/// only supervisor there. Tests in one binary each make an agent of their own, so the
+/// ones that spawn take turns: otherwise one agent reaps another's child and counts it as
+/// an orphan, and the other waits for an exit it never sees.
+static SPAWNING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Waits (bounded) until process `id` has exited and its output is drained.
 async fn ended(agent: &Arc<Agent>, id: u64) {
     for _ in 0..1000 {
@@ -17,6 +23,7 @@ async fn ended(agent: &Arc<Agent>, id: u64) {
 
 #[tokio::test]
 async fn an_ended_process_reserves_only_the_bytes_it_holds() {
+    let _turn = SPAWNING.lock().await;
     let config = Config {
         buffer_bound: 4096,
         ..Config::default()
@@ -47,6 +54,7 @@ async fn an_ended_process_reserves_only_the_bytes_it_holds() {
 
 #[tokio::test]
 async fn a_pid_whose_start_time_changed_is_never_signalled() {
+    let _turn = SPAWNING.lock().await;
     let agent = Agent::new(Config::default());
     let request = SpawnRequest {
         argv: vec!["sleep".into(), "100".into()],
@@ -69,6 +77,7 @@ async fn a_pid_whose_start_time_changed_is_never_signalled() {
 
 #[tokio::test]
 async fn an_agent_gives_at_most_its_span_of_ids_ended_processes_included() {
+    let _turn = SPAWNING.lock().await;
     let agent = Agent::new(Config {
         first_id: 4097,
         id_span: 2,

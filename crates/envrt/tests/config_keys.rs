@@ -115,7 +115,7 @@ async fn an_unknown_plugin_key_is_refused_naming_the_known_ones() {
     assert_eq!(
         error,
         format!(
-            "envrt: config \"{file}\": unknown field `driverKey`, expected one of `manifest`, `driver_key`, `config`, `secrets`, `http_allow`"
+            "envrt: config \"{file}\": unknown field `driverKey`, expected one of `manifest`, `driver_key`, `config`, `secrets`, `http_allow`, `http_roots`"
         )
     );
 }
