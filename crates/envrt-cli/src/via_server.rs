@@ -106,6 +106,9 @@ async fn lease(server: &Server, command: LeaseCommand) -> Result<u8, CliError> {
             if args.holder_pid.is_some() {
                 return Err(unsupported("lease acquire --holder-pid"));
             }
+            if args.idle_timeout.is_some() {
+                return Err(unsupported("--idle-timeout"));
+            }
             if args.owner.scope.is_some() || !args.owner.labels.is_empty() {
                 return Err(unsupported("lease acquire --scope/--label"));
             }
@@ -165,6 +168,7 @@ async fn lease(server: &Server, command: LeaseCommand) -> Result<u8, CliError> {
         LeaseCommand::Pause { .. } => return Err(unsupported("lease pause")),
         LeaseCommand::Unpause { .. } => return Err(unsupported("lease unpause")),
         LeaseCommand::Fork(_) => return Err(unsupported("lease fork")),
+        LeaseCommand::KeepAlive { .. } => return Err(unsupported("lease keep-alive")),
     }
     Ok(0)
 }
@@ -197,6 +201,9 @@ async fn exec(server: &Server, args: ExecArgs) -> Result<u8, CliError> {
 }
 
 async fn exec_on(server: &Server, args: ExecArgs) -> Result<u8, CliError> {
+    if args.idle_timeout.is_some() {
+        return Err(unsupported("--idle-timeout"));
+    }
     let env = env_of(&args.env, &args.env_file)?;
     let timeout = parse_timeout(args.timeout.as_deref())?;
     if args.network.policy()?.is_some() && args.lease.is_some() {

@@ -334,6 +334,8 @@ fn refusals_through_a_service_have_exact_texts() {
         (&["lease", "pause", "x"][..], "lease pause"),
         (&["lease", "unpause", "x"][..], "lease unpause"),
         (&["lease", "fork", "x"][..], "lease fork"),
+        (&["lease", "keep-alive", "x"][..], "lease keep-alive"),
+        (&["lease", "acquire", "--idle-timeout", "5m"][..], "--idle-timeout"),
         (
             &["lease", "acquire", "--scope", "s"][..],
             "lease acquire --scope/--label",
