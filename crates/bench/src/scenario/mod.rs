@@ -313,7 +313,8 @@ mod tests {
                 "exec-supervisor-docker"
             ]
         );
-        assert_eq!(selected(&["11"]), ["exec-supervisor-docker"]);
+        assert_eq!(selected(&["11"]), ["fork-local", "fork-docker"]);
+        assert_eq!(selected(&["12"]), ["exec-supervisor-docker"]);
         assert_eq!(selected(&["6"]), ["sync-local", "sync-docker", "sync-ssh"]);
         assert_eq!(
             selected(&["scale-exec"]),
