@@ -207,7 +207,7 @@ impl DockerDriver {
         };
         let deadline = request.timeout.map(|t| Instant::now() + t);
         let mut poll_delay = FIRST_POLL;
-        let mut next_poll = Instant::now() + poll_delay;
+        let mut next_poll = Some(Instant::now() + poll_delay);
         let end = loop {
             tokio::select! {
                 biased;
@@ -218,16 +218,23 @@ impl DockerDriver {
                     None => break End::Broken("its output ended without the exit".to_owned()),
                 },
                 _ = sleep_until_opt(deadline) => break End::TimedOut,
-                _ = tokio::time::sleep_until(next_poll) => {
+                _ = sleep_until_opt(next_poll) => {
                     // The output stays open while something in the background holds it:
                     // notice the command's own exit apart.
                     match client.info(info.id).await {
                         Ok(now) if now.status != Status::Running => break End::Holders,
                         Ok(_) => {}
+                        // A held process leaves the table only once its final state went to
+                        // its reader, this output stream: the exit is on its way here, and
+                        // the stream ends with it (or breaks, which is caught above).
+                        Err(ClientError::Refused(_)) => {
+                            next_poll = None;
+                            continue;
+                        }
                         Err(error) => break End::Broken(error.to_string()),
                     }
                     poll_delay = (poll_delay * 2).min(MAX_POLL);
-                    next_poll = Instant::now() + poll_delay;
+                    next_poll = Some(Instant::now() + poll_delay);
                 }
             }
         };
