@@ -158,11 +158,12 @@ fn scope_reuse(ctx: &Ctx) -> Result<Checked, String> {
                     "resume and one lease per scope checked; replacement needs templates".into(),
                 ));
             }
-            let template = ctx
-                .runtime
-                .capture_template(&first.id, None)
-                .await
-                .map_err(|e| format!("capture: {e}"))?;
+            // A worker may have the group and refuse capture in Paperclip's words.
+            let Some(template) = super::templates::capture(ctx, &first, "scope").await? else {
+                return Ok(Checked::NotChecked(
+                    "resume and one lease per scope checked; replacement needs a template the driver captures".into(),
+                ));
+            };
             let mut changed = scoped(ctx, &scope);
             changed.template = Some(template.id.clone());
             let replaced = ctx

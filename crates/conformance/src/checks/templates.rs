@@ -47,7 +47,7 @@ fn request_from(ctx: &Ctx, template: &str) -> AcquireRequest {
 }
 
 /// Captures `lease`; `Ok(None)` when the driver refuses in Paperclip's words (checked).
-async fn capture(ctx: &Ctx, lease: &Lease, label: &str) -> Result<Option<TemplateRef>, String> {
+pub(super) async fn capture(ctx: &Ctx, lease: &Lease, label: &str) -> Result<Option<TemplateRef>, String> {
     match ctx.runtime.capture_template(&lease.id, Some(label)).await {
         Ok(template) => Ok(Some(template)),
         Err(RuntimeError::Driver(error @ envrt_runtime_core::DriverError::ProviderUnsupported { .. })) => {
