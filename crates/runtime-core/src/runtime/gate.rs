@@ -298,13 +298,14 @@ mod tests {
                 Some(CapabilityKey::PersistentProcessSessions),
                 None,
                 None,
+                None,
             ]
         );
         let active: Vec<bool> = ALL.iter().map(|op| rule(*op).needs_active).collect();
         assert_eq!(
             active,
             [
-                false, false, true, true, true, true, true, true, false, false, false, true, true, true
+                false, false, true, true, true, true, true, true, false, false, false, true, true, true, true
             ]
         );
     }
