@@ -172,8 +172,8 @@ async fn connect(
     Ok(Response::new(full(String::new())))
 }
 
-/// Hop-by-hop headers, never passed on (nor set as a brokered credential).
-pub(crate) const HOP: &[&str] = &[
+/// Hop-by-hop headers, never passed on.
+const HOP: &[&str] = &[
     "connection",
     "proxy-connection",
     "keep-alive",
