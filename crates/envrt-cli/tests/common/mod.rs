@@ -68,36 +68,7 @@ impl Site {
     pub fn run_with_env(&self, args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Outcome {
         let mut c = self.command(args);
         c.envs(env.iter().copied());
-        c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-        let mut child = c.spawn().unwrap();
-        let writer = stdin.map(|data| {
-            let mut pipe = child.stdin.take().unwrap();
-            let data = data.to_vec();
-            std::thread::spawn(move || {
-                let _ = pipe.write_all(&data);
-            })
-        });
-        let mut out = child.stdout.take().unwrap();
-        let mut err = child.stderr.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = out.read_to_end(&mut v);
-            v
-        });
-        let err_reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
-        let status = wait_bounded(&mut child, LIMIT);
-        if let Some(w) = writer {
-            w.join().unwrap();
-        }
-        Outcome {
-            code: status.code(),
-            stdout: reader.join().unwrap(),
-            stderr: err_reader.join().unwrap(),
-        }
+        run_command(c, stdin)
     }
 
     pub fn run(&self, args: &[&str]) -> Outcome {
