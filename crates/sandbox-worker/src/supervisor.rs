@@ -532,6 +532,20 @@ mod tests {
             .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        // `spawn` returns once the exec is past its point of no return, before the new
+        // command line is in place: a scan in that window sees none (no tag) yet.
+        let needle = format!("\0{}\0{tag}\0", crate::sandbox::DETACHED_TAG);
+        let carries_tag = || {
+            std::fs::read(format!("/proc/{}/cmdline", child.id()))
+                .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        };
+        for _ in 0..500 {
+            if carries_tag() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(carries_tag(), "the tagged command never ran");
         let identity = Identity::of(child.id()).unwrap();
         // Another tag, or one that is no tag, names nothing.
         for other in [uuid::Uuid::new_v4().simple().to_string(), String::new()] {
