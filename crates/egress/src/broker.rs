@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use hyper::header::{HOST, HeaderName, HeaderValue};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -134,13 +134,7 @@ pub(crate) async fn run<C>(
     // The real host, verified, before the first request is read.
     let sender = connect_upstream(&shared, &broker, &host, upstream, addr).await;
     let sender = Arc::new(Mutex::new(sender));
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_headers(limits.max_headers)
-        .max_buf_size(limits.max_head_bytes.max(8192))
-        .keep_alive(true);
+    let builder = crate::proxy::server_builder(limits);
     let service = service_fn(move |req| {
         let (shared, broker, sender, host) = (shared.clone(), broker.clone(), sender.clone(), host.clone());
         let _permit = permit.clone();

@@ -174,20 +174,9 @@ pub enum CredentialError {
     },
 }
 
-/// Headers the proxy owns or that frame the message: never a credential.
-const RESERVED: &[&str] = &[
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "upgrade",
-];
+/// Headers that frame the message: never a credential (nor any hop-by-hop header, which
+/// the proxy owns: [`crate::hop::HOP`]).
+const RESERVED: &[&str] = &["host", "content-length", "transfer-encoding"];
 
 fn is_token(s: &str) -> bool {
     !s.is_empty()
@@ -226,7 +215,7 @@ impl Credential {
             });
         }
         let header = raw.header.to_ascii_lowercase();
-        if RESERVED.contains(&header.as_str()) {
+        if RESERVED.contains(&header.as_str()) || crate::hop::HOP.contains(&header.as_str()) {
             return Err(CredentialError::HeaderReserved {
                 index,
                 header: raw.header.clone(),

@@ -172,20 +172,8 @@ async fn connect(
     Ok(Response::new(full(String::new())))
 }
 
-/// Hop-by-hop headers, never passed on.
-const HOP: &[&str] = &[
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "upgrade",
-];
-
 pub(crate) fn strip_hop(headers: &mut hyper::HeaderMap) {
-    for h in HOP {
+    for h in crate::hop::HOP {
         headers.remove(HeaderName::from_static(h));
     }
 }

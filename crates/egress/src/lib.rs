@@ -141,6 +141,7 @@ mod entry;
 #[cfg(feature = "proxy")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod hop;
 mod network;
 mod policy;
 mod ranges;

@@ -187,11 +187,9 @@ async fn refuse_overflow<I: AsyncRead + AsyncWrite + Unpin>(mut io: I, limit: us
     let _ = tokio::time::timeout(Duration::from_secs(5), write).await;
 }
 
-async fn serve_connection<I>(io: I, shared: Arc<Shared>, permit: Arc<OwnedSemaphorePermit>)
-where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let limits = &shared.limits;
+/// The HTTP/1.1 server side of a lease's connection, under the proxy's limits (also what an
+/// intercepted, credentialed tunnel is served with).
+pub(crate) fn server_builder(limits: &Limits) -> hyper::server::conn::http1::Builder {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -199,6 +197,15 @@ where
         .max_headers(limits.max_headers)
         .max_buf_size(limits.max_head_bytes.max(8192))
         .keep_alive(true);
+    builder
+}
+
+async fn serve_connection<I>(io: I, shared: Arc<Shared>, permit: Arc<OwnedSemaphorePermit>)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let limits = &shared.limits;
+    let builder = server_builder(limits);
     let svc_shared = shared.clone();
     let service = service_fn(move |req| {
         let shared = svc_shared.clone();
