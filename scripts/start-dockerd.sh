@@ -28,14 +28,13 @@ if engine_up; then
     exit 0
 fi
 
-# A dockerd process may exist but not answer yet (still starting) -> only wait.
-if pgrep -x dockerd >/dev/null 2>&1; then
-    echo "dockerd process exists (pid $(pgrep -x dockerd | tr '\n' ' ')), waiting for it"
+# The default engine may exist but not answer yet (still starting) -> only wait. Only its
+# pid file counts: a test's own dockerd (own --pidfile and socket) is not the default one.
+if [ -f /var/run/docker.pid ] && kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+    echo "dockerd process exists (pid $(cat /var/run/docker.pid)), waiting for it"
 else
     # Stale pid file from a killed dockerd prevents start-up.
-    if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
-        rm -f /var/run/docker.pid
-    fi
+    rm -f /var/run/docker.pid
     echo "starting dockerd (log: $LOG)"
     nohup setsid dockerd --iptables=false --bridge=none >>"$LOG" 2>&1 </dev/null &
 fi

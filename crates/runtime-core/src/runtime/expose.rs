@@ -31,8 +31,8 @@ use crate::error::{DriverError, RuntimeError};
 use crate::model::{LeaseStatus, Timestamp};
 use crate::store::LeaseStore;
 
+use super::EnvironmentRuntime;
 use super::gate::{Operation, gate};
-use super::{EnvironmentRuntime, traced};
 
 /// Endpoints one lease may have open at once.
 pub const MAX_ENDPOINTS: usize = 16;
@@ -211,7 +211,7 @@ impl EnvironmentRuntime {
     /// be exposed`), more than [`MAX_ENDPOINTS`] endpoints (`Invalid input: lease "{id}"
     /// already has 16 exposed ports`), and an address that cannot be bound.
     pub async fn expose(&self, lease_id: &str, port: u16, at: ExposeAt) -> Result<ExposedEndpoint, RuntimeError> {
-        traced("expose", lease_id, async {
+        self.traced("expose", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             gate(&resolved, Operation::Expose, |d| d.as_expose(), |_| true).await?;
             if port == 0 {

@@ -6,9 +6,9 @@ use crate::driver::{AcquireInput, FORKED_FROM_KEY, LeaseContext, MAX_FORK_COUNT,
 use crate::error::{DriverError, RuntimeError};
 use crate::model::{Environment, Lease, LeaseStatus, Timestamp};
 
+use super::EnvironmentRuntime;
 use super::gate::{Operation, gate};
 use super::lifecycle::apply_grant;
-use super::{EnvironmentRuntime, traced};
 
 /// The refusal of a fork count outside `1..=MAX_FORK_COUNT`, before any driver is called.
 fn check_count(count: usize) -> Result<(), DriverError> {
@@ -35,7 +35,7 @@ impl EnvironmentRuntime {
     /// under a network policy (`Invalid input: lease "{id}" runs under a network policy, which a fork does not copy yet`).
     /// Each copy's metadata records `forkedFrom`.
     pub async fn fork_lease(&self, lease_id: &str, count: usize) -> Result<Vec<Lease>, RuntimeError> {
-        traced("fork_lease", lease_id, async {
+        self.traced("fork_lease", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let fork = gate(&resolved, Operation::Fork, |d| d.as_fork(), |_| true).await?;
             check_count(count)?;

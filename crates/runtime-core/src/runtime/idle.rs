@@ -17,7 +17,7 @@ use crate::model::{Lease, LeaseStatus, Timestamp};
 
 use super::gate::{Operation, gate};
 use super::pause::is_paused;
-use super::{EnvironmentRuntime, Resolved, traced};
+use super::{EnvironmentRuntime, Resolved};
 
 /// Lease metadata key of a lease with an idle timeout: its length in milliseconds.
 /// Written by the facade only.
@@ -64,7 +64,7 @@ impl EnvironmentRuntime {
     /// is alive. Without the driver's idle group: `Environment driver "{key}" does not
     /// support idle timeouts.`
     pub async fn set_idle_timeout(&self, lease_id: &str, idle: Duration) -> Result<Lease, RuntimeError> {
-        traced("set_idle_timeout", lease_id, async {
+        self.traced("set_idle_timeout", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let group = gate(&resolved, Operation::Idle, |d| d.as_idle(), |_| true).await?;
             let millis = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
@@ -86,7 +86,7 @@ impl EnvironmentRuntime {
     /// recorded as `expired` (its clean-up finished as a release does) and refused with
     /// `Lease "{id}" ended after its idle timeout.`
     pub async fn keep_alive(&self, lease_id: &str) -> Result<Lease, RuntimeError> {
-        traced("keep_alive", lease_id, async {
+        self.traced("keep_alive", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             gate(&resolved, Operation::Idle, |d| d.as_idle(), |_| true).await?;
             let mut lease = resolved.context.lease.clone();

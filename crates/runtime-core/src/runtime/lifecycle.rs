@@ -11,8 +11,8 @@ use crate::model::{
 use crate::store::LeaseFilter;
 use envrt_driver_api::fault;
 
+use super::EnvironmentRuntime;
 use super::gate::{Operation, gate};
-use super::{EnvironmentRuntime, traced};
 
 /// What the caller asks for when acquiring a lease.
 #[derive(Clone, Debug, Default)]
@@ -109,7 +109,7 @@ impl EnvironmentRuntime {
     /// Acquires a lease on an environment, through `environment.driver`, or hands over a
     /// ready lease when a warm pool matches the request (see [`start_pool`](Self::start_pool)).
     pub async fn acquire_lease(&self, request: AcquireRequest) -> Result<Lease, RuntimeError> {
-        traced("acquire_lease", "", async {
+        self.traced("acquire_lease", "", async {
             self.check_tenant(&request.company_id)?;
             super::scope::check_scope(request.scope.as_deref(), request.reuse)?;
             if request.reuse == super::scope::Reuse::Scope {
@@ -317,7 +317,7 @@ impl EnvironmentRuntime {
 
     /// Resumes a reusable lease; needs the driver's resume and `reusableLeases`.
     pub async fn resume_lease(&self, lease_id: &str) -> Result<Lease, RuntimeError> {
-        traced("resume_lease", lease_id, async {
+        self.traced("resume_lease", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let resume = gate(&resolved, Operation::Resume, |d| d.as_resume(), |_| true).await?;
             let mut lease = resolved.context.lease.clone();
@@ -354,7 +354,7 @@ impl EnvironmentRuntime {
     /// clean-up leaves the lease `pending_cleanup` and returns the error; releasing again
     /// retries. Releasing an ended lease again is a no-op.
     pub async fn release_lease(&self, lease_id: &str, status: LeaseStatus) -> Result<Lease, RuntimeError> {
-        traced("release_lease", lease_id, async {
+        self.traced("release_lease", lease_id, async {
             if !matches!(
                 status,
                 LeaseStatus::Released | LeaseStatus::Failed | LeaseStatus::Expired
@@ -423,7 +423,7 @@ impl EnvironmentRuntime {
 
     /// Destroys a lease's resource outright; idempotent.
     pub async fn destroy_lease(&self, lease_id: &str) -> Result<Lease, RuntimeError> {
-        traced("destroy_lease", lease_id, async {
+        self.traced("destroy_lease", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let destroy = gate(&resolved, Operation::Destroy, |d| d.as_destroy(), |_| true).await?;
             let mut lease = resolved.context.lease.clone();

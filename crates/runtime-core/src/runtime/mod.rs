@@ -202,35 +202,53 @@ impl EnvironmentRuntime {
     }
 }
 
-/// Runs a facade operation inside a span carrying the operation, lease id and driver key,
-/// and records its outcome and duration. Payloads and env values are never recorded.
-async fn traced<T>(
-    operation: &'static str,
-    lease_id: &str,
-    body: impl Future<Output = Result<T, RuntimeError>>,
-) -> Result<T, RuntimeError> {
-    let span = tracing::debug_span!("envrt", operation, lease_id, driver = tracing::field::Empty,);
-    let started = Instant::now();
-    let result = body.instrument(span.clone()).await.map_err(|e| lost(lease_id, e));
-    let duration_us = started.elapsed().as_micros() as u64;
-    span.in_scope(|| match &result {
-        Ok(_) => tracing::debug!(outcome = "ok", duration_us),
-        Err(error) => tracing::debug!(outcome = "error", duration_us, %error),
-    });
-    result
-}
-
-/// A driver's `ResourceGone` on an operation on an existing lease says the lease's backend
-/// died behind envrt's back: the facade reports the lease itself as lost (contract section
-/// 3), naming what to do. An acquire (no lease id yet) keeps the driver's error.
-fn lost(lease_id: &str, error: RuntimeError) -> RuntimeError {
-    match error {
-        RuntimeError::Driver(crate::DriverError::ResourceGone { id }) if !lease_id.is_empty() => {
-            RuntimeError::LeaseLost {
-                id: lease_id.to_owned(),
-                resource: id,
-            }
+impl EnvironmentRuntime {
+    /// Runs a facade operation inside a span carrying the operation, lease id and driver
+    /// key, and records its outcome and duration. Payloads and env values are never
+    /// recorded. A driver's "resource gone" on a lease that ended meanwhile (a release
+    /// racing the operation) is that lease not being active, not the lease lost.
+    async fn traced<T>(
+        &self,
+        operation: &'static str,
+        lease_id: &str,
+        body: impl Future<Output = Result<T, RuntimeError>>,
+    ) -> Result<T, RuntimeError> {
+        let span = tracing::debug_span!("envrt", operation, lease_id, driver = tracing::field::Empty,);
+        let started = Instant::now();
+        let mut result = body.instrument(span.clone()).await;
+        if let Err(error) = result {
+            result = Err(self.lost(lease_id, error).await);
         }
-        other => other,
+        let duration_us = started.elapsed().as_micros() as u64;
+        span.in_scope(|| match &result {
+            Ok(_) => tracing::debug!(outcome = "ok", duration_us),
+            Err(error) => tracing::debug!(outcome = "error", duration_us, %error),
+        });
+        result
+    }
+
+    /// A driver's `ResourceGone` on an operation on an existing lease says the lease's
+    /// backend died behind envrt's back: the facade reports the lease itself as lost
+    /// (contract section 3), naming what to do, unless the store says the lease has ended
+    /// since (then it is not active). An acquire (no lease id yet) keeps the driver's error.
+    async fn lost(&self, lease_id: &str, error: RuntimeError) -> RuntimeError {
+        let RuntimeError::Driver(crate::DriverError::ResourceGone { id }) = error else {
+            return error;
+        };
+        if lease_id.is_empty() {
+            return RuntimeError::Driver(crate::DriverError::ResourceGone { id });
+        }
+        if let Ok(Some(lease)) = self.store.get_lease(lease_id).await
+            && lease.status != crate::LeaseStatus::Active
+        {
+            return RuntimeError::LeaseNotActive {
+                id: lease.id,
+                status: lease.status,
+            };
+        }
+        RuntimeError::LeaseLost {
+            id: lease_id.to_owned(),
+            resource: id,
+        }
     }
 }

@@ -7,7 +7,7 @@ use crate::error::RuntimeError;
 use crate::model::{Environment, LeaseStatus};
 use crate::network::{self, NetworkBoundary, NetworkLevel, Policy};
 
-use super::{EnvironmentRuntime, traced};
+use super::EnvironmentRuntime;
 
 /// Refuses credentials on a driver that does not broker them (they would be ignored).
 fn check_credentials(environment: &Environment, driver: &dyn EnvironmentDriver) -> Result<(), RuntimeError> {
@@ -84,7 +84,7 @@ impl EnvironmentRuntime {
     /// `egress = "none"`, which they already have (the update is then a no-op: there is
     /// no connection to cut).
     pub async fn update_network_policy(&self, lease_id: &str, policy: &Policy) -> Result<NetworkLevel, RuntimeError> {
-        traced("update_network_policy", lease_id, async {
+        self.traced("update_network_policy", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let lease = &resolved.context.lease;
             if lease.status != LeaseStatus::Active {

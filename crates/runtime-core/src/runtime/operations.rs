@@ -8,8 +8,8 @@ use crate::execute::{ExecuteRequest, ExecuteResult};
 use crate::model::resolve_driver_key;
 use crate::sync::{SyncOperation, SyncResult};
 
+use super::EnvironmentRuntime;
 use super::gate::{Operation, gate, snapshot};
-use super::{EnvironmentRuntime, traced};
 
 impl EnvironmentRuntime {
     /// Returns the lease's working directory.
@@ -18,7 +18,7 @@ impl EnvironmentRuntime {
         lease_id: &str,
         request: &WorkspaceRequest,
     ) -> Result<RealizedWorkspace, RuntimeError> {
-        traced("realize_workspace", lease_id, async {
+        self.traced("realize_workspace", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let realize = gate(&resolved, Operation::Realize, |d| d.as_realize(), |_| true).await?;
             Ok(realize.realize_workspace(&resolved.context, request).await?)
@@ -28,7 +28,7 @@ impl EnvironmentRuntime {
 
     /// Runs a command on the lease.
     pub async fn execute(&self, lease_id: &str, request: ExecuteRequest) -> Result<ExecuteResult, RuntimeError> {
-        traced("execute", lease_id, async {
+        self.traced("execute", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let execute = gate(&resolved, Operation::Execute, |d| d.as_execute(), |_| true).await?;
             Ok(execute.execute(&resolved.context, request).await?)
@@ -38,12 +38,13 @@ impl EnvironmentRuntime {
 
     /// Host → environment transfer; needs the driver's sync and `nativeSyncIn`.
     pub async fn sync_in(&self, lease_id: &str, operations: &[SyncOperation]) -> Result<SyncResult, RuntimeError> {
-        traced("sync_in", lease_id, self.sync(lease_id, operations, Operation::SyncIn)).await
+        self.traced("sync_in", lease_id, self.sync(lease_id, operations, Operation::SyncIn))
+            .await
     }
 
     /// Environment → host transfer; needs the driver's sync and `nativeSyncOut`.
     pub async fn sync_out(&self, lease_id: &str, operations: &[SyncOperation]) -> Result<SyncResult, RuntimeError> {
-        traced(
+        self.traced(
             "sync_out",
             lease_id,
             self.sync(lease_id, operations, Operation::SyncOut),
@@ -92,7 +93,7 @@ impl EnvironmentRuntime {
         lease_id: &str,
         command: &[String],
     ) -> Result<Box<dyn DuplexChannel>, RuntimeError> {
-        traced("open_duplex_channel", lease_id, async {
+        self.traced("open_duplex_channel", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let duplex = gate(&resolved, Operation::Duplex, |d| d.as_duplex(), |_| true).await?;
             if command.is_empty() {

@@ -10,8 +10,8 @@
 use crate::error::RuntimeError;
 use crate::model::{Lease, Timestamp};
 
+use super::EnvironmentRuntime;
 use super::gate::{Operation, gate};
-use super::{EnvironmentRuntime, traced};
 
 /// Lease metadata key of a paused lease: when it was paused (milliseconds since the
 /// epoch). Written and removed by the facade only.
@@ -32,7 +32,7 @@ impl EnvironmentRuntime {
     /// [`PauseLease`](crate::driver::PauseLease) group; without it `Environment driver
     /// "{key}" does not support pause.`). Pausing a paused lease changes nothing.
     pub async fn pause_lease(&self, lease_id: &str) -> Result<Lease, RuntimeError> {
-        traced("pause_lease", lease_id, async {
+        self.traced("pause_lease", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let pause = gate(&resolved, Operation::Pause, |d| d.as_pause(), |_| true).await?;
             let mut lease = resolved.context.lease.clone();
@@ -53,7 +53,7 @@ impl EnvironmentRuntime {
     /// Continues every process [`pause_lease`](Self::pause_lease) stopped. Unpausing a
     /// lease that is not paused changes nothing.
     pub async fn unpause_lease(&self, lease_id: &str) -> Result<Lease, RuntimeError> {
-        traced("unpause_lease", lease_id, async {
+        self.traced("unpause_lease", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let pause = gate(&resolved, Operation::Pause, |d| d.as_pause(), |_| true).await?;
             let mut lease = resolved.context.lease.clone();

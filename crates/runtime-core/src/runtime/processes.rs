@@ -12,7 +12,7 @@ use crate::error::{DriverError, RuntimeError};
 use crate::process::{Offsets, OutputEvent, ProcessError, ProcessId, ProcessInfo, ProcessStatus, SpawnRequest};
 
 use super::gate::{Operation, gate};
-use super::{EnvironmentRuntime, Resolved, traced};
+use super::{EnvironmentRuntime, Resolved};
 
 /// A live output stream of one process: chunks in order, then the exit.
 pub struct ProcessOutputStream {
@@ -138,7 +138,7 @@ impl EnvironmentRuntime {
     /// Starts a process on the lease; answers once it runs. It lives until it exits, is
     /// signalled, times out or the lease ends, whatever becomes of the caller.
     pub async fn spawn(&self, lease_id: &str, request: SpawnRequest) -> Result<ProcessInfo, RuntimeError> {
-        traced("spawn", lease_id, async {
+        self.traced("spawn", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let sessions = self.gated(&resolved).await?;
             if request.argv.is_empty() || request.argv[0].is_empty() {
@@ -155,7 +155,7 @@ impl EnvironmentRuntime {
 
     /// Every process of the lease, exited ones included, in spawn order.
     pub async fn processes(&self, lease_id: &str) -> Result<Vec<ProcessInfo>, RuntimeError> {
-        traced("processes", lease_id, async {
+        self.traced("processes", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let sessions = self.gated(&resolved).await?;
             let list = sessions.processes(&resolved.context).await.map_err(lift)?;

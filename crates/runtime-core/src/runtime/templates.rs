@@ -6,8 +6,8 @@ use crate::error::RuntimeError;
 use crate::model::Environment;
 use crate::template::{TemplateRef, check_template_id};
 
+use super::EnvironmentRuntime;
 use super::gate::{Operation, gate, gate_driver};
-use super::{EnvironmentRuntime, traced};
 
 impl EnvironmentRuntime {
     /// Captures the lease's current state as a new template of its environment. Refused
@@ -15,7 +15,7 @@ impl EnvironmentRuntime {
     /// driver has no templates group, then like every lease operation when the lease is
     /// expired or not active.
     pub async fn capture_template(&self, lease_id: &str, label: Option<&str>) -> Result<TemplateRef, RuntimeError> {
-        traced("capture_template", lease_id, async {
+        self.traced("capture_template", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let templates = gate(&resolved, Operation::CaptureTemplate, |d| d.as_templates(), |_| true).await?;
             envrt_driver_api::fault::point("capture");
