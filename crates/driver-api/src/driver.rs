@@ -366,6 +366,15 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
         PathScope::Workspace
     }
 
+    /// The provider's termination receipt of the last release or destroy of the envrt
+    /// lease `lease_id` that this driver completed, taken once: the facade asks right after
+    /// the call succeeded and records it on the lease (`metadata.terminationReceipt`).
+    /// Drivers whose provider gives none keep the default.
+    fn take_termination_receipt(&self, lease_id: &str) -> Option<crate::TerminationReceipt> {
+        let _ = lease_id;
+        None
+    }
+
     /// The verbs this driver verifiably implements, fed to the classifier (section 4).
     ///
     /// - MUST match the groups the accessors return (the kit's

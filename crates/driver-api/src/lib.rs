@@ -59,7 +59,8 @@ pub use execute::{
     CappedBuffer, ExecuteRequest, ExecuteResult, ExecuteRules, NameRules, OutputKeep, OutputSink, OutputStream, Wording,
 };
 pub use model::{
-    CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Readiness, Timestamp,
+    CleanupStatus, Environment, EnvironmentStatus, JsonMap, Lease, LeasePolicy, LeaseStatus, Readiness,
+    TerminationReceipt, TerminationState, Timestamp,
 };
 pub use plugin_state::{MemoryStateStore, PluginStateStore, StateKey};
 pub use process::{

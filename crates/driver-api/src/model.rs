@@ -97,6 +97,29 @@ impl Environment {
     }
 }
 
+/// A provider's confirmation that a lease's execution has ended (Paperclip's
+/// `PluginEnvironmentTerminationReceipt`: returned only once the provider knows it ended; a
+/// queued stop is none). The facade records the last one on the lease as
+/// `metadata.terminationReceipt` (contract section 3).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminationReceipt {
+    /// The provider's lease id the receipt is for.
+    pub provider_lease_id: String,
+    /// How it ended.
+    pub state: TerminationState,
+}
+
+/// How a lease ended, in a [`TerminationReceipt`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TerminationState {
+    /// Stopped: its files kept, resumable.
+    Stopped,
+    /// Destroyed: nothing left.
+    Destroyed,
+}
+
 /// The life-cycle state of a lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

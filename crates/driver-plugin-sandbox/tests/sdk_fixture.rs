@@ -306,6 +306,11 @@ async fn sync_in_and_out_and_lease_lifecycle() {
     let released = runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     assert_eq!(released.status, LeaseStatus::Released);
     assert!(!std::path::Path::new(&lease_dir).exists());
+    // the SDK worker's receipts: "stopped" by the release, then "destroyed" (the last wins)
+    assert_eq!(
+        released.metadata[envrt_runtime_core::TERMINATION_RECEIPT_KEY],
+        serde_json::json!({"providerLeaseId": lease.provider_lease_id.clone().unwrap(), "state": "destroyed"})
+    );
     let context = envrt_runtime_core::LeaseContext {
         lease: released,
         environment: runtime.environment("env-1").await.unwrap(),

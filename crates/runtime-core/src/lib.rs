@@ -60,7 +60,8 @@ pub use envrt_driver_api::{
     PathScope, PauseLease, ProcessError, ProcessId, ProcessInfo, ProcessOutput, ProcessSessions, ProcessStatus,
     ProcessStream, Readiness, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, RuntimeError,
     Secret, SpawnRequest, StdinMode, StoreError, StreamInfo, SyncFile, SyncKind, SyncOperation, SyncOperationResult,
-    SyncResult, TemplateRef, Templates, Timestamp, TtySize, UnsupportedOperation, Wording, WorkspaceRequest,
+    SyncResult, TemplateRef, Templates, TerminationReceipt, TerminationState, Timestamp, TtySize, UnsupportedOperation,
+    Wording, WorkspaceRequest,
 };
 pub use envrt_driver_api::{MemoryStateStore, PluginStateStore, StateKey};
 pub use runtime::{
@@ -68,6 +69,6 @@ pub use runtime::{
     EnvironmentRuntime, ExposeAt, ExposedEndpoint, FINGERPRINT_KEY, IDLE_TIMEOUT_KEY, LABELS_KEY, LeaseFailure,
     LeaseSelector, MAX_READY_TIMEOUT, MAX_READY_WORDS, MAX_SCOPE_BYTES, PAUSED_KEY, POOLED_KEY, PoolSpec, PoolStatus,
     ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport, ReleaseReport, Reuse, SCOPE_KEY, SCOPE_OUTCOME_KEY,
-    SOURCE_TEMPLATE_KEY, ScopeOutcome, idle_timeout, is_paused, paused_at,
+    SOURCE_TEMPLATE_KEY, ScopeOutcome, TERMINATION_RECEIPT_KEY, idle_timeout, is_paused, paused_at,
 };
 pub use store::{LeaseFilter, LeaseStore, MemoryStore, ScopeGuard};

@@ -394,6 +394,7 @@ impl EnvironmentRuntime {
                     lease.cleanup_status = Some(CleanupStatus::Success);
                     lease.metadata.remove(super::PAUSED_KEY);
                     lease.metadata.remove(super::IDLE_TIMEOUT_KEY);
+                    record_receipt(&mut lease, resolved.driver.as_ref());
                     if final_status == LeaseStatus::Expired {
                         lease.failure_reason = Some("lease_expired".into());
                     }
@@ -445,6 +446,7 @@ impl EnvironmentRuntime {
                     lease.metadata.insert("destroyed".into(), true.into());
                     lease.metadata.remove(super::PAUSED_KEY);
                     lease.metadata.remove(super::IDLE_TIMEOUT_KEY);
+                    record_receipt(&mut lease, resolved.driver.as_ref());
                     self.store.put_lease(&lease).await?;
                     Ok(lease)
                 }
@@ -452,6 +454,19 @@ impl EnvironmentRuntime {
             }
         })
         .await
+    }
+}
+
+/// Where the facade records a provider's termination receipt on the lease.
+pub const TERMINATION_RECEIPT_KEY: &str = "terminationReceipt";
+
+/// Records the receipt the driver took for this lease's release or destroy, if any (the
+/// last one wins: an ephemeral release is a release and then a destroy).
+fn record_receipt(lease: &mut Lease, driver: &dyn EnvironmentDriver) {
+    if let Some(receipt) = driver.take_termination_receipt(&lease.id)
+        && let Ok(value) = serde_json::to_value(&receipt)
+    {
+        lease.metadata.insert(TERMINATION_RECEIPT_KEY.into(), value);
     }
 }
 

@@ -39,7 +39,7 @@ pub use expose::{
     MAX_ENDPOINTS as EXPOSE_MAX_ENDPOINTS, TOKEN_WAIT as EXPOSE_TOKEN_WAIT,
 };
 pub use idle::{IDLE_TIMEOUT_KEY, idle_timeout};
-pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE_KEY};
+pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE_KEY, TERMINATION_RECEIPT_KEY};
 pub use pause::{PAUSED_KEY, is_paused, paused_at};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
 pub use processes::ProcessOutputStream;

@@ -10,7 +10,7 @@ use envrt_driver_api::driver::classify_driver;
 use envrt_driver_api::{
     AcquireInput, CapabilityDeclaration, CapabilityInput, CapabilitySnapshot, DestroyLease, DriverError,
     DuplexChannels, EnvironmentDriver, Execute, FileSync, JsonMap, LeaseContext, LeaseGrant, LeasePolicy, LeaseStatus,
-    RealizeWorkspace, Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, Timestamp,
+    RealizeWorkspace, Recovery, ReleaseInput, ResumeLease, SyncOperation, SyncResult, TerminationReceipt, Timestamp,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -57,7 +57,14 @@ pub struct SandboxDriver {
     /// What the host needs to run a lease's egress proxy, or why it cannot (see the
     /// `egress` module).
     egress: Result<envrt_driver_agent::egress::EgressSetup, String>,
+    /// The worker's termination receipts of release and destroy, by envrt lease id, until
+    /// the facade takes them (bounded: see [`MAX_RECEIPTS`]).
+    receipts: Mutex<HashMap<String, TerminationReceipt>>,
 }
+
+/// Receipts held for the facade at most; past it the held ones are dropped (a caller that
+/// never takes them, such as a direct driver call, cannot grow the map).
+const MAX_RECEIPTS: usize = 1024;
 
 impl std::fmt::Debug for SandboxDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -89,6 +96,7 @@ impl SandboxDriver {
             declaration,
             validated: Mutex::new(HashMap::new()),
             socket_dirs: processes::SocketDirs::default(),
+            receipts: Mutex::new(HashMap::new()),
             egress,
         })
     }
@@ -295,12 +303,38 @@ impl SandboxDriver {
             lease_metadata: Some(context.lease.metadata.clone()),
             cancel_active_work: Some(true),
         };
-        self.rpc(method, &params, &context.lease.company_id).await?;
+        let answer = self.rpc(method, &params, &context.lease.company_id).await?;
+        self.keep_receipt(context, answer);
         // The worker killed the lease's supervisor with its other sandboxes.
         self.socket_dirs.remove(&context.lease.id);
         // and the lease's egress forwarder: its proxy goes too
         egress::stop(&context.lease.id);
         Ok(())
+    }
+
+    /// Keeps the receipt a release or destroy answered with, when it is one for this lease
+    /// (the worker is untrusted: a receipt for another provider lease, or anything that is
+    /// not a receipt, is not recorded; an answer with none is Paperclip's "void").
+    fn keep_receipt(&self, context: &LeaseContext, answer: serde_json::Value) {
+        if answer.is_null() {
+            return;
+        }
+        let receipt = serde_json::from_value::<TerminationReceipt>(answer)
+            .ok()
+            .filter(|r| context.lease.provider_lease_id.as_deref() == Some(r.provider_lease_id.as_str()));
+        let Some(receipt) = receipt else {
+            tracing::warn!(
+                plugin = %self.supervisor.manifest().id,
+                lease_id = %context.lease.id,
+                "the worker's termination receipt is not one for this lease; not recorded"
+            );
+            return;
+        };
+        let mut receipts = self.receipts.lock().unwrap_or_else(|p| p.into_inner());
+        if receipts.len() >= MAX_RECEIPTS && !receipts.contains_key(&context.lease.id) {
+            receipts.clear();
+        }
+        receipts.insert(context.lease.id.clone(), receipt);
     }
 
     async fn sync(
@@ -407,6 +441,10 @@ impl EnvironmentDriver for SandboxDriver {
             self.end_lease(methods::DESTROY_LEASE, &input.context).await?;
         }
         Ok(())
+    }
+
+    fn take_termination_receipt(&self, lease_id: &str) -> Option<TerminationReceipt> {
+        self.receipts.lock().unwrap_or_else(|p| p.into_inner()).remove(lease_id)
     }
 
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
