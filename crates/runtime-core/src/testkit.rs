@@ -2,8 +2,8 @@
 //! conformance kit's capability checks. It runs nothing real.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
@@ -68,6 +68,16 @@ pub struct ProbeDriver {
     expiry: Mutex<ProbeExpiry>,
     calls: Mutex<BTreeMap<&'static str, usize>>,
     destroyed: Mutex<std::collections::BTreeSet<String>>,
+    execute_gate: Mutex<Option<Arc<ProbeGate>>>,
+}
+
+/// Where the probe's execute waits once it is in the driver (past the facade's gate):
+/// `started` is notified, then it waits for a permit of `go`.
+pub struct ProbeGate {
+    /// Notified when an execute reached the driver.
+    pub started: tokio::sync::Notify,
+    /// A permit lets one waiting execute go on.
+    pub go: tokio::sync::Semaphore,
 }
 
 impl ProbeDriver {
@@ -82,7 +92,18 @@ impl ProbeDriver {
             expiry: Mutex::new(ProbeExpiry::Honour),
             calls: Mutex::new(BTreeMap::new()),
             destroyed: Mutex::new(Default::default()),
+            execute_gate: Mutex::new(None),
         }
+    }
+
+    /// Makes every execute wait at the returned gate once it is in the driver.
+    pub fn hold_executes(&self) -> Arc<ProbeGate> {
+        let gate = Arc::new(ProbeGate {
+            started: tokio::sync::Notify::new(),
+            go: tokio::sync::Semaphore::new(0),
+        });
+        *self.execute_gate.lock().unwrap() = Some(gate.clone());
+        gate
     }
 
     /// Makes `resolve_capabilities` fail (or succeed again).
@@ -101,7 +122,7 @@ impl ProbeDriver {
     }
 
     /// Makes the resource of `lease_id` gone, as if it died outside envrt: resume answers
-    /// that it no longer exists.
+    /// that it no longer exists, execute that the resource does not exist.
     pub fn kill_resource(&self, lease_id: &str) {
         self.destroyed.lock().unwrap().insert(lease_id.to_owned());
     }
@@ -231,8 +252,18 @@ impl RealizeWorkspace for ProbeDriver {
 
 #[async_trait]
 impl Execute for ProbeDriver {
-    async fn execute(&self, _context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+    async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
         self.record("execute");
+        let gate = self.execute_gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            gate.started.notify_one();
+            let _permit = gate.go.acquire().await;
+        }
+        if self.destroyed.lock().unwrap().contains(&context.lease.id) {
+            return Err(DriverError::ResourceGone {
+                id: context.lease.provider_lease_id.clone().unwrap_or_default(),
+            });
+        }
         let mut stdout = request.command.into_bytes();
         for arg in request.args {
             stdout.push(b' ');
