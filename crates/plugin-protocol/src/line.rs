@@ -119,6 +119,10 @@ pub enum Incoming {
         method: String,
         /// The params.
         params: Value,
+        /// The invocation id the worker stamped on it (`paperclipInvocationId`: the host
+        /// request it was made while answering), if any. The worker's word: a host looks
+        /// it up in its own record of invocations, never trusts it further.
+        invocation_id: Option<String>,
     },
     /// A notification from the peer.
     Notification {
@@ -155,6 +159,11 @@ impl Incoming {
                 id,
                 method,
                 params: envelope.params,
+                invocation_id: envelope
+                    .rest
+                    .get("paperclipInvocationId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
             }),
             (Some(method), None) => Ok(Incoming::Notification {
                 method,

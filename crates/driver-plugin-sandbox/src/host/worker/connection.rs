@@ -48,6 +48,9 @@ struct Pending {
 struct State {
     pending: HashMap<i64, Pending>,
     sinks: HashMap<String, ExecSink>,
+    /// The `traceparent` of each call in flight, by its invocation id: the host's own
+    /// record, from which a worker's `span.record` gets its parent (never from the worker).
+    traces: HashMap<String, String>,
     exited: Option<SandboxError>,
 }
 
@@ -77,6 +80,7 @@ impl Drop for PendingGuard<'_> {
         let unanswered = {
             let mut state = self.connection.lock();
             state.sinks.remove(&self.invocation);
+            state.traces.remove(&self.invocation);
             state.pending.remove(&self.id).is_some() && state.exited.is_none()
         };
         if unanswered {
@@ -241,6 +245,9 @@ impl Connection {
             if let Some(sink) = sink {
                 state.sinks.insert(invocation.id.clone(), sink);
             }
+            if let Some(traceparent) = &invocation.traceparent {
+                state.traces.insert(invocation.id.clone(), traceparent.clone());
+            }
         }
         let _guard = PendingGuard {
             connection: self,
@@ -313,9 +320,17 @@ impl Connection {
             Incoming::Response { id, outcome } => {
                 tracing::warn!(plugin = %self.plugin_id, ?id, ?outcome, "ignoring an unattributable response");
             }
-            Incoming::Request { id, method, params } if let Some(calls) = events.worker_calls() => {
+            Incoming::Request {
+                id,
+                method,
+                params,
+                invocation_id,
+            } if let Some(calls) = events.worker_calls() => {
                 let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                calls.spawn_answer(id, method, params, writer);
+                // Looked up now, while the line is read: the call it was made in is still
+                // in flight (its answer comes after it on the same stdout).
+                let parent = invocation_id.and_then(|id| self.lock().traces.get(&id).cloned());
+                calls.spawn_answer(id, method, params, parent, writer);
             }
             Incoming::Request { id, method, .. } => {
                 self.send_line(protocol::error_response_line(

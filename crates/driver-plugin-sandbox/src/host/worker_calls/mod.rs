@@ -197,6 +197,7 @@ impl WorkerCalls {
         id: RequestId,
         method: String,
         params: Value,
+        parent: Option<String>,
         writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
     ) {
         let Some(writer) = writer else { return };
@@ -212,7 +213,7 @@ impl WorkerCalls {
         }
         let calls = self.clone();
         tokio::spawn(async move {
-            let answer = calls.answer(&method, params).await;
+            let answer = calls.answer(&method, params, parent.as_deref()).await;
             calls.in_flight.fetch_sub(1, Ordering::SeqCst);
             let line = match answer {
                 Ok(result) => protocol::response_line(&id, result),
@@ -225,8 +226,9 @@ impl WorkerCalls {
         });
     }
 
-    /// The answer to one call.
-    pub(crate) async fn answer(&self, method: &str, params: Value) -> Result<Value, ErrorObject> {
+    /// The answer to one call; `parent` is the `traceparent` of the host request it was
+    /// made in, from the host's own record (a `span.record` is parented under it).
+    pub(crate) async fn answer(&self, method: &str, params: Value, parent: Option<&str>) -> Result<Value, ErrorObject> {
         let Some((_, capability)) = SUPPORTED_WORKER_METHODS.iter().find(|(m, _)| *m == method) else {
             return Err(refuse(
                 codes::METHOD_NOT_FOUND,
@@ -254,7 +256,7 @@ impl WorkerCalls {
             "state.get" | "state.set" | "state.delete" => state::answer(self, method, &params).await,
             "secrets.resolve" => secrets::resolve(self, &params).await,
             "http.fetch" => http::fetch(self, &params).await,
-            _ => telemetry::record(self, method, &params),
+            _ => telemetry::record(self, method, &params, parent),
         }
     }
 }

@@ -25,7 +25,12 @@ fn json(params: &Value, field: &str) -> String {
         .unwrap_or_default()
 }
 
-pub(super) fn record(calls: &WorkerCalls, method: &str, params: &Value) -> Result<Value, ErrorObject> {
+pub(super) fn record(
+    calls: &WorkerCalls,
+    method: &str,
+    params: &Value,
+    parent: Option<&str>,
+) -> Result<Value, ErrorObject> {
     let plugin = calls.plugin_id.as_str();
     match method {
         "activity.log" => {
@@ -56,7 +61,30 @@ pub(super) fn record(calls: &WorkerCalls, method: &str, params: &Value) -> Resul
             let status = calls.redact(&json(params, "status"));
             let start = params.get("startTimeMs").and_then(Value::as_f64).unwrap_or_default();
             let end = params.get("endTimeMs").and_then(Value::as_f64).unwrap_or_default();
-            tracing::info!(target: TARGET, plugin, method, span = %name, attributes, status, start, end, "plugin span");
+            // Parented as Paperclip's host does: under the span of the host request the
+            // worker made it in (the trace and span ids of the traceparent the host minted
+            // for it), with a span id of its own; none when the echoed invocation is not
+            // one in flight (a worker cannot pick its parent).
+            let (trace_id, parent_span_id) = parent.and_then(split_traceparent).unwrap_or_default();
+            let span_id = if trace_id.is_empty() {
+                String::new()
+            } else {
+                uuid::Uuid::new_v4().simple().to_string()[..16].to_owned()
+            };
+            tracing::info!(
+                target: TARGET,
+                plugin,
+                method,
+                span = %name,
+                attributes,
+                status,
+                start,
+                end,
+                trace_id = %trace_id,
+                parent_span_id = %parent_span_id,
+                span_id = %span_id,
+                "plugin span"
+            );
         }
     }
     Ok(Value::Null)
@@ -75,4 +103,11 @@ pub(super) fn log(calls: &WorkerCalls, params: &Value) -> Result<(), ErrorObject
         _ => return Err(invalid("log", "level must be one of info, warn, error, debug")),
     }
     Ok(())
+}
+
+/// The trace id and span id of a W3C `traceparent` (`00-{32 hex}-{16 hex}-{2 hex}`).
+fn split_traceparent(traceparent: &str) -> Option<(&str, &str)> {
+    let mut parts = traceparent.split('-');
+    let (_version, trace, span, _flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    (trace.len() == 32 && span.len() == 16 && parts.next().is_none()).then_some((trace, span))
 }
