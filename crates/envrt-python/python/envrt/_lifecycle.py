@@ -62,7 +62,11 @@ class LifecycleMixin:
 
     runtime: "Runtime"
     info: dict[str, Any]
-    id: str
+
+    if TYPE_CHECKING:
+
+        @property
+        def id(self) -> str: ...
 
     def _metadata(self) -> dict[str, Any]:
         return self.info.get("metadata") or {}
