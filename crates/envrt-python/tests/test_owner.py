@@ -211,3 +211,22 @@ async def test_docker_refuses_an_idle_timeout_with_the_facade_text(site_root: Pa
         await docker.acquire(idle_timeout=60)
     assert str(refused.value) == 'Environment driver "docker" does not support idle timeouts.'
     assert await _active_ids(docker.runtime, "docker") == before
+
+
+async def test_from_config_takes_each_environments_idle_timeout_and_readiness(tmp_path: Path) -> None:
+    (tmp_path / "envrt.toml").write_text(
+        f'[local]\nroot = "{tmp_path / "leases"}"\n\n'
+        '[[environment]]\nid = "idle"\ndriver = "local"\nidle_timeout = "45s"\n\n'
+        '[[environment]]\nid = "checked"\ndriver = "local"\nready_command = ["sh", "-c", "exit 4"]\n'
+    )
+    runtime = await envrt.Runtime.from_config(tmp_path / "envrt.toml", state_dir=tmp_path / "state")
+    assert runtime.default_idle_timeouts == {"idle": 45.0}
+    async with await runtime.acquire("idle") as lease:
+        assert lease.idle_timeout == 45.0
+        await lease.keep_alive()
+    async with await runtime.acquire("idle", idle_timeout=90) as lease:
+        assert lease.idle_timeout == 90.0
+    with pytest.raises(envrt.EnvrtError) as refused:
+        await runtime.acquire("checked")
+    (record,) = await runtime.leases("checked")
+    assert str(refused.value) == f'Lease "{record.id}" is not ready: its readiness command exited with code 4.'
