@@ -20,12 +20,13 @@ fn config_error(error: ConfigError) -> PyErr {
 }
 
 /// What `open_config` hands back: the runtime, the tenant, the default environment, the
-/// default TTL (seconds) per environment, the state directory, and the drivers that could
-/// not be set up with why.
+/// default TTL and the default idle timeout (seconds) per environment, the state
+/// directory, and the drivers that could not be set up with why.
 type Opened = (
     NativeRuntime,
     String,
     String,
+    BTreeMap<String, f64>,
     BTreeMap<String, f64>,
     PathBuf,
     Vec<(String, String)>,
@@ -52,6 +53,12 @@ pub(crate) fn open_config(
             .iter()
             .map(|(id, ttl)| (id.clone(), ttl.as_secs_f64()))
             .collect();
+        let idles = assembly
+            .config
+            .idle_timeouts
+            .iter()
+            .map(|(id, idle)| (id.clone(), idle.as_secs_f64()))
+            .collect();
         let skipped = assembly
             .skipped
             .iter()
@@ -62,6 +69,7 @@ pub(crate) fn open_config(
             assembly.config.company.clone(),
             assembly.config.default_environment.clone(),
             ttls,
+            idles,
             paths.state_dir,
             skipped,
         );

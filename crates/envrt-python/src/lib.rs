@@ -16,6 +16,7 @@ mod config;
 mod drivers;
 mod duplex;
 mod errors;
+mod lifecycle;
 mod process;
 mod result;
 mod rt;
@@ -46,6 +47,7 @@ fn _envrt(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<result::ExecResult>()?;
     module.add_class::<duplex::NativeDuplex>()?;
     module.add_class::<process::NativeProcesses>()?;
+    module.add_class::<lifecycle::NativeLifecycle>()?;
     module.add_class::<process::NativeProcessOutput>()?;
     module.add_function(wrap_pyfunction!(runtime::build_runtime, module)?)?;
     module.add_function(wrap_pyfunction!(drivers::known_drivers, module)?)?;

@@ -108,7 +108,7 @@ fn network_policy(text: &str) -> PyResult<envrt::core::network::Policy> {
     serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("network policy: {e}")))
 }
 
-fn word<T: DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
+pub(crate) fn word<T: DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
     serde_json::from_value(serde_json::Value::String(text.to_owned()))
         .map_err(|_| PyValueError::new_err(format!("unknown {what} \"{text}\"")))
 }
@@ -116,7 +116,10 @@ fn word<T: DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
 #[pymethods]
 impl NativeRuntime {
     /// Adds or replaces an environment; `config` is its driver configuration as JSON.
-    #[pyo3(signature = (id, driver, name=None, config="{}".to_owned(), active=true))]
+    /// `ready_command` (with `ready_timeout_ms`) is the readiness command every new lease
+    /// must pass (contract section 8, "Readiness"); the facade refuses a bad one.
+    #[pyo3(signature = (id, driver, name=None, config="{}".to_owned(), active=true, ready_command=None, ready_timeout_ms=60_000))]
+    #[allow(clippy::too_many_arguments)]
     fn put_environment<'py>(
         &self,
         py: Python<'py>,
@@ -125,12 +128,18 @@ impl NativeRuntime {
         name: Option<String>,
         config: String,
         active: bool,
+        ready_command: Option<Vec<String>>,
+        ready_timeout_ms: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let config: JsonMap = from_json(&config)?;
         let mut environment = Environment::new(&id, name.unwrap_or_else(|| id.clone()), driver).with_config(config);
         if !active {
             environment.status = envrt::EnvironmentStatus::Archived;
         }
+        environment.readiness = ready_command.map(|command| envrt::core::Readiness {
+            command,
+            timeout_ms: ready_timeout_ms,
+        });
         let runtime = self.inner.clone();
         crate::rt::future_into_py(py, async move {
             runtime.put_environment(environment).await.map_err(runtime_error)
@@ -142,14 +151,24 @@ impl NativeRuntime {
         NativeProcesses::new(self.inner.clone())
     }
 
+    /// The life-cycle verbs (pause, fork, idle timeout, release by scope or label,
+    /// expose) of this runtime.
+    fn lifecycle_verbs(&self) -> crate::lifecycle::NativeLifecycle {
+        crate::lifecycle::NativeLifecycle::new(self.inner.clone())
+    }
+
     /// The registered driver keys.
     fn driver_keys(&self) -> Vec<String> {
         self.inner.driver_keys()
     }
 
     /// Acquires a lease; returns the lease as JSON. `ttl` (seconds) asks for an expiry;
-    /// `network` is a network policy's JSON form (contract section 10).
-    #[pyo3(signature = (environment_id, company, run_id=None, policy="ephemeral", ttl=None, metadata="{}".to_owned(), network=None))]
+    /// `network` is a network policy's JSON form (contract section 10); `scope` with
+    /// `reuse = "scope"` may hand back the scope's live lease (section 8, "Scope reuse");
+    /// `labels` go to the metadata object `labels`. `idle_timeout` (seconds) is armed
+    /// right after the acquire; when arming is refused the new lease is released again
+    /// and the refusal raised (as `envrt lease acquire --idle-timeout` does).
+    #[pyo3(signature = (environment_id, company, run_id=None, policy="ephemeral", ttl=None, metadata="{}".to_owned(), network=None, scope=None, reuse="never", labels=BTreeMap::new(), idle_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn acquire<'py>(
         &self,
@@ -161,6 +180,10 @@ impl NativeRuntime {
         ttl: Option<f64>,
         metadata: String,
         network: Option<String>,
+        scope: Option<String>,
+        reuse: &str,
+        labels: BTreeMap<String, String>,
+        idle_timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut request = AcquireRequest::new(environment_id, company);
         request.run_id = run_id;
@@ -168,10 +191,35 @@ impl NativeRuntime {
         request.metadata = from_json(&metadata)?;
         request.network = network.as_deref().map(network_policy).transpose()?;
         request.requested_expires_at = ttl.map(seconds).transpose()?.map(|d| Timestamp::now().after(d));
+        request.scope = scope;
+        request.reuse = match reuse {
+            "never" => envrt::core::Reuse::Never,
+            "scope" => envrt::core::Reuse::Scope,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown reuse \"{other}\" (expected \"never\" or \"scope\")"
+                )));
+            }
+        };
+        if !labels.is_empty() {
+            let labels: JsonMap = labels.into_iter().map(|(k, v)| (k, v.into())).collect();
+            request.metadata.insert(envrt::core::LABELS_KEY.into(), labels.into());
+        }
+        let idle = idle_timeout.map(seconds).transpose()?;
         let runtime = self.inner.clone();
         crate::rt::future_into_py(py, async move {
             let lease = runtime.acquire_lease(request).await.map_err(runtime_error)?;
-            Ok(to_json(&lease))
+            let Some(idle) = idle else {
+                return Ok(to_json(&lease));
+            };
+            match runtime.set_idle_timeout(&lease.id, idle).await {
+                Ok(lease) => Ok(to_json(&lease)),
+                Err(error) => {
+                    // No lease is left without the idle timeout it was asked for.
+                    let _ = runtime.release_lease(&lease.id, LeaseStatus::Released).await;
+                    Err(runtime_error(error))
+                }
+            }
         })
     }
 

@@ -154,6 +154,46 @@ async def test_refusals_keep_the_services_exact_texts(service: Service, token: s
             await lease.release()
 
 
+async def test_life_cycle_calls_without_a_route_are_refused_before_any_request(service: Service, token: str) -> None:
+    def text(what: str) -> str:
+        return f"envrt: {what} is not available through envrt serve"
+
+    async with await envrt.Runtime.connect(service.url, token) as runtime:
+        before = {l.id for l in await runtime.leases(statuses=["active"])}
+        lease = await runtime.acquire("local")
+        try:
+            calls = [
+                ("Lease.pause", lease.pause()),
+                ("Lease.unpause", lease.unpause()),
+                ("Lease.fork", lease.fork(2)),
+                ("Lease.keep_alive", lease.keep_alive()),
+                ("Lease.set_idle_timeout", lease.set_idle_timeout(60)),
+                ("Lease.expose", lease.expose(8080)),
+                ("Runtime.release_matching", runtime.release_matching(scope="agent-1")),
+                ("acquire(scope=..., reuse=..., labels=...)", runtime.acquire("local", scope="a", reuse="scope")),
+                ("acquire(scope=..., reuse=..., labels=...)", runtime.acquire("local", labels={"team": "red"})),
+                ("acquire(idle_timeout=...)", runtime.acquire("local", idle_timeout=60)),
+                (
+                    "Runtime.put_environment (environments are the service's envrt.toml)",
+                    runtime.put_environment("e", "local", ready_command=["true"]),
+                ),
+            ]
+            for what, call in calls:
+                with pytest.raises(envrt.EnvrtUnsupportedError) as refused:
+                    await call
+                assert (refused.value.kind, str(refused.value)) == ("service_unsupported", text(what))
+            with pytest.raises(envrt.EnvrtUnsupportedError) as refused:
+                lease.close_exposed()
+            assert str(refused.value) == text("Lease.close_exposed")
+            # Nothing reached the service: the lease is as it was, and the only lease.
+            again = await runtime.lease(lease.id)
+            assert again is not None and again.info["status"] == "active" and not again.paused
+            assert {l.id for l in await runtime.leases(statuses=["active"])} == before | {lease.id}
+            assert (await lease.exec(["echo", "running"])).stdout == b"running\n"
+        finally:
+            await lease.release()
+
+
 async def test_tokens_are_refused_with_exact_texts(service: Service) -> None:
     for bad in ("", "envrt_nope_nope", "garbage"):
         async with await envrt.Runtime.connect(service.url, bad) as runtime:

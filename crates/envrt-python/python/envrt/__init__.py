@@ -31,7 +31,7 @@ from ._errors import (
     EnvrtValueError,
 )
 from ._process import OutputChunk, Process, ProcessOutput, ProcessStatus
-from ._runtime import DuplexStream, Lease, Runtime, SyncFile, SyncOperation
+from ._runtime import DuplexStream, ExposedPort, Lease, ReleaseReport, Runtime, SyncFile, SyncOperation
 
 # The wheel installs the reference sandbox worker beside this file: a ``driver = "sandbox"``
 # environment without ``[[plugin]]`` finds it there (after ``[sandbox] worker`` in
@@ -68,11 +68,13 @@ __all__ = [
     "EnvrtUserRefusedError",
     "EnvrtValueError",
     "ExecResult",
+    "ExposedPort",
     "Lease",
     "OutputChunk",
     "Process",
     "ProcessOutput",
     "ProcessStatus",
+    "ReleaseReport",
     "Runtime",
     "SyncFile",
     "SyncOperation",

@@ -16,7 +16,7 @@ kind (or the operating-system cause)    also an instance of
 ``source_kind`` (a file was expected),
 ``is_a_directory``                      :class:`IsADirectoryError`
 ``source_kind`` (a directory expected)  :class:`NotADirectoryError`
-``lease_expired``                       :class:`TimeoutError`
+``lease_expired``, ``lease_idle_ended``  :class:`TimeoutError`
 ``lease_not_found``, ``environment_…``,
 ``process_not_found``                   :class:`LookupError`
 ``…_unsupported``, ``duplex_not_granted`` :class:`NotImplementedError`
@@ -33,8 +33,9 @@ kind (or the operating-system cause)    also an instance of
 
 ``user_refused`` (exec as a user the driver will not run as) is
 :class:`EnvrtUserRefusedError`, with no built-in base, as are ``process_exited``, ``process_no_tty`` and
-``process_stdin_not_piped`` (a verb the process's state refuses): plain
-:class:`EnvrtError`, told apart by ``kind``.
+``process_stdin_not_piped`` (a verb the process's state refuses), ``lease_paused`` (a
+paused lease refusing an operation) and ``lease_not_ready`` (a readiness command that
+failed): plain :class:`EnvrtError`, told apart by ``kind``.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class EnvrtNotADirectoryError(EnvrtError, NotADirectoryError):
 
 
 class EnvrtTimeoutError(EnvrtError, TimeoutError):
-    """A lease past its expiry, or a command that timed out (see ``Lease.exec(check=True)``)."""
+    """A lease past its expiry or ended by its idle timeout, or a command that timed out."""
 
 
 class EnvrtLookupError(EnvrtError, LookupError):
@@ -107,6 +108,7 @@ _BY_KIND = {
     "path_outside_workspace": EnvrtPermissionError,
     "tenant_mismatch": EnvrtPermissionError,
     "lease_expired": EnvrtTimeoutError,
+    "lease_idle_ended": EnvrtTimeoutError,
     "lease_not_found": EnvrtLookupError,
     "environment_not_found": EnvrtLookupError,
     "duplex_not_granted": EnvrtUnsupportedError,

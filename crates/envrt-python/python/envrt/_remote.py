@@ -219,11 +219,19 @@ class Service:
         ttl: float | None,
         metadata: str,
         network: str | None,
+        scope: str | None = None,
+        reuse: str = "never",
+        labels: Mapping[str, str] | None = None,
+        idle_timeout: float | None = None,
     ) -> str:
         if company is not None:
             raise unsupported("acquire(company=...) (a lease's tenant is its token's)")
         if json.loads(metadata):
             raise unsupported("acquire(metadata=...)")
+        if scope is not None or reuse != "never" or labels:
+            raise unsupported("acquire(scope=..., reuse=..., labels=...)")
+        if idle_timeout is not None:
+            raise unsupported("acquire(idle_timeout=...)")
         body: dict[str, Any] = {"environmentId": environment_id, "policy": policy}
         if run_id is not None:
             body["runId"] = run_id
@@ -372,8 +380,40 @@ class Service:
 
     # -- processes ------------------------------------------------------------------
 
+    def lifecycle_verbs(self) -> "LifecycleVerbs":
+        return LifecycleVerbs()
+
     def process_verbs(self) -> "ProcessVerbs":
         return ProcessVerbs(self)
+
+
+class LifecycleVerbs:
+    """The life-cycle v2 calls and exposed ports: ``envrt serve`` has no route for any of
+    them yet, so each is refused before any request, with its exact text."""
+
+    async def pause(self, lease_id: str) -> str:
+        raise unsupported("Lease.pause")
+
+    async def unpause(self, lease_id: str) -> str:
+        raise unsupported("Lease.unpause")
+
+    async def fork(self, lease_id: str, count: int) -> str:
+        raise unsupported("Lease.fork")
+
+    async def set_idle_timeout(self, lease_id: str, idle: float) -> str:
+        raise unsupported("Lease.set_idle_timeout")
+
+    async def keep_alive(self, lease_id: str) -> str:
+        raise unsupported("Lease.keep_alive")
+
+    async def release_matching(self, *args: Any) -> str:
+        raise unsupported("Runtime.release_matching")
+
+    async def expose(self, *args: Any) -> Any:
+        raise unsupported("Lease.expose")
+
+    def close_exposed(self, lease_id: str) -> None:
+        raise unsupported("Lease.close_exposed")
 
 
 class ProcessVerbs:

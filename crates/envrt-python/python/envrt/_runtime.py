@@ -9,11 +9,12 @@ from typing import Any, AsyncIterator, Callable, Literal, Mapping, Sequence, ove
 
 from . import _envrt
 from ._envrt import ExecResult
-from ._errors import EnvrtError, EnvrtValueError
+from ._errors import EnvrtError, EnvrtValueError, from_native
+from ._lifecycle import ExposedPort, LifecycleMixin
 from ._process import Process
 from ._sync import SyncFile, SyncOperation, _files, _MergeOut, _operations
 
-__all__ = ["DuplexStream", "Lease", "Runtime", "SyncFile", "SyncOperation"]
+__all__ = ["DuplexStream", "ExposedPort", "Lease", "ReleaseReport", "Runtime", "SyncFile", "SyncOperation"]
 
 OutputCallback = Callable[[str, bytes], Any]
 """``on_output(stream, chunk)``: ``stream`` is ``"stdout"`` or ``"stderr"``."""
@@ -42,6 +43,9 @@ class Runtime:
         self.default_environment = default_environment
         self.default_ttls: dict[str, float] = {}
         """Default lease TTL (seconds) per environment, from ``ttl`` in ``envrt.toml``."""
+        self.default_idle_timeouts: dict[str, float] = {}
+        """Default idle timeout (seconds) per environment, from ``idle_timeout`` in
+        ``envrt.toml``."""
         self.config_path: str | None = None
         self.state_dir: str | None = None
         self.skipped_drivers: dict[str, str] = {}
@@ -63,13 +67,14 @@ class Runtime:
         exists, else only the implicit ``local`` environment). ``state_dir``: ``None`` is
         ``$ENVRT_STATE_DIR``, else ``$XDG_STATE_HOME/envrt``, else ``~/.local/state/envrt``.
         ``driver`` is set up even when no configured environment uses it."""
-        native, company, default, ttls, resolved_state, skipped = await _envrt.open_config(
+        native, company, default, ttls, idles, resolved_state, skipped = await _envrt.open_config(
             None if config is None else os.fspath(config),
             None if state_dir is None else os.fspath(state_dir),
             driver,
         )
         runtime = cls(native, company, default)
         runtime.default_ttls = dict(ttls)
+        runtime.default_idle_timeouts = dict(idles)
         runtime.config_path = None if config is None else os.path.abspath(os.fspath(config))
         runtime.state_dir = os.fspath(resolved_state)
         runtime.skipped_drivers = dict(skipped)
@@ -181,9 +186,28 @@ class Runtime:
         name: str | None = None,
         config: Mapping[str, Any] | None = None,
         active: bool = True,
+        ready_command: Sequence[str] | None = None,
+        ready_timeout: float | None = None,
     ) -> None:
-        """Adds or replaces an environment (``config`` is the driver's configuration)."""
-        await self._native.put_environment(id, driver, name, json.dumps(dict(config or {})), active)
+        """Adds or replaces an environment (``config`` is the driver's configuration).
+        ``ready_command`` (argv, no shell) must exit 0 on every new lease within
+        ``ready_timeout`` seconds (default 60, at most 600) before ``acquire`` returns;
+        otherwise the lease is ended (recorded ``failed``, ``not_ready``) and ``acquire``
+        raises ``Lease "{id}" is not ready: {reason}.`` (kind ``lease_not_ready``)."""
+        if ready_command is None and ready_timeout is not None:
+            raise EnvrtValueError("Invalid input: ready_timeout needs ready_command", "invalid_input")
+        if isinstance(ready_command, (str, bytes)):
+            raise EnvrtValueError("Invalid input: ready_command is an argv (a list of strings), not a string", "invalid_input")
+        timeout_ms = 60_000 if ready_timeout is None else _ready_timeout_ms(ready_timeout)
+        await self._native.put_environment(
+            id,
+            driver,
+            name,
+            json.dumps(dict(config or {})),
+            active,
+            None if ready_command is None else [str(word) for word in ready_command],
+            timeout_ms,
+        )
 
     async def environment_capabilities(self, environment_id: str) -> dict[str, bool] | None:
         """The environment's capability snapshot before any lease."""
@@ -200,15 +224,31 @@ class Runtime:
         ttl: float | None = None,
         metadata: Mapping[str, Any] | None = None,
         network: Mapping[str, Any] | None = None,
+        scope: str | None = None,
+        reuse: Literal["never", "scope"] = "never",
+        labels: Mapping[str, str] | None = None,
+        idle_timeout: float | None = None,
     ) -> "Lease":
         """Acquires a lease on ``environment_id`` (the configured default when ``None``);
         ``ttl`` seconds asks for an expiry the driver must guarantee (default: the
         environment's ``ttl`` in ``envrt.toml``); ``network`` is a policy of the lease's own
         (``{"egress": "allow", "allow": ["pypi.org:443"]}``), within the environment's
-        policy or its ``grantable`` list (contract section 10)."""
+        policy or its ``grantable`` list (contract section 10).
+
+        ``scope`` (an owner key: tenant, agent, workspace) is recorded on the lease; with
+        ``reuse="scope"`` a live lease of that scope and the same configuration
+        fingerprint is handed back instead of a new one, and one whose fingerprint changed
+        is ended and replaced; :attr:`Lease.scope_outcome` says which (``created``,
+        ``resumed``, ``replaced``). ``labels`` are recorded for
+        :meth:`release_matching`. ``idle_timeout`` seconds arms the lease's idle timeout
+        right after the acquire (default: the environment's ``idle_timeout`` in
+        ``envrt.toml``); when the driver refuses it the new lease is released again and
+        the refusal raised."""
         environment_id = environment_id or self.default_environment or "local"
         if ttl is None:
             ttl = self.default_ttls.get(environment_id)
+        if idle_timeout is None:
+            idle_timeout = self.default_idle_timeouts.get(environment_id)
         try:
             text = await self._native.acquire(
                 environment_id,
@@ -218,6 +258,10 @@ class Runtime:
                 ttl,
                 json.dumps(dict(metadata or {})),
                 None if network is None else json.dumps(dict(network)),
+                scope,
+                reuse,
+                {str(k): str(v) for k, v in (labels or {}).items()},
+                idle_timeout,
             )
         except EnvrtError as error:
             raise _skipped_driver_error(error, self.skipped_drivers) from error
@@ -239,8 +283,31 @@ class Runtime:
         text = await self._native.lease(lease_id)
         return None if text is None else Lease(self, json.loads(text))
 
+    async def release_matching(
+        self,
+        *,
+        scope: str | None = None,
+        label: tuple[str, str] | None = None,
+        status: str = "released",
+        company: str | None = None,
+    ) -> "ReleaseReport":
+        """Releases every active lease of the tenant acquired under owner ``scope``, or
+        with ``label=(key, value)`` (exactly one of the two), each in isolation, and says
+        which it released and which it could not (:class:`ReleaseReport`). Idempotent: a
+        second call finds nothing. Another tenant's leases are never touched."""
+        if (scope is None) == (label is None):
+            raise EnvrtValueError("envrt: release_matching needs exactly one of scope= and label=", "invalid_input")
+        text = await self._native.lifecycle_verbs().release_matching(
+            company or self.company, scope, None if label is None else (str(label[0]), str(label[1])), status
+        )
+        report = json.loads(text)
+        return ReleaseReport(
+            [Lease(self, info) for info in report["released"]],
+            [(f["leaseId"], from_native(f["kind"], f["message"], None)) for f in report["failures"]],
+        )
 
-class Lease:
+
+class Lease(LifecycleMixin):
     """A lease on an environment. ``async with`` releases it at the end."""
 
     def __init__(self, runtime: Runtime, info: dict[str, Any]) -> None:
@@ -426,6 +493,27 @@ class Lease:
         """Removes the lease's resource whatever its policy; returns the record."""
         self.info = json.loads(await self.runtime._native.destroy(self.id))
         return self.info
+
+
+def _ready_timeout_ms(seconds: float) -> int:
+    """``ready_timeout`` in whole milliseconds; the facade refuses 0 and above 600 s with
+    the same text as here."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 600:
+        raise EnvrtValueError("Invalid input: ready_timeout must be from 1 ms to 600 s", "invalid_input")
+    return round(seconds * 1000)
+
+
+class ReleaseReport:
+    """What :meth:`Runtime.release_matching` did: the leases it released, in order, and
+    for each lease it could not release, its id and the error (the others were still
+    released)."""
+
+    def __init__(self, released: "list[Lease]", failures: "list[tuple[str, EnvrtError]]") -> None:
+        self.released = released
+        self.failures = failures
+
+    def __repr__(self) -> str:
+        return f"ReleaseReport(released={[l.id for l in self.released]!r}, failures={self.failures!r})"
 
 
 class DuplexStream:
