@@ -124,7 +124,24 @@ impl Host {
         if let Some(file) = &t.known_hosts {
             builder.user_known_hosts_file(file);
         }
-        builder.connect_mux(&t.host).await.map_err(|e| connect_error(t, &e))
+        // A failure that may pass (the host restarting, the network flapping) is tried
+        // again within `connect_retry`, pausing 100 ms, then twice as long each time (at
+        // most 1 s); the last failure is the one reported.
+        let deadline = tokio::time::Instant::now() + t.connect_retry;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match builder.connect_mux(&t.host).await {
+                Ok(session) => return Ok(session),
+                Err(error) => {
+                    let retry = transient(&error) && tokio::time::Instant::now() + pause <= deadline;
+                    if !retry {
+                        return Err(connect_error(t, &error));
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
     }
 
     /// Spawns `script` on a channel (stdin, stdout and stderr piped). A master that cannot
@@ -244,6 +261,26 @@ pub(crate) fn exit_code(status: Result<std::process::ExitStatus, openssh::Error>
         Err(openssh::Error::Remote(e)) if e.kind() == std::io::ErrorKind::NotFound => Some(127),
         Err(_) => None,
     }
+}
+
+/// Whether a connection failure may pass by itself (refused, timed out, unreachable,
+/// reset or closed before the handshake): a host key or login refusal does not.
+fn transient(error: &openssh::Error) -> bool {
+    let detail = match error {
+        openssh::Error::Connect(e) | openssh::Error::Master(e) => e.to_string(),
+        other => other.to_string(),
+    };
+    [
+        "Connection refused",
+        "Connection timed out",
+        "No route to host",
+        "Network is unreachable",
+        "Connection reset",
+        "Connection closed by",
+        "kex_exchange_identification",
+    ]
+    .iter()
+    .any(|what| detail.contains(what))
 }
 
 /// The refusal of a connection attempt, saying what the log of `ssh` said (host key

@@ -30,7 +30,8 @@
 //! otherwise the agent and OpenSSH's defaults), `knownHosts` (the file the host key must
 //! be in; OpenSSH's default otherwise) and `acceptNewHostKey` (default false: a host
 //! whose key is not known is refused; a key that differs from a known one is always
-//! refused). Nothing of a request's variables is ever put on a command line: they travel
+//! refused), and `connectRetrySeconds` (default 5: how long a connection failure that may
+//! pass — refused, timed out, unreachable — is tried again). Nothing of a request's variables is ever put on a command line: they travel
 //! on the channel's stdin and are read by the remote prologue.
 //!
 //! ## Leases
@@ -131,4 +132,4 @@ mod target;
 pub use config::SshConfig;
 pub use descriptor::{DESCRIPTOR, SshDescriptor};
 pub use driver::{DRIVER_KEY, SshDriver};
-pub use target::SshTarget;
+pub use target::{MAX_CONNECT_RETRY_SECONDS, SshTarget};

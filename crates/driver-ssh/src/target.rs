@@ -1,6 +1,7 @@
 //! Which host an environment's leases live on: the driver's defaults, overridden by the
 //! environment's configuration (`host`, `port`, `user`, `key`, `knownHosts` or
-//! `known_hosts`, `acceptNewHostKey` or `accept_new_host_key`).
+//! `known_hosts`, `acceptNewHostKey` or `accept_new_host_key`, `connectRetrySeconds` or
+//! `connect_retry_seconds`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,6 +28,11 @@ pub struct SshTarget {
     pub accept_new_host_key: bool,
     /// How long connecting may take.
     pub connect_timeout: Duration,
+    /// How long a connection that fails for a reason that may pass (refused, timed out,
+    /// unreachable, reset: a host restarting, a network flap) is tried again, with growing
+    /// pauses, before the failure is reported; default 5 s, `0` tries once. A host key or
+    /// login refusal is never retried.
+    pub connect_retry: Duration,
 }
 
 impl SshTarget {
@@ -40,6 +46,7 @@ impl SshTarget {
             known_hosts: None,
             accept_new_host_key: false,
             connect_timeout: Duration::from_secs(10),
+            connect_retry: Duration::from_secs(5),
         }
     }
 
@@ -116,6 +123,20 @@ impl SshTarget {
                 ));
             }
         }
+        match config
+            .get("connectRetrySeconds")
+            .or(config.get("connect_retry_seconds"))
+        {
+            None | Some(serde_json::Value::Null) => {}
+            Some(value) => {
+                let seconds = value.as_u64().filter(|s| *s <= MAX_CONNECT_RETRY_SECONDS).ok_or_else(|| {
+                    DriverError::invalid(format!(
+                        "the ssh environment's \"connectRetrySeconds\" must be a whole number of seconds from 0 to {MAX_CONNECT_RETRY_SECONDS}"
+                    ))
+                })?;
+                target.connect_retry = Duration::from_secs(seconds);
+            }
+        }
         Ok(target)
     }
 
@@ -139,9 +160,12 @@ impl SshTarget {
     }
 }
 
+/// The longest `connectRetrySeconds` an environment may set.
+pub const MAX_CONNECT_RETRY_SECONDS: u64 = 300;
+
 /// Every key an ssh environment's config may hold (envrt.toml's snake case spellings of
 /// the two-word keys included).
-pub(crate) const KNOWN_CONFIG_KEYS: [&str; 8] = [
+pub(crate) const KNOWN_CONFIG_KEYS: [&str; 10] = [
     "host",
     "port",
     "user",
@@ -150,6 +174,8 @@ pub(crate) const KNOWN_CONFIG_KEYS: [&str; 8] = [
     "known_hosts",
     "acceptNewHostKey",
     "accept_new_host_key",
+    "connectRetrySeconds",
+    "connect_retry_seconds",
 ];
 
 /// Refuses an ssh environment config key the driver does not know.
@@ -192,6 +218,23 @@ mod tests {
         assert_eq!(
             err(json!({"host": "h", "user": 3})),
             "Invalid input: the ssh environment's \"user\" must be a non-empty string"
+        );
+        for bad in [json!(301), json!(-1), json!(1.5), json!("5")] {
+            assert_eq!(
+                err(json!({"host": "h", "connectRetrySeconds": bad})),
+                "Invalid input: the ssh environment's \"connectRetrySeconds\" must be a whole number of seconds from 0 to 300"
+            );
+        }
+    }
+
+    #[test]
+    fn the_connect_retry_defaults_to_five_seconds_and_either_spelling_sets_it() {
+        let t = |v| SshTarget::from_config(&map(v), None).unwrap().connect_retry;
+        assert_eq!(t(json!({"host": "h"})), Duration::from_secs(5));
+        assert_eq!(t(json!({"host": "h", "connectRetrySeconds": 0})), Duration::ZERO);
+        assert_eq!(
+            t(json!({"host": "h", "connect_retry_seconds": 300})),
+            Duration::from_secs(300)
         );
     }
 }

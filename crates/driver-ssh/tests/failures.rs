@@ -78,6 +78,7 @@ async fn an_unreachable_host_is_refused_quickly() {
     let driver = envrt_driver_ssh::SshDriver::new(Default::default()).unwrap();
     let mut config = server.config();
     config.insert("port".into(), port.into());
+    config.insert("connectRetrySeconds".into(), 0.into());
     let target = driver.target_of(&config).unwrap();
     let check = tokio::time::timeout(Duration::from_secs(30), driver.check(&target));
     let err = check.await.expect("refused within the connect timeout").unwrap_err();
@@ -88,6 +89,104 @@ async fn an_unreachable_host_is_refused_quickly() {
             server.user
         )
     );
+}
+
+/// Forwards every connection to `listener` to the test sshd, until dropped.
+fn forward_to(listener: tokio::net::TcpListener, sshd_port: u16) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", sshd_port)).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_comes_back_within_the_retry_is_reached_and_one_that_does_not_is_refused() {
+    let Some(server) = server() else { return };
+    // A port nothing listens on yet: the host is "down" (connection refused).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let driver = envrt_driver_ssh::SshDriver::new(Default::default()).unwrap();
+    let mut config = server.config();
+    config.insert("port".into(), port.into());
+    config.insert("connectRetrySeconds".into(), 20.into());
+    // The forwarded port is another host:port to ssh: its key is recorded in a file of
+    // this test's own.
+    let known = tempfile::NamedTempFile::new().unwrap();
+    config.insert("knownHosts".into(), known.path().to_str().unwrap().into());
+    config.insert("acceptNewHostKey".into(), true.into());
+    let target = driver.target_of(&config).unwrap();
+    let sshd_port = server.config()["port"].as_u64().unwrap() as u16;
+    // The host comes back (a listener forwarding to the sshd) while the check is retrying:
+    // the check succeeds instead of failing on the first refusal.
+    let (checked, forwarder) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(60), driver.check(&target)),
+        async {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+            // (held in an Option: the block yields the task handle, not its outcome)
+            Some(forward_to(listener, sshd_port))
+        }
+    );
+    checked.expect("bounded by the retry").unwrap();
+    forwarder.unwrap().abort();
+    driver.shutdown().await;
+
+    // Nothing comes back within a 2 s retry: the refusal is the same text as without one.
+    let driver = envrt_driver_ssh::SshDriver::new(Default::default()).unwrap();
+    config.insert("connectRetrySeconds".into(), 2.into());
+    let target = driver.target_of(&config).unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(60), driver.check(&target))
+        .await
+        .expect("bounded by the retry")
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "Cannot connect to SSH host {}@127.0.0.1:{port}: connect to host 127.0.0.1 port {port}: Connection refused.",
+            server.user
+        )
+    );
+    driver.shutdown().await;
+
+    // A host that answers and hangs up before the handshake (sshd restarting) is tried
+    // again within the retry, and only once without one: the attempts are counted.
+    for (retry, more_than_once) in [(2, true), (0, false)] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = attempts.clone();
+        let hangs_up = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        let driver = envrt_driver_ssh::SshDriver::new(Default::default()).unwrap();
+        config.insert("port".into(), port.into());
+        config.insert("connectRetrySeconds".into(), retry.into());
+        let target = driver.target_of(&config).unwrap();
+        let err = tokio::time::timeout(Duration::from_secs(60), driver.check(&target))
+            .await
+            .expect("bounded by the retry")
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "Cannot connect to SSH host {}@127.0.0.1:{port}: ",
+                server.user
+            )),
+            "{err}"
+        );
+        let n = attempts.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(n > 1, more_than_once, "retry {retry}: {n} attempts");
+        hangs_up.abort();
+        driver.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
