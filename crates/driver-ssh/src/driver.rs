@@ -136,7 +136,7 @@ impl SshDriver {
     }
 
     /// The target a lease lives on: its environment's, or the one recorded at acquire.
-    fn target_of_lease(
+    pub(crate) fn target_of_lease(
         &self,
         lease: &Lease,
         environment: Option<&envrt_driver_api::Environment>,
@@ -358,6 +358,10 @@ impl EnvironmentDriver for SshDriver {
     }
     /// `SIGSTOP` / `SIGCONT` to everything the lease runs on the remote host (`pause`).
     fn as_pause(&self) -> Option<&dyn envrt_driver_api::PauseLease> {
+        Some(self)
+    }
+    /// A copy of the workspace on the remote host per copy (`fork`).
+    fn as_fork(&self) -> Option<&dyn envrt_driver_api::ForkLease> {
         Some(self)
     }
     /// Served by one supervisor per lease on the remote host (`processes`); granted only

@@ -121,6 +121,7 @@ mod descriptor;
 mod driver;
 mod duplex;
 mod execute;
+mod fork;
 mod pause;
 mod processes;
 mod realize;

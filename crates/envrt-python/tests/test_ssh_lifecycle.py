@@ -1,6 +1,6 @@
 """Life-cycle v2 on the ssh driver through the package, against the test sshd of
 ``scripts/start-sshd.sh`` (settings from ``ENVRT_TEST_SSH_ENV``, default
-``/var/lib/envrt-test-ssh/env``): pause and unpause work, and idle timeouts, fork and
+``/var/lib/envrt-test-ssh/env``): pause, unpause and fork work, and idle timeouts and
 exposed ports are refused with the facade's exact texts. Without the sshd the tests skip
 loudly, and fail with ``ENVRT_REQUIRE_SSH=1`` or ``CI`` set."""
 
@@ -50,7 +50,7 @@ async def remote() -> AsyncIterator[envrt.Lease]:
         await lease.release()
 
 
-async def test_ssh_pauses_and_refuses_idle_fork_and_expose_with_the_facade_texts(remote: envrt.Lease) -> None:
+async def test_ssh_pauses_forks_and_refuses_idle_and_expose_with_the_facade_texts(remote: envrt.Lease) -> None:
     lease = remote
     await lease.pause()
     with pytest.raises(envrt.EnvrtError) as refused:
@@ -59,10 +59,24 @@ async def test_ssh_pauses_and_refuses_idle_fork_and_expose_with_the_facade_texts
     await lease.unpause()
     assert (await lease.exec(["echo", "back"])).stdout == b"back\n"
 
+    # Fork: each copy holds the fork-point file on the remote host, and what one copy
+    # writes afterwards reaches neither the source nor the other copy.
+    await lease.exec(["sh", "-c", "echo fork-point > state.txt"])
+    copies = await lease.fork(2)
+    try:
+        assert len(copies) == 2 and len({c.id for c in copies} | {lease.id}) == 3
+        for copy in copies:
+            assert (await copy.exec(["cat", "state.txt"])).stdout == b"fork-point\n"
+        await copies[0].exec(["sh", "-c", "echo changed > state.txt"])
+        assert (await copies[1].exec(["cat", "state.txt"])).stdout == b"fork-point\n"
+        assert (await lease.exec(["cat", "state.txt"])).stdout == b"fork-point\n"
+    finally:
+        for copy in copies:
+            await copy.release()
+
     refusals = [
         (lease.set_idle_timeout(60), "idle timeouts", "idle_timeout_unsupported"),
         (lease.keep_alive(), "idle timeouts", "idle_timeout_unsupported"),
-        (lease.fork(1), "lease fork", "fork_unsupported"),
         (lease.expose(8080), "exposed lease ports", "expose_unsupported"),
     ]
     for call, what, kind in refusals:

@@ -228,9 +228,9 @@ mod tests {
                 "pause_unsupported",
             ),
             (
-                "ssh",
+                "sandbox",
                 UnsupportedOperation::Fork,
-                "Environment driver \"ssh\" does not support lease fork.",
+                "Environment driver \"sandbox\" does not support lease fork.",
                 "fork_unsupported",
             ),
             (

@@ -131,7 +131,7 @@ class LifecycleMixin:
         """``count`` (1 to 16) new leases whose workspace (on Docker, the container's file
         system) is this lease's state now; this lease is unchanged and keeps running, and
         its processes are not copied. All or nothing. Refused by a driver without fork
-        (``sandbox``, ``ssh``: ``Environment driver "{key}" does not support lease fork.``),
+        (``sandbox``: ``Environment driver "{key}" does not support lease fork.``),
         and with ``Invalid input: a fork needs a count of at least 1`` /
         ``Invalid input: a fork makes at most 16 copies, not {count}``."""
         from ._runtime import Lease
