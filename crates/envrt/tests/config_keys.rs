@@ -11,8 +11,8 @@ use envrt::config::{Assembly, Paths};
 use envrt::{Environment, JsonMap, RuntimeBuilder};
 
 const DOCKER_KEYS: &str = "`image`, `user`, `workingDir`, `env`, `network`, `memoryBytes`, `nanoCpus`, `pidsLimit`, `readOnlyRootFs`, `duplex`, `allowedUsers`";
-const SSH_KEYS: &str =
-    "`host`, `port`, `user`, `key`, `knownHosts`, `known_hosts`, `acceptNewHostKey`, `accept_new_host_key`";
+const SSH_KEYS: &str = "`host`, `port`, `user`, `key`, `knownHosts`, `known_hosts`, `acceptNewHostKey`, `accept_new_host_key`, \
+     `connectRetrySeconds`, `connect_retry_seconds`";
 
 /// The refusal `Assembly::open` gives for `toml`, an envrt.toml.
 async fn open_error(toml: &str) -> (String, String) {
