@@ -69,6 +69,7 @@ pub struct ProbeDriver {
     calls: Mutex<BTreeMap<&'static str, usize>>,
     destroyed: Mutex<std::collections::BTreeSet<String>>,
     execute_gate: Mutex<Option<Arc<ProbeGate>>>,
+    release_gate: Mutex<Option<Arc<ProbeGate>>>,
 }
 
 /// Where the probe's execute waits once it is in the driver (past the facade's gate):
@@ -93,6 +94,7 @@ impl ProbeDriver {
             calls: Mutex::new(BTreeMap::new()),
             destroyed: Mutex::new(Default::default()),
             execute_gate: Mutex::new(None),
+            release_gate: Mutex::new(None),
         }
     }
 
@@ -103,6 +105,16 @@ impl ProbeDriver {
             go: tokio::sync::Semaphore::new(0),
         });
         *self.execute_gate.lock().unwrap() = Some(gate.clone());
+        gate
+    }
+
+    /// Makes every release wait at the returned gate once it is in the driver.
+    pub fn hold_releases(&self) -> Arc<ProbeGate> {
+        let gate = Arc::new(ProbeGate {
+            started: tokio::sync::Notify::new(),
+            go: tokio::sync::Semaphore::new(0),
+        });
+        *self.release_gate.lock().unwrap() = Some(gate.clone());
         gate
     }
 
@@ -172,6 +184,11 @@ impl EnvironmentDriver for ProbeDriver {
 
     async fn release_lease(&self, _input: &ReleaseInput) -> Result<(), DriverError> {
         self.record("release_lease");
+        let gate = self.release_gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            gate.started.notify_one();
+            let _permit = gate.go.acquire().await;
+        }
         if self.fail_release.load(Ordering::SeqCst) {
             return Err(DriverError::other("probe release failed"));
         }

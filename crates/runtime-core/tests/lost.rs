@@ -62,3 +62,54 @@ async fn a_resource_gone_after_a_racing_release_is_the_lease_not_active() {
         format!("Lease \"{}\" is not active (status: released).", lease.id)
     );
 }
+
+#[tokio::test]
+async fn a_resource_gone_while_a_release_is_still_in_the_driver_waits_for_it_and_is_not_active() {
+    let (driver, runtime, lease) = setup().await;
+    let gate = driver.hold_releases();
+    let releasing = tokio::spawn({
+        let runtime = runtime.clone();
+        let id = lease.id.clone();
+        async move { runtime.release_lease(&id, LeaseStatus::Released).await }
+    });
+    // The release removed the resource and is still in the driver: the store says active.
+    gate.started.notified().await;
+    driver.kill_resource(&lease.id);
+    let executing = tokio::spawn({
+        let runtime = runtime.clone();
+        let id = lease.id.clone();
+        async move { runtime.execute(&id, true_command()).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!executing.is_finished(), "the execute waits for the release in flight");
+    gate.go.add_permits(1);
+    releasing.await.unwrap().unwrap();
+    let error = executing.await.unwrap().unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!("Lease \"{}\" is not active (status: released).", lease.id)
+    );
+    // With the release failing, the lease is left pending cleanup: not active either.
+    let (driver, runtime, lease) = setup().await;
+    driver.set_fail_release(true);
+    let gate = driver.hold_releases();
+    let releasing = tokio::spawn({
+        let runtime = runtime.clone();
+        let id = lease.id.clone();
+        async move { runtime.release_lease(&id, LeaseStatus::Released).await }
+    });
+    gate.started.notified().await;
+    driver.kill_resource(&lease.id);
+    let executing = tokio::spawn({
+        let runtime = runtime.clone();
+        let id = lease.id.clone();
+        async move { runtime.execute(&id, true_command()).await }
+    });
+    gate.go.add_permits(1);
+    let _ = releasing.await.unwrap();
+    let error = executing.await.unwrap().unwrap_err().to_string();
+    assert_eq!(
+        error,
+        format!("Lease \"{}\" is not active (status: pending_cleanup).", lease.id)
+    );
+}

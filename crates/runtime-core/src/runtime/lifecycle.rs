@@ -382,6 +382,7 @@ impl EnvironmentRuntime {
             };
             let now = Timestamp::now();
             lease.last_used_at = now;
+            let _ending = self.ending.begin(lease_id);
             // Its exposed ports close first: nothing reaches a lease being released.
             self.exposed.close(lease_id);
             fault::point("release");
@@ -430,6 +431,7 @@ impl EnvironmentRuntime {
             let mut lease = resolved.context.lease.clone();
             let now = Timestamp::now();
             lease.last_used_at = now;
+            let _ending = self.ending.begin(lease_id);
             self.exposed.close(lease_id);
             fault::point("destroy");
             match destroy.destroy_lease(&resolved.context).await {

@@ -5,6 +5,7 @@
 //! are in [`pool`]; reconciliation with the drivers' inventories in [`recovery`]; lease
 //! templates in [`templates`].
 
+mod ending;
 mod expose;
 mod fork;
 mod gate;
@@ -62,6 +63,7 @@ pub struct EnvironmentRuntime {
     pools: pool::Pools,
     tenant: Option<String>,
     exposed: expose::Exposed,
+    ending: ending::Ending,
 }
 
 impl Default for EnvironmentRuntime {
@@ -98,6 +100,7 @@ impl EnvironmentRuntime {
             store,
             pools: pool::Pools::default(),
             exposed: expose::Exposed::default(),
+            ending: ending::Ending::default(),
             tenant: None,
         }
     }
@@ -238,6 +241,9 @@ impl EnvironmentRuntime {
         if lease_id.is_empty() {
             return RuntimeError::Driver(crate::DriverError::ResourceGone { id });
         }
+        // A release or destroy of this lease in flight removed the resource before the
+        // store says so: wait for it to finish, then the store tells.
+        self.ending.settled(lease_id).await;
         if let Ok(Some(lease)) = self.store.get_lease(lease_id).await
             && lease.status != crate::LeaseStatus::Active
         {

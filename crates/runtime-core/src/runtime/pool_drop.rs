@@ -35,6 +35,7 @@ impl Drop for EnvironmentRuntime {
             store: Arc::clone(&self.store),
             pools: pool::Pools::default(),
             exposed: super::expose::Exposed::default(),
+            ending: self.ending.clone(),
             tenant: self.tenant.clone(),
         };
         let work = async move {
