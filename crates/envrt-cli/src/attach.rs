@@ -20,13 +20,13 @@ pub(crate) const DETACH: u8 = 0x1d;
 pub(crate) struct AttachArgs {
     /// The process id (`LEASE/N`).
     #[arg(value_name = "PROC")]
-    process: String,
+    pub(crate) process: String,
     /// Replay from this offset of each stream (default: only what comes from now on).
     #[arg(long, value_name = "OFFSET")]
-    from: Option<u64>,
+    pub(crate) from: Option<u64>,
 }
 
-fn emit(stream: ProcessStream, bytes: &[u8]) {
+pub(crate) fn emit(stream: ProcessStream, bytes: &[u8]) {
     let _ = match stream {
         ProcessStream::Stderr => std::io::stderr().write_all(bytes),
         _ => {

@@ -39,6 +39,7 @@ mod spawn;
 mod template;
 mod token;
 mod via_server;
+mod via_server_attach;
 mod via_server_cp;
 
 use std::path::PathBuf;

@@ -1,6 +1,6 @@
 //! The subcommands that act through a service (`--server URL` or `ENVRT_SERVER`; see
 //! [`crate::server`]): `lease acquire | list | release | destroy | network`, `exec`,
-//! `spawn`, `ps`, `logs`, `kill`, `wait` and `cp`, printing what the same subcommands print
+//! `spawn`, `ps`, `logs`, `attach`, `kill`, `wait` and `cp`, printing what the same subcommands print
 //! on the runtime of their own. The others answer
 //! `envrt: "{command}" does not work through a service (--server or ENVRT_SERVER); run it where the service runs`
 //! (exit 2), and so do the options that have no meaning there, each with its own text.
@@ -54,7 +54,7 @@ pub(crate) async fn run(server: &Server, command: Command) -> Result<u8, CliErro
         Command::Gc(_) => Err(unsupported("gc")),
         Command::Caps(_) => Err(unsupported("caps")),
         Command::Doctor(_) => Err(unsupported("doctor")),
-        Command::Attach(_) => Err(unsupported("attach")),
+        Command::Attach(args) => crate::via_server_attach::run(server, args).await,
         Command::Serve(_) => Err(unsupported("serve")),
         Command::Token(_) => Err(unsupported("token")),
         Command::Expose(_) => Err(unsupported("expose")),
@@ -341,7 +341,7 @@ async fn execute(
     ))
 }
 
-fn chunk_bytes(line: &Value) -> Result<Vec<u8>, CliError> {
+pub(crate) fn chunk_bytes(line: &Value) -> Result<Vec<u8>, CliError> {
     base64::engine::general_purpose::STANDARD
         .decode(line["data"].as_str().unwrap_or_default())
         .map_err(|e| CliError::Failure(format!("envrt: the service sent output that is not base64: {e}")))

@@ -10,10 +10,13 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+/// One in-flight end: its serial and what a waiter watches.
+type InFlight = (u64, watch::Receiver<()>);
+
 /// The in-flight ends, keyed by lease id; shared by every view of one runtime.
 #[derive(Clone, Default)]
 pub(super) struct Ending {
-    inner: Arc<Mutex<HashMap<String, (u64, watch::Receiver<()>)>>>,
+    inner: Arc<Mutex<HashMap<String, InFlight>>>,
     next: Arc<std::sync::atomic::AtomicU64>,
 }
 
