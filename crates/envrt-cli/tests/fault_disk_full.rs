@@ -143,6 +143,15 @@ fn docker_sync_out_to_a_full_or_read_only_file_system_leaves_nothing() {
     sync_out_refused("docker", &s, "ctr");
 }
 
+#[test]
+fn sandbox_sync_out_to_a_full_or_read_only_file_system_leaves_nothing() {
+    if envrt_test_support::sandbox::worker_beside_or_skip(faults::BIN).is_none() {
+        return;
+    }
+    let s = Scratch::new(&environment("box", "sandbox", ""));
+    sync_out_refused("sandbox", &s, "box");
+}
+
 /// The store's file system fills, then turns read-only: every call refuses with the exact
 /// text, the lease acknowledged before is still there (and releasable) once the file
 /// system has room again, and no acquire made a resource it did not record.

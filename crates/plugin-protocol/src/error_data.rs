@@ -97,6 +97,14 @@ pub enum ErrorData {
     },
     /// [`DriverError::ChannelClosed`].
     ChannelClosed,
+    /// [`DriverError::HostFileSystem`] (since the sandbox's sync out reports a full or
+    /// read-only target file system typed; an older host reads the text).
+    HostFileSystem {
+        /// The sync out's host target as the worker was given it.
+        target: String,
+        /// `full` or `read-only`.
+        why: String,
+    },
 }
 
 impl ErrorData {
@@ -138,6 +146,10 @@ impl ErrorData {
             },
             DriverError::ResourceGone { id } => ErrorData::ResourceGone { id: id.clone() },
             DriverError::ChannelClosed => ErrorData::ChannelClosed,
+            DriverError::HostFileSystem { target, why } => ErrorData::HostFileSystem {
+                target: target.clone(),
+                why: (*why).to_owned(),
+            },
             _ => return None,
         })
     }
@@ -149,7 +161,8 @@ impl ErrorData {
     }
 
     /// The typed error this stands for; `None` for a [`ErrorData::SourceKind`] whose
-    /// `expected` is neither `file` nor `directory`.
+    /// `expected` is neither `file` nor `directory`, or a [`ErrorData::HostFileSystem`]
+    /// whose `why` is neither `full` nor `read-only`.
     pub fn into_driver_error(self) -> Option<DriverError> {
         Some(match self {
             ErrorData::PathOutsideWorkspace { path } => DriverError::PathOutsideWorkspace { path },
@@ -172,6 +185,14 @@ impl ErrorData {
             ErrorData::InvalidInput { message } => DriverError::InvalidInput { message },
             ErrorData::ResourceGone { id } => DriverError::ResourceGone { id },
             ErrorData::ChannelClosed => DriverError::ChannelClosed,
+            ErrorData::HostFileSystem { target, why } => DriverError::HostFileSystem {
+                target,
+                why: match why.as_str() {
+                    "full" => "full",
+                    "read-only" => "read-only",
+                    _ => return None,
+                },
+            },
         })
     }
 }

@@ -109,6 +109,17 @@ impl Holds {
                 message: shown(&message),
                 source,
             },
+            // the worker names the hold directory it wrote into: the caller's targets
+            // instead, joined as the facade joins them for local and Docker
+            DriverError::HostFileSystem { why, .. } => DriverError::HostFileSystem {
+                target: self
+                    .entries
+                    .iter()
+                    .map(|e| e.target_shown.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                why,
+            },
             other => other,
         }
     }
