@@ -105,6 +105,14 @@ pub enum ErrorData {
         /// `full` or `read-only`.
         why: String,
     },
+    /// [`DriverError::LeaseFileSystem`] (a sync in's lease target on a full or read-only
+    /// file system).
+    LeaseFileSystem {
+        /// The sync in's lease target as given.
+        target: String,
+        /// `full` or `read-only`.
+        why: String,
+    },
 }
 
 impl ErrorData {
@@ -150,6 +158,10 @@ impl ErrorData {
                 target: target.clone(),
                 why: (*why).to_owned(),
             },
+            DriverError::LeaseFileSystem { target, why } => ErrorData::LeaseFileSystem {
+                target: target.clone(),
+                why: (*why).to_owned(),
+            },
             _ => return None,
         })
     }
@@ -161,8 +173,8 @@ impl ErrorData {
     }
 
     /// The typed error this stands for; `None` for a [`ErrorData::SourceKind`] whose
-    /// `expected` is neither `file` nor `directory`, or a [`ErrorData::HostFileSystem`]
-    /// whose `why` is neither `full` nor `read-only`.
+    /// `expected` is neither `file` nor `directory`, or a file-system error whose `why` is
+    /// neither `full` nor `read-only`.
     pub fn into_driver_error(self) -> Option<DriverError> {
         Some(match self {
             ErrorData::PathOutsideWorkspace { path } => DriverError::PathOutsideWorkspace { path },
@@ -187,13 +199,22 @@ impl ErrorData {
             ErrorData::ChannelClosed => DriverError::ChannelClosed,
             ErrorData::HostFileSystem { target, why } => DriverError::HostFileSystem {
                 target,
-                why: match why.as_str() {
-                    "full" => "full",
-                    "read-only" => "read-only",
-                    _ => return None,
-                },
+                why: file_system_why(&why)?,
+            },
+            ErrorData::LeaseFileSystem { target, why } => DriverError::LeaseFileSystem {
+                target,
+                why: file_system_why(&why)?,
             },
         })
+    }
+}
+
+/// `full` or `read-only` as the static text the typed errors hold.
+fn file_system_why(why: &str) -> Option<&'static str> {
+    match why {
+        "full" => Some("full"),
+        "read-only" => Some("read-only"),
+        _ => None,
     }
 }
 

@@ -33,22 +33,24 @@ pub(crate) fn sweep_dead(dir: &Path) {
     envrt_driver_files::stale::remove_entries_of_dead_pids(dir, PREFIX);
 }
 
-/// A sync out's I/O failure because its host target's file system is full or read-only,
-/// typed ([`DriverError::HostFileSystem`], the text local and Docker give; the staged
-/// entry is already removed). Any other error, and every sync in's, passes unchanged.
-pub(crate) fn host_file_system(error: DriverError, direction: crate::sync::Direction, target: &str) -> DriverError {
+/// A sync's I/O failure because the file system it writes (the host target's for a sync
+/// out, the lease's for a sync in) is full or read-only, typed
+/// ([`DriverError::HostFileSystem`] / [`DriverError::LeaseFileSystem`], the texts local
+/// and Docker give; the staged entry is already removed). Any other error passes
+/// unchanged.
+pub(crate) fn file_system(error: DriverError, direction: crate::sync::Direction, target: &str) -> DriverError {
     let DriverError::Io { source, .. } = &error else {
         return error;
     };
     let why = match source.kind() {
-        _ if direction != crate::sync::Direction::Out => return error,
         std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => "full",
         std::io::ErrorKind::ReadOnlyFilesystem => "read-only",
         _ => return error,
     };
-    DriverError::HostFileSystem {
-        target: target.to_owned(),
-        why,
+    let target = target.to_owned();
+    match direction {
+        crate::sync::Direction::Out => DriverError::HostFileSystem { target, why },
+        crate::sync::Direction::In => DriverError::LeaseFileSystem { target, why },
     }
 }
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::exec::{check_argv, check_cwd, run};
 use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
 use super::sandbox::{Sandbox, WORKSPACE};
-use super::staging::{fault_point, host_file_system, remove_any, replace, staging_name, sweep_dead};
+use super::staging::{fault_point, file_system, remove_any, replace, staging_name, sweep_dead};
 use super::sync_file::copy_file;
 use super::uids::Owner;
 
@@ -105,7 +105,7 @@ pub(crate) async fn sync(
             .map_err(|e| DriverError::other(format!("sync task failed: {e}")))?;
             // A link in the workspace that leads elsewhere in the sandbox: nothing was
             // placed, and the copy runs in the sandbox, where the link leads.
-            let done = match done.map_err(|e| host_file_system(e, direction, &file.target_path)) {
+            let done = match done.map_err(|e| file_system(e, direction, &file.target_path)) {
                 Err(DriverError::PathOutsideWorkspace { .. }) => {
                     super::sync_sandboxed::sync(sandbox, lease_dir, file, excludes.clone(), direction, path).await?
                 }
