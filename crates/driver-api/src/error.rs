@@ -256,6 +256,15 @@ pub enum DriverError {
         /// `full` or `read-only`.
         why: &'static str,
     },
+    /// A sync in could not write into the lease because the file system under its target
+    /// there is full or read-only; the driver left no partial file there.
+    #[error("Sync in stopped: the file system of \"{target}\" in the lease is {why}; nothing partial was left there.")]
+    LeaseFileSystem {
+        /// The operation's lease target (its targets joined by `", "` when it had several).
+        target: String,
+        /// `full` or `read-only`.
+        why: &'static str,
+    },
     /// The lease's provider resource does not exist (any more).
     #[error("Lease resource \"{id}\" does not exist.")]
     ResourceGone {

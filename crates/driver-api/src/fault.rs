@@ -22,7 +22,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub const ABORT_VAR: &str = "ENVRT_TEST_ABORT_AT";
 
 /// The operations with fault points.
-pub const OPERATIONS: &[&str] = &["acquire", "release", "destroy", "capture", "pool_refill"];
+/// `sync_in` and `sync_out` are the sandbox worker's (it kills itself with SIGKILL there,
+/// see [`reached`]); `sync_place` is the sandbox host's, where it puts what the worker
+/// wrote out in place.
+pub const OPERATIONS: &[&str] = &[
+    "acquire",
+    "release",
+    "destroy",
+    "capture",
+    "pool_refill",
+    "sync_in",
+    "sync_out",
+    "sync_place",
+];
 
 /// The line written to stderr just before the abort.
 pub const ABORT_LINE: &str = "envrt: test hook ENVRT_TEST_ABORT_AT: aborting at fault point {n} of {operation}";
@@ -44,18 +56,25 @@ fn parse(value: &str) -> Option<(&'static str, u32)> {
 /// A fault point of `operation`: aborts the process when it is the `N`-th point of the
 /// operation [`ABORT_VAR`] names; otherwise does nothing.
 pub fn point(operation: &'static str) {
-    static REACHED: AtomicU32 = AtomicU32::new(0);
-    let Some((wanted, n)) = target() else { return };
-    if *wanted != operation {
-        return;
-    }
-    if REACHED.fetch_add(1, Ordering::SeqCst) + 1 == *n {
-        let line = ABORT_LINE
-            .replace("{n}", &n.to_string())
-            .replace("{operation}", operation);
-        eprintln!("{line}");
+    if reached(operation) {
         std::process::abort();
     }
+}
+
+/// A fault point of `operation` for a caller that ends itself its own way (the sandbox
+/// worker raises SIGKILL): `true`, after writing [`ABORT_LINE`] to stderr, when this is
+/// the `N`-th point of the operation [`ABORT_VAR`] names; otherwise `false`.
+pub fn reached(operation: &'static str) -> bool {
+    static REACHED: AtomicU32 = AtomicU32::new(0);
+    let Some((wanted, n)) = target() else { return false };
+    if *wanted != operation || REACHED.fetch_add(1, Ordering::SeqCst) + 1 != *n {
+        return false;
+    }
+    let line = ABORT_LINE
+        .replace("{n}", &n.to_string())
+        .replace("{operation}", operation);
+    eprintln!("{line}");
+    true
 }
 
 #[cfg(test)]
@@ -66,6 +85,7 @@ mod tests {
     fn only_a_known_operation_and_a_positive_step_arm_the_hook() {
         assert_eq!(parse("acquire:3"), Some(("acquire", 3)));
         assert_eq!(parse("pool_refill:1"), Some(("pool_refill", 1)));
+        assert_eq!(parse("sync_out:7"), Some(("sync_out", 7)));
         for inert in [
             "",
             "acquire",

@@ -83,7 +83,7 @@ impl DockerDriver {
     }
 
     /// The lease's container id, when the container exists and carries the lease's label.
-    async fn owned_container(&self, context: &LeaseContext) -> Result<Option<(String, bool)>, DriverError> {
+    pub(crate) async fn owned_container(&self, context: &LeaseContext) -> Result<Option<(String, bool)>, DriverError> {
         let Some(id) = context.lease.provider_lease_id.as_deref() else {
             return Ok(None);
         };

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
-use envrt_driver_api::{DriverError, InventoryItem, Recovery};
+use envrt_driver_api::{DriverError, InventoryItem, Lease, LeaseContext, Recovery};
 
 use crate::driver::{DockerDriver, LABEL_LEASE_ID, LABEL_MANAGED};
 use crate::engine::{has_status, is_not_found};
@@ -52,6 +52,19 @@ impl Recovery for DockerDriver {
             }
             None => Ok(()),
         }
+    }
+
+    /// Lost when the engine says its container does not exist (or no longer carries the
+    /// lease's label).
+    async fn lost(&self, lease: &Lease) -> Result<bool, DriverError> {
+        if lease.provider_lease_id.as_deref().is_none_or(str::is_empty) {
+            return Ok(false);
+        }
+        let context = LeaseContext {
+            lease: lease.clone(),
+            environment: None,
+        };
+        Ok(self.owned_container(&context).await?.is_none())
     }
 }
 

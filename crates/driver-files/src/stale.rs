@@ -30,9 +30,72 @@ pub fn remove_dirs_of_dead_pids(parent: &Path, prefix: &str) -> usize {
     removed
 }
 
+/// Like [`remove_dirs_of_dead_pids`], for entries of any kind: every entry of `parent`
+/// named `{prefix}{pid}-…` whose `pid` names no live process is removed (a directory
+/// with what it holds, anything else unlinked; links are not followed). This is how a
+/// staged sync entry a killed writer left beside its target goes. Returns how many went.
+pub fn remove_entries_of_dead_pids(parent: &Path, prefix: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = entry.path();
+        let gone = match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&path).is_ok(),
+            Ok(_) => std::fs::remove_file(&path).is_ok(),
+            Err(_) => false,
+        };
+        removed += usize::from(gone);
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
-    use super::remove_dirs_of_dead_pids;
+    use super::{remove_dirs_of_dead_pids, remove_entries_of_dead_pids};
+
+    #[test]
+    fn entries_of_every_kind_of_dead_pids_with_the_prefix_go() {
+        let parent = tempfile::tempdir().unwrap();
+        let live = std::process::id();
+        let dead = 4_194_305_u32;
+        let p = parent.path();
+        std::fs::create_dir(p.join(format!(".s-{dead}-dir"))).unwrap();
+        std::fs::write(p.join(format!(".s-{dead}-dir/f")), b"x").unwrap();
+        std::fs::write(p.join(format!(".s-{dead}-file")), b"x").unwrap();
+        std::os::unix::fs::symlink(p.join("elsewhere"), p.join(format!(".s-{dead}-link"))).unwrap();
+        std::fs::create_dir(p.join("elsewhere")).unwrap();
+        for kept in [format!(".s-{live}-mine"), format!(".s-{dead}"), format!(".t-{dead}-x")] {
+            std::fs::write(p.join(kept), b"x").unwrap();
+        }
+        assert_eq!(remove_entries_of_dead_pids(p, ".s-"), 3);
+        let mut left: Vec<String> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut expected = vec![
+            format!(".s-{dead}"),
+            format!(".s-{live}-mine"),
+            format!(".t-{dead}-x"),
+            "elsewhere".to_owned(),
+        ];
+        expected.sort();
+        assert_eq!(left, expected);
+    }
 
     #[test]
     fn only_the_directories_of_dead_pids_with_the_prefix_go() {

@@ -140,4 +140,20 @@ impl Recovery for LocalDriver {
         let workspace = self.workspace_of(&lease.id)?;
         Ok(crate::kill_tied_to(&workspace))
     }
+
+    /// Lost when its workspace directory is gone.
+    async fn lost(&self, lease: &Lease) -> Result<bool, DriverError> {
+        if lease.metadata_driver() != Some(crate::DRIVER_KEY) {
+            return Ok(false);
+        }
+        let workspace = self.workspace_of(&lease.id)?;
+        match std::fs::symlink_metadata(&workspace) {
+            Ok(_) => Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+            Err(e) => Err(DriverError::io(
+                format!("cannot look at workspace {}", workspace.display()),
+                e,
+            )),
+        }
+    }
 }

@@ -89,4 +89,26 @@ impl Recovery for SshDriver {
         }
         Ok(0)
     }
+
+    /// Lost when its remote workspace directory is gone (asked of its host; a host that
+    /// cannot be reached is an error).
+    async fn lost(&self, lease: &Lease) -> Result<bool, DriverError> {
+        let context = envrt_driver_api::LeaseContext {
+            lease: lease.clone(),
+            environment: None,
+        };
+        let place = match self.place(&context).await {
+            Ok(place) => place,
+            Err(DriverError::ResourceGone { .. }) => return Ok(true),
+            Err(e) => return Err(e),
+        };
+        let out = place
+            .host
+            .run_ok(
+                "look for the lease's workspace",
+                &remote::workspace_present(&place.workspace),
+            )
+            .await?;
+        Ok(out.trim_ascii() == b"gone")
+    }
 }

@@ -355,6 +355,14 @@ pub(crate) fn remove_lease(lease_dir: &str) -> String {
 }
 
 /// Lists the lease directories under `root`, one absolute path per line.
+/// Prints `present` when the directory `dir` exists on the remote host, else `gone`.
+pub(crate) fn workspace_present(dir: &str) -> String {
+    format!(
+        "if [ -d {dir} ]; then echo present; else echo gone; fi",
+        dir = quote(dir)
+    )
+}
+
 pub(crate) fn list_leases(root: &str) -> String {
     format!(
         "cd && cd -P -- {root} 2>/dev/null || exit 0; for d in lease-*; do [ -d \"$d\" ] && printf '%s/%s\\n' \"$(pwd -P)\" \"$d\"; done; exit 0",

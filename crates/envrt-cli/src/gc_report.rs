@@ -7,7 +7,7 @@
 //! {
 //!   "ok": true,
 //!   "dryRun": false,
-//!   "leases": [{"id": "…", "reason": "expired" | "holder_gone" | "retry_cleanup",
+//!   "leases": [{"id": "…", "reason": "expired" | "holder_gone" | "lease_lost" | "retry_cleanup",
 //!               "holderPid": 123 | null, "killedProcesses": 0, "done": true, "error": null}],
 //!   "orphans": [{"kind": "workspace", "id": "…", "lease": "…" | null, "done": true}],
 //!   "errors": ["envrt: gc could not reconcile driver \"docker\": …"],
@@ -32,6 +32,9 @@ pub(crate) enum Reason {
     Expired,
     /// Active, its holder process (this pid) is gone: recorded `failed`.
     HolderGone(u32),
+    /// Active, but its backend resource is gone (removed behind envrt's back): recorded
+    /// `failed`.
+    Lost,
     /// A clean-up failed earlier: released again.
     RetryCleanup,
 }
@@ -42,6 +45,7 @@ impl Reason {
         match self {
             Reason::Expired => "it expired".to_owned(),
             Reason::HolderGone(pid) => format!("its holder, pid {pid}, is gone"),
+            Reason::Lost => "it is lost: its provider resource is gone".to_owned(),
             Reason::RetryCleanup => "retrying a clean-up that failed earlier".to_owned(),
         }
     }
@@ -50,6 +54,7 @@ impl Reason {
         match self {
             Reason::Expired => "expired",
             Reason::HolderGone(_) => "holder_gone",
+            Reason::Lost => "lease_lost",
             Reason::RetryCleanup => "retry_cleanup",
         }
     }

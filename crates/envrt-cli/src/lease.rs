@@ -5,7 +5,8 @@
 //! `shell` hold their ephemeral leases themselves; `lease acquire` names the process that
 //! ran it (usually the shell) unless `--holder-pid` or `--detached` says otherwise. `gc`
 //! releases active leases whose holder is gone (after their driver's recovery group killed
-//! what they left running), retries `pending_cleanup` ones, and reconciles every driver's
+//! what they left running) and those whose backend is gone (lost, as the recovery group
+//! says), retries `pending_cleanup` ones, and reconciles every driver's
 //! inventory with the store (`EnvironmentRuntime::reconcile`).
 
 use clap::{Args, Subcommand};
@@ -327,8 +328,21 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
         if args.dry_run && lease.expires_at.is_some_and(|at| at <= envrt::Timestamp::now()) {
             continue;
         }
-        let Some(reason) = gc_action(&lease) else {
-            continue;
+        let reason = match gc_action(&lease) {
+            Some(reason) => reason,
+            // A lease whose backend died behind envrt's back: every operation on it fails
+            // as lost, so gc ends it like a release would.
+            None => match app.runtime.is_lost(&lease).await {
+                Ok(true) => Reason::Lost,
+                Ok(false) => continue,
+                Err(e) => {
+                    report.failure(format!(
+                        "envrt: gc could not tell whether lease {} is lost: {e}",
+                        lease.id
+                    ));
+                    continue;
+                }
+            },
         };
         if args.dry_run {
             report.lease(&lease.id, reason, None);
@@ -357,8 +371,15 @@ pub(crate) async fn gc(paths: &Paths, args: GcArgs) -> Result<u8, CliError> {
         };
         match released {
             Ok(mut ended) => {
-                if matches!(reason, Reason::HolderGone(_)) && ended.failure_reason.is_none() {
-                    ended.failure_reason = Some("holder_gone".into());
+                let why = match reason {
+                    Reason::HolderGone(_) => Some("holder_gone"),
+                    Reason::Lost => Some("lease_lost"),
+                    _ => None,
+                };
+                if let Some(why) = why
+                    && ended.failure_reason.is_none()
+                {
+                    ended.failure_reason = Some(why.into());
                     app.runtime.store().put_lease(&ended).await?;
                 }
                 report.lease(&lease.id, reason, Some(Ok(())));

@@ -143,6 +143,88 @@ fn docker_sync_out_to_a_full_or_read_only_file_system_leaves_nothing() {
     sync_out_refused("docker", &s, "ctr");
 }
 
+#[test]
+fn sandbox_sync_out_to_a_full_or_read_only_file_system_leaves_nothing() {
+    if envrt_test_support::sandbox::worker_beside_or_skip(faults::BIN).is_none() {
+        return;
+    }
+    let s = Scratch::new(&environment("box", "sandbox", ""));
+    sync_out_refused("sandbox", &s, "box");
+}
+
+/// Every path under `dir` (sorted), to compare a file system before and after a call.
+fn listing(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap().flatten() {
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(entry.path());
+            }
+            found.push(entry.path());
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Sync in of a 4 MB file and of a directory holding 1.2 MB into a lease whose workspaces
+/// live on a 1 MiB tmpfs (mounted at `root` before the lease is acquired): each fails
+/// with the one text and leaves the file system as it was; a small file still lands.
+fn sync_in_refused(key: &str, s: &Scratch, env: &str, root: &Path) {
+    let fs = Tmpfs::mount(root, "1m");
+    let id = s.acquire(env);
+    std::fs::write(s.path().join("big"), vec![1u8; 4_000_000]).unwrap();
+    std::fs::create_dir(s.path().join("d")).unwrap();
+    std::fs::write(s.path().join("d/a"), vec![2u8; 300_000]).unwrap();
+    std::fs::write(s.path().join("d/b"), vec![3u8; 900_000]).unwrap();
+    std::fs::write(s.path().join("little"), b"small\n").unwrap();
+    // a first command makes what the driver makes for any command (the sandbox's /tmp)
+    let out = s.run(&["exec", "--lease", &id, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let before = listing(&fs.0);
+    for source in ["big", "d"] {
+        let out = s.run(&["cp", "-q", source, &format!("lease:{id}:{source}")]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{key} {source}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            last_error_line(&out),
+            format!(
+                "Sync in stopped: the file system of \"{source}\" in the lease is full; nothing partial was left there."
+            ),
+            "{key} {source}"
+        );
+        assert_eq!(listing(&fs.0), before, "{key} {source}: left on the full file system");
+    }
+    let out = s.run(&["cp", "-q", "little", &format!("lease:{id}:little")]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = s.run(&["exec", "--lease", &id, "--", "cat", "little"]);
+    assert_eq!(out.stdout, b"small\n", "{}", String::from_utf8_lossy(&out.stderr));
+    let out = s.run(&["lease", "release", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    s.assert_no_leaks(key);
+    drop(fs);
+}
+
+#[test]
+fn local_sync_in_to_a_full_workspace_file_system_leaves_nothing() {
+    let s = Scratch::new(&environment("loc", "local", ""));
+    sync_in_refused("local", &s, "loc", &s.state().join("workspaces"));
+}
+
+#[test]
+fn sandbox_sync_in_to_a_full_lease_file_system_leaves_nothing() {
+    if envrt_test_support::sandbox::worker_beside_or_skip(faults::BIN).is_none() {
+        return;
+    }
+    let s = Scratch::new(&environment("box", "sandbox", ""));
+    sync_in_refused("sandbox", &s, "box", &s.state().join("sandbox"));
+}
+
 /// The store's file system fills, then turns read-only: every call refuses with the exact
 /// text, the lease acknowledged before is still there (and releasable) once the file
 /// system has room again, and no acquire made a resource it did not record.

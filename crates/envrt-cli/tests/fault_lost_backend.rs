@@ -64,6 +64,40 @@ fn ending_succeeds(s: &Scratch, id: &str, verb: &str) {
     assert_eq!(lease["cleanupStatus"], "success", "{lease}");
 }
 
+/// `envrt gc` ends a lost lease (`broken`, after `break_it` removed its backend) and leaves
+/// a healthy one (`kept`) alone: the lost one is recorded `failed` with reason
+/// `lease_lost`, what was left of it is cleaned, and the healthy one stays active until
+/// released.
+fn gc_ends_a_lost_lease(s: &Scratch, env: &str, break_it: impl FnOnce(&Scratch, &str)) {
+    let kept = s.acquire(env);
+    let broken = s.acquire(env);
+    break_it(s, &broken);
+    let out = s.run(&["gc"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l == format!("released lease {broken} (it is lost: its provider resource is gone)")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(&kept), "gc touched the healthy lease: {stdout}");
+    let lease = s.lease(&broken);
+    assert_eq!(lease["status"], "failed", "{lease}");
+    assert_eq!(lease["failureReason"], "lease_lost", "{lease}");
+    assert_eq!(lease["cleanupStatus"], "success", "{lease}");
+    assert_eq!(s.lease(&kept)["status"], "active");
+    let out = s.run(&["exec", "--lease", &kept, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = s.run(&["lease", "release", &kept]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 fn provider_id(s: &Scratch, id: &str) -> String {
     s.lease(id)["providerLeaseId"].as_str().unwrap().to_owned()
 }
@@ -76,6 +110,15 @@ fn a_local_lease_whose_workspace_was_deleted_is_lost_and_releasable() {
     std::fs::remove_dir_all(s.state().join("workspaces").join(&resource)).unwrap();
     every_operation_reports_lost(&s, &id, &resource, true);
     ending_succeeds(&s, &id, "release");
+    s.assert_no_leaks("local");
+}
+
+#[test]
+fn gc_ends_a_local_lease_whose_workspace_was_deleted() {
+    let s = Scratch::new(&environment("loc", "local", ""));
+    gc_ends_a_lost_lease(&s, "loc", |s, id| {
+        std::fs::remove_dir_all(s.state().join("workspaces").join(provider_id(s, id))).unwrap();
+    });
     s.assert_no_leaks("local");
 }
 
@@ -98,6 +141,23 @@ fn a_docker_lease_whose_container_was_removed_is_lost_and_destroyable() {
 }
 
 #[test]
+fn gc_ends_a_docker_lease_whose_container_was_removed() {
+    let Some(image) = envrt_test_support::docker::image_or_skip() else {
+        return;
+    };
+    let s = Scratch::new(&environment("ctr", "docker", &format!("image = \"{image}\"\n")));
+    gc_ends_a_lost_lease(&s, "ctr", |s, id| {
+        let container = provider_id(s, id);
+        let removed = std::process::Command::new("docker")
+            .args(["rm", "-f", &container])
+            .output()
+            .unwrap();
+        assert!(removed.status.success(), "{}", String::from_utf8_lossy(&removed.stderr));
+    });
+    s.assert_no_leaks("docker");
+}
+
+#[test]
 fn a_sandbox_lease_whose_sandbox_was_deleted_is_lost_and_destroyable() {
     if envrt_test_support::sandbox::worker_beside_or_skip(faults::BIN).is_none() {
         return;
@@ -112,14 +172,27 @@ fn a_sandbox_lease_whose_sandbox_was_deleted_is_lost_and_destroyable() {
 }
 
 #[test]
-fn an_ssh_lease_whose_remote_workspace_was_deleted_is_lost_and_releasable() {
+fn gc_ends_a_sandbox_lease_whose_sandbox_was_deleted() {
+    if envrt_test_support::sandbox::worker_beside_or_skip(faults::BIN).is_none() {
+        return;
+    }
+    let s = Scratch::new(&environment("box", "sandbox", ""));
+    gc_ends_a_lost_lease(&s, "box", |s, id| {
+        std::fs::remove_dir_all(s.state().join("sandbox").join(provider_id(s, id))).unwrap();
+    });
+    s.assert_no_leaks("sandbox");
+}
+
+/// The `envrt.toml` of an ssh environment `remote` on the test sshd, or `None` (skipped).
+fn ssh_environment() -> Option<String> {
     let vars = match envrt_test_support::ssh::settings() {
         Ok(vars) => vars,
         Err(e) => {
-            return envrt_test_support::Component::Ssh.skip_or_fail(
+            envrt_test_support::Component::Ssh.skip_or_fail(
                 format_args!("ENVRT_REQUIRE_SSH=1 but no test sshd ({e})"),
                 format_args!("SKIPPED: no test sshd ({e})"),
             );
+            return None;
         }
     };
     let config = format!(
@@ -130,7 +203,18 @@ fn an_ssh_lease_whose_remote_workspace_was_deleted_is_lost_and_releasable() {
         vars["ENVRT_TEST_SSH_KEY"],
         vars["ENVRT_TEST_SSH_KNOWN_HOSTS"]
     );
-    let s = Scratch::new(&environment("remote", "ssh", &config));
+    Some(environment("remote", "ssh", &config))
+}
+
+/// The remote workspace of ssh lease `id` (the test host is this machine).
+fn remote_workspace(s: &Scratch, id: &str) -> std::path::PathBuf {
+    s.lease(id)["metadata"]["workspace"].as_str().unwrap().into()
+}
+
+#[test]
+fn an_ssh_lease_whose_remote_workspace_was_deleted_is_lost_and_releasable() {
+    let Some(config) = ssh_environment() else { return };
+    let s = Scratch::new(&config);
     let id = s.acquire("remote");
     let resource = provider_id(&s, &id);
     // The test host is this machine: its lease directory is the workspace's parent.
@@ -145,5 +229,21 @@ fn an_ssh_lease_whose_remote_workspace_was_deleted_is_lost_and_releasable() {
         "the remote lease directory is left: {}",
         lease_dir.display()
     );
+    s.assert_no_leaks("ssh");
+}
+
+#[test]
+fn gc_ends_an_ssh_lease_whose_remote_workspace_was_deleted() {
+    let Some(config) = ssh_environment() else { return };
+    let s = Scratch::new(&config);
+    let mut lease_dirs = Vec::new();
+    gc_ends_a_lost_lease(&s, "remote", |s, id| {
+        let workspace = remote_workspace(s, id);
+        lease_dirs.push(workspace.parent().unwrap().to_owned());
+        std::fs::remove_dir_all(&workspace).unwrap();
+    });
+    for dir in lease_dirs {
+        assert!(!dir.exists(), "the remote lease directory is left: {}", dir.display());
+    }
     s.assert_no_leaks("ssh");
 }

@@ -97,6 +97,22 @@ pub enum ErrorData {
     },
     /// [`DriverError::ChannelClosed`].
     ChannelClosed,
+    /// [`DriverError::HostFileSystem`] (since the sandbox's sync out reports a full or
+    /// read-only target file system typed; an older host reads the text).
+    HostFileSystem {
+        /// The sync out's host target as the worker was given it.
+        target: String,
+        /// `full` or `read-only`.
+        why: String,
+    },
+    /// [`DriverError::LeaseFileSystem`] (a sync in's lease target on a full or read-only
+    /// file system).
+    LeaseFileSystem {
+        /// The sync in's lease target as given.
+        target: String,
+        /// `full` or `read-only`.
+        why: String,
+    },
 }
 
 impl ErrorData {
@@ -138,6 +154,14 @@ impl ErrorData {
             },
             DriverError::ResourceGone { id } => ErrorData::ResourceGone { id: id.clone() },
             DriverError::ChannelClosed => ErrorData::ChannelClosed,
+            DriverError::HostFileSystem { target, why } => ErrorData::HostFileSystem {
+                target: target.clone(),
+                why: (*why).to_owned(),
+            },
+            DriverError::LeaseFileSystem { target, why } => ErrorData::LeaseFileSystem {
+                target: target.clone(),
+                why: (*why).to_owned(),
+            },
             _ => return None,
         })
     }
@@ -149,7 +173,8 @@ impl ErrorData {
     }
 
     /// The typed error this stands for; `None` for a [`ErrorData::SourceKind`] whose
-    /// `expected` is neither `file` nor `directory`.
+    /// `expected` is neither `file` nor `directory`, or a file-system error whose `why` is
+    /// neither `full` nor `read-only`.
     pub fn into_driver_error(self) -> Option<DriverError> {
         Some(match self {
             ErrorData::PathOutsideWorkspace { path } => DriverError::PathOutsideWorkspace { path },
@@ -172,7 +197,24 @@ impl ErrorData {
             ErrorData::InvalidInput { message } => DriverError::InvalidInput { message },
             ErrorData::ResourceGone { id } => DriverError::ResourceGone { id },
             ErrorData::ChannelClosed => DriverError::ChannelClosed,
+            ErrorData::HostFileSystem { target, why } => DriverError::HostFileSystem {
+                target,
+                why: file_system_why(&why)?,
+            },
+            ErrorData::LeaseFileSystem { target, why } => DriverError::LeaseFileSystem {
+                target,
+                why: file_system_why(&why)?,
+            },
         })
+    }
+}
+
+/// `full` or `read-only` as the static text the typed errors hold.
+fn file_system_why(why: &str) -> Option<&'static str> {
+    match why {
+        "full" => Some("full"),
+        "read-only" => Some("read-only"),
+        _ => None,
     }
 }
 

@@ -363,6 +363,8 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, agent: Option<PathBuf>, co
         supervisors: Default::default(),
     });
     worker.expiries.rearm(&worker.sandbox, &worker.leases.root);
+    // a sync in a killed worker was staging beside the lease directories
+    staging::sweep_dead(&worker.leases.root);
     let mut stdin = rpc::line_reader(tokio::io::stdin(), config.max_line);
     loop {
         let line = match rpc::read_line(&mut stdin, config.max_line).await {

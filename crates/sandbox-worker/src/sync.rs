@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::exec::{check_argv, check_cwd, run};
 use super::lease::{Beneath, beneath_error, link_stays_inside, open_parent, resolve};
 use super::sandbox::{Sandbox, WORKSPACE};
-use super::staging::{remove_any, replace, staging_name};
+use super::staging::{fault_point, file_system, remove_any, replace, staging_name, sweep_dead};
 use super::sync_file::copy_file;
 use super::uids::Owner;
 
@@ -105,7 +105,7 @@ pub(crate) async fn sync(
             .map_err(|e| DriverError::other(format!("sync task failed: {e}")))?;
             // A link in the workspace that leads elsewhere in the sandbox: nothing was
             // placed, and the copy runs in the sandbox, where the link leads.
-            let done = match done {
+            let done = match done.map_err(|e| file_system(e, direction, &file.target_path)) {
                 Err(DriverError::PathOutsideWorkspace { .. }) => {
                     super::sync_sandboxed::sync(sandbox, lease_dir, file, excludes.clone(), direction, path).await?
                 }
@@ -176,6 +176,8 @@ struct Copier<'a> {
     budget: ByteBudget,
     ancestors: Vec<(u64, u64)>,
     counts: Counts,
+    /// The fault-point operation (`sync_in`, `sync_out`): one point after each file.
+    fault: &'static str,
 }
 
 fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, owner: Owner) -> Result<Counts, DriverError> {
@@ -192,12 +194,12 @@ fn copy_in(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet, owner: Owner
         .and_then(|counts| Ok((counts, open_parent(lease_dir, &file.target_path, &target, Some(owner))?)))
         .and_then(|(counts, (parent, last))| {
             match last {
-                Some(last) => replace(&staged, &parent.join(&last), &scratch)?,
+                Some(last) => replace(&staged, &parent.join(&last), &scratch, "sync_in")?,
                 None => {
                     let entries = fs::read_dir(&staged).map_err(|e| io("Reading", &staged, e))?;
                     for entry in entries {
                         let entry = entry.map_err(|e| io("Reading", &staged, e))?;
-                        replace(&entry.path(), &parent.join(entry.file_name()), &scratch)?;
+                        replace(&entry.path(), &parent.join(entry.file_name()), &scratch, "sync_in")?;
                     }
                 }
             }
@@ -226,6 +228,7 @@ pub(crate) fn stage_in(
         counts: Counts::default(),
         mask: file.mode_mask(),
         budget: ByteBudget::new(u64::MAX),
+        fault: "sync_in",
     };
     let name = source
         .file_name()
@@ -269,6 +272,7 @@ fn copy_out(lease_dir: &Path, file: &SyncFile, excludes: ExcludeSet) -> Result<C
         counts: Counts::default(),
         mask: file.mode_mask(),
         budget: ByteBudget::new(file.byte_limit()),
+        fault: "sync_out",
     };
     place_out(
         copier,
@@ -297,6 +301,7 @@ pub(crate) fn place_copied(
         counts: Counts::default(),
         mask: file.mode_mask(),
         budget: ByteBudget::new(file.byte_limit()),
+        fault: "sync_out",
     };
     place_out(copier, source, None, name, file)
 }
@@ -311,10 +316,12 @@ fn place_out(
     let target = Path::new(&file.target_path);
     let target_parent = target.parent().unwrap_or(Path::new("/"));
     fs::create_dir_all(target_parent).map_err(|e| io("Creating", target_parent, e))?;
+    // what a worker killed mid-sync left staged here goes first
+    sweep_dead(target_parent);
     let staged = staging_name(target_parent);
     let placed = copier
         .copy_entry(source, sandbox_path, &staged, "", name, file.mode)
-        .and_then(|()| replace(&staged, target, target_parent));
+        .and_then(|()| replace(&staged, target, target_parent, "sync_out"));
     if placed.is_err() {
         remove_any(&staged);
     }
@@ -555,6 +562,7 @@ impl Copier<'_> {
             )?;
             self.counts.files += 1;
             self.counts.bytes += bytes;
+            fault_point(self.fault);
             Ok(())
         } else {
             // FIFOs, sockets and devices are not copied (reading a FIFO could block forever).

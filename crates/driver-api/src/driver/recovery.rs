@@ -57,4 +57,16 @@ pub trait Recovery: Send + Sync {
     async fn kill_leftovers(&self, _lease: &Lease) -> Result<usize, DriverError> {
         Ok(0)
     }
+    /// Whether an active lease is lost: the backend resource its operations need (its
+    /// workspace, container, sandbox) is gone, removed behind envrt's back, so every
+    /// operation on it would answer [`DriverError::ResourceGone`]. `envrt gc` ends such
+    /// leases (records them `failed`, reason `lease_lost`) with the driver's release,
+    /// which cleans what is left.
+    ///
+    /// - MUST answer `Ok(true)` only when the backend says the resource does not exist;
+    ///   a backend that cannot be reached is an error, never `true`.
+    /// - MUST be cheap and change nothing. The default cannot tell and answers `false`.
+    async fn lost(&self, _lease: &Lease) -> Result<bool, DriverError> {
+        Ok(false)
+    }
 }

@@ -51,6 +51,7 @@ impl DriverError {
             DriverError::InvalidInput { .. } => "invalid_input",
             DriverError::ResourceGone { .. } => "resource_gone",
             DriverError::HostFileSystem { .. } => "host_file_system",
+            DriverError::LeaseFileSystem { .. } => "lease_file_system",
             DriverError::ProviderUnsupported { .. } => "provider_unsupported",
             DriverError::ChannelClosed => "channel_closed",
             DriverError::Process(error) => error.kind(),

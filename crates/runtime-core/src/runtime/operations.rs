@@ -65,8 +65,11 @@ impl EnvironmentRuntime {
             Operation::SyncOut => sync
                 .sync_out(context, operations)
                 .await
-                .map_err(|e| host_file_system(e, operations))?,
-            _ => sync.sync_in(context, operations).await?,
+                .map_err(|e| file_system(e, operations, true))?,
+            _ => sync
+                .sync_in(context, operations)
+                .await
+                .map_err(|e| file_system(e, operations, false))?,
         })
     }
 
@@ -136,25 +139,31 @@ impl EnvironmentRuntime {
     }
 }
 
-/// A sync out's I/O failure because the host file system is full or read-only becomes
-/// [`crate::DriverError::HostFileSystem`], one text for every driver that reports the
-/// operating system's error (local, Docker, ssh; the drivers stage and rename, so nothing
-/// partial is left). Any other error passes unchanged.
-fn host_file_system(error: crate::DriverError, operations: &[SyncOperation]) -> crate::DriverError {
-    let crate::DriverError::Io { source, .. } = &error else {
-        return error;
-    };
-    let why = match source.kind() {
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => "full",
-        std::io::ErrorKind::ReadOnlyFilesystem => "read-only",
+/// A sync's I/O failure because the file system it writes is full or read-only becomes
+/// one typed error whatever the driver: [`crate::DriverError::HostFileSystem`] for a sync
+/// out (the host target's), [`crate::DriverError::LeaseFileSystem`] for a sync in (the
+/// lease target's), naming the operation's targets. Drivers that report the operating
+/// system's error (local, Docker's and ssh's sync out) and those that type it themselves
+/// (the sandbox's worker) give the same text; the drivers stage and rename, so nothing
+/// partial is left. Any other error passes unchanged.
+fn file_system(error: crate::DriverError, operations: &[SyncOperation], out: bool) -> crate::DriverError {
+    let why = match &error {
+        crate::DriverError::Io { source, .. } => match source.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => "full",
+            std::io::ErrorKind::ReadOnlyFilesystem => "read-only",
+            _ => return error,
+        },
+        crate::DriverError::HostFileSystem { why, .. } if out => why,
+        crate::DriverError::LeaseFileSystem { why, .. } if !out => why,
         _ => return error,
     };
     let targets: Vec<&str> = operations
         .iter()
         .flat_map(|op| op.files.iter().map(|f| f.target_path.as_str()))
         .collect();
-    crate::DriverError::HostFileSystem {
-        target: targets.join(", "),
-        why,
+    let target = targets.join(", ");
+    match out {
+        true => crate::DriverError::HostFileSystem { target, why },
+        false => crate::DriverError::LeaseFileSystem { target, why },
     }
 }

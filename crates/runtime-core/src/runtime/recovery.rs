@@ -46,6 +46,28 @@ pub(crate) fn lease_keeps_resources(lease: &Lease) -> bool {
 pub const RECONCILE_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl EnvironmentRuntime {
+    /// Whether the active lease `lease` is lost: its driver's recovery group says the
+    /// backend resource its operations need is gone ([`Recovery::lost`](crate::driver::Recovery::lost)).
+    /// `false` for a lease that is not active, whose driver is not registered or has no
+    /// recovery group, or cannot tell. `envrt gc` ends the leases this finds.
+    pub async fn is_lost(&self, lease: &Lease) -> Result<bool, RuntimeError> {
+        if lease.status != LeaseStatus::Active {
+            return Ok(false);
+        }
+        let environment = match &lease.environment_id {
+            Some(id) => self.store.get_environment(id).await?,
+            None => None,
+        };
+        let key = crate::model::resolve_driver_key(lease, environment.as_ref());
+        let Some(driver) = self.driver(key) else {
+            return Ok(false);
+        };
+        let Some(recovery) = driver.as_recovery() else {
+            return Ok(false);
+        };
+        Ok(recovery.lost(lease).await?)
+    }
+
     /// The ids of the leases that keep their resources, and of every lease the store has.
     async fn lease_sets(&self) -> Result<(HashSet<String>, HashSet<String>), RuntimeError> {
         let leases = self.store.list_leases(&LeaseFilter::default()).await?;

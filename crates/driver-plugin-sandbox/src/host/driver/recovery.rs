@@ -3,7 +3,7 @@
 //! while the live worker advertises the extension (see `as_recovery`).
 
 use async_trait::async_trait;
-use envrt_driver_api::{DriverError, InventoryItem, Recovery};
+use envrt_driver_api::{DriverError, InventoryItem, Lease, Recovery};
 
 use super::SandboxDriver;
 use crate::host::error::SandboxError;
@@ -55,5 +55,13 @@ impl Recovery for SandboxDriver {
         };
         self.call_unscoped(methods::DESTROY_LEASE, &params).await?;
         Ok(())
+    }
+
+    /// Lost when the worker's own list of its leases no longer has it.
+    async fn lost(&self, lease: &Lease) -> Result<bool, DriverError> {
+        let Some(resource) = lease.provider_lease_id.as_deref().filter(|id| !id.is_empty()) else {
+            return Ok(false);
+        };
+        Ok(!self.inventory().await?.iter().any(|item| item.id == resource))
     }
 }

@@ -3,11 +3,13 @@
 //!
 //! A worker is a separate (possibly third-party) program, and the tree it copies out was
 //! built by the sandboxed command. So each host target is rewritten to a private hold
-//! directory beside it (`.envrt-hold-<uuid>`, mode `0700`); once the worker has written
+//! directory beside it (`.envrt-hold-{pid}-{uuid}`, mode `0700`; one a killed host program
+//! left is removed by the next sync out into that directory); once the worker has written
 //! every entry there, the host resolves every link of each tree with the shared resolver
 //! ([`envrt_driver_files::tree::check_tree_links`], the local and Docker drivers' check),
 //! clears set-uid/set-gid/sticky bits the request did not keep and holds each tree to its
-//! byte bound ([`settle_tree`]), and only then are the entries renamed onto their targets.
+//! byte bound ([`settle_tree`]), and only then are the entries exchanged with their
+//! targets, atomically.
 //! A refusal or a failure removes every hold directory and leaves the targets as they were.
 
 use std::fs;
@@ -18,6 +20,10 @@ use envrt_driver_api::sync::normalize_absolute;
 use envrt_driver_api::{DriverError, SyncKind, SyncOperation};
 use envrt_driver_files::archive::settle_tree;
 use envrt_driver_files::tree::check_tree_links;
+
+/// The prefix of a hold directory's name (`.envrt-hold-{pid}-{uuid}`: the pid of the host
+/// program, so a later one can remove what a killed one left).
+const HOLD_PREFIX: &str = ".envrt-hold-";
 
 /// One entry written into a hold directory.
 struct Held {
@@ -49,8 +55,14 @@ impl Holds {
                 };
                 let target = PathBuf::from(target);
                 let parent = target.parent().unwrap_or(Path::new("/")).to_path_buf();
+                // what a host program killed mid-sync left held here goes first
+                envrt_driver_files::stale::remove_entries_of_dead_pids(&parent, HOLD_PREFIX);
                 let made = fs::create_dir_all(&parent).and_then(|()| {
-                    let hold = parent.join(format!(".envrt-hold-{}", uuid::Uuid::new_v4().simple()));
+                    let hold = parent.join(format!(
+                        "{HOLD_PREFIX}{}-{}",
+                        std::process::id(),
+                        uuid::Uuid::new_v4().simple()
+                    ));
                     fs::DirBuilder::new().mode(0o700).create(&hold).map(|()| hold)
                 });
                 let hold = match made {
@@ -97,6 +109,17 @@ impl Holds {
                 message: shown(&message),
                 source,
             },
+            // the worker names the hold directory it wrote into: the caller's targets
+            // instead, joined as the facade joins them for local and Docker
+            DriverError::HostFileSystem { why, .. } => DriverError::HostFileSystem {
+                target: self
+                    .entries
+                    .iter()
+                    .map(|e| e.target_shown.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                why,
+            },
             other => other,
         }
     }
@@ -135,10 +158,26 @@ impl Drop for Holds {
     }
 }
 
-/// Renames a written entry onto its target (an existing directory target is moved aside
-/// first and removed after).
+/// Puts a written entry at its target in one atomic step: the two are exchanged
+/// (`renameat2` `RENAME_EXCHANGE`; the previous target, now in the hold directory, goes
+/// with it), so a host program killed at any moment leaves the target as it was or
+/// complete. A missing target takes a plain rename; where the file system cannot
+/// exchange, an existing directory target is moved aside first (not atomic against a
+/// kill) and put back on failure.
 fn place(entry: &Held) -> Result<(), DriverError> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
     let io = |e| DriverError::io(format!("Replacing {}", entry.target.display()), e);
+    match renameat_with(CWD, &entry.written, CWD, &entry.target, RenameFlags::EXCHANGE) {
+        Ok(()) => {
+            envrt_driver_api::fault::point("sync_place");
+            return Ok(());
+        }
+        Err(rustix::io::Errno::NOENT) if fs::symlink_metadata(&entry.target).is_err() => {
+            return fs::rename(&entry.written, &entry.target).map_err(io);
+        }
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS | rustix::io::Errno::OPNOTSUPP) => {}
+        Err(e) => return Err(io(e.into())),
+    }
     match fs::symlink_metadata(&entry.target) {
         Ok(meta) if meta.is_dir() => {
             let aside = entry.hold.join("old");

@@ -251,6 +251,11 @@ pub(crate) async fn spawn_worker(spec: &WorkerCommand, death_signal: Signal, dat
         command.env("TZ", tz);
     }
     command.envs(&spec.env);
+    // The fault-injection test hook reaches the worker too (it has sync points of its
+    // own); it can only make the worker end itself, which it may do anyway.
+    if let Ok(hook) = std::env::var(envrt_driver_api::fault::ABORT_VAR) {
+        command.env(envrt_driver_api::fault::ABORT_VAR, hook);
+    }
     let cgroup = WorkerCgroup::create();
     die_with_parent(&mut command, death_signal, cgroup.as_ref().map(|c| c.procs.clone()));
     let plane = match data_plane {
