@@ -94,4 +94,3 @@ pub(crate) fn check_request(request: &SpawnRequest) -> Result<u64, String> {
     }
     Ok(keep)
 }
-

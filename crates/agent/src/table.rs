@@ -11,12 +11,12 @@ use rustix::process::{Pid, WaitOptions, WaitStatus};
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
-use crate::proto::{
-    AgentInfo, DEFAULT_KEEP, DEFAULT_MAX_PROCESSES, IDS_PER_GENERATION, MAX_ARGS, MAX_KEEP, MAX_KEY, ProcessInfo,
-    SpawnRequest, Status, StdinMode, Stream, StreamInfo, VERSION,
-};
-pub(crate) use crate::check::parse_signal;
 use crate::check::check_request;
+pub(crate) use crate::check::parse_signal;
+use crate::proto::{
+    AgentInfo, DEFAULT_MAX_PROCESSES, IDS_PER_GENERATION, ProcessInfo, SpawnRequest, Status, StdinMode, Stream,
+    StreamInfo, VERSION,
+};
 use crate::pump::pump;
 use crate::refuse;
 use crate::ring::Ring;
@@ -272,15 +272,16 @@ impl Agent {
         // before it is in the table and count it as an orphan.
         // A failed start names the working directory when that is what is missing (the
         // error alone cannot tell it from a missing program); the start itself checks nothing.
-        let started = spawn::start(&request, ids, &self.config.shim).map_err(|error| match (&request.cwd, &request.user) {
-            // A root agent without the right to switch (a user namespace's): the child's
-            // setgid or setuid was refused.
-            (_, Some(user)) if ids.is_some() && error.raw_os_error() == Some(1) => {
-                refuse::user_cannot_switch(user, rustix::process::geteuid().as_raw())
-            }
-            (Some(cwd), _) if !std::path::Path::new(cwd).is_dir() => refuse::not_a_directory(cwd),
-            _ => refuse::spawn_failed(&request.argv[0], &error),
-        })?;
+        let started =
+            spawn::start(&request, ids, &self.config.shim).map_err(|error| match (&request.cwd, &request.user) {
+                // A root agent without the right to switch (a user namespace's): the child's
+                // setgid or setuid was refused.
+                (_, Some(user)) if ids.is_some() && error.raw_os_error() == Some(1) => {
+                    refuse::user_cannot_switch(user, rustix::process::geteuid().as_raw())
+                }
+                (Some(cwd), _) if !std::path::Path::new(cwd).is_dir() => refuse::not_a_directory(cwd),
+                _ => refuse::spawn_failed(&request.argv[0], &error),
+            })?;
         let id = state.next_id;
         state.next_id += 1;
         state.reserved += need;

@@ -143,7 +143,10 @@ async fn a_full_table_evicts_the_process_that_ended_first_never_a_running_one() 
     }
     assert_eq!(agent.list().len(), 3);
     // All running: the bound refuses.
-    let more = [agent.spawn(request(&["sleep", "100"])).unwrap(), agent.spawn(request(&["sleep", "100"])).unwrap()];
+    let more = [
+        agent.spawn(request(&["sleep", "100"])).unwrap(),
+        agent.spawn(request(&["sleep", "100"])).unwrap(),
+    ];
     assert_eq!(
         agent.spawn(request(&["true"])).unwrap_err(),
         "the agent already holds 3 processes, its bound"

@@ -31,11 +31,7 @@ fn switch(user: &str, (uid, gid): (u32, u32)) -> Result<Option<(u32, u32)>, Stri
 
 /// The uid and gid of `user` in these passwd and group files.
 pub(crate) fn resolve_in(user: &str, passwd: &str, group_file: &str) -> Result<(u32, u32), String> {
-    let number = |s: &str| {
-        s.parse::<u32>()
-            .ok()
-            .filter(|_| s.bytes().all(|b| b.is_ascii_digit()))
-    };
+    let number = |s: &str| s.parse::<u32>().ok().filter(|_| s.bytes().all(|b| b.is_ascii_digit()));
     let (name, group) = match user.split_once(':') {
         Some((name, group)) => (name, Some(group)),
         None => (user, None),
@@ -84,17 +80,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let passwd = dir.path().join("passwd");
         let group = dir.path().join("group");
-        std::fs::write(&passwd, "root:x:0:0::/root:/bin/sh\nalice:x:1001:1002::/home/alice:/bin/sh\n").unwrap();
+        std::fs::write(
+            &passwd,
+            "root:x:0:0::/root:/bin/sh\nalice:x:1001:1002::/home/alice:/bin/sh\n",
+        )
+        .unwrap();
         std::fs::write(&group, "root:x:0:\nstaff:x:50:alice\n").unwrap();
         let (p, g) = (passwd.to_str().unwrap(), group.to_str().unwrap());
         assert_eq!(resolve_in("alice", p, g), Ok((1001, 1002)));
         assert_eq!(resolve_in("alice:staff", p, g), Ok((1001, 50)));
         assert_eq!(resolve_in("4000", p, g), Ok((4000, 4000)));
         assert_eq!(resolve_in("4000:7", p, g), Ok((4000, 7)));
-        assert_eq!(
-            resolve_in("bob", p, g).unwrap_err(),
-            "user \"bob\": no such user"
-        );
+        assert_eq!(resolve_in("bob", p, g).unwrap_err(), "user \"bob\": no such user");
         assert_eq!(
             resolve_in("alice:wheel", p, g).unwrap_err(),
             "user \"alice:wheel\": no such group"
