@@ -64,6 +64,7 @@
 //! `tests/static_docker.rs` does exactly that and talks to it through the bind-mounted
 //! socket.
 
+mod check;
 pub mod client;
 pub mod forward;
 #[doc(hidden)]
@@ -77,6 +78,7 @@ pub mod server;
 mod spawn;
 mod table;
 pub mod tunnel;
+mod user;
 
 pub use run::{Options, run};
 pub use spawn::{TTY_EXEC, tty_exec};

@@ -139,6 +139,16 @@ pub struct SpawnRequest {
     /// table once its final state has been delivered to a reader (pipes only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hold: bool,
+    /// Who the process runs as (`UID`, `UID:GID`, `NAME` or `NAME:GROUP`, names as the
+    /// agent's own `/etc/passwd` and `/etc/group` know them); the agent's own user when
+    /// absent. Another user than the agent's needs an agent that may switch (root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The lease's bound on replay bytes reserved, when it is tighter than the agent's
+    /// own (`--max-buffer-bytes`): checked with this spawn, after the oldest ended
+    /// processes' buffers were freed to make room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_bound: Option<u64>,
 }
 
 /// Per-stream start offsets for `output`; a stream left out starts at its oldest byte held.

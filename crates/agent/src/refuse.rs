@@ -156,3 +156,25 @@ pub(crate) fn too_many_tunnels() -> String {
 pub(crate) fn cannot_connect(port: u16, error: &dyn std::fmt::Display) -> String {
     format!("cannot connect to 127.0.0.1:{port} in the lease: {error}")
 }
+
+pub(crate) fn user_form(user: &str) -> String {
+    format!("user {user:?}: it is not UID, UID:GID, NAME or NAME:GROUP")
+}
+
+pub(crate) fn no_user(user: &str) -> String {
+    format!("user {user:?}: no such user")
+}
+
+pub(crate) fn no_group(user: &str) -> String {
+    format!("user {user:?}: no such group")
+}
+
+pub(crate) fn user_cannot_switch(user: &str, uid: u32) -> String {
+    format!("user {user:?}: the supervisor runs as uid {uid} and cannot start a process as another user")
+}
+
+pub(crate) fn evicted(id: u64, bound: u64) -> String {
+    format!(
+        "process {id} ended and was evicted: the agent holds at most {bound} processes and evicts the oldest ended first"
+    )
+}

@@ -81,6 +81,15 @@ impl Ring {
         self.buf.extend(data);
     }
 
+    /// Drops every byte held (an ended process's buffer freed for a new one): the
+    /// offsets stay, `start` moves to the end; returns the bytes freed.
+    pub(crate) fn free(&mut self) -> u64 {
+        let freed = self.buf.len() as u64;
+        self.start += freed;
+        self.buf = VecDeque::new();
+        freed
+    }
+
     /// The oldest offset held, which is also the number of bytes dropped.
     pub(crate) fn start(&self) -> u64 {
         self.start

@@ -54,9 +54,13 @@ pub(crate) fn winsize(rows: u16, cols: u16) -> Winsize {
     }
 }
 
-fn command(request: &SpawnRequest, program: &str, args: &[String]) -> Command {
+fn command(request: &SpawnRequest, ids: Option<(u32, u32)>, program: &str, args: &[String]) -> Command {
     let mut command = Command::new(program);
     command.args(args);
+    if let Some((uid, gid)) = ids {
+        // In the child before `exec`: supplementary groups cleared, then gid, then uid.
+        command.gid(gid).uid(uid);
+    }
     if request.clear_env {
         command.env_clear();
     }
@@ -67,16 +71,17 @@ fn command(request: &SpawnRequest, program: &str, args: &[String]) -> Command {
     command
 }
 
-/// Starts `request` (already checked). `shim` is the agent's binary, for a terminal.
-pub(crate) fn start(request: &SpawnRequest, shim: &Path) -> io::Result<Started> {
+/// Starts `request` (already checked) as `ids` (uid, gid; the agent's own when `None`).
+/// `shim` is the agent's binary, for a terminal.
+pub(crate) fn start(request: &SpawnRequest, ids: Option<(u32, u32)>, shim: &Path) -> io::Result<Started> {
     match request.tty {
-        None => start_piped(request),
-        Some(size) => start_tty(request, shim, winsize(size.rows, size.cols)),
+        None => start_piped(request, ids),
+        Some(size) => start_tty(request, ids, shim, winsize(size.rows, size.cols)),
     }
 }
 
-fn start_piped(request: &SpawnRequest) -> io::Result<Started> {
-    let mut command = command(request, &request.argv[0], &request.argv[1..]);
+fn start_piped(request: &SpawnRequest, ids: Option<(u32, u32)>) -> io::Result<Started> {
+    let mut command = command(request, ids, &request.argv[0], &request.argv[1..]);
     command.process_group(0);
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     command.stdin(match request.stdin {
@@ -101,7 +106,7 @@ fn start_piped(request: &SpawnRequest) -> io::Result<Started> {
     })
 }
 
-fn start_tty(request: &SpawnRequest, shim: &Path, size: Winsize) -> io::Result<Started> {
+fn start_tty(request: &SpawnRequest, ids: Option<(u32, u32)>, shim: &Path, size: Winsize) -> io::Result<Started> {
     let master = rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
     rustix::pty::grantpt(&master)?;
     rustix::pty::unlockpt(&master)?;
@@ -114,7 +119,11 @@ fn start_tty(request: &SpawnRequest, shim: &Path, size: Winsize) -> io::Result<S
     rustix::termios::tcsetwinsize(&slave, size)?;
     let mut args = vec![TTY_EXEC.to_owned()];
     args.extend(request.argv.iter().cloned());
-    let mut command = command(request, &shim.to_string_lossy(), &args);
+    let mut command = command(request, ids, &shim.to_string_lossy(), &args);
+    if let Some((uid, _)) = ids {
+        // The terminal becomes the user's (its controlling terminal), as a login's does.
+        let _ = rustix::fs::fchown(&slave, Some(rustix::fs::Uid::from_raw(uid)), None);
+    }
     command.stdin(Stdio::from(slave.try_clone()?));
     command.stdout(Stdio::from(slave.try_clone()?));
     command.stderr(Stdio::from(slave));

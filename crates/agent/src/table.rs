@@ -11,9 +11,11 @@ use rustix::process::{Pid, WaitOptions, WaitStatus};
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
+use crate::check::check_request;
+pub(crate) use crate::check::parse_signal;
 use crate::proto::{
-    AgentInfo, DEFAULT_KEEP, DEFAULT_MAX_PROCESSES, IDS_PER_GENERATION, MAX_ARGS, MAX_KEEP, MAX_KEY, ProcessInfo,
-    SpawnRequest, Status, StdinMode, Stream, StreamInfo, VERSION,
+    AgentInfo, DEFAULT_MAX_PROCESSES, IDS_PER_GENERATION, ProcessInfo, SpawnRequest, Status, StdinMode, Stream,
+    StreamInfo, VERSION,
 };
 use crate::pump::pump;
 use crate::refuse;
@@ -85,6 +87,10 @@ struct State {
     keys: HashMap<String, (SpawnRequest, u64)>,
     orphans_reaped: u64,
     recent_orphans: VecDeque<i32>,
+    /// Processes that ended (exited, output drained), oldest end first: the first to be
+    /// evicted when the table is full, and whose buffers are freed first when a spawn
+    /// needs the room. Ids no longer held are skipped.
+    ended: VecDeque<u64>,
 }
 
 /// What an `output` reader gets next.
@@ -122,97 +128,6 @@ fn status_of(status: WaitStatus) -> Status {
         (None, Some(signal)) => Status::Signalled { signal },
         (None, None) => Status::Exited { code: -1 },
     }
-}
-
-/// Parses a signal given by name (`TERM`, `SIGTERM`, any case) or number.
-pub(crate) fn parse_signal(text: &str) -> Result<rustix::process::Signal, String> {
-    use rustix::process::Signal;
-    let named = [
-        ("HUP", Signal::HUP),
-        ("INT", Signal::INT),
-        ("QUIT", Signal::QUIT),
-        ("ILL", Signal::ILL),
-        ("TRAP", Signal::TRAP),
-        ("ABRT", Signal::ABORT),
-        ("BUS", Signal::BUS),
-        ("FPE", Signal::FPE),
-        ("KILL", Signal::KILL),
-        ("USR1", Signal::USR1),
-        ("SEGV", Signal::SEGV),
-        ("USR2", Signal::USR2),
-        ("PIPE", Signal::PIPE),
-        ("ALRM", Signal::ALARM),
-        ("TERM", Signal::TERM),
-        ("CHLD", Signal::CHILD),
-        ("CONT", Signal::CONT),
-        ("STOP", Signal::STOP),
-        ("TSTP", Signal::TSTP),
-        ("TTIN", Signal::TTIN),
-        ("TTOU", Signal::TTOU),
-        ("URG", Signal::URG),
-        ("XCPU", Signal::XCPU),
-        ("XFSZ", Signal::XFSZ),
-        ("VTALRM", Signal::VTALARM),
-        ("PROF", Signal::PROF),
-        ("WINCH", Signal::WINCH),
-        ("IO", Signal::IO),
-        ("PWR", Signal::POWER),
-        ("SYS", Signal::SYS),
-    ];
-    if let Ok(number) = text.parse::<i32>() {
-        return Signal::from_named_raw(number).ok_or_else(|| refuse::signal(text));
-    }
-    let upper = text.to_ascii_uppercase();
-    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
-    named
-        .iter()
-        .find(|(candidate, _)| *candidate == name)
-        .map(|(_, signal)| *signal)
-        .ok_or_else(|| refuse::signal(text))
-}
-
-fn check_request(request: &SpawnRequest) -> Result<u64, String> {
-    if request.argv.is_empty() {
-        return Err(refuse::empty_argv());
-    }
-    if request.argv.len() > MAX_ARGS {
-        return Err(refuse::too_many_args(request.argv.len()));
-    }
-    if request.argv.iter().any(|arg| arg.contains('\0')) {
-        return Err(refuse::nul("argv"));
-    }
-    for (name, value) in &request.env {
-        if name.is_empty() || name.contains('=') || name.contains('\0') {
-            return Err(refuse::env_name(name));
-        }
-        if value.contains('\0') {
-            return Err(refuse::nul(&format!("the value of {name}")));
-        }
-    }
-    if request.cwd.as_deref().is_some_and(|cwd| cwd.contains('\0')) {
-        return Err(refuse::nul("cwd"));
-    }
-    let keep = request.keep.unwrap_or(DEFAULT_KEEP);
-    if keep == 0 || keep > MAX_KEEP {
-        return Err(refuse::keep(keep));
-    }
-    if let Some(key) = &request.idempotency_key
-        && (key.is_empty() || key.len() > MAX_KEY)
-    {
-        return Err(refuse::key_length(key.len()));
-    }
-    if request.hold && request.tty.is_some() {
-        return Err(refuse::hold_tty());
-    }
-    if let Some(size) = request.tty {
-        if size.rows == 0 || size.cols == 0 {
-            return Err(refuse::tty_size());
-        }
-        if request.stdin == StdinMode::Piped {
-            return Err(refuse::tty_stdin());
-        }
-    }
-    Ok(keep)
 }
 
 impl Agent {
@@ -255,14 +170,86 @@ impl Agent {
 
     fn with<T>(&self, id: u64, f: impl FnOnce(&mut Proc) -> Result<T, String>) -> Result<T, String> {
         let mut state = self.lock();
-        let proc = state.procs.get_mut(&id).ok_or_else(|| refuse::unknown(id))?;
-        f(proc)
+        let given = id >= self.config.first_id && id < state.next_id;
+        match state.procs.get_mut(&id) {
+            Some(proc) => f(proc),
+            // An id this agent gave that it no longer holds: an ended process it evicted
+            // (or a held execute, delivered).
+            None if given => Err(refuse::evicted(id, self.config.max_processes)),
+            None => Err(refuse::unknown(id)),
+        }
+    }
+
+    /// Makes room for one more process: while the table is full, the process that ended
+    /// first leaves it (its status and buffers with it). Running processes, and held
+    /// executes not yet delivered, are never evicted.
+    fn evict_for_one(&self, state: &mut State) -> Result<(), String> {
+        while state.procs.len() as u64 >= self.config.max_processes {
+            let Some(oldest) = Agent::oldest_ended(state, |_| true) else {
+                return Err(refuse::process_bound(self.config.max_processes));
+            };
+            let proc = state.procs.remove(&oldest).expect("an ended process is held");
+            let held: u64 = proc.streams.iter().map(|(_, ring)| ring.end() - ring.start()).sum();
+            state.reserved -= held;
+            state.keys.retain(|_, (_, held_id)| *held_id != oldest);
+            state.ended.retain(|id| *id != oldest);
+        }
+        Ok(())
+    }
+
+    /// The id of the process that ended first and that `also` accepts (held executes are
+    /// left to their reader).
+    fn oldest_ended(state: &State, also: impl Fn(&Proc) -> bool) -> Option<u64> {
+        state
+            .ended
+            .iter()
+            .copied()
+            .find(|id| state.procs.get(id).is_some_and(|proc| !proc.hold && also(proc)))
+    }
+
+    /// Makes room for `need` replay bytes under `bound`: the buffers of the processes that
+    /// ended first are freed (their statuses and offsets stay; every byte reads as
+    /// dropped) until the reservation fits; refused when it still does not.
+    fn free_for(&self, state: &mut State, need: u64, bound: u64) -> Result<(), String> {
+        // Nothing is freed for a spawn that would be refused anyway.
+        let freeable: u64 = state
+            .ended
+            .iter()
+            .filter_map(|id| state.procs.get(id).filter(|proc| !proc.hold))
+            .flat_map(|proc| proc.streams.iter().map(|(_, ring)| ring.end() - ring.start()))
+            .sum();
+        if state.reserved.saturating_sub(freeable) + need > bound {
+            return Err(refuse::buffer_bound(need, state.reserved, bound));
+        }
+        while state.reserved + need > bound {
+            let holds = |proc: &Proc| proc.streams.iter().any(|(_, ring)| ring.end() > ring.start());
+            let Some(oldest) = Agent::oldest_ended(state, holds) else {
+                return Err(refuse::buffer_bound(need, state.reserved, bound));
+            };
+            let proc = state.procs.get_mut(&oldest).expect("an ended process is held");
+            let freed: u64 = proc.streams.iter_mut().map(|(_, ring)| ring.free()).sum();
+            proc.changed.send_replace(());
+            state.reserved -= freed;
+        }
+        Ok(())
+    }
+
+    /// Records that process `id` ended (exited and its output drained), once.
+    fn note_ended(state: &mut State, id: u64) {
+        if state.procs.get(&id).is_some_and(Proc::finished) && !state.ended.contains(&id) {
+            state.ended.push_back(id);
+        }
     }
 
     /// Starts a process, or answers the one started earlier with the same idempotency key.
     /// Must run inside the tokio runtime (it starts the output pumps).
     pub fn spawn(self: &Arc<Self>, request: SpawnRequest) -> Result<ProcessInfo, String> {
         let keep = check_request(&request)?;
+        // Read before the lock: the lease's own user and group files.
+        let ids = match &request.user {
+            Some(user) => crate::user::resolve(user)?,
+            None => None,
+        };
         let mut state = self.lock();
         if let Some(key) = &request.idempotency_key
             && let Some((earlier, id)) = state.keys.get(key)
@@ -275,21 +262,26 @@ impl Agent {
         if state.next_id.saturating_sub(self.config.first_id) >= self.config.id_span {
             return Err(refuse::ids_spent(self.config.id_span));
         }
-        if state.procs.len() as u64 >= self.config.max_processes {
-            return Err(refuse::process_bound(self.config.max_processes));
-        }
+        self.evict_for_one(&mut state)?;
         let need = keep * if request.tty.is_some() { 1 } else { 2 };
-        if state.reserved + need > self.config.buffer_bound {
-            return Err(refuse::buffer_bound(need, state.reserved, self.config.buffer_bound));
-        }
+        let bound = request
+            .replay_bound
+            .map_or(self.config.buffer_bound, |lease| lease.min(self.config.buffer_bound));
+        self.free_for(&mut state, need, bound)?;
         // Spawned under the lock, so the reaper (which also takes it) cannot reap the child
         // before it is in the table and count it as an orphan.
         // A failed start names the working directory when that is what is missing (the
         // error alone cannot tell it from a missing program); the start itself checks nothing.
-        let started = spawn::start(&request, &self.config.shim).map_err(|error| match &request.cwd {
-            Some(cwd) if !std::path::Path::new(cwd).is_dir() => refuse::not_a_directory(cwd),
-            _ => refuse::spawn_failed(&request.argv[0], &error),
-        })?;
+        let started =
+            spawn::start(&request, ids, &self.config.shim).map_err(|error| match (&request.cwd, &request.user) {
+                // A root agent without the right to switch (a user namespace's): the child's
+                // setgid or setuid was refused.
+                (_, Some(user)) if ids.is_some() && error.raw_os_error() == Some(1) => {
+                    refuse::user_cannot_switch(user, rustix::process::geteuid().as_raw())
+                }
+                (Some(cwd), _) if !std::path::Path::new(cwd).is_dir() => refuse::not_a_directory(cwd),
+                _ => refuse::spawn_failed(&request.argv[0], &error),
+            })?;
         let id = state.next_id;
         state.next_id += 1;
         state.reserved += need;
@@ -529,6 +521,7 @@ impl Agent {
             let held: u64 = proc.streams.iter().map(|(_, ring)| ring.end() - ring.start()).sum();
             state.reserved -= held;
             state.keys.retain(|_, (_, held_id)| *held_id != id);
+            state.ended.retain(|ended| *ended != id);
         }
     }
 
@@ -548,6 +541,7 @@ impl Agent {
             .find(|(s, _)| *s == stream)
             .map_or(0, |(_, ring)| ring.keep() as u64 - (ring.end() - ring.start()));
         state.reserved -= unused;
+        Agent::note_ended(&mut state, id);
     }
 
     /// Reaps every child that has exited: the agent's own processes get their status, the
@@ -562,6 +556,7 @@ impl Agent {
                     proc.reaped = Some(status_of(status));
                     proc.stdin = None;
                     proc.changed.send_replace(());
+                    Agent::note_ended(&mut state, id);
                 }
                 None => {
                     state.orphans_reaped += 1;

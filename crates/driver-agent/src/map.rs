@@ -81,6 +81,18 @@ fn dropped_refusal(lease: &str, text: &str) -> Option<ProcessError> {
     })
 }
 
+/// The agent's numbers in its eviction text, `process N ended and was evicted: the agent
+/// holds at most B processes and evicts the oldest ended first`.
+pub(crate) fn evicted_refusal(lease: &str, text: &str) -> Option<ProcessError> {
+    let rest = text.strip_prefix("process ")?;
+    let (number, rest) = rest.split_once(" ended and was evicted: the agent holds at most ")?;
+    let bound = rest.strip_suffix(" processes and evicts the oldest ended first")?;
+    Some(ProcessError::Evicted {
+        id: ProcessId::new(lease, number.parse().ok()?).to_string(),
+        bound: bound.parse().ok()?,
+    })
+}
+
 /// A supervisor's failure as the driver reports it: its refusals typed where the contract
 /// has a text for them (`number` is the process asked about; `None` for a spawn), a broken
 /// connection as an unavailable backend.
@@ -88,7 +100,7 @@ pub fn lift(lease: &str, number: Option<u64>, error: ClientError) -> DriverError
     match error {
         ClientError::Refused(text) => {
             let id = number.map(|n| ProcessId::new(lease, n).to_string()).unwrap_or_default();
-            if let Some(refusal) = dropped_refusal(lease, &text) {
+            if let Some(refusal) = dropped_refusal(lease, &text).or_else(|| evicted_refusal(lease, &text)) {
                 return refusal.into();
             }
             if let Some(signal) = text.strip_prefix("unknown signal \"").and_then(|s| s.strip_suffix('"')) {

@@ -30,6 +30,13 @@ pub trait AgentHost: Send + Sync {
         request: SpawnRequest,
     ) -> Result<proto::SpawnRequest, DriverError>;
 
+    /// Where the supervisor looks users up, as a refusal of a spawn's `user` names it:
+    /// the noun (`container`, `sandbox`, `host`) and the place (`in the container`,
+    /// `on this host`); `("lease", "in the lease")` by default.
+    fn user_site(&self) -> (&'static str, &'static str) {
+        ("lease", "in the lease")
+    }
+
     /// The boot time (seconds since the epoch) of the machine the supervisor runs on, to
     /// turn its start ticks into a timestamp; this machine's by default.
     async fn boot_time(&self, _context: &LeaseContext) -> u64 {
@@ -71,7 +78,34 @@ pub fn request_of(
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         idempotency_key: request.idempotency_key,
         hold: false,
+        user: request.user,
+        replay_bound: None,
     }
+}
+
+/// A supervisor's refusal of a spawn's `user` (`user "{user}": {why}`) as the contract's
+/// [`DriverError::UserRefused`], in the words of the driver's `site`; `None` for any
+/// other refusal. `asked` is the user as the caller wrote it (a driver may have handed
+/// the supervisor its resolved `UID:GID`).
+pub(crate) fn user_refusal(text: &str, asked: &str, (noun, place): (&str, &str)) -> Option<DriverError> {
+    let rest = text.strip_prefix("user \"")?;
+    let (_, why) = rest.split_once("\": ")?;
+    let reason = match why {
+        "no such user" => format!("no such user {place}."),
+        "no such group" => format!("no such group {place}."),
+        "it is not UID, UID:GID, NAME or NAME:GROUP" => format!("the {noun} takes UID, UID:GID, NAME or NAME:GROUP."),
+        other => {
+            let uid = other
+                .strip_prefix("the supervisor runs as uid ")?
+                .strip_suffix(" and cannot start a process as another user")?;
+            uid.parse::<u32>().ok()?;
+            format!("the process supervisor runs as uid {uid}, which cannot start a process as another user.")
+        }
+    };
+    Some(DriverError::UserRefused {
+        user: asked.to_owned(),
+        reason,
+    })
 }
 
 /// The lease's running supervisor; an unreachable one is the backend's failure.
@@ -94,7 +128,21 @@ pub async fn spawn<H: AgentHost + ?Sized>(
 ) -> Result<ProcessInfo, DriverError> {
     let lease = &context.lease.id;
     let asked_cwd = request.cwd.clone();
-    let request = host.spawn_request(context, request).await?;
+    let asked_user = request.user.clone();
+    let settings = context
+        .environment
+        .as_ref()
+        .and_then(|environment| environment.processes)
+        .unwrap_or_default();
+    let mut request = host.spawn_request(context, request).await?;
+    // The environment's `keep` for a spawn that names none, and its bound on the lease's
+    // replay bytes, which the supervisor checks with the spawn.
+    request.keep = request.keep.or(settings.keep);
+    request.replay_bound = Some(
+        settings
+            .replay_bound
+            .unwrap_or(envrt_driver_api::process::DEFAULT_REPLAY_BOUND),
+    );
     let key = request.idempotency_key.clone();
     let Some(client) = host.agent(context, true).await? else {
         return Err(lift(
@@ -104,6 +152,10 @@ pub async fn spawn<H: AgentHost + ?Sized>(
         ));
     };
     let info = client.spawn(request).await.map_err(|e| match (&e, key) {
+        (ClientError::Refused(text), _) if asked_user.is_some() && text.starts_with("user \"") => {
+            let asked = asked_user.as_deref().unwrap_or_default();
+            user_refusal(text, asked, host.user_site()).unwrap_or_else(|| lift(lease, None, e.clone()))
+        }
         // The supervisor found no directory there (the host could not look inside the lease).
         (ClientError::Refused(text), _) if text.starts_with("cwd \"") && text.ends_with("\" is not a directory") => {
             let named = &text["cwd \"".len()..text.len() - "\" is not a directory".len()];
@@ -158,7 +210,11 @@ pub async fn process<H: AgentHost + ?Sized>(
             "the process supervisor of lease {lease} answered process {} for process {number}",
             other.id
         ))),
-        // The supervisor refuses `info` only for a process it does not hold.
+        // One it evicted (it ended, and the table was full) is reported as such.
+        Err(ClientError::Refused(text)) if crate::map::evicted_refusal(lease, &text).is_some() => {
+            Err(lift(lease, Some(number), ClientError::Refused(text)))
+        }
+        // The supervisor refuses `info` otherwise only for a process it does not hold.
         Err(ClientError::Refused(_)) => Ok(None),
         Err(error) => Err(lift(lease, Some(number), error)),
     }

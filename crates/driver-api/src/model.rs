@@ -62,6 +62,10 @@ pub struct Environment {
     /// so (contract section 8, "Readiness").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<Readiness>,
+    /// Its leases' process settings (`[environment.processes]`: the default `keep`, the
+    /// per-lease replay bound); `None`: the defaults (contract section 9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<crate::process::ProcessSettings>,
 }
 
 /// An environment's readiness command: run on every new lease, bounded by `timeout_ms`;
@@ -87,6 +91,7 @@ impl Environment {
             metadata: None,
             network: None,
             readiness: None,
+            processes: None,
         }
     }
 

@@ -19,6 +19,45 @@ use crate::secret::EnvValue;
 
 /// The default per-stream replay size (`keep`): 8 MiB.
 pub const DEFAULT_KEEP: u64 = 8 * 1024 * 1024;
+/// The default per-lease bound on replay bytes reserved (`replay_bound`): 1 GiB.
+pub const DEFAULT_REPLAY_BOUND: u64 = 1024 * 1024 * 1024;
+/// The largest `keep` a spawn or an environment may ask for: 1 GiB.
+pub const MAX_KEEP: u64 = 1024 * 1024 * 1024;
+
+/// An environment's settings for its leases' processes (`[environment.processes]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessSettings {
+    /// The `keep` of a spawn that names none; [`DEFAULT_KEEP`] when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<u64>,
+    /// The most replay bytes a lease's processes reserve together (a running process
+    /// `keep` per stream, an ended one the bytes it holds); [`DEFAULT_REPLAY_BOUND`] when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_bound: Option<u64>,
+}
+
+/// A size as `envrt.toml` and the CLI write it: bytes, or a number with `K`, `M` or `G`
+/// (binary multiples, either case); `None` for anything else, 0 included.
+pub fn parse_size(raw: &str) -> Option<u64> {
+    let (digits, unit) = match raw.char_indices().last() {
+        Some((at, c)) if c.is_ascii_alphabetic() => (&raw[..at], c.to_ascii_uppercase()),
+        _ => (raw, 'B'),
+    };
+    let shift = match unit {
+        'B' => 0,
+        'K' => 10,
+        'M' => 20,
+        'G' => 30,
+        _ => return None,
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    n.checked_mul(1u64 << shift).filter(|n| *n > 0)
+}
 
 /// A process's id: its lease and its number there, written `{lease id}/{n}`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -101,6 +140,11 @@ pub struct SpawnRequest {
     /// The working directory, confined like an execute's; the lease's own when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// Who the process runs as (`NAME`, `UID`, `NAME:GROUP` or `UID:GID`), as an
+    /// execute's `user`; the lease's own user when absent. A driver that cannot honour it
+    /// refuses with `Cannot run as user "{user}": {reason}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     /// Variables set on top of the environment's (secret values are never shown).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, EnvValue>,
@@ -410,6 +454,17 @@ pub enum ProcessError {
         /// The process it names.
         id: String,
     },
+    /// The process ended and its lease's supervisor evicted its record to make room (it
+    /// holds at most `bound` processes and evicts the one that ended first).
+    #[error(
+        "Process \"{id}\" ended and was evicted: a lease holds at most {bound} processes and evicts the one that ended first, so its exit status is no longer held."
+    )]
+    Evicted {
+        /// The process id.
+        id: String,
+        /// The most processes the lease's supervisor holds.
+        bound: u64,
+    },
     /// The request cannot be spawned (empty argv, a bad `keep`, a terminal of 0 rows...).
     #[error("Cannot spawn the process: {reason}")]
     Spawn {
@@ -431,6 +486,7 @@ impl ProcessError {
             ProcessError::OffsetPastEnd { .. } => "process_offset_past_end",
             ProcessError::UnknownSignal { .. } => "process_unknown_signal",
             ProcessError::IdempotencyConflict { .. } => "process_idempotency_conflict",
+            ProcessError::Evicted { .. } => "process_evicted",
             ProcessError::Spawn { .. } => "process_spawn_refused",
         }
     }

@@ -344,6 +344,19 @@ impl AgentHost for DockerDriver {
         context: &LeaseContext,
         request: SpawnRequest,
     ) -> Result<AgentSpawnRequest, DriverError> {
+        // As an execute's: the configured `user` or one `allowedUsers` lists, as written;
+        // the supervisor (the container's PID 1) resolves it in the container.
+        if let Some(user) = request.user.as_deref() {
+            match context.environment.as_ref() {
+                Some(environment) => crate::config::EnvConfig::of(environment)?.check_user(user)?,
+                None => {
+                    return Err(DriverError::UserRefused {
+                        user: user.to_owned(),
+                        reason: crate::config::USER_NOT_ALLOWED.to_owned(),
+                    });
+                }
+            }
+        }
         let workspace = Self::workspace_of(context);
         // The container is the boundary: any absolute path in it, relative ones from the
         // workspace; the supervisor refuses one that is no directory.
@@ -351,6 +364,10 @@ impl AgentHost for DockerDriver {
         // The supervisor has the container's environment (an exec's), which every process
         // inherits under its own variables.
         Ok(request_of(request, Some(cwd), Vec::new(), false))
+    }
+
+    fn user_site(&self) -> (&'static str, &'static str) {
+        ("container", "in the container")
     }
 }
 

@@ -80,6 +80,16 @@ impl AgentHost for LocalDriver {
         context: &LeaseContext,
         request: SpawnRequest,
     ) -> Result<proto::SpawnRequest, DriverError> {
+        // As an execute's: only as root, only a user `allowedUsers` lists, resolved on
+        // this host; the supervisor (root, in the lease's cgroup) starts it as that uid
+        // and gid, so it stays in the cgroup.
+        let identity = match request.user.as_deref() {
+            Some(user) => Some(crate::process::user::resolve(context, user)?),
+            None => None,
+        };
+        if identity.is_some() {
+            crate::process::user::open_root(self.root())?;
+        }
         // A workspace deleted behind envrt's back is a lost lease, not a bad cwd.
         let workspace = self.live_workspace(context)?;
         let cwd = match &request.cwd {
@@ -89,9 +99,18 @@ impl AgentHost for LocalDriver {
         if !cwd.is_dir() {
             return Err(DriverError::missing_cwd(request.cwd.as_deref().unwrap_or_default()));
         }
+        if let (Some(user), Some(identity)) = (request.user.as_deref(), identity) {
+            crate::process::user::check_reachable(user, &cwd, identity)?;
+        }
         let cwd = crate::workspace::path_str(&cwd)?.to_owned();
         // The agent's own environment (a command's) is inherited under the request's.
-        Ok(request_of(request, Some(cwd), Vec::new(), false))
+        let mut spawn = request_of(request, Some(cwd), Vec::new(), false);
+        spawn.user = identity.map(|(uid, gid)| format!("{uid}:{gid}"));
+        Ok(spawn)
+    }
+
+    fn user_site(&self) -> (&'static str, &'static str) {
+        ("host", "on this host")
     }
 }
 

@@ -238,6 +238,10 @@ pub(crate) async fn run(
 #[async_trait]
 impl Execute for SshDriver {
     async fn execute(&self, context: &LeaseContext, request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
+        // Refused rather than run as the login user behind the caller's back.
+        if let Some(user) = &request.user {
+            return Err(crate::processes::user_refused(user));
+        }
         let place = self.place(context).await?;
         self.exec_at(&place, request).await
     }

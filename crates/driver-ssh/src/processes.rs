@@ -385,6 +385,9 @@ impl AgentHost for SshDriver {
         context: &LeaseContext,
         request: SpawnRequest,
     ) -> Result<AgentSpawnRequest, DriverError> {
+        if let Some(user) = &request.user {
+            return Err(user_refused(user));
+        }
         let place = self.place(context).await?;
         let cwd = match &request.cwd {
             None => place.workspace.clone(),
@@ -418,5 +421,17 @@ impl AgentHost for SshDriver {
             Some(Ok(site)) => site.boot_time,
             _ => 0,
         }
+    }
+}
+
+/// Refusal reason of a `user` on ssh: every command runs as the login user.
+pub(crate) const USER_REFUSED: &str = "the ssh driver runs every command as the remote login user.";
+
+/// The refusal of a request's `user` (an execute's or a spawn's): the driver logs in as
+/// one user and has no way to become another.
+pub(crate) fn user_refused(user: &str) -> DriverError {
+    DriverError::UserRefused {
+        user: user.to_owned(),
+        reason: USER_REFUSED.to_owned(),
     }
 }

@@ -36,6 +36,9 @@ pub(crate) struct SpawnArgs {
     /// Working directory in the environment.
     #[arg(long, value_name = "DIR")]
     pub(crate) cwd: Option<String>,
+    /// Run the process as this user of the environment: NAME, UID, NAME:GROUP or UID:GID.
+    #[arg(long, value_name = "USER")]
+    pub(crate) user: Option<String>,
     /// An environment variable for the process (repeatable).
     #[arg(short = 'e', long = "env", value_name = "K=V")]
     pub(crate) env: Vec<String>,
@@ -60,22 +63,7 @@ pub(crate) fn parse_size(raw: &str) -> Result<u64, CliError> {
             "envrt: --keep expects a size like 65536, 64K or 8M, got \"{raw}\""
         ))
     };
-    let (digits, unit) = match raw.char_indices().last() {
-        Some((at, c)) if c.is_ascii_alphabetic() => (&raw[..at], c.to_ascii_uppercase()),
-        _ => (raw, 'B'),
-    };
-    let shift = match unit {
-        'B' => 0,
-        'K' => 10,
-        'M' => 20,
-        'G' => 30,
-        _ => return Err(bad()),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad());
-    }
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    n.checked_mul(1u64 << shift).filter(|n| *n > 0).ok_or_else(bad)
+    envrt::core::process::parse_size(raw).ok_or_else(bad)
 }
 
 /// The terminal size for `--tty`: `$LINES` x `$COLUMNS` when both are set, else 24x80.
@@ -113,6 +101,7 @@ pub(crate) async fn run(paths: &Paths, args: SpawnArgs) -> Result<u8, CliError> 
     let request = SpawnRequest {
         argv: args.command,
         cwd: args.cwd,
+        user: args.user,
         env,
         stdin: if args.stdin { StdinMode::Piped } else { StdinMode::Null },
         tty: args.tty.then(terminal_size),

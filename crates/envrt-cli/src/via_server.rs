@@ -375,6 +375,9 @@ async fn spawn(server: &Server, args: crate::spawn::SpawnArgs) -> Result<u8, Cli
     if let Some(cwd) = args.cwd {
         body["cwd"] = cwd.into();
     }
+    if let Some(user) = args.user {
+        body["user"] = user.into();
+    }
     if let Some(timeout) = timeout {
         body["timeoutMs"] = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).into();
     }

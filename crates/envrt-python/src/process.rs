@@ -42,7 +42,7 @@ type Event = (
 #[pymethods]
 impl NativeProcesses {
     /// Spawns `argv` on the lease; returns the process as JSON. `tty` is `(rows, cols)`.
-    #[pyo3(signature = (lease_id, argv, tty=None, keep=None, stdin=false, env=BTreeMap::new(), cwd=None, timeout=None, idempotency_key=None))]
+    #[pyo3(signature = (lease_id, argv, tty=None, keep=None, stdin=false, env=BTreeMap::new(), cwd=None, timeout=None, idempotency_key=None, user=None))]
     #[allow(clippy::too_many_arguments)]
     fn spawn<'py>(
         &self,
@@ -56,10 +56,12 @@ impl NativeProcesses {
         cwd: Option<String>,
         timeout: Option<f64>,
         idempotency_key: Option<String>,
+        user: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let request = SpawnRequest {
             argv,
             cwd,
+            user,
             env: env.into_iter().map(|(k, v)| (k, EnvValue::from(v))).collect(),
             stdin: if stdin { StdinMode::Piped } else { StdinMode::Null },
             tty: tty.map(|(rows, cols)| TtySize { rows, cols }),

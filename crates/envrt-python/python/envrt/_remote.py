@@ -434,11 +434,12 @@ class ProcessVerbs:
         cwd: str | None,
         timeout: float | None,
         idempotency_key: str | None,
+        user: str | None = None,
     ) -> str:
         body: dict[str, Any] = {"argv": argv, "env": env, "stdin": "piped" if stdin else "null"}
         if tty is not None:
             body["tty"] = {"rows": tty[0], "cols": tty[1]}
-        for key, value in (("keep", keep), ("cwd", cwd), ("idempotencyKey", idempotency_key)):
+        for key, value in (("keep", keep), ("cwd", cwd), ("idempotencyKey", idempotency_key), ("user", user)):
             if value is not None:
                 body[key] = value
         if timeout is not None:

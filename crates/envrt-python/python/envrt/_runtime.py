@@ -457,16 +457,19 @@ class Lease(LifecycleMixin):
         cwd: str | None = None,
         timeout: float | None = None,
         idempotency_key: str | None = None,
+        user: str | None = None,
     ) -> Process:
         """Starts ``argv`` as a persistent process (needs ``persistentProcessSessions``)
         that outlives this program; answers once it runs. ``tty=(rows, cols)`` gives it a
         terminal, ``keep`` bytes per stream are held for replay (8 MiB by default),
         ``stdin=True`` makes its stdin a pipe for :meth:`Process.write`, ``timeout`` kills
-        its group that many seconds after the start, and the same ``idempotency_key`` with
-        the same request returns the same process."""
+        its group that many seconds after the start, the same ``idempotency_key`` with
+        the same request returns the same process, and ``user`` (``NAME``, ``UID``,
+        ``NAME:GROUP``, ``UID:GID``) runs it as that user of the environment (refused with
+        ``Cannot run as user "{user}": {reason}`` where the driver cannot)."""
         verbs = self.runtime._native.process_verbs()
         text = await verbs.spawn(
-            self.id, list(argv), tty, keep, stdin, dict(env or {}), cwd, timeout, idempotency_key
+            self.id, list(argv), tty, keep, stdin, dict(env or {}), cwd, timeout, idempotency_key, user
         )
         return Process(verbs, json.loads(text))
 

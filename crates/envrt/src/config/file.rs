@@ -43,6 +43,9 @@
 //! on_idle = "release"       # what an idle timeout does; the only value so far
 //! [environment.config]      # driver-specific, passed as JSON
 //! image = "debian:12"
+//! [environment.processes]   # spawned processes (docs/contract.md section 9)
+//! keep = "1M"               # replay bytes per stream of a spawn that names none; default 8M
+//! replay_bound = "64M"      # all of a lease's replay buffers; default 1G
 //! [environment.network]     # or `network = "host"` (local, ssh); docs/contract.md section 10
 //! egress = "none"           # the default; "allow" / "open" are refused until a driver enforces them
 //! grantable = ["pypi.org:443"]   # what a lease may ask for on top
@@ -180,6 +183,8 @@ struct EnvironmentEntry {
     on_idle: Option<String>,
     /// `"host"` or `[environment.network]` (see `super::network`).
     network: Option<toml::Value>,
+    /// `[environment.processes]` (see `super::processes`).
+    processes: Option<super::processes::ProcessesEntry>,
 }
 
 /// The configuration file's name as error messages show it.
@@ -336,6 +341,9 @@ impl Config {
             if let Some(network) = &entry.network {
                 super::network::parse(network).map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
             }
+            if let Some(processes) = &entry.processes {
+                super::processes::parse(processes).map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
+            }
             if let Some(raw) = &entry.ttl {
                 super::parse_duration("ttl", raw).map_err(|e| format!("environment \"{}\": {e}", entry.id))?;
             }
@@ -397,6 +405,7 @@ impl Config {
                 // Checked by `parse`.
                 network: e.network.as_ref().and_then(|n| super::network::parse(n).ok()),
                 readiness: super::ready::parse(e.ready_command.as_ref(), e.ready_timeout.as_deref()).unwrap_or(None),
+                processes: e.processes.as_ref().and_then(|p| super::processes::parse(p).ok()),
             })
             .collect();
         if !environments.iter().any(|e| e.id == IMPLICIT_LOCAL) {

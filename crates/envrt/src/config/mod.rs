@@ -30,6 +30,7 @@ mod file;
 mod idle;
 mod network;
 mod pool;
+mod processes;
 mod ready;
 
 pub use assemble::{Assembly, open_store};

@@ -71,6 +71,7 @@ fn process_ref(Path((lease, number)): ProcessPath) -> ProcessRef {
 pub(super) struct SpawnBody {
     argv: Vec<String>,
     cwd: Option<String>,
+    user: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
     #[serde(default)]
@@ -86,6 +87,7 @@ impl SpawnBody {
         SpawnRequest {
             argv: self.argv,
             cwd: self.cwd,
+            user: self.user,
             env: self
                 .env
                 .into_iter()

@@ -379,8 +379,14 @@ impl AgentHost for SandboxDriver {
     ) -> Result<AgentSpawnRequest, DriverError> {
         let cwd = self.resolved_cwd(context, request.cwd.as_deref())?;
         // The supervisor's environment is a command's (`PATH`, `HOME`): inherited under
-        // the request's own variables.
+        // the request's own variables. A `user` is resolved by the supervisor in the
+        // sandbox's `/etc/passwd` and `/etc/group`; it runs as the sandbox's one user, so
+        // it starts processes only as that user (another is refused).
         Ok(request_of(request, Some(cwd), Vec::new(), false))
+    }
+
+    fn user_site(&self) -> (&'static str, &'static str) {
+        ("sandbox", "in the sandbox")
     }
 }
 
