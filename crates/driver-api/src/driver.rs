@@ -21,7 +21,7 @@ mod processes;
 mod recovery;
 pub use duplex::{DuplexChannel, DuplexChannels, DuplexExit};
 pub use fork::{FORKED_FROM_KEY, ForkLease, MAX_FORK_COUNT};
-pub use idle::IdleTimeout;
+pub use idle::{IdleTimeout, touch_stamp};
 pub use path_scope::PathScope;
 pub use pause::PauseLease;
 pub use processes::{ProcessOutput, ProcessSessions};

@@ -22,9 +22,10 @@
 //! changes), an `open` and a `futimens`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use envrt_driver_api::driver::touch_stamp;
 use envrt_driver_api::{DriverError, IdleTimeout, LeaseContext, LeasePolicy};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -66,9 +67,6 @@ const NAME: &str = "envrt-local-idle";
 /// The shortest and longest idle timeout the local driver arms.
 const MIN: Duration = Duration::from_secs(1);
 const MAX: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// How often a touch rewrites the stamp at most.
-const TOUCH_EVERY: Duration = Duration::from_secs(1);
 
 fn stamp(root: &Path, name: &str) -> PathBuf {
     root.join(format!(".idle-{name}"))
@@ -164,28 +162,14 @@ impl IdleTimeout for LocalDriver {
     async fn touch_idle(&self, context: &LeaseContext, paused: bool) -> Result<(), DriverError> {
         let name = lease_dir_name(&context.lease.id)?;
         let stamp = stamp(self.root(), &name);
-        let Ok(meta) = std::fs::metadata(&stamp) else {
-            return Err(ended(&context.lease.id));
-        };
-        let fresh = meta
-            .modified()
-            .ok()
-            .and_then(|m| SystemTime::now().duration_since(m).ok())
-            .is_some_and(|age| age < TOUCH_EVERY);
-        if fresh && (meta.len() > 0) == paused {
-            return Ok(());
+        match touch_stamp(&stamp, paused) {
+            Ok(true) => Ok(()),
+            // A missing stamp means the watchdog has ended the lease.
+            Ok(false) => Err(ended(&context.lease.id)),
+            Err(e) => Err(DriverError::io(
+                format!("cannot touch the idle stamp {}", stamp.display()),
+                e,
+            )),
         }
-        // Never create the stamp: a missing one means the watchdog has ended the lease.
-        let file = std::fs::File::options()
-            .write(true)
-            .truncate(!paused)
-            .open(&stamp)
-            .map_err(|_| ended(&context.lease.id))?;
-        let io = |e| DriverError::io(format!("cannot touch the idle stamp {}", stamp.display()), e);
-        if paused && meta.len() == 0 {
-            use std::io::Write;
-            (&file).write_all(b"paused").map_err(io)?;
-        }
-        file.set_modified(SystemTime::now()).map_err(io)
     }
 }

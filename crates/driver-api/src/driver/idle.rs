@@ -29,3 +29,34 @@ pub trait IdleTimeout: Send + Sync {
     ///   ended it (or none is armed), so the facade can record the end.
     async fn touch_idle(&self, context: &LeaseContext, paused: bool) -> Result<(), DriverError>;
 }
+
+/// Resets a host-side activity stamp, the file whose modification time an idle watchdog
+/// reads as the lease's last activity and which holds `paused` while the lease is paused
+/// (the local and Docker drivers keep one per lease, out of the lease's reach).
+///
+/// Never creates the stamp: `Ok(false)` says it is missing, which means its watchdog has
+/// ended the lease (or none was armed). At most once a second (or when the paused state
+/// changes) it opens and rewrites the file; otherwise it is one `stat`.
+pub fn touch_stamp(stamp: &std::path::Path, paused: bool) -> std::io::Result<bool> {
+    use std::time::SystemTime;
+    let Ok(meta) = std::fs::metadata(stamp) else {
+        return Ok(false);
+    };
+    let fresh = meta
+        .modified()
+        .ok()
+        .and_then(|m| SystemTime::now().duration_since(m).ok())
+        .is_some_and(|age| age < Duration::from_secs(1));
+    if fresh && (meta.len() > 0) == paused {
+        return Ok(true);
+    }
+    let Ok(file) = std::fs::File::options().write(true).truncate(!paused).open(stamp) else {
+        return Ok(false);
+    };
+    if paused && meta.len() == 0 {
+        use std::io::Write;
+        (&file).write_all(b"paused")?;
+    }
+    file.set_modified(SystemTime::now())?;
+    Ok(true)
+}
