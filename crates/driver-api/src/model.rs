@@ -62,6 +62,10 @@ pub struct Environment {
     /// so (contract section 8, "Readiness").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<Readiness>,
+    /// The longest a lease of this environment may live, in milliseconds from its
+    /// acquire (`max_ttl`): `extend` never moves an expiry past it; `None`: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ttl_ms: Option<u64>,
 }
 
 /// An environment's readiness command: run on every new lease, bounded by `timeout_ms`;
@@ -87,6 +91,7 @@ impl Environment {
             metadata: None,
             network: None,
             readiness: None,
+            max_ttl_ms: None,
         }
     }
 

@@ -54,6 +54,14 @@ pub(crate) enum LeaseCommand {
         /// The lease id.
         id: String,
     },
+    /// Move a lease's expiry to this long from now (within its environment's max_ttl).
+    Extend {
+        /// The lease id.
+        id: String,
+        /// The new time to live, from now: `90`, `1.5`, `500ms`, `1s`, `2m`, `1h30m`.
+        #[arg(long, value_name = "DURATION")]
+        ttl: String,
+    },
     /// Replace a lease's network policy (none given: egress none) and print its level.
     Network {
         /// The lease id.
@@ -244,6 +252,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
         LeaseCommand::Unpause { id } => crate::lease_pause::run(&app, &id, false).await,
         LeaseCommand::Fork(args) => crate::lease_fork::fork(&app, args).await,
         LeaseCommand::KeepAlive { id } => crate::lease_idle::keep_alive(&app, &id).await,
+        LeaseCommand::Extend { id, ttl } => crate::lease_idle::extend(&app, &id, &ttl).await,
     }
 }
 

@@ -1,10 +1,12 @@
 //! Idle timeouts from the command line (contract section 8, "Idle timeout and
 //! keep-alive"): `--idle-timeout DURATION` on `envrt lease acquire` and `envrt exec`, and
-//! `envrt lease keep-alive ID`, which prints `{id} kept alive`.
+//! `envrt lease keep-alive ID`, which prints `{id} kept alive`; and `envrt lease extend
+//! ID --ttl DURATION`, which moves the lease's expiry to that long from now and prints
+//! `{id} expires at {expires_at}`.
 
 use std::time::Duration;
 
-use envrt::{Lease, LeaseStatus};
+use envrt::{Lease, LeaseStatus, Timestamp};
 
 use crate::app::App;
 use crate::error::CliError;
@@ -41,5 +43,15 @@ pub(crate) async fn keep_alive(app: &App, id: &str) -> Result<u8, CliError> {
     app.existing_lease(id).await?;
     let lease = app.runtime.keep_alive(id).await?;
     crate::out!("{} kept alive", lease.id);
+    Ok(0)
+}
+
+/// `envrt lease extend ID --ttl DURATION`.
+pub(crate) async fn extend(app: &App, id: &str, ttl: &str) -> Result<u8, CliError> {
+    let ttl = envrt::config::parse_duration("--ttl", ttl)?;
+    app.existing_lease(id).await?;
+    let lease = app.runtime.extend(id, Timestamp::now().after(ttl)).await?;
+    let at = lease.expires_at.map(Timestamp::to_rfc3339).unwrap_or_default();
+    crate::out!("{} expires at {at}", lease.id);
     Ok(0)
 }

@@ -169,6 +169,7 @@ async fn lease(server: &Server, command: LeaseCommand) -> Result<u8, CliError> {
         LeaseCommand::Unpause { .. } => return Err(unsupported("lease unpause")),
         LeaseCommand::Fork(_) => return Err(unsupported("lease fork")),
         LeaseCommand::KeepAlive { .. } => return Err(unsupported("lease keep-alive")),
+        LeaseCommand::Extend { .. } => return Err(unsupported("lease extend")),
     }
     Ok(0)
 }

@@ -55,12 +55,13 @@ pub use envrt_driver_api::{
     AcquireInput, Capabilities, CapabilityDeclaration, CapabilityInput, CapabilityKey, CapabilitySnapshot,
     CappedBuffer, CleanupStatus, DestroyLease, DriverError, DuplexChannel, DuplexChannels, DuplexExit, EnvValue,
     Environment, EnvironmentDriver, EnvironmentStatus, Execute, ExecuteRequest, ExecuteResult, ExecuteRules,
-    ExposePorts, FileSync, ForkLease, IdleTimeout, InventoryItem, JsonMap, Lease, LeaseContext, LeaseGrant,
-    LeasePolicy, LeaseStatus, NameRules, Offsets, OutputChunk, OutputEvent, OutputKeep, OutputSink, OutputStream,
-    PathScope, PauseLease, ProcessError, ProcessId, ProcessInfo, ProcessOutput, ProcessSessions, ProcessStatus,
-    ProcessStream, Readiness, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, RuntimeError,
-    Secret, SpawnRequest, StdinMode, StoreError, StreamInfo, SyncFile, SyncKind, SyncOperation, SyncOperationResult,
-    SyncResult, TemplateRef, Templates, Timestamp, TtySize, UnsupportedOperation, Wording, WorkspaceRequest,
+    ExposePorts, ExtendLease, FileSync, ForkLease, IdleTimeout, InventoryItem, JsonMap, Lease, LeaseContext,
+    LeaseGrant, LeasePolicy, LeaseStatus, NameRules, Offsets, OutputChunk, OutputEvent, OutputKeep, OutputSink,
+    OutputStream, PathScope, PauseLease, ProcessError, ProcessId, ProcessInfo, ProcessOutput, ProcessSessions,
+    ProcessStatus, ProcessStream, Readiness, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
+    RuntimeError, Secret, SpawnRequest, StdinMode, StoreError, StreamInfo, SyncFile, SyncKind, SyncOperation,
+    SyncOperationResult, SyncResult, TemplateRef, Templates, Timestamp, TtySize, UnsupportedOperation, Wording,
+    WorkspaceRequest,
 };
 pub use envrt_driver_api::{MemoryStateStore, PluginStateStore, StateKey};
 pub use runtime::{

@@ -37,6 +37,7 @@
 //! driver = "docker"
 //! status = "active"         # or "archived"
 //! ttl = "30m"               # default lease expiry (`lease acquire`, `exec`, `shell`); none by default
+//! max_ttl = "8h"            # the longest a lease may live (`lease extend` stays within it)
 //! ready_command = ["sh", "-c", "test -e /ready"]  # must exit 0 on every new lease first
 //! ready_timeout = "30s"     # its bound (default 60s, at most 600s)
 //! idle_timeout = "10m"      # default idle timeout (`lease acquire`, `exec`); none by default
@@ -172,6 +173,8 @@ struct EnvironmentEntry {
     #[serde(default)]
     metadata: Option<toml::Table>,
     ttl: Option<String>,
+    /// The longest a lease may live from its acquire (`extend` stays within it).
+    max_ttl: Option<String>,
     pool: Option<super::pool::PoolEntry>,
     /// `ready_command = [...]`, `ready_timeout = "30s"` (see `super::ready`).
     ready_command: Option<toml::Value>,
@@ -339,6 +342,8 @@ impl Config {
             if let Some(raw) = &entry.ttl {
                 super::parse_duration("ttl", raw).map_err(|e| format!("environment \"{}\": {e}", entry.id))?;
             }
+            super::idle::check_max_ttl(entry.ttl.as_deref(), entry.max_ttl.as_deref(), entry.pool.is_some())
+                .map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
             super::ready::parse(entry.ready_command.as_ref(), entry.ready_timeout.as_deref())
                 .map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
             super::idle::check(entry.idle_timeout.as_deref(), entry.on_idle.as_deref())
@@ -397,6 +402,11 @@ impl Config {
                 // Checked by `parse`.
                 network: e.network.as_ref().and_then(|n| super::network::parse(n).ok()),
                 readiness: super::ready::parse(e.ready_command.as_ref(), e.ready_timeout.as_deref()).unwrap_or(None),
+                max_ttl_ms: e
+                    .max_ttl
+                    .as_deref()
+                    .and_then(|raw| super::parse_duration("max_ttl", raw).ok())
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             })
             .collect();
         if !environments.iter().any(|e| e.id == IMPLICIT_LOCAL) {

@@ -6,6 +6,7 @@
 //! templates in [`templates`].
 
 mod expose;
+mod extend;
 mod fork;
 mod gate;
 mod idle;
