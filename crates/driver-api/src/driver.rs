@@ -23,7 +23,7 @@ mod recovery;
 pub use duplex::{DuplexChannel, DuplexChannels, DuplexExit};
 pub use extend::ExtendLease;
 pub use fork::{FORKED_FROM_KEY, ForkLease, MAX_FORK_COUNT};
-pub use idle::{IdleTimeout, touch_stamp};
+pub use idle::{IDLE_PAUSED_STAMP, IdleClock, IdleTimeout, OnIdle, touch_stamp};
 pub use path_scope::PathScope;
 pub use pause::PauseLease;
 pub use processes::{ProcessOutput, ProcessSessions};

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use envrt_driver_api::driver::touch_stamp;
-use envrt_driver_api::{DriverError, IdleTimeout, LeaseContext};
+use envrt_driver_api::{DriverError, IdleClock, IdleTimeout, LeaseContext, OnIdle};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
@@ -76,6 +76,10 @@ pub(crate) const WATCHDOG_NAME: &str = "envrt-docker-idle";
 /// The refusal of an idle timeout where no host watchdog could enforce it.
 pub(crate) const REMOTE: &str =
     "the Docker driver arms an idle timeout only on a local engine, where a host watchdog ends the idle container";
+
+/// The refusal of `on_idle = "pause"` (not built on Docker yet).
+pub(crate) const NO_PAUSE: &str =
+    "the Docker driver does not pause an idle lease yet (on_idle = \"pause\"); its idle timeout ends the lease";
 
 /// The shortest and longest idle timeout the Docker driver arms.
 const MIN: Duration = Duration::from_secs(1);
@@ -157,12 +161,15 @@ fn ended(id: &str) -> DriverError {
 
 #[async_trait]
 impl IdleTimeout for DockerDriver {
-    async fn arm_idle(&self, context: &LeaseContext, idle: Duration) -> Result<(), DriverError> {
+    async fn arm_idle(&self, context: &LeaseContext, idle: Duration, on_idle: OnIdle) -> Result<(), DriverError> {
         if !(MIN..=MAX).contains(&idle) {
             return Err(DriverError::invalid(format!(
                 "the Docker driver's idle timeout lies between 1 s and 30 days, not {} ms",
                 idle.as_millis()
             )));
+        }
+        if on_idle == OnIdle::Pause {
+            return Err(DriverError::invalid(NO_PAUSE));
         }
         let container = Self::container_of(context)?;
         let inspected = match self
@@ -224,16 +231,16 @@ impl IdleTimeout for DockerDriver {
         Ok(())
     }
 
-    async fn touch_idle(&self, context: &LeaseContext, paused: bool) -> Result<(), DriverError> {
+    async fn touch_idle(&self, context: &LeaseContext, paused: bool) -> Result<IdleClock, DriverError> {
         let container = Self::container_of(context)?;
         if !full_id(container) {
             return Err(ended(&context.lease.id));
         }
         let stamp = stamp(container);
         match touch_stamp(&stamp, paused) {
-            Ok(true) => Ok(()),
+            Ok(Some(clock)) => Ok(clock),
             // A missing stamp means the watchdog has ended the lease.
-            Ok(false) => Err(ended(&context.lease.id)),
+            Ok(None) => Err(ended(&context.lease.id)),
             Err(e) => Err(DriverError::io(
                 format!("cannot touch the idle stamp {}", stamp.display()),
                 e,

@@ -98,6 +98,10 @@ pub(crate) struct AcquireArgs {
     /// (idle time does not count while it is paused), even if its holder is gone.
     #[arg(long, value_name = "DURATION")]
     pub(crate) idle_timeout: Option<String>,
+    /// What the idle timeout does to the idle lease: `release` (the default, else the
+    /// environment's `on_idle`) or `pause` (paused instead; `lease unpause` continues it).
+    #[arg(long, value_name = "ACTION", value_parser = ["release", "pause"], requires = "idle_timeout")]
+    pub(crate) on_idle: Option<String>,
     /// Start the lease from this template of the environment (`envrt template list`).
     #[arg(long, value_name = "TEMPLATE")]
     pub(crate) template: Option<String>,
@@ -188,7 +192,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                 .as_deref()
                 .map(|raw| envrt::config::parse_duration("--ttl", raw))
                 .transpose()?;
-            let idle = crate::lease_idle::parse(args.idle_timeout.as_deref())?;
+            let idle = crate::lease_idle::parse(args.idle_timeout.as_deref(), args.on_idle.as_deref())?;
             let environment = app.environment_id(&args.target).await?;
             let mut request = app
                 .acquire_request(

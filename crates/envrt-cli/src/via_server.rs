@@ -106,7 +106,7 @@ async fn lease(server: &Server, command: LeaseCommand) -> Result<u8, CliError> {
             if args.holder_pid.is_some() {
                 return Err(unsupported("lease acquire --holder-pid"));
             }
-            if args.idle_timeout.is_some() {
+            if args.idle_timeout.is_some() || args.on_idle.is_some() {
                 return Err(unsupported("--idle-timeout"));
             }
             if args.owner.scope.is_some() || !args.owner.labels.is_empty() {
@@ -202,7 +202,7 @@ async fn exec(server: &Server, args: ExecArgs) -> Result<u8, CliError> {
 }
 
 async fn exec_on(server: &Server, args: ExecArgs) -> Result<u8, CliError> {
-    if args.idle_timeout.is_some() {
+    if args.idle_timeout.is_some() || args.on_idle.is_some() {
         return Err(unsupported("--idle-timeout"));
     }
     let env = env_of(&args.env, &args.env_file)?;

@@ -249,6 +249,23 @@ fn bad_idle_timeouts_and_extend_on_docker_are_refused_and_leave_nothing() {
         last_error_line(&short),
         "Invalid input: the Docker driver's idle timeout lies between 1 s and 30 days, not 500 ms"
     );
+    // Pausing an idle lease is not built on Docker.
+    let pause = s.run(&[
+        "lease",
+        "acquire",
+        "--env-id",
+        "ctr",
+        "--detached",
+        "--idle-timeout",
+        "5s",
+        "--on-idle",
+        "pause",
+    ]);
+    assert_eq!(pause.status.code(), Some(2));
+    assert_eq!(
+        last_error_line(&pause),
+        "Invalid input: the Docker driver does not pause an idle lease yet (on_idle = \"pause\"); its idle timeout ends the lease"
+    );
     // A driver that cannot see the container's processes (here: run in a pid namespace of
     // its own, as with an engine on another machine) has no host watchdog to end it.
     let remote = Command::new("unshare")
@@ -286,7 +303,7 @@ fn bad_idle_timeouts_and_extend_on_docker_are_refused_and_leave_nothing() {
     assert_eq!(s.run(&["lease", "release", &timed]).status.code(), Some(0));
     let out = s.run(&["lease", "list", "--all", "--json"]);
     let leases: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(leases.len(), 3, "{leases:?}");
+    assert_eq!(leases.len(), 4, "{leases:?}");
     assert!(leases.iter().all(|l| l["status"] == "released"), "{leases:?}");
     s.assert_no_leaks("docker");
 }

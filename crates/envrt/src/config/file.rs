@@ -41,7 +41,7 @@
 //! ready_command = ["sh", "-c", "test -e /ready"]  # must exit 0 on every new lease first
 //! ready_timeout = "30s"     # its bound (default 60s, at most 600s)
 //! idle_timeout = "10m"      # default idle timeout (`lease acquire`, `exec`); none by default
-//! on_idle = "release"       # what an idle timeout does; the only value so far
+//! on_idle = "release"       # what an idle timeout does: "release" (default) or "pause"
 //! [environment.config]      # driver-specific, passed as JSON
 //! image = "debian:12"
 //! [environment.network]     # or `network = "host"` (local, ssh); docs/contract.md section 10
@@ -219,6 +219,8 @@ pub struct Config {
     pub ttls: BTreeMap<String, std::time::Duration>,
     /// The default idle timeout of each environment that sets `idle_timeout`.
     pub idle_timeouts: BTreeMap<String, std::time::Duration>,
+    /// The environments whose `on_idle` is `"pause"`.
+    pub idle_pauses: BTreeSet<String>,
     /// The pool size of each environment that declares `[environment.pool]`.
     pub pools: BTreeMap<String, usize>,
     /// Each known driver's settings, read by its descriptor from its own sections (the
@@ -235,6 +237,7 @@ impl std::fmt::Debug for Config {
             .field("environments", &self.environments)
             .field("ttls", &self.ttls)
             .field("idle_timeouts", &self.idle_timeouts)
+            .field("idle_pauses", &self.idle_pauses)
             .field("pools", &self.pools)
             .field("drivers", &self.drivers.keys().collect::<Vec<_>>())
             .finish()
@@ -384,6 +387,7 @@ impl Config {
             })
             .collect();
         let idle_timeouts = super::idle::defaults(file.environments.iter().map(|e| (&e.id, e.idle_timeout.as_deref())));
+        let idle_pauses = super::idle::pausing(file.environments.iter().map(|e| (&e.id, e.on_idle.as_deref())));
         let pools = file
             .environments
             .iter()
@@ -418,6 +422,7 @@ impl Config {
             environments,
             ttls,
             idle_timeouts,
+            idle_pauses,
             pools,
             drivers,
         })

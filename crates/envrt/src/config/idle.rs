@@ -11,10 +11,10 @@ pub(super) fn check(idle_timeout: Option<&str>, on_idle: Option<&str>) -> Result
         super::parse_duration("idle_timeout", raw).map_err(|e| e.to_string())?;
     }
     match on_idle {
-        None | Some("release") if idle_timeout.is_some() || on_idle.is_none() => Ok(()),
-        None | Some("release") => Err("on_idle needs an idle_timeout".into()),
-        Some("pause") => Err("on_idle = \"pause\" is not built yet (only \"release\")".into()),
-        Some(other) => Err(format!("on_idle must be \"release\", got \"{other}\"")),
+        None => Ok(()),
+        Some("release" | "pause") if idle_timeout.is_some() => Ok(()),
+        Some("release" | "pause") => Err("on_idle needs an idle_timeout".into()),
+        Some(other) => Err(format!("on_idle must be \"release\" or \"pause\", got \"{other}\"")),
     }
 }
 
@@ -36,6 +36,16 @@ pub(super) fn check_max_ttl(ttl: Option<&str>, max_ttl: Option<&str>, pooled: bo
         return Err(format!("ttl \"{ttl_raw}\" is longer than max_ttl \"{raw}\""));
     }
     Ok(())
+}
+
+/// The environments whose idle timeout pauses the lease (`on_idle = "pause"`).
+pub(super) fn pausing<'a>(
+    environments: impl Iterator<Item = (&'a String, Option<&'a str>)>,
+) -> std::collections::BTreeSet<String> {
+    environments
+        .filter(|(_, on_idle)| *on_idle == Some("pause"))
+        .map(|(id, _)| id.clone())
+        .collect()
 }
 
 /// The default idle timeout of each environment that sets one (already checked).
@@ -60,14 +70,12 @@ mod tests {
             check(Some("soon"), None).unwrap_err(),
             "idle_timeout expects a positive duration such as 90, 1.5, 500ms, 1s, 2m or 1h30m, got \"soon\""
         );
-        assert_eq!(
-            check(Some("1m"), Some("pause")).unwrap_err(),
-            "on_idle = \"pause\" is not built yet (only \"release\")"
-        );
+        assert_eq!(check(Some("1m"), Some("pause")), Ok(()));
         assert_eq!(
             check(Some("1m"), Some("stop")).unwrap_err(),
-            "on_idle must be \"release\", got \"stop\""
+            "on_idle must be \"release\" or \"pause\", got \"stop\""
         );
+        assert_eq!(check(None, Some("pause")).unwrap_err(), "on_idle needs an idle_timeout");
         assert_eq!(
             check(None, Some("release")).unwrap_err(),
             "on_idle needs an idle_timeout"

@@ -58,7 +58,7 @@ impl EnvironmentRuntime {
         traced("extend", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let group = gate(&resolved, Operation::Extend, |d| d.as_extend(), |_| true).await?;
-            let mut lease = resolved.context.lease.clone();
+            let mut lease = super::idle::current(&resolved).await?;
             if lease.expires_at.is_none() {
                 return Err(DriverError::invalid(format!("lease \"{lease_id}\" has no expiry to move")).into());
             }

@@ -191,9 +191,14 @@ pub(super) async fn gate<'a, G: ?Sized + 'a>(
         {
             return Err(RuntimeError::LeasePaused { id: lease.id.clone() });
         }
-        // Every operation a lease takes is activity: it resets the idle clock.
+        // Every operation a lease takes is activity: it resets the idle clock. One that
+        // finds the lease paused by its idle timeout is refused, but for those that work
+        // on a paused lease (the pause is recorded by then).
         if operation != Operation::Idle {
-            super::idle::touch(resolved).await?;
+            match super::idle::touch(resolved).await {
+                Err(RuntimeError::LeasePaused { .. }) if matches!(operation, Operation::Pause | Operation::Extend) => {}
+                other => other?,
+            }
         }
     }
     Ok(found)
