@@ -113,6 +113,9 @@ impl EnvironmentDriver for Recorder {
     fn as_idle(&self) -> Option<&dyn envrt_runtime_core::IdleTimeout> {
         self.inner.as_idle()
     }
+    fn as_extend(&self) -> Option<&dyn envrt_runtime_core::ExtendLease> {
+        self.inner.as_extend()
+    }
     // The idle check reads the inventory to see a lease end without touching it.
     fn as_recovery(&self) -> Option<&dyn envrt_runtime_core::Recovery> {
         self.inner.as_recovery()

@@ -13,6 +13,7 @@ use crate::sync::{SyncOperation, SyncResult};
 use crate::template::{TemplateRef, Templates};
 
 mod duplex;
+mod extend;
 mod fork;
 mod idle;
 mod path_scope;
@@ -20,8 +21,9 @@ mod pause;
 mod processes;
 mod recovery;
 pub use duplex::{DuplexChannel, DuplexChannels, DuplexExit};
+pub use extend::ExtendLease;
 pub use fork::{FORKED_FROM_KEY, ForkLease, MAX_FORK_COUNT};
-pub use idle::IdleTimeout;
+pub use idle::{IDLE_PAUSED_STAMP, IdleClock, IdleTimeout, OnIdle, touch_stamp};
 pub use path_scope::PathScope;
 pub use pause::PauseLease;
 pub use processes::{ProcessOutput, ProcessSessions};
@@ -332,6 +334,11 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     /// Idle timeouts and keep-alive (contract section 8). Without it: `Environment
     /// driver "{key}" does not support idle timeouts.`
     fn as_idle(&self) -> Option<&dyn IdleTimeout> {
+        None
+    }
+    /// Moving a lease's expiry (contract section 8). Without it: `Environment driver
+    /// "{key}" does not support moving a lease's expiry.`
+    fn as_extend(&self) -> Option<&dyn ExtendLease> {
         None
     }
     /// Persistent process sessions, if the driver has them. Without them, or on a lease

@@ -50,9 +50,9 @@ mod time;
 pub use capability::{Capabilities, CapabilityDeclaration, CapabilityKey, CapabilitySnapshot};
 pub use driver::{
     AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
-    ExposePorts, FileSync, ForkLease, IdleTimeout, InventoryItem, LeaseContext, LeaseGrant, PathScope, PauseLease,
-    ProbeAnswer, ProcessOutput, ProcessSessions, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput,
-    ResumeLease, WorkspaceRequest,
+    ExposePorts, ExtendLease, FileSync, ForkLease, IdleClock, IdleTimeout, InventoryItem, LeaseContext, LeaseGrant,
+    OnIdle, PathScope, PauseLease, ProbeAnswer, ProcessOutput, ProcessSessions, RealizeWorkspace, RealizedWorkspace,
+    Recovery, ReleaseInput, ResumeLease, WorkspaceRequest,
 };
 pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};
 pub use execute::{

@@ -66,6 +66,10 @@ pub struct Environment {
     /// per-lease replay bound); `None`: the defaults (contract section 9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<crate::process::ProcessSettings>,
+    /// The longest a lease of this environment may live, in milliseconds from its
+    /// acquire (`max_ttl`): `extend` never moves an expiry past it; `None`: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ttl_ms: Option<u64>,
 }
 
 /// An environment's readiness command: run on every new lease, bounded by `timeout_ms`;
@@ -92,6 +96,7 @@ impl Environment {
             network: None,
             readiness: None,
             processes: None,
+            max_ttl_ms: None,
         }
     }
 

@@ -41,8 +41,9 @@ impl DockerDriver {
         labels.insert(LABEL_MANAGED.into(), "true".into());
         let expiry = input.requested_expires_at.map(bounded_expiry);
         // An expiring lease's container stops by itself at the expiry (its main process
-        // ends, docker-init with it) and is removed then, unless the policy keeps
-        // containers (reuse_by_environment stops them on release to resume them later).
+        // ends, docker-init with it), an idle one when its idle watchdog kills its init;
+        // either is removed then, unless the policy keeps containers
+        // (reuse_by_environment stops them on release to resume them later).
         let (entrypoint, cmd) = match expiry {
             Some(at) => {
                 labels.insert(LABEL_EXPIRES_AT.into(), at.to_rfc3339());
@@ -51,7 +52,7 @@ impl DockerDriver {
             }
             None => (vec!["sleep".into()], vec!["infinity".into()]),
         };
-        let auto_remove = expiry.is_some() && input.policy != LeasePolicy::ReuseByEnvironment;
+        let auto_remove = input.policy != LeasePolicy::ReuseByEnvironment;
         let image = match &input.template {
             Some(template) => crate::templates::template_image(&template.id),
             None => config.image.clone(),

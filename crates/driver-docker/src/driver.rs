@@ -281,6 +281,8 @@ impl EnvironmentDriver for DockerDriver {
             }
             return Ok(());
         };
+        // A released lease has no idle timeout (the facade drops it): end its watchdog.
+        crate::idle::stop(&id);
         match keep {
             // Kept running for inspection.
             Some(true) => Ok(()),
@@ -365,6 +367,9 @@ impl EnvironmentDriver for DockerDriver {
         Some(self)
     }
     fn as_pause(&self) -> Option<&dyn envrt_driver_api::PauseLease> {
+        Some(self)
+    }
+    fn as_idle(&self) -> Option<&dyn envrt_driver_api::IdleTimeout> {
         Some(self)
     }
     fn as_processes(&self) -> Option<&dyn envrt_driver_api::ProcessSessions> {

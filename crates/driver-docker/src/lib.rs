@@ -19,9 +19,12 @@
 //!   `sh -c 'exec sleep $(( END - $(date +%s) ))'` instead of `sleep infinity`, so at the
 //!   expiry it exits, docker-init stops the container and every command in it dies, with
 //!   no host process involved (a holder that was killed changes nothing). Unless the policy
-//!   is `reuse_by_environment` (whose containers stay, stopped), the container is created
+//!   is `reuse_by_environment` (whose containers stay, stopped), every container is created
 //!   with `AutoRemove` and so removed with its anonymous volumes once stopped. The expiry
 //!   is on the container as [`LABEL_EXPIRES_AT`].
+//! - **Idle timeout** (local engine): a detached host watchdog per armed lease kills the
+//!   container's init once the lease has been idle for its timeout (no operation, no
+//!   process in the container but its init, main process and supervisor); see `idle.rs`.
 //! - **Execute**: through the exec API. The command runs under a tiny `sh` wrapper that
 //!   reports its pid; a timeout stops the whole process tree from a second exec (`SIGTERM`,
 //!   then `SIGKILL` after [`DockerConfig::kill_grace`]) and checks nothing is left. The call
@@ -96,6 +99,7 @@ mod execute;
 mod execute_agent;
 mod expiry;
 mod fork;
+mod idle;
 mod network;
 mod owner;
 mod pause;

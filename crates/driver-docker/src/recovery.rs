@@ -113,6 +113,7 @@ impl DockerDriver {
 
     /// Removes a container by force with its anonymous volumes; a missing one is fine.
     pub(crate) async fn remove(&self, id: &str) -> Result<(), DriverError> {
+        crate::idle::stop(id);
         let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
         match self
             .engine

@@ -324,6 +324,9 @@ impl EnvironmentDriver for LocalDriver {
     fn as_idle(&self) -> Option<&dyn envrt_driver_api::IdleTimeout> {
         Some(self)
     }
+    fn as_extend(&self) -> Option<&dyn envrt_driver_api::ExtendLease> {
+        Some(self)
+    }
 
     fn path_scope(&self) -> PathScope {
         self.config.path_scope

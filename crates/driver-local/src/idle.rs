@@ -22,10 +22,11 @@
 //! changes), an `open` and a `futimens`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use envrt_driver_api::{DriverError, IdleTimeout, LeaseContext, LeasePolicy};
+use envrt_driver_api::driver::touch_stamp;
+use envrt_driver_api::{DriverError, IdleClock, IdleTimeout, LeaseContext, LeasePolicy, OnIdle};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
@@ -34,7 +35,9 @@ use crate::workspace::lease_dir_name;
 
 /// The watchdog's loop: `$1` idle seconds, `$2` the stamp, `$3` the workspace, `$4` the
 /// lease's cgroup (empty without cgroups), `$5` `remove` or `keep`, `$6` its pid file,
-/// `$7` the expiry script it ends the lease with.
+/// `$7` the expiry script it ends the lease with, `$8` `release` or `pause` (what an idle
+/// lease gets: with `pause` it writes `idle-paused` to the stamp, freezes the cgroup and
+/// stops every process tied to the workspace, as `pause` does, and goes on watching).
 const SCRIPT: &str = r#"idle="$1"; st="$2"; ws="$3"; cg="$4"
 while :; do
   if [ ! -d "$ws" ] || ! last=$(stat -c %Y "$st" 2>/dev/null); then rm -f "$6"; exit 0; fi
@@ -55,6 +58,17 @@ while :; do
     done
   fi
   if [ -n "$busy" ]; then touch -c "$st"; continue; fi
+  if [ "$8" = pause ]; then
+    [ -f "$st" ] || continue
+    printf idle-paused > "$st"
+    [ -n "$cg" ] && echo 1 > "$cg/cgroup.freeze" 2>/dev/null
+    for p in /proc/[0-9]*; do
+      c=$(readlink "$p/cwd" 2>/dev/null)
+      case "$c" in "$ws"|"$ws"/*) ;; *) tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF "HOME=$ws" || continue;; esac
+      kill -STOP "${p#/proc/}" 2>/dev/null
+    done
+    continue
+  fi
   rm -f "$st"
   exec /bin/sh -c "$7" envrt-local-expiry 0 "$cg" "$ws" "$5" "$6"
 done
@@ -66,9 +80,6 @@ const NAME: &str = "envrt-local-idle";
 /// The shortest and longest idle timeout the local driver arms.
 const MIN: Duration = Duration::from_secs(1);
 const MAX: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// How often a touch rewrites the stamp at most.
-const TOUCH_EVERY: Duration = Duration::from_secs(1);
 
 fn stamp(root: &Path, name: &str) -> PathBuf {
     root.join(format!(".idle-{name}"))
@@ -103,7 +114,7 @@ fn ended(id: &str) -> DriverError {
 
 #[async_trait]
 impl IdleTimeout for LocalDriver {
-    async fn arm_idle(&self, context: &LeaseContext, idle: Duration) -> Result<(), DriverError> {
+    async fn arm_idle(&self, context: &LeaseContext, idle: Duration, on_idle: OnIdle) -> Result<(), DriverError> {
         if !(MIN..=MAX).contains(&idle) {
             return Err(DriverError::invalid(format!(
                 "the local driver's idle timeout lies between 1 s and 30 days, not {} ms",
@@ -133,6 +144,10 @@ impl IdleTimeout for LocalDriver {
             .arg(if remove { "remove" } else { "keep" })
             .arg(text(&pid_file))
             .arg(crate::expiry::SCRIPT)
+            .arg(match on_idle {
+                OnIdle::Release => "release",
+                OnIdle::Pause => "pause",
+            })
             .process_group(0)
             .current_dir("/")
             .env_clear()
@@ -161,31 +176,17 @@ impl IdleTimeout for LocalDriver {
         Ok(())
     }
 
-    async fn touch_idle(&self, context: &LeaseContext, paused: bool) -> Result<(), DriverError> {
+    async fn touch_idle(&self, context: &LeaseContext, paused: bool) -> Result<IdleClock, DriverError> {
         let name = lease_dir_name(&context.lease.id)?;
         let stamp = stamp(self.root(), &name);
-        let Ok(meta) = std::fs::metadata(&stamp) else {
-            return Err(ended(&context.lease.id));
-        };
-        let fresh = meta
-            .modified()
-            .ok()
-            .and_then(|m| SystemTime::now().duration_since(m).ok())
-            .is_some_and(|age| age < TOUCH_EVERY);
-        if fresh && (meta.len() > 0) == paused {
-            return Ok(());
+        match touch_stamp(&stamp, paused) {
+            Ok(Some(clock)) => Ok(clock),
+            // A missing stamp means the watchdog has ended the lease.
+            Ok(None) => Err(ended(&context.lease.id)),
+            Err(e) => Err(DriverError::io(
+                format!("cannot touch the idle stamp {}", stamp.display()),
+                e,
+            )),
         }
-        // Never create the stamp: a missing one means the watchdog has ended the lease.
-        let file = std::fs::File::options()
-            .write(true)
-            .truncate(!paused)
-            .open(&stamp)
-            .map_err(|_| ended(&context.lease.id))?;
-        let io = |e| DriverError::io(format!("cannot touch the idle stamp {}", stamp.display()), e);
-        if paused && meta.len() == 0 {
-            use std::io::Write;
-            (&file).write_all(b"paused").map_err(io)?;
-        }
-        file.set_modified(SystemTime::now()).map_err(io)
     }
 }

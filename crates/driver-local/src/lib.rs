@@ -171,6 +171,7 @@ mod descriptor;
 mod driver;
 mod execute;
 mod expiry;
+mod extend;
 mod fork;
 mod idle;
 mod pause;

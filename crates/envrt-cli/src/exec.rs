@@ -58,6 +58,10 @@ pub(crate) struct ExecArgs {
     /// even if envrt is gone.
     #[arg(long, value_name = "DURATION", conflicts_with = "lease")]
     pub(crate) idle_timeout: Option<String>,
+    /// What the idle timeout does to the idle lease: `release` (the default, else the
+    /// environment's `on_idle`) or `pause`.
+    #[arg(long, value_name = "ACTION", value_parser = ["release", "pause"], requires = "idle_timeout")]
+    pub(crate) on_idle: Option<String>,
     /// Start the ephemeral lease from this template of the environment.
     #[arg(long, value_name = "TEMPLATE", conflicts_with = "lease")]
     pub(crate) template: Option<String>,
@@ -328,7 +332,7 @@ async fn run_exec(paths: &Paths, args: ExecArgs) -> Result<u8, CliError> {
         .as_deref()
         .map(|raw| envrt::config::parse_duration("--ttl", raw))
         .transpose()?;
-    let idle = crate::lease_idle::parse(args.idle_timeout.as_deref())?;
+    let idle = crate::lease_idle::parse(args.idle_timeout.as_deref(), args.on_idle.as_deref())?;
     let network = args.network.policy()?;
     if network.is_some() && args.lease.is_some() {
         return Err(CliError::Usage(

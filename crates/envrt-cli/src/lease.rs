@@ -55,6 +55,14 @@ pub(crate) enum LeaseCommand {
         /// The lease id.
         id: String,
     },
+    /// Move a lease's expiry to this long from now (within its environment's max_ttl).
+    Extend {
+        /// The lease id.
+        id: String,
+        /// The new time to live, from now: `90`, `1.5`, `500ms`, `1s`, `2m`, `1h30m`.
+        #[arg(long, value_name = "DURATION")]
+        ttl: String,
+    },
     /// Replace a lease's network policy (none given: egress none) and print its level.
     Network {
         /// The lease id.
@@ -91,6 +99,10 @@ pub(crate) struct AcquireArgs {
     /// (idle time does not count while it is paused), even if its holder is gone.
     #[arg(long, value_name = "DURATION")]
     pub(crate) idle_timeout: Option<String>,
+    /// What the idle timeout does to the idle lease: `release` (the default, else the
+    /// environment's `on_idle`) or `pause` (paused instead; `lease unpause` continues it).
+    #[arg(long, value_name = "ACTION", value_parser = ["release", "pause"], requires = "idle_timeout")]
+    pub(crate) on_idle: Option<String>,
     /// Start the lease from this template of the environment (`envrt template list`).
     #[arg(long, value_name = "TEMPLATE")]
     pub(crate) template: Option<String>,
@@ -181,7 +193,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
                 .as_deref()
                 .map(|raw| envrt::config::parse_duration("--ttl", raw))
                 .transpose()?;
-            let idle = crate::lease_idle::parse(args.idle_timeout.as_deref())?;
+            let idle = crate::lease_idle::parse(args.idle_timeout.as_deref(), args.on_idle.as_deref())?;
             let environment = app.environment_id(&args.target).await?;
             let mut request = app
                 .acquire_request(
@@ -245,6 +257,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
         LeaseCommand::Unpause { id } => crate::lease_pause::run(&app, &id, false).await,
         LeaseCommand::Fork(args) => crate::lease_fork::fork(&app, args).await,
         LeaseCommand::KeepAlive { id } => crate::lease_idle::keep_alive(&app, &id).await,
+        LeaseCommand::Extend { id, ttl } => crate::lease_idle::extend(&app, &id, &ttl).await,
     }
 }
 

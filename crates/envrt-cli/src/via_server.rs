@@ -106,7 +106,7 @@ async fn lease(server: &Server, command: LeaseCommand) -> Result<u8, CliError> {
             if args.holder_pid.is_some() {
                 return Err(unsupported("lease acquire --holder-pid"));
             }
-            if args.idle_timeout.is_some() {
+            if args.idle_timeout.is_some() || args.on_idle.is_some() {
                 return Err(unsupported("--idle-timeout"));
             }
             if args.owner.scope.is_some() || !args.owner.labels.is_empty() {
@@ -169,6 +169,7 @@ async fn lease(server: &Server, command: LeaseCommand) -> Result<u8, CliError> {
         LeaseCommand::Unpause { .. } => return Err(unsupported("lease unpause")),
         LeaseCommand::Fork(_) => return Err(unsupported("lease fork")),
         LeaseCommand::KeepAlive { .. } => return Err(unsupported("lease keep-alive")),
+        LeaseCommand::Extend { .. } => return Err(unsupported("lease extend")),
     }
     Ok(0)
 }
@@ -201,7 +202,7 @@ async fn exec(server: &Server, args: ExecArgs) -> Result<u8, CliError> {
 }
 
 async fn exec_on(server: &Server, args: ExecArgs) -> Result<u8, CliError> {
-    if args.idle_timeout.is_some() {
+    if args.idle_timeout.is_some() || args.on_idle.is_some() {
         return Err(unsupported("--idle-timeout"));
     }
     let env = env_of(&args.env, &args.env_file)?;

@@ -219,13 +219,10 @@ fn an_environment_default_idle_timeout_applies_and_bad_ones_are_refused() {
             "idle_timeout expects a positive duration such as 90, 1.5, 500ms, 1s, 2m or 1h30m, got \"soon\"",
         ),
         (
-            "idle_timeout = \"1m\"\non_idle = \"pause\"\n",
-            "on_idle = \"pause\" is not built yet (only \"release\")",
-        ),
-        (
             "idle_timeout = \"1m\"\non_idle = \"stop\"\n",
-            "on_idle must be \"release\", got \"stop\"",
+            "on_idle must be \"release\" or \"pause\", got \"stop\"",
         ),
+        ("on_idle = \"pause\"\n", "on_idle needs an idle_timeout"),
         ("on_idle = \"release\"\n", "on_idle needs an idle_timeout"),
     ] {
         std::fs::write(

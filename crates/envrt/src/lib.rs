@@ -69,7 +69,7 @@ pub use envrt_runtime_core::{
     AcquireInput, AcquireRequest, Capabilities, CapabilityKey, CapabilitySnapshot, CleanupStatus, DriverError,
     DuplexChannel, DuplexExit, EnvValue, Environment, EnvironmentDriver, EnvironmentRuntime, EnvironmentStatus,
     ExecuteRequest, ExecuteResult, JsonMap, Lease, LeaseFilter, LeasePolicy, LeaseStatus, LeaseStore, MemoryStore,
-    OutputKeep, OutputSink, OutputStream, RuntimeError, Secret, StoreError, SyncFile, SyncKind, SyncOperation,
+    OnIdle, OutputKeep, OutputSink, OutputStream, RuntimeError, Secret, StoreError, SyncFile, SyncKind, SyncOperation,
     SyncResult, Timestamp, UnsupportedOperation,
 };
 

@@ -55,20 +55,20 @@ pub use envrt_driver_api::{
     AcquireInput, Capabilities, CapabilityDeclaration, CapabilityInput, CapabilityKey, CapabilitySnapshot,
     CappedBuffer, CleanupStatus, DestroyLease, DriverError, DuplexChannel, DuplexChannels, DuplexExit, EnvValue,
     Environment, EnvironmentDriver, EnvironmentStatus, Execute, ExecuteRequest, ExecuteResult, ExecuteRules,
-    ExposePorts, FileSync, ForkLease, IdleTimeout, InventoryItem, JsonMap, Lease, LeaseContext, LeaseGrant,
-    LeasePolicy, LeaseStatus, NameRules, Offsets, OutputChunk, OutputEvent, OutputKeep, OutputSink, OutputStream,
-    PathScope, PauseLease, ProcessError, ProcessId, ProcessInfo, ProcessOutput, ProcessSessions, ProcessStatus,
-    ProcessStream, Readiness, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease, RuntimeError,
-    Secret, SpawnRequest, StdinMode, StoreError, StreamInfo, SyncFile, SyncKind, SyncOperation, SyncOperationResult,
-    SyncResult, TemplateRef, Templates, TerminationReceipt, TerminationState, Timestamp, TtySize, UnsupportedOperation,
-    Wording, WorkspaceRequest,
+    ExposePorts, ExtendLease, FileSync, ForkLease, IdleClock, IdleTimeout, InventoryItem, JsonMap, Lease, LeaseContext,
+    LeaseGrant, LeasePolicy, LeaseStatus, NameRules, Offsets, OnIdle, OutputChunk, OutputEvent, OutputKeep, OutputSink,
+    OutputStream, PathScope, PauseLease, ProcessError, ProcessId, ProcessInfo, ProcessOutput, ProcessSessions,
+    ProcessStatus, ProcessStream, Readiness, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
+    RuntimeError, Secret, SpawnRequest, StdinMode, StoreError, StreamInfo, SyncFile, SyncKind, SyncOperation,
+    SyncOperationResult, SyncResult, TemplateRef, Templates, TerminationReceipt, TerminationState, Timestamp, TtySize,
+    UnsupportedOperation, Wording, WorkspaceRequest,
 };
 pub use envrt_driver_api::{MemoryStateStore, PluginStateStore, StateKey};
 pub use runtime::{
     AcquireRequest, DriverItem, EXPOSE_MAX_CONNECTIONS, EXPOSE_MAX_ENDPOINTS, EXPOSE_TOKEN_WAIT, EndpointAddress,
     EnvironmentRuntime, ExposeAt, ExposedEndpoint, FINGERPRINT_KEY, IDLE_TIMEOUT_KEY, LABELS_KEY, LeaseFailure,
-    LeaseSelector, MAX_READY_TIMEOUT, MAX_READY_WORDS, MAX_SCOPE_BYTES, PAUSED_KEY, POOLED_KEY, PoolSpec, PoolStatus,
-    ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport, ReleaseReport, Reuse, SCOPE_KEY, SCOPE_OUTCOME_KEY,
-    SOURCE_TEMPLATE_KEY, ScopeOutcome, TERMINATION_RECEIPT_KEY, idle_timeout, is_paused, paused_at,
+    LeaseSelector, MAX_READY_TIMEOUT, MAX_READY_WORDS, MAX_SCOPE_BYTES, ON_IDLE_KEY, PAUSED_KEY, POOLED_KEY, PoolSpec,
+    PoolStatus, ProcessOutputStream, RECONCILE_SETTLE, ReconcileReport, ReleaseReport, Reuse, SCOPE_KEY,
+    SCOPE_OUTCOME_KEY, SOURCE_TEMPLATE_KEY, ScopeOutcome, TERMINATION_RECEIPT_KEY, idle_timeout, is_paused, paused_at,
 };
 pub use store::{LeaseFilter, LeaseStore, MemoryStore, ScopeGuard};

@@ -45,16 +45,16 @@ impl EnvironmentDriver for Idler {
 
 #[async_trait]
 impl IdleTimeout for Idler {
-    async fn arm_idle(&self, _: &LeaseContext, idle: Duration) -> Result<(), DriverError> {
+    async fn arm_idle(&self, _: &LeaseContext, idle: Duration, _: OnIdle) -> Result<(), DriverError> {
         self.armed.lock().unwrap().push(idle);
         Ok(())
     }
-    async fn touch_idle(&self, _: &LeaseContext, paused: bool) -> Result<(), DriverError> {
+    async fn touch_idle(&self, _: &LeaseContext, paused: bool) -> Result<IdleClock, DriverError> {
         if self.ended.load(Ordering::SeqCst) {
             return Err(DriverError::invalid("ended"));
         }
         self.touches.lock().unwrap().push(paused);
-        Ok(())
+        Ok(IdleClock::Reset)
     }
 }
 

@@ -5,22 +5,25 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use envrt_runtime_core::{DriverError, IdleTimeout, LeaseContext};
+use envrt_runtime_core::{DriverError, IdleClock, IdleTimeout, LeaseContext, OnIdle};
 
 use super::{Fault, Faulty};
 
 #[async_trait]
 impl IdleTimeout for Faulty {
-    async fn arm_idle(&self, context: &LeaseContext, idle: Duration) -> Result<(), DriverError> {
+    async fn arm_idle(&self, context: &LeaseContext, idle: Duration, on_idle: OnIdle) -> Result<(), DriverError> {
         if self.has(Fault::IdleNeverEnds) {
-            return self.inner.arm_idle(context, Duration::from_secs(30 * 24 * 3600)).await;
+            return self
+                .inner
+                .arm_idle(context, Duration::from_secs(30 * 24 * 3600), on_idle)
+                .await;
         }
-        self.inner.arm_idle(context, idle).await
+        self.inner.arm_idle(context, idle, on_idle).await
     }
 
-    async fn touch_idle(&self, context: &LeaseContext, paused: bool) -> Result<(), DriverError> {
+    async fn touch_idle(&self, context: &LeaseContext, paused: bool) -> Result<IdleClock, DriverError> {
         if self.has(Fault::KeepAliveResetsNothing) {
-            return Ok(());
+            return Ok(IdleClock::Reset);
         }
         self.inner.touch_idle(context, paused).await
     }

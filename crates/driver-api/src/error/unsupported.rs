@@ -44,13 +44,15 @@ pub enum UnsupportedOperation {
     Fork,
     /// An idle timeout or keep-alive (no idle group).
     IdleTimeout,
+    /// `extend` (no extend group).
+    Extend,
 }
 
 /// One row: the operation, its stable error kind, the words its refusal ends with.
 type Row = (UnsupportedOperation, &'static str, &'static str);
 
 /// The table, in the enum's order (a test keeps it so).
-const ROWS: [Row; 15] = [
+const ROWS: [Row; 16] = [
     (UnsupportedOperation::Resume, "resume_unsupported", "lease resume"),
     (UnsupportedOperation::Destroy, "destroy_unsupported", "lease destroy"),
     (
@@ -94,11 +96,16 @@ const ROWS: [Row; 15] = [
         "idle_timeout_unsupported",
         "idle timeouts",
     ),
+    (
+        UnsupportedOperation::Extend,
+        "extend_unsupported",
+        "moving a lease's expiry",
+    ),
 ];
 
 impl UnsupportedOperation {
     /// Every operation, in table order.
-    pub const ALL: [UnsupportedOperation; 15] = [
+    pub const ALL: [UnsupportedOperation; 16] = [
         UnsupportedOperation::Resume,
         UnsupportedOperation::Destroy,
         UnsupportedOperation::Realize,
@@ -114,6 +121,7 @@ impl UnsupportedOperation {
         UnsupportedOperation::ExposePorts,
         UnsupportedOperation::Fork,
         UnsupportedOperation::IdleTimeout,
+        UnsupportedOperation::Extend,
     ];
 
     fn row(self) -> &'static Row {
@@ -154,7 +162,7 @@ mod tests {
     /// one replaced had.
     #[test]
     fn every_row_renders_the_pinned_text_and_kind() {
-        let rows: [(&str, UnsupportedOperation, &str, &str); 14] = [
+        let rows: [(&str, UnsupportedOperation, &str, &str); 15] = [
             (
                 "local",
                 UnsupportedOperation::Resume,
@@ -238,6 +246,12 @@ mod tests {
                 UnsupportedOperation::IdleTimeout,
                 "Environment driver \"ssh\" does not support idle timeouts.",
                 "idle_timeout_unsupported",
+            ),
+            (
+                "docker",
+                UnsupportedOperation::Extend,
+                "Environment driver \"docker\" does not support moving a lease's expiry.",
+                "extend_unsupported",
             ),
         ];
         for (key, operation, text, kind) in rows {

@@ -37,10 +37,11 @@
 //! driver = "docker"
 //! status = "active"         # or "archived"
 //! ttl = "30m"               # default lease expiry (`lease acquire`, `exec`, `shell`); none by default
+//! max_ttl = "8h"            # the longest a lease may live (`lease extend` stays within it)
 //! ready_command = ["sh", "-c", "test -e /ready"]  # must exit 0 on every new lease first
 //! ready_timeout = "30s"     # its bound (default 60s, at most 600s)
 //! idle_timeout = "10m"      # default idle timeout (`lease acquire`, `exec`); none by default
-//! on_idle = "release"       # what an idle timeout does; the only value so far
+//! on_idle = "release"       # what an idle timeout does: "release" (default) or "pause"
 //! [environment.config]      # driver-specific, passed as JSON
 //! image = "debian:12"
 //! [environment.processes]   # spawned processes (docs/contract.md section 9)
@@ -175,6 +176,8 @@ struct EnvironmentEntry {
     #[serde(default)]
     metadata: Option<toml::Table>,
     ttl: Option<String>,
+    /// The longest a lease may live from its acquire (`extend` stays within it).
+    max_ttl: Option<String>,
     pool: Option<super::pool::PoolEntry>,
     /// `ready_command = [...]`, `ready_timeout = "30s"` (see `super::ready`).
     ready_command: Option<toml::Value>,
@@ -221,6 +224,8 @@ pub struct Config {
     pub ttls: BTreeMap<String, std::time::Duration>,
     /// The default idle timeout of each environment that sets `idle_timeout`.
     pub idle_timeouts: BTreeMap<String, std::time::Duration>,
+    /// The environments whose `on_idle` is `"pause"`.
+    pub idle_pauses: BTreeSet<String>,
     /// The pool size of each environment that declares `[environment.pool]`.
     pub pools: BTreeMap<String, usize>,
     /// Each known driver's settings, read by its descriptor from its own sections (the
@@ -237,6 +242,7 @@ impl std::fmt::Debug for Config {
             .field("environments", &self.environments)
             .field("ttls", &self.ttls)
             .field("idle_timeouts", &self.idle_timeouts)
+            .field("idle_pauses", &self.idle_pauses)
             .field("pools", &self.pools)
             .field("drivers", &self.drivers.keys().collect::<Vec<_>>())
             .finish()
@@ -347,6 +353,8 @@ impl Config {
             if let Some(raw) = &entry.ttl {
                 super::parse_duration("ttl", raw).map_err(|e| format!("environment \"{}\": {e}", entry.id))?;
             }
+            super::idle::check_max_ttl(entry.ttl.as_deref(), entry.max_ttl.as_deref(), entry.pool.is_some())
+                .map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
             super::ready::parse(entry.ready_command.as_ref(), entry.ready_timeout.as_deref())
                 .map_err(|m| format!("environment \"{}\": {m}", entry.id))?;
             super::idle::check(entry.idle_timeout.as_deref(), entry.on_idle.as_deref())
@@ -387,6 +395,7 @@ impl Config {
             })
             .collect();
         let idle_timeouts = super::idle::defaults(file.environments.iter().map(|e| (&e.id, e.idle_timeout.as_deref())));
+        let idle_pauses = super::idle::pausing(file.environments.iter().map(|e| (&e.id, e.on_idle.as_deref())));
         let pools = file
             .environments
             .iter()
@@ -406,6 +415,11 @@ impl Config {
                 network: e.network.as_ref().and_then(|n| super::network::parse(n).ok()),
                 readiness: super::ready::parse(e.ready_command.as_ref(), e.ready_timeout.as_deref()).unwrap_or(None),
                 processes: e.processes.as_ref().and_then(|p| super::processes::parse(p).ok()),
+                max_ttl_ms: e
+                    .max_ttl
+                    .as_deref()
+                    .and_then(|raw| super::parse_duration("max_ttl", raw).ok())
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             })
             .collect();
         if !environments.iter().any(|e| e.id == IMPLICIT_LOCAL) {
@@ -417,6 +431,7 @@ impl Config {
             environments,
             ttls,
             idle_timeouts,
+            idle_pauses,
             pools,
             drivers,
         })

@@ -58,6 +58,8 @@ pub(super) enum Operation {
     Expose,
     /// `fork_lease`.
     Fork,
+    /// `extend`.
+    Extend,
 }
 
 /// How a row refuses a denied capability (or a failed snapshot).
@@ -136,6 +138,7 @@ fn rule(operation: Operation) -> Rule {
         // Fork is a group, not a capability key; only a live lease is copied.
         Operation::Fork => row(U::Fork, None, true),
         Operation::Idle => row(U::IdleTimeout, None, true),
+        Operation::Extend => row(U::Extend, None, true),
     }
 }
 
@@ -183,12 +186,19 @@ pub(super) async fn gate<'a, G: ?Sized + 'a>(
     }
     if rule.needs_active {
         require_active(lease)?;
-        if !matches!(operation, Operation::Pause | Operation::Idle) && super::pause::is_paused(lease) {
+        if !matches!(operation, Operation::Pause | Operation::Idle | Operation::Extend)
+            && super::pause::is_paused(lease)
+        {
             return Err(RuntimeError::LeasePaused { id: lease.id.clone() });
         }
-        // Every operation a lease takes is activity: it resets the idle clock.
+        // Every operation a lease takes is activity: it resets the idle clock. One that
+        // finds the lease paused by its idle timeout is refused, but for those that work
+        // on a paused lease (the pause is recorded by then).
         if operation != Operation::Idle {
-            super::idle::touch(resolved).await?;
+            match super::idle::touch(resolved).await {
+                Err(RuntimeError::LeasePaused { .. }) if matches!(operation, Operation::Pause | Operation::Extend) => {}
+                other => other?,
+            }
         }
     }
     Ok(found)
@@ -218,7 +228,7 @@ fn require_active(lease: &Lease) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
-    const ALL: [Operation; 15] = [
+    const ALL: [Operation; 16] = [
         Operation::Resume,
         Operation::Destroy,
         Operation::Realize,
@@ -234,6 +244,7 @@ mod tests {
         Operation::Pause,
         Operation::Fork,
         Operation::Idle,
+        Operation::Extend,
     ];
 
     #[test]
@@ -257,6 +268,7 @@ mod tests {
                 "Environment driver \"k\" does not support pause.",
                 "Environment driver \"k\" does not support lease fork.",
                 "Environment driver \"k\" does not support idle timeouts.",
+                "Environment driver \"k\" does not support moving a lease's expiry.",
             ]
         );
     }
@@ -299,13 +311,14 @@ mod tests {
                 None,
                 None,
                 None,
+                None,
             ]
         );
         let active: Vec<bool> = ALL.iter().map(|op| rule(*op).needs_active).collect();
         assert_eq!(
             active,
             [
-                false, false, true, true, true, true, true, true, false, false, false, true, true, true, true
+                false, false, true, true, true, true, true, true, false, false, false, true, true, true, true, true
             ]
         );
     }

@@ -175,7 +175,7 @@ impl EnvironmentRuntime {
     }
 
     /// Acquires a new lease through the driver, never from a pool.
-    pub(super) async fn acquire_fresh(&self, request: AcquireRequest) -> Result<Lease, RuntimeError> {
+    pub(super) async fn acquire_fresh(&self, mut request: AcquireRequest) -> Result<Lease, RuntimeError> {
         {
             self.check_tenant(&request.company_id)?;
             let (environment, driver) = self.check_acquirable(&request.environment_id).await?;
@@ -187,6 +187,8 @@ impl EnvironmentRuntime {
                 let message = format!("the requested expiry {requested} has already passed");
                 return Err(crate::DriverError::invalid(message).into());
             }
+            request.requested_expires_at =
+                super::extend::bounded_by_max_ttl(&environment, request.requested_expires_at)?;
             let template = match &request.template {
                 Some(id) => Some(
                     self.template_for_acquire(&environment, driver.as_ref(), &request.company_id, id)

@@ -7,6 +7,7 @@
 
 mod ending;
 mod expose;
+mod extend;
 mod fork;
 mod gate;
 mod idle;
@@ -39,7 +40,7 @@ pub use expose::{
     EndpointAddress, ExposeAt, ExposedEndpoint, MAX_CONNECTIONS as EXPOSE_MAX_CONNECTIONS,
     MAX_ENDPOINTS as EXPOSE_MAX_ENDPOINTS, TOKEN_WAIT as EXPOSE_TOKEN_WAIT,
 };
-pub use idle::{IDLE_TIMEOUT_KEY, idle_timeout};
+pub use idle::{IDLE_TIMEOUT_KEY, ON_IDLE_KEY, idle_timeout};
 pub use lifecycle::{AcquireRequest, LeaseFailure, ReleaseReport, SOURCE_TEMPLATE_KEY, TERMINATION_RECEIPT_KEY};
 pub use pause::{PAUSED_KEY, is_paused, paused_at};
 pub use pool::{POOLED_KEY, PoolSpec, PoolStatus};
@@ -85,6 +86,8 @@ struct Resolved {
     key: String,
     driver: Arc<dyn EnvironmentDriver>,
     context: LeaseContext,
+    /// The store the lease came from (the gate records a pause the idle timeout made).
+    store: Arc<dyn LeaseStore>,
 }
 
 impl EnvironmentRuntime {
@@ -201,7 +204,12 @@ impl EnvironmentRuntime {
         let key = resolve_driver_key(&context.lease, context.environment.as_ref()).to_owned();
         tracing::Span::current().record("driver", key.as_str());
         let driver = self.registered(&key)?;
-        Ok(Resolved { key, driver, context })
+        Ok(Resolved {
+            key,
+            driver,
+            context,
+            store: self.store.clone(),
+        })
     }
 }
 

@@ -35,7 +35,7 @@ impl EnvironmentRuntime {
         self.traced("pause_lease", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let pause = gate(&resolved, Operation::Pause, |d| d.as_pause(), |_| true).await?;
-            let mut lease = resolved.context.lease.clone();
+            let mut lease = super::idle::current(&resolved).await?;
             if is_paused(&lease) {
                 return Ok(lease);
             }
@@ -56,7 +56,8 @@ impl EnvironmentRuntime {
         self.traced("unpause_lease", lease_id, async {
             let resolved = self.resolve(lease_id).await?;
             let pause = gate(&resolved, Operation::Pause, |d| d.as_pause(), |_| true).await?;
-            let mut lease = resolved.context.lease.clone();
+            // The gate may have just recorded a pause the idle timeout made.
+            let mut lease = super::idle::current(&resolved).await?;
             if !is_paused(&lease) {
                 return Ok(lease);
             }
