@@ -107,8 +107,11 @@ pub struct Target {
 /// A test host on this machine for the egress checks (see
 /// `envrt_test_support::network::TestHost`): its DNS server answers `web.test` and
 /// `other.test` with the host's own address and `rebind.test` with a private one, its HTTP
-/// server serves `body` at `/` on ports 80 and 8080, and the driver's egress proxy resolves
-/// names through that DNS server.
+/// server serves `body` at `/` on ports 80 and 8080 and a `302` to `http://other.test/` at
+/// `/cgi-bin/redirect`, and the driver's egress proxy resolves names through that DNS
+/// server. With [`https_seen`](EgressHost::https_seen), it also serves HTTPS on port 443
+/// (a leaf for `web.test` and `other.test`; `/redirect` answers a `302` to
+/// `https://other.test/`), and a driver that brokers credentials must trust its CA.
 #[derive(Clone)]
 pub struct EgressHost {
     /// The host's address.
@@ -117,6 +120,10 @@ pub struct EgressHost {
     pub body: String,
     /// Every name its DNS server was asked so far.
     pub asked: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
+    /// Every request its HTTPS server received so far, one JSON object each (`host`,
+    /// `path`, `authorization`); `None` when it has no HTTPS server (the checks that need
+    /// one report "not checked").
+    pub https_seen: Option<Arc<dyn Fn() -> Vec<String> + Send + Sync>>,
 }
 
 impl Target {

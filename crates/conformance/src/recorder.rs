@@ -61,6 +61,15 @@ impl EnvironmentDriver for Recorder {
         self.inner.brokers_credentials()
     }
 
+    async fn update_network_policy(
+        &self,
+        context: &LeaseContext,
+        policy: &envrt_runtime_core::network::Policy,
+    ) -> Result<(), DriverError> {
+        self.record("update_network_policy");
+        self.inner.update_network_policy(context, policy).await
+    }
+
     async fn acquire_lease(&self, input: &AcquireInput) -> Result<LeaseGrant, DriverError> {
         self.record("acquire_lease");
         if input.template.is_some() {

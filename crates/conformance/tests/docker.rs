@@ -18,7 +18,7 @@ mod egress_host;
 
 fn main() {
     // Kept until the suite ends: the egress checks reach it through each lease's proxy.
-    let (test_host, egress) = egress_host::make();
+    let (test_host, egress, roots) = egress_host::make_with_roots();
     let dns = test_host.as_ref().map(|host| host.dns());
     let required = Component::Docker.required();
     let run = format!("{}-{}", std::process::id(), uuid_like());
@@ -29,6 +29,8 @@ fn main() {
             agent: Some(envrt_test_support::docker::static_agent()),
             egress: Some(envrt_test_support::network::egress_binary()),
             egress_dns: dns,
+            // The test host's CA: the proxy verifies it when it brokers a credential.
+            egress_roots: roots,
             ..DockerConfig::default()
         };
         let driver = Arc::new(DockerDriver::connect(config).await.map_err(|e| e.to_string())?);

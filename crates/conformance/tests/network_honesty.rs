@@ -62,6 +62,23 @@ const EGRESS_CHECKS: [(&str, &str); 5] = [
     ),
 ];
 
+/// The bypass checks (run with python3 in the lease), and how each fails on a driver that
+/// claims an egress proxy and runs none.
+const BYPASS_CHECKS: [(&str, &str); 3] = [
+    (
+        "egress_host_and_sni_mismatch_refused",
+        "the allowed name web.test was not reached over TLS through the proxy, so no refusal can be told apart",
+    ),
+    (
+        "egress_redirect_to_denied_host_not_followed",
+        "the allowed host's redirect did not come back to the lease as it is (302 to http://other.test/)",
+    ),
+    (
+        "egress_live_update_cuts_removed_destination",
+        "before the update, other.test (allowed) was not reached over a tunnel",
+    ),
+];
+
 #[test]
 fn a_driver_claiming_an_egress_proxy_that_does_not_enforce_is_failed_by_every_egress_check() {
     let (_host, egress) = egress_host::make();
@@ -87,6 +104,25 @@ fn a_driver_claiming_an_egress_proxy_that_does_not_enforce_is_failed_by_every_eg
         .expect("registered");
     assert!(outcome.message.unwrap_or_default().contains("a raw address"));
 
+    // The bypass checks find no proxy behind the claim: the allowed way fails first.
+    for (check, failure) in BYPASS_CHECKS {
+        let outcome = faulty.run_check_outcome(check).expect("registered");
+        assert_eq!(outcome.status, Status::Failed, "{check}: {:?}", outcome.message);
+        let message = outcome.message.unwrap_or_default();
+        assert!(message.starts_with(failure), "{check}: {message}");
+    }
+    // It says it brokers no credentials: that check does not look.
+    let outcome = faulty
+        .run_check_outcome("egress_brokered_credential_stays_out_of_the_lease")
+        .expect("registered");
+    assert_eq!(outcome.status, Status::NotChecked, "{:?}", outcome.message);
+    assert!(
+        outcome
+            .message
+            .unwrap_or_default()
+            .starts_with("the driver does not broker credentials: Network policy refused: driver \"faulty_claimsegressproxy\" cannot broker credentials")
+    );
+
     // The honest local driver enforces no policy and says so: not looked at.
     let root = tempfile::tempdir().unwrap();
     let honest = Suite::build(|| async {
@@ -106,7 +142,9 @@ fn a_driver_claiming_an_egress_proxy_that_does_not_enforce_is_failed_by_every_eg
 fn without_a_test_host_the_egress_checks_say_not_checked() {
     let root = tempfile::tempdir().unwrap();
     let faulty = suite(Fault::ClaimsEgressProxy, root.path());
-    for (check, _) in EGRESS_CHECKS {
+    let bypass = BYPASS_CHECKS.map(|(check, _)| (check, ""));
+    let credential = [("egress_brokered_credential_stays_out_of_the_lease", "")];
+    for (check, _) in EGRESS_CHECKS.into_iter().chain(bypass).chain(credential) {
         let outcome = faulty.run_check_outcome(check).expect("registered");
         assert_eq!(outcome.status, Status::NotChecked, "{check}: {:?}", outcome.message);
         assert_eq!(

@@ -58,7 +58,9 @@ pub const HOST: &str = "HOST";
 pub struct TestHost {
     pub(crate) ns: String,
     veth: String,
-    /// The host's address (its HTTP server listens on ports 80 and 8080, its DNS server on 53).
+    /// The host's address (its HTTP server listens on ports 80 and 8080, its DNS server on
+    /// 53). Over HTTP it serves the body at `/` and a redirect to `http://other.test/` at
+    /// `/cgi-bin/redirect`.
     pub address: String,
     /// The root namespace's address on the same link.
     pub gateway: String,
@@ -77,6 +79,19 @@ fn ip(args: &[&str]) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
+}
+
+/// A CGI program for `busybox httpd`: `/cgi-bin/redirect` answers `302 Found` with
+/// `Location: http://other.test/` (a redirect to another host, for the redirect checks).
+const REDIRECT_CGI: &str = "#!/bin/sh\nprintf 'Status: 302 Found\\r\\nLocation: http://other.test/\\r\\n\\r\\n'\n";
+
+fn write_redirect(www: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = www.join("cgi-bin");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let program = dir.join("redirect");
+    std::fs::write(&program, REDIRECT_CGI).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())
 }
 
 impl TestHost {
@@ -116,6 +131,7 @@ impl TestHost {
         let _ = std::fs::remove_dir_all(&host.folder);
         std::fs::create_dir_all(host.folder.join("www")).map_err(|e| e.to_string())?;
         std::fs::write(host.folder.join("www/index.html"), body).map_err(|e| e.to_string())?;
+        write_redirect(&host.folder.join("www"))?;
         let map: String = names
             .iter()
             .map(|(name, a)| format!("{name} {}\n", if *a == HOST { host.address.as_str() } else { a }))

@@ -10,8 +10,8 @@
 //! enforce and does not is failed. Without a test host, or on a driver that enforces no
 //! policy (its level says so), each check reports "not checked".
 
-use envrt_runtime_core::network::{Egress, EnvironmentNetwork, NetworkConfig, NetworkLevel, Policy};
-use envrt_runtime_core::{AcquireRequest, ExecuteRequest, Lease, LeaseStatus};
+use envrt_runtime_core::network::{Egress, EnvironmentNetwork, NetworkConfig, NetworkLevel, Policy, RawCredential};
+use envrt_runtime_core::{AcquireRequest, EnvironmentDriver, ExecuteRequest, Lease, LeaseStatus};
 
 use super::{Check, Checked, has_execute};
 use crate::EgressHost;
@@ -45,11 +45,27 @@ const PRELUDE: &str = "if command -v curl >/dev/null; then get() { curl -sS -m 1
 
 /// The suite's test host and a lease under `egress`, or why the check cannot look.
 fn prepare(ctx: &Ctx, egress: Egress) -> Result<Result<(EgressHost, String), String>, String> {
+    let allow: &[&str] = match egress {
+        Egress::Open => &[],
+        _ => &["web.test:80", "rebind.test"],
+    };
+    prepare_with(ctx, egress.as_str(), egress, allow, &[])
+}
+
+/// The suite's test host and an environment (named after `tag`) whose leases are under
+/// `egress` with `allow` and brokered `credentials`, or why the check cannot look.
+pub(super) fn prepare_with(
+    ctx: &Ctx,
+    tag: &str,
+    egress: Egress,
+    allow: &[&str],
+    credentials: &[RawCredential],
+) -> Result<Result<(EgressHost, String), String>, String> {
     let host = match &ctx.egress_host {
         Ok(host) => host.clone(),
         Err(why) => return Ok(Err(format!("no test host: {why}"))),
     };
-    let id = format!("{}-egress-{}", ctx.environment_id, egress.as_str());
+    let id = format!("{}-egress-{tag}", ctx.environment_id);
     ctx.block_on(async {
         let mut environment = ctx
             .runtime
@@ -61,17 +77,18 @@ fn prepare(ctx: &Ctx, egress: Egress) -> Result<Result<(EgressHost, String), Str
         if !matches!(level, NetworkLevel::NoNetwork) {
             return Ok(Err(format!("the driver's leases get {level}")));
         }
-        let allow: &[&str] = match egress {
-            Egress::Open => &[],
-            _ => &["web.test:80", "rebind.test"],
-        };
         let policy = Policy::new(egress, allow).map_err(|e| e.to_string())?;
         environment.id = id.clone();
-        environment.network = Some(EnvironmentNetwork::Policy(
-            NetworkConfig::new(policy, &[]).map_err(|e| e.to_string())?,
-        ));
+        let config = NetworkConfig::new(policy, &[])
+            .and_then(|config| config.with_credentials(credentials))
+            .map_err(|e| e.to_string())?;
+        environment.network = Some(EnvironmentNetwork::Policy(config));
         match ctx.runtime.put_environment(environment.clone()).await {
             Ok(()) => {}
+            // A driver that says it brokers no credentials is refused them, in the facade's words.
+            Err(e) if !credentials.is_empty() && !ctx.recorder.brokers_credentials() => {
+                return Ok(Err(format!("the driver does not broker credentials: {e}")));
+            }
             // A driver whose boundary is not proxied refuses the policy, in its words.
             Err(e) => return Ok(Err(format!("the driver enforces no egress policy: {e}"))),
         }
@@ -81,15 +98,18 @@ fn prepare(ctx: &Ctx, egress: Egress) -> Result<Result<(EgressHost, String), Str
 
 /// Runs `script` (after [`PRELUDE`]) in a fresh lease of `environment`; its stdout.
 fn run(ctx: &Ctx, environment: &str, script: &str) -> Result<String, String> {
+    run_script(ctx, environment, &format!("{PRELUDE}{script}"))
+}
+
+/// Runs `sh -c script` in a fresh lease of `environment`; its stdout.
+pub(super) fn run_script(ctx: &Ctx, environment: &str, script: &str) -> Result<String, String> {
     ctx.block_on(async {
         let lease: Lease = ctx
             .runtime
             .acquire_lease(AcquireRequest::new(environment, &ctx.company_id))
             .await
             .map_err(|e| format!("acquire_lease under the policy failed: {e}"))?;
-        let result = ctx
-            .exec(&lease, ExecuteRequest::new("sh", ["-c", &format!("{PRELUDE}{script}")]))
-            .await;
+        let result = ctx.exec(&lease, ExecuteRequest::new("sh", ["-c", script])).await;
         let _ = ctx.runtime.release_lease(&lease.id, LeaseStatus::Released).await;
         Ok(String::from_utf8_lossy(&result?.stdout).into_owned())
     })

@@ -9,6 +9,9 @@ mod cleanup;
 mod descriptors;
 mod duplex;
 mod egress;
+mod egress_bypass;
+mod egress_client;
+mod egress_live;
 mod escape;
 mod execute;
 mod expiry;
@@ -142,6 +145,8 @@ pub(crate) fn all() -> Vec<Check> {
         cleanup::CHECKS,
         network::CHECKS,
         egress::CHECKS,
+        egress_bypass::CHECKS,
+        egress_live::CHECKS,
     ]
     .concat()
 }

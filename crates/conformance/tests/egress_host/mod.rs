@@ -2,6 +2,7 @@
 //! where this machine can (root, `ip netns`), else the reason the checks report as "not
 //! checked" (under `ENVRT_REQUIRE_NETWORK=1` making none fails instead).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use envrt_conformance::EgressHost;
@@ -11,22 +12,48 @@ use envrt_test_support::network::{HOST, TestHost};
 pub(crate) const BODY: &str = "hello from the conformance test host";
 
 /// A test host with the names the checks use, and its description for the suite.
+#[allow(dead_code, reason = "the bypass tests use make_with_roots")]
 pub(crate) fn make() -> (Option<Arc<TestHost>>, Result<EgressHost, String>) {
+    let (host, described, _) = make_with_roots();
+    (host, described)
+}
+
+/// [`make`], and the test CA of the host's HTTPS server (for a driver that verifies the
+/// real host of a brokered credential), when `openssl` made one.
+pub(crate) fn make_with_roots() -> (Option<Arc<TestHost>>, Result<EgressHost, String>, Option<PathBuf>) {
     let names = [("web.test", HOST), ("other.test", HOST), ("rebind.test", "10.200.77.2")];
     match TestHost::new(&names, BODY) {
-        Some(host) => {
+        Some(mut host) => {
+            // Without openssl or the HTTPS server the TLS checks say "not checked".
+            let roots = match host.serve_https(&["web.test", "other.test"]) {
+                Ok(roots) => Some(roots),
+                Err(e) => {
+                    envrt_test_support::Component::Network.skip_or_fail(
+                        format_args!("ENVRT_REQUIRE_NETWORK=1 but the test host has no HTTPS server: {e}"),
+                        format_args!("SKIPPED: the TLS egress checks: the test host has no HTTPS server: {e}"),
+                    );
+                    None
+                }
+            };
             let host = Arc::new(host);
             let asked = Arc::clone(&host);
+            let seen = Arc::clone(&host);
+            let https_seen: Option<Arc<dyn Fn() -> Vec<String> + Send + Sync>> = match roots {
+                Some(_) => Some(Arc::new(move || seen.https_requests())),
+                None => None,
+            };
             let described = EgressHost {
                 address: host.address.clone(),
                 body: BODY.to_owned(),
                 asked: Arc::new(move || asked.asked()),
+                https_seen,
             };
-            (Some(host), Ok(described))
+            (Some(host), Ok(described), roots)
         }
         None => (
             None,
             Err("this machine cannot make a test host network namespace (root and ip netns are needed)".into()),
+            None,
         ),
     }
 }
