@@ -21,6 +21,9 @@ pub const OPERATIONS: &[&str] = &[
     "environments:read",
     "leases:read",
     "leases:write",
+    "leases:pause",
+    "leases:fork",
+    "leases:idle",
     "execute",
     "sync",
     "duplex",
@@ -205,8 +208,9 @@ mod tests {
     fn unknown_operations_and_bad_tenants_are_refused_with_their_text() {
         assert_eq!(
             parse_ops(&["execute,nope".into()]).unwrap_err(),
-            "envrt: unknown operation \"nope\" (one of: environments:read, leases:read, leases:write, execute, \
-             sync, duplex, templates:read, templates:write, processes:read, processes:write, network)"
+            "envrt: unknown operation \"nope\" (one of: environments:read, leases:read, leases:write, leases:pause, \
+             leases:fork, leases:idle, execute, sync, duplex, templates:read, templates:write, processes:read, \
+             processes:write, network)"
         );
         assert_eq!(parse_ops(&[]).unwrap().len(), OPERATIONS.len());
         assert_eq!(

@@ -98,6 +98,9 @@ pub fn status_of(kind: &str) -> StatusCode {
         | "lease_gone"
         | "lease_lost"
         | "lease_expired"
+        | "lease_paused"
+        | "lease_idle_ended"
+        | "lease_not_ready"
         | "environment_not_active"
         | "duplex_not_granted"
         | "tenant_mismatch"
@@ -145,5 +148,8 @@ mod tests {
         assert_eq!(status_of("process_offset_dropped"), StatusCode::CONFLICT);
         assert_eq!(status_of("process_offset_past_end"), StatusCode::BAD_REQUEST);
         assert_eq!(status_of("network_refused"), StatusCode::CONFLICT);
+        assert_eq!(status_of("lease_paused"), StatusCode::CONFLICT);
+        assert_eq!(status_of("lease_idle_ended"), StatusCode::CONFLICT);
+        assert_eq!(status_of("lease_not_ready"), StatusCode::CONFLICT);
     }
 }

@@ -31,7 +31,9 @@ mod state;
 
 pub use error::{ApiError, ErrorBody};
 pub use listen::{Bound, Endpoint, stop_signal};
-pub use routes::{NOT_A_TERMINAL_MESSAGE, Routes, app, routes};
+pub use routes::{
+    LABELS_MESSAGE, MAX_LABELS, NOT_A_TERMINAL_MESSAGE, Routes, SELECTOR_MESSAGE, ZERO_IDLE_MESSAGE, app, routes,
+};
 pub use state::{AuditSink, Limits, Service};
 
 /// The OpenAPI 3.1 document of every route.

@@ -7,8 +7,9 @@
 //! started with keeps the configured warm pools; a token of the configured tenant uses it
 //! (and so its pools).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use envrt::sqlite::SqliteStore;
 use envrt::{EnvironmentRuntime, Lease, LeaseFilter, LeaseStatus};
@@ -52,6 +53,7 @@ pub struct Service {
     tokens: SqliteStore,
     tenants: Mutex<HashMap<String, Arc<EnvironmentRuntime>>>,
     stopping: CancellationToken,
+    idle_defaults: OnceLock<BTreeMap<String, Duration>>,
     /// The limits.
     pub limits: Limits,
 }
@@ -83,6 +85,7 @@ impl Service {
             tokens,
             tenants: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
+            idle_defaults: OnceLock::new(),
             limits,
         })
     }
@@ -134,14 +137,47 @@ impl Service {
     /// ones: `Tenant "{tenant}" already holds {n} active leases, the most it may.` (429
     /// `lease_limit`).
     pub async fn check_lease_limit(&self, tenant: &str, runtime: &EnvironmentRuntime) -> Result<(), ApiError> {
+        self.check_lease_room(tenant, runtime, 1).await
+    }
+
+    /// Refuses `count` new leases (a fork's copies) that would take `tenant` past
+    /// [`Limits::max_live_leases`]: for one lease as [`check_lease_limit`](Self::check_lease_limit),
+    /// for more `Tenant "{tenant}" holds {n} active leases; {count} more would pass the
+    /// most it may, {max}.` (429 `lease_limit`).
+    pub async fn check_lease_room(
+        &self,
+        tenant: &str,
+        runtime: &EnvironmentRuntime,
+        count: usize,
+    ) -> Result<(), ApiError> {
         let live = active_leases(runtime).await?.len();
-        if live >= self.limits.max_live_leases {
+        let max = self.limits.max_live_leases;
+        if count <= 1 && live >= max {
             return Err(too_many(
                 "lease_limit",
                 format!("Tenant \"{tenant}\" already holds {live} active leases, the most it may."),
             ));
         }
+        if live.saturating_add(count) > max {
+            return Err(too_many(
+                "lease_limit",
+                format!(
+                    "Tenant \"{tenant}\" holds {live} active leases; {count} more would pass the most it may, {max}."
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// The environments' default idle timeouts (`idle_timeout` in `envrt.toml`), armed on
+    /// a lease acquired without `idleTimeoutMs`.
+    pub fn set_idle_defaults(&self, defaults: BTreeMap<String, Duration>) {
+        let _ = self.idle_defaults.set(defaults);
+    }
+
+    /// The default idle timeout of `environment`, if `envrt.toml` gives one.
+    pub(crate) fn idle_default(&self, environment: &str) -> Option<Duration> {
+        self.idle_defaults.get()?.get(environment).copied()
     }
 
     /// Refuses a spawn when `tenant` already has [`Limits::max_live_processes`] running

@@ -175,8 +175,54 @@ async fn a_token_without_the_operation_is_refused_with_its_text_before_any_drive
         assert_eq!(answer.status, 403, "{method} {path}");
         assert_eq!(answer.json(), refused(op), "{method} {path}");
     }
+    // The life-cycle v2 routes, each behind its own operation (a token of `leases:read`
+    // and `leases:write` only has none of them).
+    let (writer_id, writer) = h.token("acme", &["leases:read", "leases:write"]).await;
+    for (method, path, body, op) in [
+        ("POST", format!("/v1/leases/{lease}/pause"), json!(null), "leases:pause"),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/unpause"),
+            json!(null),
+            "leases:pause",
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/fork"),
+            json!({ "count": 2 }),
+            "leases:fork",
+        ),
+        (
+            "POST",
+            format!("/v1/leases/{lease}/keep-alive"),
+            json!(null),
+            "leases:idle",
+        ),
+        (
+            "PUT",
+            format!("/v1/leases/{lease}/idle-timeout"),
+            json!({ "idleTimeoutMs": 1000 }),
+            "leases:idle",
+        ),
+        (
+            "POST",
+            "/v1/leases".to_owned(),
+            json!({ "environmentId": "probe", "idleTimeoutMs": 1000 }),
+            "leases:idle",
+        ),
+    ] {
+        let answer = h.call(method, &path, &writer, body).await;
+        let want = error(
+            "forbidden",
+            &format!("Token \"{writer_id}\" does not allow the operation \"{op}\"."),
+        );
+        assert_eq!((answer.status, answer.json()), (403, want), "{method} {path}");
+    }
+    let answer = h
+        .call("POST", "/v1/leases/release-matching", &reader, json!({ "scope": "s" }))
+        .await;
+    assert_eq!((answer.status, answer.json()), (403, refused("leases:write")));
     // Asking for a network policy at acquire needs `network` beside `leases:write`.
-    let (writer_id, writer) = h.token("acme", &["leases:write"]).await;
     let answer = h
         .call(
             "POST",

@@ -1,7 +1,9 @@
-//! Leases: acquire, list, show, release, resume, destroy, capabilities. Every lease is
+//! Leases: acquire (with an owner scope, scope reuse, labels and an idle timeout), list,
+//! show, release, resume, destroy, capabilities. Every lease is
 //! the token's tenant's: acquire puts the tenant in the request, and the tenant-bound
 //! runtime answers another tenant's lease as an unknown one.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use envrt::core::network::RawPolicy;
+use envrt::core::{Reuse, ScopeOutcome};
 use envrt::{AcquireRequest, JsonMap, Lease, LeaseFilter, LeasePolicy, LeaseStatus, RuntimeError, Timestamp};
 use serde::Deserialize;
 
@@ -35,6 +38,41 @@ pub(super) struct AcquireBody {
     ttl_ms: Option<u64>,
     template: Option<String>,
     network: Option<RawPolicy>,
+    scope: Option<String>,
+    #[serde(default)]
+    reuse: ReuseWord,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    idle_timeout_ms: Option<u64>,
+}
+
+/// `reuse` of an acquire: `"never"` (the default) or `"scope"`.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum ReuseWord {
+    #[default]
+    Never,
+    Scope,
+}
+
+/// The most labels one acquire may put on a lease.
+pub const MAX_LABELS: usize = 32;
+
+/// The refusal of labels out of bounds.
+pub const LABELS_MESSAGE: &str = "Labels: at most 32, each key 1 to 128 bytes and each value at most 256 bytes, \
+     without control characters.";
+
+fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    let text = |s: &str, max: usize| s.len() <= max && !s.chars().any(char::is_control);
+    let ok = labels.len() <= MAX_LABELS
+        && labels
+            .iter()
+            .all(|(k, v)| !k.is_empty() && text(k, 128) && text(v, 256));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(LABELS_MESSAGE))
+    }
 }
 
 /// `GET /v1/leases?all=true`.
@@ -63,13 +101,23 @@ pub(super) async fn acquire(
     if body.network.is_some() {
         who.require("network")?;
     }
+    if body.idle_timeout_ms.is_some() {
+        who.require("leases:idle")?;
+    }
     let network = body.network.map(super::network::policy).transpose()?;
+    check_labels(&body.labels)?;
+    let idle = body.idle_timeout_ms.map(super::lifecycle::idle_of).transpose()?;
+    let idle = idle.or_else(|| service.idle_default(&body.environment_id));
     let result = async {
         let runtime = service.runtime_for(&who.tenant);
         service.check_lease_limit(&who.tenant, &runtime).await?;
         let mut metadata = JsonMap::new();
         metadata.insert("acquiredBy".into(), "envrt serve".into());
         metadata.insert("tokenId".into(), who.token_id.clone().into());
+        if !body.labels.is_empty() {
+            let labels: JsonMap = body.labels.into_iter().map(|(k, v)| (k, v.into())).collect();
+            metadata.insert(envrt::core::LABELS_KEY.into(), labels.into());
+        }
         let request = AcquireRequest {
             environment_id: body.environment_id,
             company_id: who.tenant.clone(),
@@ -82,11 +130,26 @@ pub(super) async fn acquire(
             requested_expires_at: body.ttl_ms.map(|ms| Timestamp::now().after(Duration::from_millis(ms))),
             template: body.template,
             network,
-            // Scope reuse is not offered over HTTP yet.
-            scope: None,
-            reuse: Default::default(),
+            scope: body.scope,
+            reuse: match body.reuse {
+                ReuseWord::Never => Reuse::Never,
+                ReuseWord::Scope => Reuse::Scope,
+            },
         };
-        Ok::<_, ApiError>(runtime.acquire_lease(request).await?)
+        let lease = runtime.acquire_lease(request).await?;
+        let Some(idle) = idle else {
+            return Ok::<_, ApiError>(lease);
+        };
+        match runtime.set_idle_timeout(&lease.id, idle).await {
+            Ok(lease) => Ok(lease),
+            Err(error) => {
+                // No lease is left without the idle timeout it was asked for.
+                if let Err(e) = runtime.release_lease(&lease.id, LeaseStatus::Released).await {
+                    tracing::warn!(lease_id = %lease.id, error = %e, "cannot release a lease whose idle timeout was refused");
+                }
+                Err(error.into())
+            }
+        }
     }
     .await;
     let lease_id = result.as_ref().ok().map(|l| l.id.clone());
@@ -97,7 +160,13 @@ pub(super) async fn acquire(
         lease_id.as_deref(),
         &result.as_ref().map(|_| ()),
     );
-    Ok((StatusCode::CREATED, Json(result?)))
+    let lease = result?;
+    // A scope's live lease handed back is no new resource.
+    let status = match ScopeOutcome::of(&lease) {
+        Some(ScopeOutcome::Resumed) => StatusCode::OK,
+        _ => StatusCode::CREATED,
+    };
+    Ok((status, Json(lease)))
 }
 
 pub(super) async fn list(

@@ -2,7 +2,7 @@
 //! built from and the OpenAPI test reads, the authentication layer every request passes
 //! first, and the extractors that turn a malformed request into the error body.
 //!
-//! Routes are grouped by resource (`environments`, `leases`, `network`, `execute`,
+//! Routes are grouped by resource (`environments`, `leases`, `lifecycle`, `network`, `execute`,
 //! `files`, `duplex`, `templates`, `processes`, `terminal`); each group adds its rows to
 //! [`routes`].
 
@@ -11,10 +11,13 @@ mod environments;
 mod execute;
 mod files;
 mod leases;
+mod lifecycle;
 mod network;
 mod processes;
 mod templates;
 mod terminal;
+pub use leases::{LABELS_MESSAGE, MAX_LABELS};
+pub use lifecycle::{SELECTOR_MESSAGE, ZERO_IDLE_MESSAGE};
 pub use terminal::NOT_A_TERMINAL_MESSAGE;
 
 use std::sync::Arc;
@@ -78,7 +81,17 @@ pub fn routes() -> Routes {
         )
         .route("/v1/leases/{id}/release", &["POST"], post(leases::release))
         .route("/v1/leases/{id}/resume", &["POST"], post(leases::resume))
+        .route(
+            "/v1/leases/release-matching",
+            &["POST"],
+            post(lifecycle::release_matching),
+        )
         .route("/v1/leases/{id}/capabilities", &["GET"], get(leases::capabilities))
+        .route("/v1/leases/{id}/pause", &["POST"], post(lifecycle::pause))
+        .route("/v1/leases/{id}/unpause", &["POST"], post(lifecycle::unpause))
+        .route("/v1/leases/{id}/fork", &["POST"], post(lifecycle::fork))
+        .route("/v1/leases/{id}/keep-alive", &["POST"], post(lifecycle::keep_alive))
+        .route("/v1/leases/{id}/idle-timeout", &["PUT"], put(lifecycle::idle_timeout))
         .route("/v1/leases/{id}/execute", &["POST"], post(execute::buffered))
         .route("/v1/leases/{id}/execute/stream", &["POST"], post(execute::streamed))
         .route(
