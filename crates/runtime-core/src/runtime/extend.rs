@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::error::{DriverError, RuntimeError};
 use crate::model::{Environment, Lease, Timestamp};
 
-use super::gate::{Operation, gate};
 use super::EnvironmentRuntime;
+use super::gate::{Operation, gate};
 
 /// Whole seconds and milliseconds as `90 s` / `1500 ms`, for refusals.
 fn shown(duration: Duration) -> String {
