@@ -91,7 +91,14 @@ struct State {
     /// evicted when the table is full, and whose buffers are freed first when a spawn
     /// needs the room. Ids no longer held are skipped.
     ended: VecDeque<u64>,
+    /// The ids this agent evicted, the most recent [`EVICTED_REMEMBERED`]: asked for one,
+    /// the agent says it was evicted; any other id it gave and no longer holds (a held
+    /// execute, delivered; an eviction long ago) is simply not held.
+    evicted: VecDeque<u64>,
 }
+
+/// How many evicted ids the agent remembers for its refusal text.
+const EVICTED_REMEMBERED: usize = 4096;
 
 /// What an `output` reader gets next.
 pub(crate) enum Next {
@@ -170,12 +177,10 @@ impl Agent {
 
     fn with<T>(&self, id: u64, f: impl FnOnce(&mut Proc) -> Result<T, String>) -> Result<T, String> {
         let mut state = self.lock();
-        let given = id >= self.config.first_id && id < state.next_id;
+        let evicted = state.evicted.contains(&id);
         match state.procs.get_mut(&id) {
             Some(proc) => f(proc),
-            // An id this agent gave that it no longer holds: an ended process it evicted
-            // (or a held execute, delivered).
-            None if given => Err(refuse::evicted(id, self.config.max_processes)),
+            None if evicted => Err(refuse::evicted(id, self.config.max_processes)),
             None => Err(refuse::unknown(id)),
         }
     }
@@ -193,6 +198,10 @@ impl Agent {
             state.reserved -= held;
             state.keys.retain(|_, (_, held_id)| *held_id != oldest);
             state.ended.retain(|id| *id != oldest);
+            if state.evicted.len() == EVICTED_REMEMBERED {
+                state.evicted.pop_front();
+            }
+            state.evicted.push_back(oldest);
         }
         Ok(())
     }

@@ -95,8 +95,8 @@ fn write_redirect(www: &Path) -> Result<(), String> {
 }
 
 impl TestHost {
-    /// A host on subnet `198.51.100.{16·n}/28` for the `n`-th host of this process (`n`
-    /// below 16), serving `names` (`(name, address)`, where the address [`HOST`] stands for
+    /// A host on the first free subnet `198.51.100.{16·k}/28` (at most 16 at once on the
+    /// machine, 16 per process), serving `names` (`(name, address)`, where the address [`HOST`] stands for
     /// the host's own) from its DNS server and `body` at `/` over HTTP; `None`, said loudly, where this machine cannot make one (fails instead
     /// with `ENVRT_REQUIRE_NETWORK=1`).
     pub fn new(names: &[(&str, &str)], body: &str) -> Option<TestHost> {
@@ -118,8 +118,14 @@ impl TestHost {
         if n >= 16 {
             return Err("at most 16 test hosts per process".into());
         }
+        // Test processes run at once (the suite's binaries, helpers' runs): the subnet is
+        // chosen under a lock among those no live host holds, after the hosts of processes
+        // that died without their destructor (an exit, a SIGKILL) are removed.
+        let lock = HostsLock::take()?;
+        remove_stale_hosts();
+        let slot = free_slot()?;
         let pid = std::process::id();
-        let base = 16 * n;
+        let base = 16 * slot;
         let mut host = TestHost {
             ns: format!("envrt-th-{pid}-{n}"),
             veth: format!("eth{}x{n}", pid % 100_000),
@@ -186,6 +192,7 @@ impl TestHost {
             .map_err(|e| format!("the DNS server did not start: {e}"))?;
         host.servers.push(dns);
         host.wait_for_http()?;
+        drop(lock);
         Ok(host)
     }
 
@@ -214,6 +221,67 @@ impl TestHost {
     pub fn dns(&self) -> std::net::SocketAddr {
         format!("{}:53", self.address).parse().expect("an address")
     }
+}
+
+/// The machine-wide lock under which a test host picks its subnet: an exclusive `flock`,
+/// which the kernel lets go of when its holder dies.
+struct HostsLock {
+    /// Held open: closing it (at drop or death) lets go of the lock.
+    _file: std::fs::File,
+}
+
+impl HostsLock {
+    fn take() -> Result<HostsLock, String> {
+        let path = std::env::temp_dir().join("envrt-test-hosts.lock");
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("the test hosts' lock {}: {e}", path.display()))?;
+        file.lock().map_err(|e| format!("the test hosts' lock {}: {e}", path.display()))?;
+        Ok(HostsLock { _file: file })
+    }
+}
+
+/// Removes the test hosts (namespace, servers, veth pair, folder) of processes that are
+/// gone: a test binary that ends with `process::exit` or is killed runs no destructor.
+fn remove_stale_hosts() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(ns) = line.split_whitespace().next() else {
+            continue;
+        };
+        let Some(rest) = ns.strip_prefix("envrt-th-") else {
+            continue;
+        };
+        let Some((pid, _)) = rest.split_once('-') else { continue };
+        if pid.parse::<u32>().is_err() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
+            for inside in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", inside]).status();
+            }
+        }
+        // The namespace's end takes its veth peer, and the pair with it.
+        let _ = ip(&["netns", "del", ns]);
+        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("envrt-test-host-{rest}")));
+    }
+}
+
+/// The first of the 16 test subnets whose gateway address no interface holds.
+fn free_slot() -> Result<usize, String> {
+    let out = Command::new("ip")
+        .args(["-o", "-4", "addr", "show"])
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    let held = String::from_utf8_lossy(&out.stdout).into_owned();
+    (0..16)
+        .find(|slot| !held.contains(&format!(" 198.51.100.{}/28", 16 * slot + 1)))
+        .ok_or_else(|| "all 16 test subnets (198.51.100.0/24) are in use".into())
 }
 
 impl Drop for TestHost {

@@ -36,16 +36,20 @@ pub(crate) fn make_with_roots() -> (Option<Arc<TestHost>>, Result<EgressHost, St
                 }
             };
             let host = Arc::new(host);
-            let asked = Arc::clone(&host);
-            let seen = Arc::clone(&host);
+            // The closures hold the host weakly: the binary's `main` drops the one strong
+            // reference before its `process::exit`, and that must end the host.
+            let asked = Arc::downgrade(&host);
+            let seen = Arc::downgrade(&host);
             let https_seen: Option<Arc<dyn Fn() -> Vec<String> + Send + Sync>> = match roots {
-                Some(_) => Some(Arc::new(move || seen.https_requests())),
+                Some(_) => Some(Arc::new(move || {
+                    seen.upgrade().map(|host| host.https_requests()).unwrap_or_default()
+                })),
                 None => None,
             };
             let described = EgressHost {
                 address: host.address.clone(),
                 body: BODY.to_owned(),
-                asked: Arc::new(move || asked.asked()),
+                asked: Arc::new(move || asked.upgrade().map(|host| host.asked()).unwrap_or_default()),
                 https_seen,
             };
             (Some(host), Ok(described), roots)
