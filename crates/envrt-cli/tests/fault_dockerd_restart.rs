@@ -217,8 +217,8 @@ fn an_execute_whose_engine_restarted_fails_with_an_exact_text() {
     lease_ends_cleanly(&s, &id);
 }
 
-#[test]
-fn a_sync_in_whose_engine_restarted_fails_and_leaves_nothing() {
+/// A sync in of 256 MiB caught after 32 MiB were read, the engine restarted as `how` says.
+fn sync_in_under_restart(how: Restart) {
     let Some((mut engine, s)) = setup() else { return };
     let id = s.acquire("ctr");
     std::fs::write(s.path().join("big.bin"), dense(256 << 20)).unwrap();
@@ -226,13 +226,26 @@ fn a_sync_in_whose_engine_restarted_fails_and_leaves_nothing() {
     let mut call = s.command(&["cp", "-q", "big.bin", &target]).spawn().unwrap();
     let pid = pid_of(&call);
     freeze_after(&mut call, 32 << 20, || bytes_read(pid));
-    let failed = restart_under(&mut engine, &mut call, Restart::KilledCallSeesItGone);
+    let failed = restart_under(&mut engine, &mut call, how);
+    // The upload's connection broke when the engine went: its text, whether or not the
+    // engine answers again by the time the call reports.
     assert_failed(failed, 1, &unreachable(&engine, "uploading files"));
     lease_ends_cleanly(&s, &id);
 }
 
 #[test]
-fn a_sync_out_whose_engine_restarted_fails_and_writes_no_file() {
+fn a_sync_in_whose_engine_is_killed_fails_and_leaves_nothing() {
+    sync_in_under_restart(Restart::KilledCallSeesItGone);
+}
+
+#[test]
+fn a_sync_in_whose_engine_restarted_fails_and_leaves_nothing() {
+    sync_in_under_restart(Restart::StoppedAndBackBeforeTheCall);
+}
+
+/// A sync out of 256 MiB caught once 32 MiB are on disk, the engine restarted as `how`
+/// says: it fails and writes nothing (no target, no staging left beside it).
+fn sync_out_under_restart(how: Restart) {
     let Some((mut engine, s)) = setup() else { return };
     let id = s.acquire("ctr");
     let out = s.run(&[
@@ -248,11 +261,8 @@ fn a_sync_out_whose_engine_restarted_fails_and_writes_no_file() {
     let source = format!("lease:{id}:/workspace/big.bin");
     let mut call = s.command(&["cp", "-q", &source, "out.bin"]).spawn().unwrap();
     freeze_after(&mut call, 32 << 20, || bytes_under(s.path()));
-    let failed = restart_under(&mut engine, &mut call, Restart::StoppedAndBackBeforeTheCall);
-    // The download's connection broke when the engine stopped: its text, though the
-    // engine answers again by the time the call reports.
+    let failed = restart_under(&mut engine, &mut call, how);
     assert_failed(failed, 1, &unreachable(&engine, "downloading files"));
-    // Nothing half-written: no target, no staging left beside it.
     let mut left: Vec<_> = std::fs::read_dir(s.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -260,6 +270,16 @@ fn a_sync_out_whose_engine_restarted_fails_and_writes_no_file() {
     left.sort();
     assert_eq!(left, ["cli", "envrt.toml"]);
     lease_ends_cleanly(&s, &id);
+}
+
+#[test]
+fn a_sync_out_whose_engine_is_killed_fails_and_writes_no_file() {
+    sync_out_under_restart(Restart::KilledCallSeesItGone);
+}
+
+#[test]
+fn a_sync_out_whose_engine_restarted_fails_and_writes_no_file() {
+    sync_out_under_restart(Restart::StoppedAndBackBeforeTheCall);
 }
 
 /// A duplex stream (`envrt shell` over pipes, so a channel, not a terminal) that has
