@@ -18,6 +18,8 @@ if ! [ -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then need+=(busybo
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
 # The egress proxy's tests build their test hosts from network namespaces and veth pairs.
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# The clock-jump tests run envrt under a faked wall clock (crates/envrt-cli/tests/fault_clock_jump.rs).
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(faketime)
 if ((${#need[@]})); then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2

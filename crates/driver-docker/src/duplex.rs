@@ -132,7 +132,7 @@ impl DockerChannel {
     /// Kills the command's tree if it still runs.
     async fn kill(&self, graceful: bool) -> Result<(), DriverError> {
         let s = &self.shared;
-        if !process::is_running(&s.engine, &s.exec_id).await? {
+        if !process::is_running(&s.engine, &s.container, &s.exec_id).await? {
             return Ok(());
         }
         if let Some(target) = self.known_target().await {
@@ -217,7 +217,7 @@ impl DuplexChannel for DockerChannel {
                     transport_closed: false,
                 });
             }
-            let exec = match process::state(&s.engine, &s.exec_id).await {
+            let exec = match process::state(&s.engine, &s.container, &s.exec_id).await {
                 Ok(exec) => exec,
                 Err(_) if *self.transport_broken.borrow() => {
                     return Ok(DuplexExit {
@@ -291,7 +291,7 @@ impl Drop for DockerChannel {
             let target = wait_for_target(target).await;
             pump.abort();
             let Some(target) = target else { return };
-            if process::is_running(&shared.engine, &shared.exec_id)
+            if process::is_running(&shared.engine, &shared.container, &shared.exec_id)
                 .await
                 .unwrap_or(false)
             {

@@ -255,7 +255,7 @@ pub(crate) async fn execute(
             _ = tokio::time::sleep_until(next_poll) => {
                 // The stream stays open while a background process holds stdout: notice
                 // the command's own exit separately.
-                if !process::is_running(engine, &exec_id).await? {
+                if !process::is_running(engine, container, &exec_id).await? {
                     exited_with_holders = true;
                     break;
                 }
@@ -295,7 +295,7 @@ pub(crate) async fn execute(
     if let Some(pid) = collector.demux.pid() {
         metadata.insert("pid".into(), pid.into());
     }
-    let code = process::exit_code(engine, &exec_id).await?;
+    let code = process::exit_code(engine, container, &exec_id).await?;
     // Over: the command ended (or was killed) while the call was awaited.
     guard.armed = false;
     let (exit_code, signal) = match code {

@@ -18,13 +18,19 @@ use envrt_driver_api::Timestamp;
 
 use crate::engine::Engine;
 
-/// `$1` the container's full id, `$2` its init's host pid, `$3` the expiry (epoch second).
+/// `$1` the container's full id, `$2` its init's host pid, `$3` the seconds left until the
+/// expiry, counted from the watchdog's start on the boot clock (`/proc/uptime`, which no
+/// change of the wall clock moves and which runs on through a suspend), never against the
+/// wall clock: a wall clock stepped forward or back (NTP, a hand-set date, the host
+/// program's own faked clock) neither ends the lease early nor keeps it past its expiry.
 /// A paused container's init is frozen and a `SIGKILL` lands only once it thaws (always
 /// so under a cgroup v1 freezer), so after the kill the watchdog thaws the init's freezer
 /// cgroup (v1 `freezer.state`) and its cgroup v2 (`cgroup.freeze`), found through
 /// `/proc/$2/cgroup` and the mounts in `/proc/self/mountinfo`.
 const SCRIPT: &str = r#"mine() { grep -q "$1" "/proc/$2/cgroup" 2>/dev/null; }
-while [ "$(date +%s)" -lt "$3" ]; do mine "$1" "$2" || exit 0; sleep 1; done
+up() { read -r u _ < /proc/uptime; echo "${u%%.*}"; }
+end=$(( $(up) + $3 + 1 ))
+while [ "$(up)" -lt "$end" ]; do mine "$1" "$2" || exit 0; sleep 1; done
 mine "$1" "$2" || exit 0
 m='s/^[^ ]* [^ ]* [^ ]* [^ ]* \([^ ]*\) .* - '
 fz=$(sed -n "${m}cgroup [^ ]* [^ ]*freezer.*/\1/p" /proc/self/mountinfo | head -n 1)
@@ -40,17 +46,17 @@ exit 0
 /// The `$0` of every watchdog (visible in `ps`, followed by the container id).
 const NAME: &str = "envrt-docker-expiry";
 
-/// Starts the watchdog of `container` whose init has host pid `init_pid`, firing at the
-/// epoch second `at`. The child is not waited for: tokio reaps it once it exits, and once
+/// Starts the watchdog of `container` whose init has host pid `init_pid`, firing `seconds`
+/// from now (by the boot clock). The child is not waited for: tokio reaps it once it exits, and once
 /// the driver's process is gone, whoever inherits it.
-pub(crate) fn start(container: &str, init_pid: i64, at: u64) -> std::io::Result<()> {
+pub(crate) fn start(container: &str, init_pid: i64, seconds: u64) -> std::io::Result<()> {
     tokio::process::Command::new("/bin/sh")
         .arg("-c")
         .arg(SCRIPT)
         .arg(NAME)
         .arg(container)
         .arg(init_pid.to_string())
-        .arg(at.to_string())
+        .arg(seconds.to_string())
         .process_group(0)
         .env_clear()
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -93,10 +99,16 @@ pub(crate) async fn watch(engine: &Engine, container: &str, at: Timestamp) {
     if let Some(pid) = init
         && crate::process::hostkill::sees(container)
         && !watched(container, pid)
-        && let Err(error) = start(container, pid, at.0 / 1000)
+        && let Err(error) = start(container, pid, seconds_until(at))
     {
         tracing::warn!(container, %error, "cannot start the container's expiry watchdog");
     }
+}
+
+/// Whole seconds from now to `at` by this program's wall clock, rounded up (the one
+/// reading of the wall clock a watchdog takes; the boot clock counts them down).
+fn seconds_until(at: Timestamp) -> u64 {
+    at.0.saturating_sub(Timestamp::now().0).div_ceil(1000)
 }
 
 /// Whether a host watchdog watches `container`'s current init (starting one first where

@@ -104,7 +104,12 @@ pub(crate) async fn run(paths: &Paths, args: ShellArgs) -> Result<u8, CliError> 
     let outcome = match on_terminal {
         Ok(Some(code)) => Ok(code),
         Ok(None) => match app.runtime.open_duplex_channel(&lease.id, &argv).await {
-            Ok(channel) => session(Arc::from(channel), !args.no_raw, &mut interrupts).await,
+            Ok(channel) => match session(Arc::from(channel), !args.no_raw, &mut interrupts).await {
+                // The container went while the stream ran (an engine restart removes a
+                // stopped one): the lease is lost, said as any other call says it.
+                Err(CliError::Runtime(e)) => Err(CliError::Runtime(app.runtime.on_lease_error(&lease.id, e).await)),
+                other => other,
+            },
             Err(e) => Err(e.into()),
         },
         Err(e) => Err(e),

@@ -42,6 +42,13 @@ const SETTLE: Duration = Duration::from_secs(15);
 /// containers labelled with `run` or that CLI state directory. Processes get 15 s
 /// to go away first.
 pub async fn count(key: &str, scratch: &Path, run: &str) -> Leaks {
+    count_on(key, scratch, run, None).await
+}
+
+/// [`count`], asking the Docker engine at `docker_host` (a `DOCKER_HOST` address) for
+/// containers instead of the `docker` CLI's default one: for a test that runs an engine
+/// of its own.
+pub async fn count_on(key: &str, scratch: &Path, run: &str, docker_host: Option<&str>) -> Leaks {
     let mut leaks = Leaks::default();
     let deadline = Instant::now() + SETTLE;
     let processes = loop {
@@ -59,7 +66,7 @@ pub async fn count(key: &str, scratch: &Path, run: &str) -> Leaks {
     if key == "docker" {
         let cli_state = format!("envrt.cli-state={}", state_dir(scratch).display());
         for filter in [format!("{RUN_LABEL}={run}"), cli_state] {
-            let ids = containers(&filter);
+            let ids = containers(&filter, docker_host);
             leaks.containers += ids.len();
             leaks
                 .details
@@ -137,8 +144,12 @@ fn processes_under(scratch: &Path) -> Vec<String> {
 }
 
 /// Container ids (running or not) matching a docker `label=` filter.
-fn containers(label: &str) -> Vec<String> {
-    let out = std::process::Command::new("docker")
+fn containers(label: &str, docker_host: Option<&str>) -> Vec<String> {
+    let mut docker = std::process::Command::new("docker");
+    if let Some(host) = docker_host {
+        docker.args(["-H", host]);
+    }
+    let out = docker
         .args(["ps", "-aq", "--no-trunc", "--filter", &format!("label={label}")])
         .output();
     match out {

@@ -14,6 +14,7 @@
 
 pub(crate) mod dropkill;
 pub(crate) mod hostkill;
+pub(crate) mod vanished;
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -290,16 +291,16 @@ impl Demux {
 }
 
 /// The exit code of a finished exec, waiting (bounded) for the engine to record it.
-pub(crate) async fn exit_code(engine: &Engine, exec_id: &str) -> Result<Option<i64>, DriverError> {
+pub(crate) async fn exit_code(engine: &Engine, container: &str, exec_id: &str) -> Result<Option<i64>, DriverError> {
     let deadline = Instant::now() + engine.api_timeout;
     // The output can end a moment before the engine has recorded the exit: look again
     // soon (an inspect is a millisecond), then back off.
     let mut delay = Duration::from_millis(1);
     loop {
-        let inspected = engine
-            .retry(|| engine.docker.inspect_exec(exec_id))
-            .await
-            .map_err(|e| engine.error("inspecting a command", e))?;
+        let inspected = match engine.retry(|| engine.docker.inspect_exec(exec_id)).await {
+            Ok(inspected) => inspected,
+            Err(e) => return Err(vanished::inspect_error(engine, container, e).await),
+        };
         if inspected.running != Some(true) {
             return Ok(inspected.exit_code);
         }
@@ -344,11 +345,11 @@ pub(crate) enum ExecState {
 }
 
 /// The exec's state, by one inspect.
-pub(crate) async fn state(engine: &Engine, exec_id: &str) -> Result<ExecState, DriverError> {
-    let inspected = engine
-        .retry(|| engine.docker.inspect_exec(exec_id))
-        .await
-        .map_err(|e| engine.error("inspecting a command", e))?;
+pub(crate) async fn state(engine: &Engine, container: &str, exec_id: &str) -> Result<ExecState, DriverError> {
+    let inspected = match engine.retry(|| engine.docker.inspect_exec(exec_id)).await {
+        Ok(inspected) => inspected,
+        Err(e) => return Err(vanished::inspect_error(engine, container, e).await),
+    };
     Ok(match (inspected.running, inspected.exit_code) {
         (Some(true), _) => ExecState::Running,
         (_, Some(code)) => ExecState::Exited(code),
@@ -358,8 +359,11 @@ pub(crate) async fn state(engine: &Engine, exec_id: &str) -> Result<ExecState, D
 
 /// Whether the exec has not exited yet: its own process runs, or the engine is still
 /// starting it ([`ExecState::Starting`], which is not an exit).
-pub(crate) async fn is_running(engine: &Engine, exec_id: &str) -> Result<bool, DriverError> {
-    Ok(!matches!(state(engine, exec_id).await?, ExecState::Exited(_)))
+pub(crate) async fn is_running(engine: &Engine, container: &str, exec_id: &str) -> Result<bool, DriverError> {
+    Ok(!matches!(
+        state(engine, container, exec_id).await?,
+        ExecState::Exited(_)
+    ))
 }
 
 /// The killer script: `$1` is `term`, `kill` or `list`, `$2` the command's pid, `$3` and
@@ -501,7 +505,7 @@ pub(crate) async fn run_script(
             Err(_) => return Err(engine.error(doing, BollardError::RequestTimeoutError)),
         }
     }
-    let code = exit_code(engine, &spawned.exec_id).await?;
+    let code = exit_code(engine, container, &spawned.exec_id).await?;
     Ok((stdout, stderr, code))
 }
 

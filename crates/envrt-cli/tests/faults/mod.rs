@@ -5,6 +5,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod dockerd;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -17,6 +19,9 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// [`envrt_soak::cli_state_dir`].
 pub struct Scratch {
     pub dir: tempfile::TempDir,
+    /// The Docker engine every run and the leak count use (`DOCKER_HOST`); the default
+    /// engine when `None`.
+    pub docker_host: Option<String>,
 }
 
 impl Scratch {
@@ -24,7 +29,14 @@ impl Scratch {
     pub fn new(config: &str) -> Scratch {
         let dir = tempfile::Builder::new().prefix("envrt-fault-").tempdir().unwrap();
         std::fs::write(dir.path().join("envrt.toml"), config).unwrap();
-        Scratch { dir }
+        Scratch { dir, docker_host: None }
+    }
+
+    /// [`Scratch::new`] whose runs and leak count use the Docker engine at `docker_host`.
+    pub fn on_engine(config: &str, docker_host: &str) -> Scratch {
+        let mut scratch = Scratch::new(config);
+        scratch.docker_host = Some(docker_host.to_owned());
+        scratch
     }
 
     pub fn path(&self) -> &Path {
@@ -46,6 +58,9 @@ impl Scratch {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(host) = &self.docker_host {
+            c.env("DOCKER_HOST", host);
+        }
         c
     }
 
@@ -74,7 +89,12 @@ impl Scratch {
             .enable_all()
             .build()
             .unwrap();
-        runtime.block_on(envrt_soak::leaks::count(key, self.path(), "none"))
+        runtime.block_on(envrt_soak::leaks::count_on(
+            key,
+            self.path(),
+            "none",
+            self.docker_host.as_deref(),
+        ))
     }
 
     /// Asserts the soak's count finds nothing for driver `key`.

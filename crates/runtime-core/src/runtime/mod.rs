@@ -238,6 +238,13 @@ impl EnvironmentRuntime {
         result
     }
 
+    /// What a driver error met on lease `lease_id` after the facade call that opened the
+    /// stream returned (a duplex channel's read, write or wait) says: a `ResourceGone` is
+    /// the lease lost, as for a facade call; any other error is kept.
+    pub async fn on_lease_error(&self, lease_id: &str, error: RuntimeError) -> RuntimeError {
+        self.lost(lease_id, error).await
+    }
+
     /// A driver's `ResourceGone` on an operation on an existing lease says the lease's
     /// backend died behind envrt's back: the facade reports the lease itself as lost
     /// (contract section 3), naming what to do, unless the store says the lease has ended
