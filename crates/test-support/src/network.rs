@@ -239,7 +239,8 @@ impl HostsLock {
             .write(true)
             .open(&path)
             .map_err(|e| format!("the test hosts' lock {}: {e}", path.display()))?;
-        file.lock().map_err(|e| format!("the test hosts' lock {}: {e}", path.display()))?;
+        file.lock()
+            .map_err(|e| format!("the test hosts' lock {}: {e}", path.display()))?;
         Ok(HostsLock { _file: file })
     }
 }

@@ -18,7 +18,14 @@ const BOUND: Duration = Duration::from_secs(60);
 pub struct PrivateDockerd {
     dir: tempfile::TempDir,
     daemon: Option<Child>,
+    /// One private engine at a time in a test binary: eight engines (each with its own
+    /// containerd) starting, killed and restarted at once on two cores made the calls
+    /// under test time out instead of meeting the restart. Dropped last.
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
+
+/// The turn [`PrivateDockerd::start`] takes.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl PrivateDockerd {
     /// A running engine of its own holding `image` (copied from the default engine), or
@@ -37,7 +44,12 @@ impl PrivateDockerd {
         }
         // Short: the engine's and containerd's sockets live under it (108-byte limit).
         let dir = tempfile::Builder::new().prefix("edk").tempdir_in("/tmp").unwrap();
-        let mut engine = PrivateDockerd { dir, daemon: None };
+        let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut engine = PrivateDockerd {
+            dir,
+            daemon: None,
+            _turn: turn,
+        };
         engine.launch();
         let mut saved = Command::new("docker")
             .args(["save", image])
