@@ -693,11 +693,26 @@ fn a_destroy_that_keeps_the_workspace_is_caught_by_the_readiness_check() {
 }
 
 #[test]
+fn an_acquire_that_returns_before_the_lease_runs_a_command_is_caught() {
+    let message = failure_of(Fault::NotReadyAtAcquire, "acquire_is_ready_for_execute_and_spawn");
+    assert!(
+        message.starts_with("the first execute right after acquire 0 failed: "),
+        "{message}"
+    );
+    let message = failure_of(Fault::SpawnNotReadyAtAcquire, "acquire_is_ready_for_execute_and_spawn");
+    assert!(
+        message.starts_with("the first spawn right after acquire 0 failed: spawn: "),
+        "{message}"
+    );
+}
+
+#[test]
 fn the_honest_driver_passes_the_lease_life_checks() {
     honest_passes(&[
         "fork_copies_hold_the_fork_point_and_stay_apart",
         "scope_reuse_resumes_replaces_and_serialises",
         "ready_failure_leaves_nothing_behind",
+        "acquire_is_ready_for_execute_and_spawn",
     ]);
 }
 

@@ -372,6 +372,9 @@ impl EnvironmentDriver for DockerDriver {
     fn as_idle(&self) -> Option<&dyn envrt_driver_api::IdleTimeout> {
         Some(self)
     }
+    fn as_extend(&self) -> Option<&dyn envrt_driver_api::ExtendLease> {
+        Some(self)
+    }
     fn as_processes(&self) -> Option<&dyn envrt_driver_api::ProcessSessions> {
         self.agent
             .is_ok()

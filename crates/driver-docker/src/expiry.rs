@@ -83,6 +83,31 @@ fn watched(container: &str, init_pid: i64) -> bool {
     })
 }
 
+/// Ends every expiry watchdog of `container` but the one watching init `init_pid` for the
+/// epoch second `keep` (extend, once the watchdog for the new time runs). Each runs in a
+/// process group of its own, which is killed whole.
+pub(crate) fn stop_others(container: &str, init_pid: i64, keep: u64) {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let (pid, keep) = (init_pid.to_string(), keep.to_string());
+    for entry in entries.flatten() {
+        let Some(watchdog) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let other = std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.len() > 6
+                && args[3] == NAME.as_bytes()
+                && args[4] == container.as_bytes()
+                && !(args[5] == pid.as_bytes() && args[6] == keep.as_bytes())
+        });
+        if other {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(watchdog), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
 /// With a local engine, makes sure a host watchdog ends `container` at `at` even if its
 /// command stopped the in-container `sleep`: starts one unless one already watches the
 /// container's current init (a resumed lease whose container was stopped and started

@@ -129,7 +129,7 @@ pub(crate) fn stop(container: &str) {
 
 /// The host pid of the container's main process: the child of its init with the lowest
 /// pid in the container (docker-init forks it before anything else runs there).
-fn main_process(init: i64) -> Option<i64> {
+pub(crate) fn main_process(init: i64) -> Option<i64> {
     let entries = std::fs::read_dir("/proc").ok()?;
     let parent = format!("PPid:\t{init}");
     entries

@@ -21,7 +21,8 @@
 //!   no host process involved (a holder that was killed changes nothing). Unless the policy
 //!   is `reuse_by_environment` (whose containers stay, stopped), every container is created
 //!   with `AutoRemove` and so removed with its anonymous volumes once stopped. The expiry
-//!   is on the container as [`LABEL_EXPIRES_AT`].
+//!   is on the container as [`LABEL_EXPIRES_AT`]. `extend` (local engine) re-arms the
+//!   host expiry watchdog and, for a later expiry, stops that `sleep`; see `extend.rs`.
 //! - **Idle timeout** (local engine): a detached host watchdog per armed lease kills the
 //!   container's init once the lease has been idle for its timeout (no operation, no
 //!   process in the container but its init, main process and supervisor); see `idle.rs`.
@@ -98,6 +99,7 @@ mod engine;
 mod execute;
 mod execute_agent;
 mod expiry;
+mod extend;
 mod fork;
 mod idle;
 mod network;

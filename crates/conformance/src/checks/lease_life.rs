@@ -2,7 +2,8 @@
 //! copies each hold the fork point and not each other's (or the source's) later writes;
 //! an acquire with scope reuse hands back the same lease with its files, replaces it on a
 //! changed fingerprint and gives concurrent acquirers one lease; a readiness command that
-//! fails leaves nothing of the half-made lease behind.
+//! fails leaves nothing of the half-made lease behind; an acquire returns only once the
+//! lease runs a command: the very first execute and the very first spawn succeed.
 
 use envrt_runtime_core::{
     AcquireRequest, Environment, Lease, LeasePolicy, LeaseStatus, Readiness, Reuse, RuntimeError, ScopeOutcome,
@@ -18,6 +19,8 @@ pub(super) const CHECKS: &[Check] = &[
         .promise("A scoped acquire resumes its lease with its files, replaces it on a changed fingerprint, and concurrent acquirers get one lease."),
     Check::maybe("ready_failure_leaves_nothing_behind", super::has_execute, ready_failure)
         .promise("A failed readiness command fails the acquire with its text and leaves no resource behind."),
+    Check::new("acquire_is_ready_for_execute_and_spawn", super::has_execute, ready_at_once)
+        .promise("An acquire returns a lease that runs a command: the first execute, and the first spawn where processes are granted, succeed with no retry and no wait."),
 ];
 
 fn has_fork_and_execute(p: &crate::Profile) -> bool {
@@ -257,5 +260,48 @@ fn ready_failure(ctx: &Ctx) -> Result<Checked, String> {
         }
         ensure(!left, || "the half-made lease's resource is still there".into())?;
         Ok(Checked::Yes)
+    })
+}
+
+/// How many fresh leases the readiness check tries, for each of execute and spawn.
+const READY_ROUNDS: usize = 2;
+
+fn ready_at_once(ctx: &Ctx) -> Result<(), String> {
+    ctx.block_on(async {
+        for round in 0..READY_ROUNDS {
+            let lease = ctx.acquire(LeasePolicy::Ephemeral).await?;
+            let first = ctx.sh(&lease, "echo ready").await;
+            ctx.finish(&lease).await;
+            let first = first.map_err(|e| format!("the first execute right after acquire {round} failed: {e}"))?;
+            ensure_eq(
+                String::from_utf8_lossy(&first).into_owned(),
+                "ready\n".to_owned(),
+                "the first execute's stdout",
+            )?;
+        }
+        if !super::processes::granted(&ctx.profile) {
+            return Ok(());
+        }
+        for round in 0..READY_ROUNDS {
+            let lease = ctx.acquire(LeasePolicy::Ephemeral).await?;
+            let outcome = async {
+                let id = super::processes::spawn(&ctx.runtime, &lease, super::processes::sh("echo spawned"))
+                    .await
+                    .map_err(|e| format!("the first spawn right after acquire {round} failed: {e}"))?;
+                let (chunks, info) =
+                    super::processes::drain(&ctx.runtime, &id, &envrt_runtime_core::process::Offsets::zero()).await?;
+                let stdout = super::processes::joined(&chunks, envrt_runtime_core::process::ProcessStream::Stdout, 0)?;
+                ensure_eq(
+                    String::from_utf8_lossy(&stdout).into_owned(),
+                    "spawned\n".to_owned(),
+                    "the first spawn's stdout",
+                )?;
+                ensure_eq(info.status.exit_code(), Some(0), "the first spawn's exit code")
+            }
+            .await;
+            ctx.finish(&lease).await;
+            outcome?;
+        }
+        Ok(())
     })
 }

@@ -144,6 +144,12 @@ pub(crate) enum Fault {
     IdleNeverEnds,
     /// Resetting the idle clock answers success and resets nothing.
     KeepAliveResetsNothing,
+    /// Acquire returns before the lease's workspace is in place; it appears only after
+    /// the lease's first execute or spawn, which fails.
+    NotReadyAtAcquire,
+    /// The same for the process supervisor: the first execute puts the workspace in place
+    /// first and works, the first spawn fails.
+    SpawnNotReadyAtAcquire,
 }
 
 /// The local driver with one fault.
@@ -200,10 +206,14 @@ impl EnvironmentDriver for Faulty {
         let mut grant = self.inner.acquire_lease(input).await?;
         // The facade writes metadata.driver only when absent; make it ours.
         grant.metadata.insert("driver".into(), self.key().into());
+        if self.has(Fault::NotReadyAtAcquire) || self.has(Fault::SpawnNotReadyAtAcquire) {
+            self.hide_workspace(&input.lease_id)?;
+        }
         Ok(grant)
     }
     async fn release_lease(&self, input: &ReleaseInput) -> Result<(), DriverError> {
         let lease = &input.context.lease;
+        self.settle(&lease.id);
         if self.has(Fault::ReleaseNotIdempotent) && !self.released.lock().unwrap().insert(lease.id.clone()) {
             return Err(DriverError::other(format!("lease {} was already released", lease.id)));
         }
@@ -350,6 +360,14 @@ impl RealizeWorkspace for Faulty {
 impl Execute for Faulty {
     async fn execute(&self, context: &LeaseContext, mut request: ExecuteRequest) -> Result<ExecuteResult, DriverError> {
         let inner = self.inner.as_execute().expect("local executes");
+        if self.has(Fault::SpawnNotReadyAtAcquire) {
+            self.settle(&context.lease.id);
+        }
+        if self.has(Fault::NotReadyAtAcquire) {
+            let result = inner.execute(context, request).await;
+            self.settle(&context.lease.id);
+            return result;
+        }
         let _turn = if self.has(Fault::SerializesExecutes) {
             Some(self.one_at_a_time.lock().await)
         } else {

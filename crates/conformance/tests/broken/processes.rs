@@ -138,6 +138,14 @@ impl ProcessSessions for Faulty {
         if self.breaks(ProcessFault::TimeoutKillsOnlyTheLeader) {
             request.timeout = None;
         }
+        if matches!(
+            self.fault,
+            super::Fault::NotReadyAtAcquire | super::Fault::SpawnNotReadyAtAcquire
+        ) {
+            let result = self.sessions().spawn(context, request).await;
+            self.settle(&context.lease.id);
+            return result;
+        }
         let mut info = self.sessions().spawn(context, request).await?;
         if let (true, Some(after)) = (self.breaks(ProcessFault::TimeoutKillsOnlyTheLeader), timeout) {
             let pid = info.pid;

@@ -248,9 +248,9 @@ mod tests {
                 "idle_timeout_unsupported",
             ),
             (
-                "docker",
+                "sandbox",
                 UnsupportedOperation::Extend,
-                "Environment driver \"docker\" does not support moving a lease's expiry.",
+                "Environment driver \"sandbox\" does not support moving a lease's expiry.",
                 "extend_unsupported",
             ),
         ];

@@ -99,6 +99,13 @@ impl std::fmt::Display for Root {
     }
 }
 
+impl Root {
+    /// The root's path on this machine (the test sshd runs here).
+    pub fn path(&self) -> String {
+        format!("{}/{}", self.home, self.relative)
+    }
+}
+
 impl Drop for Root {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(format!("{}/{}", self.home, self.relative));

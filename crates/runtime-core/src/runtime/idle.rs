@@ -4,7 +4,8 @@
 //! [`set_idle_timeout`](EnvironmentRuntime::set_idle_timeout) arms the driver's
 //! [`IdleTimeout`](crate::driver::IdleTimeout) group and records the length under
 //! [`IDLE_TIMEOUT_KEY`]. From then on every gated operation on the lease (and
-//! [`keep_alive`](EnvironmentRuntime::keep_alive)) resets the driver's idle clock; the
+//! [`keep_alive`](EnvironmentRuntime::keep_alive)) resets the driver's idle clock, and so
+//! does an open process output stream, periodically (see `reader`); the
 //! driver ends the lease by itself once the clock runs out, with no holder alive. An
 //! operation that finds the lease ended that way is refused with `Lease "{id}" ended after
 //! its idle timeout.`; `keep_alive` also records the lease as `expired` in the store. With

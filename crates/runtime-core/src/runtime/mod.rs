@@ -18,6 +18,7 @@ mod pause;
 mod pool;
 mod pool_drop;
 mod processes;
+mod reader;
 mod ready;
 mod recovery;
 mod scope;

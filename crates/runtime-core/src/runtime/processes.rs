@@ -12,6 +12,7 @@ use crate::error::{DriverError, RuntimeError};
 use crate::process::{Offsets, OutputEvent, ProcessError, ProcessId, ProcessInfo, ProcessStatus, SpawnRequest};
 
 use super::gate::{Operation, gate};
+use super::reader::ReaderKeeper;
 use super::{EnvironmentRuntime, Resolved};
 
 /// A live output stream of one process: chunks in order, then the exit.
@@ -19,6 +20,9 @@ pub struct ProcessOutputStream {
     id: ProcessId,
     inner: Box<dyn ProcessOutput>,
     done: bool,
+    /// Resets the lease's idle clock while the stream is open (an attached reader is
+    /// activity); dropped at the exit and with the stream.
+    keeper: Option<ReaderKeeper>,
 }
 
 impl std::fmt::Debug for ProcessOutputStream {
@@ -43,12 +47,14 @@ impl ProcessOutputStream {
         match self.inner.next().await.map_err(lift)? {
             Some(OutputEvent::Exit(mut info)) => {
                 self.done = true;
+                self.keeper = None;
                 info.id = self.id.clone();
                 Ok(Some(OutputEvent::Exit(info)))
             }
             Some(chunk) => Ok(Some(chunk)),
             None => {
                 self.done = true;
+                self.keeper = None;
                 Ok(None)
             }
         }
@@ -170,7 +176,9 @@ impl EnvironmentRuntime {
     }
 
     /// The output from `from` (per stream; a stream left out starts at its oldest byte
-    /// held), live until the process ends, then its exit.
+    /// held), live until the process ends, then its exit. While the stream is open and
+    /// the process runs, it keeps the lease's idle clock fresh (an attached reader is
+    /// activity; see `reader`).
     pub async fn output(&self, id: &str, from: &Offsets) -> Result<ProcessOutputStream, RuntimeError> {
         let found = self.find(id).await?;
         ProcessError::check_offsets(&found.info, from)?;
@@ -187,6 +195,7 @@ impl EnvironmentRuntime {
             .await
             .map_err(lift)?;
         Ok(ProcessOutputStream {
+            keeper: ReaderKeeper::start(&found.resolved),
             id: found.id,
             inner,
             done: false,
