@@ -130,6 +130,7 @@ mod egress;
 mod exec;
 mod expiry;
 mod fds;
+mod ingress;
 mod init;
 mod inventory;
 mod lease;
@@ -206,6 +207,7 @@ const SUPPORTED_METHODS: &[&str] = &[
     methods::FILES_ANYWHERE,
     methods::START_PROCESS_SUPERVISOR,
     methods::START_EGRESS,
+    methods::RUNNER_INGRESS_ENDPOINT,
 ];
 
 /// Whether `method` is one an SDK worker knows but this worker does not implement
@@ -331,6 +333,8 @@ struct Worker {
     agent: Option<PathBuf>,
     /// The leases' running supervisors.
     supervisors: supervisor::Supervisors,
+    /// The leases' runner ingress endpoints.
+    ingresses: ingress::Ingresses,
 }
 
 impl Worker {
@@ -361,6 +365,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, agent: Option<PathBuf>, co
         expiries: Default::default(),
         agent,
         supervisors: Default::default(),
+        ingresses: Default::default(),
     });
     worker.expiries.rearm(&worker.sandbox, &worker.leases.root);
     // a sync in a killed worker was staging beside the lease directories
@@ -442,7 +447,13 @@ async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: V
             let result = if worker.initialized.swap(true, Ordering::SeqCst) {
                 Err(RpcError::worker("Worker already initialized"))
             } else {
-                let mut methods: Vec<&str> = SUPPORTED_METHODS.iter().copied().filter(|m| worker.serves(m)).collect();
+                // The runner ingress reaches the lease through its supervisor: advertised only
+                // with one (without, it is answered as an SDK worker without the hook is).
+                let mut methods: Vec<&str> = SUPPORTED_METHODS
+                    .iter()
+                    .copied()
+                    .filter(|m| worker.serves(m) && (*m != methods::RUNNER_INGRESS_ENDPOINT || worker.agent.is_some()))
+                    .collect();
                 if !worker.no_duplex && dataplane::accept(&params, &worker.channels) {
                     methods.push(envrt_plugin_protocol::dataplane::EXTENSION);
                 }
@@ -581,6 +592,17 @@ async fn handle(
             worker.supervisors.start(&worker.sandbox, agent, &dir, owner, p).await
         }
         methods::START_EGRESS => egress::handle(worker, params).await,
+        methods::RUNNER_INGRESS_ENDPOINT if worker.agent.is_none() => Err(RpcError::new(
+            code::METHOD_NOT_IMPLEMENTED,
+            format!("{method} is not implemented by this plugin"),
+        )),
+        methods::RUNNER_INGRESS_ENDPOINT => {
+            let p: envrt_plugin_protocol::environment::RunnerIngressEndpointParams = parse(method, params)?;
+            let id = p.lease.provider_lease_id.as_deref().unwrap_or_default();
+            let dir = worker.leases.existing(id)?;
+            let socket_dir = worker.supervisors.socket_dir_of(&dir);
+            worker.ingresses.endpoint(&dir, socket_dir, p).await
+        }
         methods::LIST_LEASES => Ok(envrt_plugin_protocol::to_value(&inventory::list(&worker.leases)?)),
         methods::DUPLEX_STOP => worker.channels.stop(parse(method, params)?),
         methods::DUPLEX_CLOSE => Ok(worker.channels.close(parse(method, params)?)),
