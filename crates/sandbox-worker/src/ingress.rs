@@ -36,6 +36,24 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
 use super::rpc::RpcError;
+use super::{Worker, code, parse};
+
+/// `environmentRunnerIngressEndpoint`; without a supervisor's binary, answered as an SDK
+/// worker without the hook answers.
+pub(super) async fn handle(worker: &Worker, method: &str, params: Value) -> Result<Value, RpcError> {
+    if worker.agent.is_none() {
+        return Err(RpcError::new(
+            code::METHOD_NOT_IMPLEMENTED,
+            format!("{method} is not implemented by this plugin"),
+        ));
+    }
+    let p: RunnerIngressEndpointParams = parse(method, params)?;
+    let dir = worker
+        .leases
+        .existing(p.lease.provider_lease_id.as_deref().unwrap_or_default())?;
+    let socket_dir = worker.supervisors.socket_dir_of(&dir);
+    worker.ingresses.endpoint(&dir, socket_dir, p).await
+}
 
 /// The header that carries the endpoint's token (stripped before the lease).
 pub(crate) const TOKEN_HEADER: &str = "x-envrt-ingress-token";
