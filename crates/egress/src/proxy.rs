@@ -24,7 +24,9 @@ pub struct Limits {
     /// connection; an upstream response's head is counted by the proxy).
     pub max_head_bytes: usize,
     /// The read buffer of an upstream connection a request is forwarded on: the largest
-    /// piece of a response body read and passed on at once.
+    /// piece of a response body read and passed on at once (hyper grows it only while
+    /// reads fill it; at most this much per connection, so at most
+    /// `max_connections × body_buffer_bytes` in all).
     pub body_buffer_bytes: usize,
     /// Time a client has to send a request head.
     pub header_timeout: Duration,
@@ -46,7 +48,7 @@ impl Default for Limits {
             max_connections: 1024,
             max_headers: 64,
             max_head_bytes: 16 * 1024,
-            body_buffer_bytes: 128 * 1024,
+            body_buffer_bytes: 512 * 1024,
             header_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(300),
             hello_timeout: Duration::from_secs(10),
