@@ -90,6 +90,20 @@ fn refused(id: &str, why: impl std::fmt::Display) -> RpcError {
     RpcError::invalid_params(format!("Lease {id}: runner ingress refused: {why}"))
 }
 
+/// The answer of the open endpoint for `port` and `path`, or the refusal when the lease
+/// has no room for another; None: a new one is to be opened.
+fn reuse(list: &[Endpoint], id: &str, port: u16, path: &str) -> Option<Result<Value, RpcError>> {
+    if let Some(e) = list.iter().find(|e| e.port == port && e.path == path) {
+        return Some(Ok(envrt_plugin_protocol::to_value(&e.answer)));
+    }
+    (list.len() >= MAX_ENDPOINTS).then(|| {
+        Err(refused(
+            id,
+            format!("the lease has {MAX_ENDPOINTS} endpoints open (the limit)"),
+        ))
+    })
+}
+
 impl Ingresses {
     /// Closes every endpoint of the lease at `lease_dir`, with their open connections.
     pub(crate) fn forget(&self, lease_dir: &Path) {
@@ -131,14 +145,8 @@ impl Ingresses {
             let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
             let list = open.entry(lease_dir.to_path_buf()).or_default();
             list.retain(|e| !e.closer.is_closed());
-            if let Some(e) = list.iter().find(|e| e.port == port && e.path == path) {
-                return Ok(envrt_plugin_protocol::to_value(&e.answer));
-            }
-            if list.len() >= MAX_ENDPOINTS {
-                return Err(refused(
-                    &id,
-                    format!("the lease has {MAX_ENDPOINTS} endpoints open (the limit)"),
-                ));
+            if let Some(answer) = reuse(list, &id, port, &path) {
+                return answer;
             }
         }
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -167,19 +175,21 @@ impl Ingresses {
             lease_dir: lease_dir.to_path_buf(),
             slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
         };
+        // Checked again under the lock: a concurrent call may have opened the same endpoint
+        // (its answer is given, this listener dropped) or the last one allowed.
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let list = open.entry(lease_dir.to_path_buf()).or_default();
+        if let Some(answer) = reuse(list, &id, port, &path) {
+            return answer;
+        }
         tokio::spawn(accept(listener, Arc::new(served), closed));
         let value = envrt_plugin_protocol::to_value(&answer);
-        self.open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(lease_dir.to_path_buf())
-            .or_default()
-            .push(Endpoint {
-                port,
-                path,
-                answer,
-                closer,
-            });
+        list.push(Endpoint {
+            port,
+            path,
+            answer,
+            closer,
+        });
         Ok(value)
     }
 }
