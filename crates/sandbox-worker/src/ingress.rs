@@ -3,7 +3,7 @@
 //! `127.0.0.1:{port}` inside the lease (Paperclip's runner ingress).
 //!
 //! The worker runs on the host, so it opens the endpoint itself: a TCP listener on
-//! `127.0.0.1` (a port the system picks; never beyond loopback), and a token of 128 random
+//! `127.0.0.1` (a port the system picks; never beyond loopback), and a token of 244 random
 //! bits (two v4 UUIDs' random bits, from the system's CSPRNG) that every connection must
 //! send in the header [`TOKEN_HEADER`]. The lease's port is reached through the lease's
 //! process supervisor (`envrtStartProcessSupervisor`), its `connect` verb, in the
