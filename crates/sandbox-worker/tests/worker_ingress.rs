@@ -52,9 +52,21 @@ fn agent() -> PathBuf {
     path
 }
 
+/// A worker and its lease, released on drop, so that a failing test leaves no supervisor
+/// (it outlives the worker by design).
+struct Leased(Worker, String);
+
+impl Drop for Leased {
+    fn drop(&mut self) {
+        let release = json!({"driverKey": "sandbox", "companyId": "co-1", "environmentId": "env-1",
+            "config": {}, "providerLeaseId": self.1});
+        self.0.call("environmentReleaseLease", release);
+    }
+}
+
 /// A worker with a lease whose supervisor runs the server; the lease id and the socket's
 /// directory (kept alive by the returned temporary directory).
-fn lease_with_server() -> (Worker, String, tempfile::TempDir) {
+fn lease_with_server() -> (Leased, String, tempfile::TempDir) {
     let mut w = Worker::start_with_env(&[("ENVRT_AGENT", agent().to_str().unwrap())]);
     let r = w.call("initialize", init_params());
     assert!(
@@ -91,7 +103,7 @@ fn lease_with_server() -> (Worker, String, tempfile::TempDir) {
             }
         }
     });
-    (w, lease, parent)
+    (Leased(w, lease.clone()), lease, parent)
 }
 
 /// Sends `head` to the endpoint at `addr` and reads the answer's head and, for a refusal,
@@ -117,7 +129,8 @@ fn refusal(addr: &str, head: &str) -> (String, String) {
 
 #[test]
 fn an_upgrade_with_the_token_reaches_the_lease_port_without_the_token_and_release_closes_it() {
-    let (mut w, lease, _dir) = lease_with_server();
+    let (mut leased, lease, _dir) = lease_with_server();
+    let w = &mut leased.0;
     let params = on_lease(&lease, json!({"port": PORT, "path": "/runner"}));
     let answer = w.ok(METHOD, params.clone());
     assert_eq!(answer["kind"], "authenticated_websocket");
