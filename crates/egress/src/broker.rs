@@ -167,11 +167,7 @@ async fn connect_upstream(shared: &Shared, broker: &Broker, host: &str, tcp: Tcp
         Ok(Err(e)) => return Err(format!("cannot reach \"{host}\" ({addr}) over verified TLS: {e}")),
         Err(_) => return Err(format!("cannot reach \"{host}\" ({addr}) over verified TLS: timed out")),
     };
-    let mut client = hyper::client::conn::http1::Builder::new();
-    client
-        .max_headers(shared.limits.max_headers)
-        .max_buf_size(shared.limits.max_head_bytes.max(8192));
-    let (sender, conn) = client
+    let (sender, conn) = crate::forwarded::client_builder(&shared.limits)
         .handshake::<_, Incoming>(TokioIo::new(tls))
         .await
         .map_err(|e| format!("upstream {addr}: {e}"))?;
@@ -245,8 +241,9 @@ async fn request(
         .send_request(req)
         .await
         .map_err(|e| Refused::new(StatusCode::BAD_GATEWAY, format!("envrt egress: upstream {addr}: {e}\n")))?;
+    crate::forwarded::check_head(&resp, &shared.limits, addr)?;
     crate::handle::strip_hop(resp.headers_mut());
     let updates = shared.policy.subscribe();
     let idle = shared.limits.idle_timeout;
-    Ok(resp.map(|body| crate::handle::cut_on_update(body, updates, target, addr, idle)))
+    Ok(resp.map(|body| crate::forwarded::cut_on_update(body, updates, target, addr, idle)))
 }

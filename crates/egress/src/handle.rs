@@ -209,11 +209,7 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>) -> Result<Resp
     }
     let addr = decide(&shared, &target, port).await?;
     let stream = dial(&shared, addr).await?;
-    let mut client = hyper::client::conn::http1::Builder::new();
-    client
-        .max_headers(shared.limits.max_headers)
-        .max_buf_size(shared.limits.max_head_bytes.max(8192));
-    let (mut sender, conn) = client
+    let (mut sender, conn) = crate::forwarded::client_builder(&shared.limits)
         .handshake::<_, Incoming>(TokioIo::new(stream))
         .await
         .map_err(|e| Refused::bad_gateway(format!("upstream {addr}: {e}")))?;
@@ -233,47 +229,9 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>) -> Result<Resp
         .send_request(req)
         .await
         .map_err(|e| Refused::bad_gateway(format!("upstream {addr}: {e}")))?;
+    crate::forwarded::check_head(&resp, &shared.limits, addr)?;
     strip_hop(resp.headers_mut());
     let policy = shared.policy.subscribe();
     let idle = shared.limits.idle_timeout;
-    Ok(resp.map(|body| cut_on_update(body, policy, target, addr, idle)))
-}
-
-/// The upstream body, passed on frame by frame until it ends or a policy update denies the
-/// request's target, the upstream passes nothing for the idle time, or the client is gone
-/// (then the body ends early and hyper closes the client's connection).
-pub(crate) fn cut_on_update(
-    mut body: Incoming,
-    mut policy: tokio::sync::watch::Receiver<Arc<Policy>>,
-    target: Target,
-    addr: SocketAddr,
-    idle: std::time::Duration,
-) -> Body {
-    type Frame = Result<hyper::body::Frame<Bytes>, hyper::Error>;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Frame>(4);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                () = tx.closed() => return,
-                () = tokio::time::sleep(idle) => {
-                    tracing::info!("egress proxy: response from {addr} idle for {idle:?}, cut");
-                    return;
-                },
-                frame = body.frame() => match frame {
-                    None => return,
-                    Some(f) => if tx.send(f).await.is_err() { return },
-                },
-                changed = policy.changed() => {
-                    if changed.is_err() { return; }
-                    let now = policy.borrow_and_update().clone();
-                    if let Err(r) = target.allowed(&now, addr) {
-                        tracing::info!("egress proxy: response from {addr} cut by a policy update: {r}");
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    let frames = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|f| (f, rx)) });
-    http_body_util::StreamBody::new(frames).boxed()
+    Ok(resp.map(|body| crate::forwarded::cut_on_update(body, policy, target, addr, idle)))
 }

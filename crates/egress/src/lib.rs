@@ -154,6 +154,8 @@ pub mod credential_stdin;
 #[cfg(feature = "proxy")]
 mod dns;
 #[cfg(feature = "proxy")]
+mod forwarded;
+#[cfg(feature = "proxy")]
 mod handle;
 #[cfg(feature = "proxy")]
 mod proxy;

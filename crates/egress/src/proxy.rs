@@ -20,8 +20,14 @@ pub struct Limits {
     pub max_connections: usize,
     /// Headers in one request or upstream response.
     pub max_headers: usize,
-    /// Bytes of one request's or response's head (and hyper's read buffer).
+    /// Bytes of one request's or response's head (the read buffer of a lease's
+    /// connection; an upstream response's head is counted by the proxy).
     pub max_head_bytes: usize,
+    /// The read buffer of an upstream connection a request is forwarded on: the largest
+    /// piece of a response body read and passed on at once (hyper grows it only while
+    /// reads fill it; at most this much per connection, so at most
+    /// `max_connections × body_buffer_bytes` in all).
+    pub body_buffer_bytes: usize,
     /// Time a client has to send a request head.
     pub header_timeout: Duration,
     /// Time a tunnel may pass no byte in either direction before it is closed.
@@ -42,6 +48,7 @@ impl Default for Limits {
             max_connections: 1024,
             max_headers: 64,
             max_head_bytes: 16 * 1024,
+            body_buffer_bytes: 512 * 1024,
             header_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(300),
             hello_timeout: Duration::from_secs(10),

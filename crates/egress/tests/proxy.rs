@@ -363,6 +363,24 @@ net_test!(header_count_and_header_time_are_bounded, |srv| {
     assert!(end.is_ok(), "the proxy kept a silent client past its header timeout");
 });
 
+net_test!(
+    an_upstream_head_over_the_bound_is_refused_and_a_large_body_passes_whole,
+    |srv| {
+        let w = world(&srv, default_policy(), Limits::default()).await;
+        let a = servers::get(w.addr, "http://web.test/head/1000", "web.test").await;
+        assert_eq!((a.status, a.body.as_str()), (200, "padded"));
+        let a = servers::get(w.addr, "http://web.test/head/20000", "web.test").await;
+        let text = format!("envrt egress: upstream {SRV}:80: the response head is larger than 16384 bytes\n");
+        assert_eq!((a.status, a.body), (502, text));
+        // A body many times the proxy's read buffer arrives whole.
+        let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+        let n = 8 * 1024 * 1024;
+        let req = format!("GET http://web.test/bytes/{n} HTTP/1.1\r\nHost: web.test\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        assert_eq!(drain(&mut s).await, n);
+    }
+);
+
 net_test!(the_proxy_serves_a_unix_socket, |srv| {
     let w = world(&srv, default_policy(), Limits::default()).await;
     let dir = tempfile::tempdir().unwrap();

@@ -130,6 +130,7 @@ mod egress;
 mod exec;
 mod expiry;
 mod fds;
+mod ingress;
 mod init;
 mod inventory;
 mod lease;
@@ -138,6 +139,7 @@ mod lifecycle;
 mod policy;
 mod rpc;
 mod sandbox;
+mod served;
 mod supervisor;
 mod template;
 mod uids;
@@ -169,55 +171,10 @@ use exec::Encoding;
 use lease::Leases;
 use rpc::{Line, Outbound, RpcError};
 use sandbox::Sandbox;
+use served::{SUPPORTED_METHODS, known_not_implemented};
 
 /// Largest request line accepted (a longer one is dropped and answered with an error).
 const MAX_LINE: usize = 64 * 1024 * 1024;
-
-/// Every method the worker implements, as advertised in `supportedMethods` (the duplex
-/// verbs only without `--no-duplex`).
-const SUPPORTED_METHODS: &[&str] = &[
-    methods::HEALTH,
-    methods::SHUTDOWN,
-    methods::VALIDATE_CONFIG,
-    methods::PROBE,
-    methods::ACQUIRE_LEASE,
-    methods::RESUME_LEASE,
-    methods::RELEASE_LEASE,
-    methods::DESTROY_LEASE,
-    methods::REALIZE_WORKSPACE,
-    methods::EXECUTE,
-    methods::EXECUTE_BINARY,
-    methods::SYNC_IN,
-    methods::SYNC_OUT,
-    methods::DUPLEX_OPEN,
-    methods::DUPLEX_WRITE,
-    methods::DUPLEX_STOP,
-    methods::DUPLEX_CLOSE,
-    methods::DUPLEX_CLOSE_INPUT,
-    methods::LIST_LEASES,
-    methods::CAPTURE_TEMPLATE,
-    methods::DELETE_TEMPLATE,
-    methods::LIST_TEMPLATES,
-    methods::START_INTERACTIVE_SETUP,
-    methods::GET_INTERACTIVE_SETUP,
-    methods::CANCEL_INTERACTIVE_SETUP,
-    methods::EXECUTE_AS_USER,
-    methods::CWD_ANYWHERE,
-    methods::FILES_ANYWHERE,
-    methods::START_PROCESS_SUPERVISOR,
-    methods::START_EGRESS,
-];
-
-/// Whether `method` is one an SDK worker knows but this worker does not implement
-/// (plugin-level `validateConfig`, the environment verbs it does not serve, the login
-/// pseudo-terminal): answered `-32004` `"{method} is not implemented by this plugin"`, as
-/// an SDK worker without the hook does.
-fn known_not_implemented(method: &str) -> bool {
-    !SUPPORTED_METHODS.contains(&method)
-        && (method == methods::PLUGIN_VALIDATE_CONFIG
-            || methods::ENVIRONMENT.contains(&method)
-            || methods::LOGIN_PTY.contains(&method))
-}
 
 /// Runs the worker until stdin closes or `shutdown`; the exit code of the process.
 pub fn main() -> ExitCode {
@@ -331,6 +288,8 @@ struct Worker {
     agent: Option<PathBuf>,
     /// The leases' running supervisors.
     supervisors: supervisor::Supervisors,
+    /// The leases' runner ingress endpoints.
+    ingresses: ingress::Ingresses,
 }
 
 impl Worker {
@@ -361,6 +320,7 @@ async fn serve(sandbox: Arc<Sandbox>, leases: Leases, agent: Option<PathBuf>, co
         expiries: Default::default(),
         agent,
         supervisors: Default::default(),
+        ingresses: Default::default(),
     });
     worker.expiries.rearm(&worker.sandbox, &worker.leases.root);
     // a sync in a killed worker was staging beside the lease directories
@@ -442,7 +402,11 @@ async fn dispatch(worker: &Arc<Worker>, id: RequestId, method: String, params: V
             let result = if worker.initialized.swap(true, Ordering::SeqCst) {
                 Err(RpcError::worker("Worker already initialized"))
             } else {
-                let mut methods: Vec<&str> = SUPPORTED_METHODS.iter().copied().filter(|m| worker.serves(m)).collect();
+                let mut methods: Vec<&str> = SUPPORTED_METHODS
+                    .iter()
+                    .copied()
+                    .filter(|m| worker.advertises(m))
+                    .collect();
                 if !worker.no_duplex && dataplane::accept(&params, &worker.channels) {
                     methods.push(envrt_plugin_protocol::dataplane::EXTENSION);
                 }
@@ -581,6 +545,7 @@ async fn handle(
             worker.supervisors.start(&worker.sandbox, agent, &dir, owner, p).await
         }
         methods::START_EGRESS => egress::handle(worker, params).await,
+        methods::RUNNER_INGRESS_ENDPOINT => ingress::handle(worker, method, params).await,
         methods::LIST_LEASES => Ok(envrt_plugin_protocol::to_value(&inventory::list(&worker.leases)?)),
         methods::DUPLEX_STOP => worker.channels.stop(parse(method, params)?),
         methods::DUPLEX_CLOSE => Ok(worker.channels.close(parse(method, params)?)),

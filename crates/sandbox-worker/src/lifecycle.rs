@@ -135,6 +135,7 @@ pub(super) fn end(worker: &Worker, method: &str, params: Value) -> Result<Value,
     worker.expiries.forget(&dir);
     worker.sandbox.kill_lease(&dir);
     worker.supervisors.forget(&dir, method == methods::DESTROY_LEASE);
+    worker.ingresses.forget(&dir);
     super::egress::end(&dir);
     if method == methods::RELEASE_LEASE && dir.exists() {
         // a released lease holds no host uid: a resume claims one again

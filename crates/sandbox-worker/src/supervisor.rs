@@ -109,6 +109,16 @@ impl Supervisors {
         }
     }
 
+    /// The directory the live supervisor of the lease at `lease_dir` listens in, if this
+    /// worker runs one.
+    pub(crate) fn socket_dir_of(&self, lease_dir: &Path) -> Option<PathBuf> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running
+            .get(lease_dir)
+            .filter(|r| !r.watcher.is_finished())
+            .map(|r| r.socket_dir.clone())
+    }
+
     /// Whether the lease at `lease_dir` has a live supervisor listening in the directory
     /// `socket_dir` whose (device, inode) is `dir_id`.
     fn live_in(&self, lease_dir: &Path, socket_dir: &Path, dir_id: (u64, u64)) -> bool {

@@ -10,7 +10,8 @@ use serde_json::json;
 #[test]
 fn handshake_advertises_every_verb_and_both_extensions() {
     // Any executable as the supervisor: the worker advertises the verbs that start it (as
-    // the lease's supervisor and as its egress forwarder).
+    // the lease's supervisor and as its egress forwarder), and the runner ingress, which
+    // reaches the lease through the supervisor.
     let mut w = Worker::start_with_env(&[("ENVRT_AGENT", "/bin/true")]);
     let r = w.call("initialize", init_params());
     assert_eq!(
@@ -25,7 +26,8 @@ fn handshake_advertises_every_verb_and_both_extensions() {
             "environmentDeleteTemplate", "environmentListTemplates", "environmentStartInteractiveSetup",
             "environmentGetInteractiveSetup", "environmentCancelInteractiveSetup",
             "envrtExecuteAsUser", "envrtCwdAnywhere", "envrtFilesAnywhere",
-            "envrtStartProcessSupervisor", "envrtStartEgress"]}})
+            "envrtStartProcessSupervisor", "envrtStartEgress",
+            "environmentRunnerIngressEndpoint"]}})
     );
     assert_eq!(
         w.err("initialize", init_params()),
@@ -45,11 +47,8 @@ fn protocol_errors_have_the_sdk_texts_and_do_not_break_the_worker() {
         (-32601, "Unknown method: noSuchMethod".into())
     );
     assert_eq!(
-        w.err("environmentRunnerIngressEndpoint", json!({})),
-        (
-            -32004,
-            "environmentRunnerIngressEndpoint is not implemented by this plugin".into()
-        )
+        w.err("validateConfig", json!({})),
+        (-32004, "validateConfig is not implemented by this plugin".into())
     );
     w.send_raw("this is not json");
     assert_eq!(

@@ -18,7 +18,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
-/// `/bytes/N` streams N bytes; anything else answers `hello from HOST`.
+/// `/bytes/N` streams N bytes; `/head/N` answers with a header of N bytes; anything else
+/// answers `hello from HOST`.
 async fn service(req: Request<hyper::body::Incoming>) -> Result<Response<Body>, std::convert::Infallible> {
     if let Some(n) = req
         .uri()
@@ -31,6 +32,16 @@ async fn service(req: Request<hyper::body::Incoming>) -> Result<Response<Body>, 
         let stream = futures::stream::iter((0..chunks).map(move |_| Ok(Frame::data(chunk.clone()))));
         let mut resp = Response::new(StreamBody::new(stream).boxed());
         resp.headers_mut().insert("content-length", (chunks * 64 * 1024).into());
+        return Ok(resp);
+    }
+    if let Some(n) = req
+        .uri()
+        .path()
+        .strip_prefix("/head/")
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        let mut resp = Response::new(Full::new(Bytes::from_static(b"padded")).boxed());
+        resp.headers_mut().insert("x-pad", "p".repeat(n).parse().unwrap());
         return Ok(resp);
     }
     if req.uri().path() == "/redirect" {
