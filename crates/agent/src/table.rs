@@ -91,9 +91,8 @@ struct State {
     /// evicted when the table is full, and whose buffers are freed first when a spawn
     /// needs the room. Ids no longer held are skipped.
     ended: VecDeque<u64>,
-    /// The ids this agent evicted, the most recent [`EVICTED_REMEMBERED`]: asked for one,
-    /// the agent says it was evicted; any other id it gave and no longer holds (a held
-    /// execute, delivered; an eviction long ago) is simply not held.
+    /// The last [`EVICTED_REMEMBERED`] ids evicted, named so when asked for; any other id
+    /// no longer held (a delivered held execute, an old eviction) is simply not held.
     evicted: VecDeque<u64>,
 }
 
