@@ -20,6 +20,8 @@ command -v node >/dev/null 2>&1 || need+=(nodejs npm)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # The clock-jump tests run envrt under a faked wall clock (crates/envrt-cli/tests/fault_clock_jump.rs).
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(faketime)
+# The service bench row loads the lease listing with wrk (crates/bench/src/scenario/service.rs).
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
 if ((${#need[@]})); then
     if [ "$(id -u)" != 0 ]; then
         echo "setup: missing ${need[*]}; run as root or: sudo apt-get install ${need[*]}" >&2

@@ -47,9 +47,9 @@ exit 0
 const NAME: &str = "envrt-docker-expiry";
 
 /// Starts the watchdog of `container` whose init has host pid `init_pid`, firing `seconds`
-/// from now (by the boot clock). The child is not waited for: tokio reaps it once it exits, and once
+/// from now (by the boot clock); its pid. The child is not waited for: tokio reaps it once it exits, and once
 /// the driver's process is gone, whoever inherits it.
-pub(crate) fn start(container: &str, init_pid: i64, seconds: u64) -> std::io::Result<()> {
+pub(crate) fn start(container: &str, init_pid: i64, seconds: u64) -> std::io::Result<Option<u32>> {
     tokio::process::Command::new("/bin/sh")
         .arg("-c")
         .arg(SCRIPT)
@@ -65,7 +65,7 @@ pub(crate) fn start(container: &str, init_pid: i64, seconds: u64) -> std::io::Re
         .stderr(std::process::Stdio::null())
         .kill_on_drop(false)
         .spawn()
-        .map(drop)
+        .map(|child| child.id())
 }
 
 /// Whether a watchdog of `container` whose init has host pid `init_pid` already runs (a
@@ -83,24 +83,23 @@ fn watched(container: &str, init_pid: i64) -> bool {
     })
 }
 
-/// Ends every expiry watchdog of `container` but the one watching init `init_pid` for the
-/// epoch second `keep` (extend, once the watchdog for the new time runs). Each runs in a
-/// process group of its own, which is killed whole.
-pub(crate) fn stop_others(container: &str, init_pid: i64, keep: u64) {
+/// Ends every expiry watchdog of `container` but the one whose pid is `keep` (extend,
+/// once the watchdog for the new time runs). Each runs in a process group of its own,
+/// which is killed whole.
+pub(crate) fn stop_others(container: &str, keep: u32) {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return;
     };
-    let (pid, keep) = (init_pid.to_string(), keep.to_string());
     for entry in entries.flatten() {
         let Some(watchdog) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
             continue;
         };
+        if watchdog as u32 == keep {
+            continue;
+        }
         let other = std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            args.len() > 6
-                && args[3] == NAME.as_bytes()
-                && args[4] == container.as_bytes()
-                && !(args[5] == pid.as_bytes() && args[6] == keep.as_bytes())
+            args.len() > 6 && args[3] == NAME.as_bytes() && args[4] == container.as_bytes()
         });
         if other {
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(watchdog), nix::sys::signal::Signal::SIGKILL);
@@ -132,7 +131,7 @@ pub(crate) async fn watch(engine: &Engine, container: &str, at: Timestamp) {
 
 /// Whole seconds from now to `at` by this program's wall clock, rounded up (the one
 /// reading of the wall clock a watchdog takes; the boot clock counts them down).
-fn seconds_until(at: Timestamp) -> u64 {
+pub(crate) fn seconds_until(at: Timestamp) -> u64 {
     at.0.saturating_sub(Timestamp::now().0).div_ceil(1000)
 }
 

@@ -66,9 +66,11 @@ impl ExtendLease for DockerDriver {
             DriverError::other(format!("cannot find the main process of container {id} on this host"))
         })?;
         let at = bounded_expiry(expires_at);
-        crate::expiry::start(&id, init, at.0 / 1000)
+        let started = crate::expiry::start(&id, init, crate::expiry::seconds_until(at))
             .map_err(|e| DriverError::io("cannot start the container's expiry watchdog", e))?;
-        crate::expiry::stop_others(&id, init, at.0 / 1000);
+        if let Some(watchdog) = started {
+            crate::expiry::stop_others(&id, watchdog);
+        }
         // A container made with no expiry label (none asked at its creation) has no
         // counting sleep to stop.
         if let Some(made_for) = made_for {

@@ -204,12 +204,16 @@ async def test_idle_timeout_refusals_keep_their_texts_and_leave_no_lease(local, 
     assert await _active_ids(sandbox.runtime, "sandbox") == before
 
 
-async def test_docker_refuses_an_idle_timeout_with_the_facade_text(site_root: Path) -> None:
+async def test_docker_takes_an_idle_timeout_and_keep_alive(site_root: Path) -> None:
+    # Docker enforces idle timeouts with a host watchdog (contract section 8); the refusal
+    # of a driver without them is pinned on the sandbox above.
     docker = get_site("docker", site_root)
     before = await _active_ids(docker.runtime, "docker")
-    with pytest.raises(envrt.EnvrtUnsupportedError) as refused:
-        await docker.acquire(idle_timeout=60)
-    assert str(refused.value) == 'Environment driver "docker" does not support idle timeouts.'
+    async with await docker.acquire(idle_timeout=60) as lease:
+        assert lease.idle_timeout == 60.0
+        await lease.keep_alive()
+        result = await lease.exec(["true"])
+        assert result.exit_code == 0
     assert await _active_ids(docker.runtime, "docker") == before
 
 

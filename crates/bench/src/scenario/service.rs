@@ -10,9 +10,10 @@
 //!   `tty` process that keeps writing), each having received output: the service's VmRSS
 //!   against its VmRSS before they opened;
 //! - lease listing (`GET /v1/leases`, 20 leases) over TCP loopback from 16 keep-alive
-//!   connections for a fixed time, against a bare hyper server answering the same body in
-//!   this process (the HTTP floor of the machine). `wrk` is not on the machine; the load
-//!   generator is this one.
+//!   connections for a fixed time, against a bare hyper server answering the same body
+//!   (the HTTP floor of the machine), loaded by `wrk` (`scripts/setup.sh` installs it; its
+//!   token header comes from a `0600` script file, never its argv); without `wrk`, by this
+//!   bench's own generator, and the row says which.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -504,6 +505,17 @@ async fn listing_row(config: &Config) -> Row {
             seconds,
         )
         .await?;
+        // The figures that count are wrk's, on both servers, when it is there.
+        let url = format!("http://{addr}/v1/leases");
+        let wrk = match wrk_rate(&url, &served.token, seconds).await {
+            Some(ours) => Some((
+                ours?,
+                wrk_rate(&format!("http://{bare}/v1/leases"), "-", seconds)
+                    .await
+                    .unwrap_or_else(|| Err("wrk went away".into()))?,
+            )),
+            None => None,
+        };
         for lease in leases {
             call(
                 &mut sender,
@@ -515,16 +527,80 @@ async fn listing_row(config: &Config) -> Row {
             )
             .await?;
         }
-        Ok::<_, String>((ours, floor))
+        Ok::<_, String>((ours, floor, wrk))
     }
     .await;
     served.stop().await;
     match result {
-        Ok((ours, floor)) => Row::new(GROUP, NUMBER, name, Figure::ops(ours))
+        Ok((_, _, Some((ours, floor)))) => Row::new(GROUP, NUMBER, name, Figure::ops(ours))
+            .baseline("bare hyper server, same body, under wrk", Figure::ops(floor))
+            .note(format!(
+                "wrk, 2 threads, {LISTING_CONNECTIONS} keep-alive connections for {seconds} s; each request authenticated and read from the store"
+            )),
+        Ok((ours, floor, None)) => Row::new(GROUP, NUMBER, name, Figure::ops(ours))
             .baseline("bare hyper server, same body, same client", Figure::ops(floor))
             .note(format!(
-                "{LISTING_CONNECTIONS} keep-alive connections for {seconds} s (this bench's own load generator; `wrk` is not on the machine); each request authenticated and read from the store"
+                "{LISTING_CONNECTIONS} keep-alive connections for {seconds} s (this bench's own load generator: no `wrk` on the PATH); each request authenticated and read from the store"
             )),
         Err(e) => Row::missing(GROUP, NUMBER, name, format!("error: {e}")),
     }
+}
+
+/// Requests per second `wrk` reaches on `url` (sending `token` as the bearer) from
+/// [`LISTING_CONNECTIONS`] connections for `seconds`; `None` without `wrk` on the PATH.
+/// A non-2xx answer is an error: a refused request is no request served.
+async fn wrk_rate(url: &str, token: &str, seconds: f64) -> Option<Result<f64, String>> {
+    let present = tokio::process::Command::new("wrk")
+        .arg("-v")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await
+        .is_ok();
+    if !present {
+        return None;
+    }
+    Some(
+        async {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let script = dir.path().join("auth.lua");
+            {
+                use std::io::Write as _;
+                use std::os::unix::fs::OpenOptionsExt as _;
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&script)
+                    .map_err(|e| e.to_string())?;
+                writeln!(file, "wrk.headers[\"Authorization\"] = \"Bearer {token}\"").map_err(|e| e.to_string())?;
+            }
+            let out = tokio::process::Command::new("wrk")
+                .args([
+                    "-t2",
+                    &format!("-c{LISTING_CONNECTIONS}"),
+                    &format!("-d{}s", seconds.ceil() as u64),
+                ])
+                .arg("-s")
+                .arg(&script)
+                .arg(url)
+                .stdin(Stdio::null())
+                .output()
+                .await
+                .map_err(|e| format!("wrk: {e}"))?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if !out.status.success() || text.contains("Non-2xx") {
+                return Err(format!(
+                    "wrk: {}{}",
+                    text.trim(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            text.lines()
+                .find_map(|line| line.trim().strip_prefix("Requests/sec:"))
+                .and_then(|rate| rate.trim().parse::<f64>().ok())
+                .ok_or_else(|| format!("wrk printed no rate: {}", text.trim()))
+        }
+        .await,
+    )
 }
