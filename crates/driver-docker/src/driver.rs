@@ -109,6 +109,25 @@ impl DockerDriver {
         Ok(Some((inspected.id.unwrap_or_else(|| id.to_owned()), running)))
     }
 
+    /// The engine's inspection of the lease's `container`: gone (the lease's resource) when
+    /// the engine no longer has it, else the engine's error.
+    pub(crate) async fn inspect_leased(
+        &self,
+        container: &str,
+    ) -> Result<bollard::models::ContainerInspectResponse, DriverError> {
+        match self
+            .engine
+            .retry(|| self.engine.docker.inspect_container(container, None))
+            .await
+        {
+            Ok(inspected) => Ok(inspected),
+            Err(e) if is_not_found(&e) => Err(DriverError::ResourceGone {
+                id: container.to_owned(),
+            }),
+            Err(e) => Err(self.engine.error("inspecting a container", e)),
+        }
+    }
+
     pub(crate) fn container_of(context: &LeaseContext) -> Result<&str, DriverError> {
         context
             .lease

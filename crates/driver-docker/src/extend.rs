@@ -23,7 +23,6 @@ use nix::unistd::Pid;
 use crate::DockerDriver;
 use crate::container::bounded_expiry;
 use crate::driver::LABEL_EXPIRES_AT;
-use crate::engine::is_not_found;
 
 /// The refusal on an engine whose containers' processes this host does not see.
 pub(crate) const REMOTE: &str = "the Docker driver moves a lease's expiry only on a local engine, where a host watchdog ends the container at its expiry";
@@ -38,19 +37,7 @@ impl ExtendLease for DockerDriver {
             return Err(DriverError::invalid(REUSED));
         }
         let container = Self::container_of(context)?;
-        let inspected = match self
-            .engine
-            .retry(|| self.engine.docker.inspect_container(container, None))
-            .await
-        {
-            Ok(inspected) => inspected,
-            Err(e) if is_not_found(&e) => {
-                return Err(DriverError::ResourceGone {
-                    id: container.to_owned(),
-                });
-            }
-            Err(e) => return Err(self.engine.error("inspecting a container", e)),
-        };
+        let inspected = self.inspect_leased(container).await?;
         let id = inspected.id.clone().unwrap_or_else(|| container.to_owned());
         let init = inspected.state.as_ref().and_then(|s| s.pid).filter(|pid| *pid > 0);
         let (Some(init), true) = (init, crate::process::hostkill::sees(&id)) else {

@@ -35,7 +35,6 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use crate::DockerDriver;
-use crate::engine::is_not_found;
 
 /// `$1` the container's full id, `$2` its init's host pid, `$3` its main process's host
 /// pid, `$4` the idle seconds, `$5` the stamp.
@@ -172,19 +171,7 @@ impl IdleTimeout for DockerDriver {
             return Err(DriverError::invalid(NO_PAUSE));
         }
         let container = Self::container_of(context)?;
-        let inspected = match self
-            .engine
-            .retry(|| self.engine.docker.inspect_container(container, None))
-            .await
-        {
-            Ok(inspected) => inspected,
-            Err(e) if is_not_found(&e) => {
-                return Err(DriverError::ResourceGone {
-                    id: container.to_owned(),
-                });
-            }
-            Err(e) => return Err(self.engine.error("inspecting a container", e)),
-        };
+        let inspected = self.inspect_leased(container).await?;
         let id = inspected.id.unwrap_or_else(|| container.to_owned());
         let init = inspected.state.and_then(|s| s.pid).filter(|pid| *pid > 0);
         let (Some(init), true) = (init, full_id(&id) && crate::process::hostkill::sees(&id)) else {

@@ -105,19 +105,7 @@ impl Templates for DockerDriver {
             ));
         }
         let container = Self::container_of(context)?;
-        let inspected = match self
-            .engine
-            .retry(|| self.engine.docker.inspect_container(container, None))
-            .await
-        {
-            Ok(inspected) => inspected,
-            Err(e) if is_not_found(&e) => {
-                return Err(DriverError::ResourceGone {
-                    id: container.to_owned(),
-                });
-            }
-            Err(e) => return Err(self.engine.error("inspecting a container", e)),
-        };
+        let inspected = self.inspect_leased(container).await?;
         let labels = inspected.config.and_then(|c| c.labels).unwrap_or_default();
         if labels.get(LABEL_LEASE_ID) != Some(&context.lease.id) {
             return Err(DriverError::ResourceGone {
