@@ -20,6 +20,7 @@ pub(crate) mod service;
 pub(crate) mod stdout;
 pub(crate) mod supervised;
 pub(crate) mod sync;
+pub(crate) mod wrk;
 
 use std::future::Future;
 use std::pin::Pin;

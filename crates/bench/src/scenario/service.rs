@@ -507,10 +507,10 @@ async fn listing_row(config: &Config) -> Row {
         .await?;
         // The figures that count are wrk's, on both servers, when it is there.
         let url = format!("http://{addr}/v1/leases");
-        let wrk = match wrk_rate(&url, &served.token, seconds).await {
+        let wrk = match super::wrk::rate(&url, &served.token, LISTING_CONNECTIONS, seconds).await {
             Some(ours) => Some((
                 ours?,
-                wrk_rate(&format!("http://{bare}/v1/leases"), "-", seconds)
+                super::wrk::rate(&format!("http://{bare}/v1/leases"), "-", LISTING_CONNECTIONS, seconds)
                     .await
                     .unwrap_or_else(|| Err("wrk went away".into()))?,
             )),
@@ -544,63 +544,4 @@ async fn listing_row(config: &Config) -> Row {
             )),
         Err(e) => Row::missing(GROUP, NUMBER, name, format!("error: {e}")),
     }
-}
-
-/// Requests per second `wrk` reaches on `url` (sending `token` as the bearer) from
-/// [`LISTING_CONNECTIONS`] connections for `seconds`; `None` without `wrk` on the PATH.
-/// A non-2xx answer is an error: a refused request is no request served.
-async fn wrk_rate(url: &str, token: &str, seconds: f64) -> Option<Result<f64, String>> {
-    let present = tokio::process::Command::new("wrk")
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await
-        .is_ok();
-    if !present {
-        return None;
-    }
-    Some(
-        async {
-            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            let script = dir.path().join("auth.lua");
-            {
-                use std::io::Write as _;
-                use std::os::unix::fs::OpenOptionsExt as _;
-                let mut file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&script)
-                    .map_err(|e| e.to_string())?;
-                writeln!(file, "wrk.headers[\"Authorization\"] = \"Bearer {token}\"").map_err(|e| e.to_string())?;
-            }
-            let out = tokio::process::Command::new("wrk")
-                .args([
-                    "-t2",
-                    &format!("-c{LISTING_CONNECTIONS}"),
-                    &format!("-d{}s", seconds.ceil() as u64),
-                ])
-                .arg("-s")
-                .arg(&script)
-                .arg(url)
-                .stdin(Stdio::null())
-                .output()
-                .await
-                .map_err(|e| format!("wrk: {e}"))?;
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            if !out.status.success() || text.contains("Non-2xx") {
-                return Err(format!(
-                    "wrk: {}{}",
-                    text.trim(),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
-            text.lines()
-                .find_map(|line| line.trim().strip_prefix("Requests/sec:"))
-                .and_then(|rate| rate.trim().parse::<f64>().ok())
-                .ok_or_else(|| format!("wrk printed no rate: {}", text.trim()))
-        }
-        .await,
-    )
 }
