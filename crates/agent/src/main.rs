@@ -1,5 +1,5 @@
 //! The `envrt-agent` binary: `envrt-agent --socket PATH [--subreaper] [--max-processes N]
-//! [--max-buffer-bytes N] [--first-id N] [--forward tcp|dns:ADDR:PORT=PATH]...`. See the crate's documentation for the wire and the bounds.
+//! [--max-buffer-bytes N] [--first-id N] [--exit-when-socket-gone] [--forward tcp|dns:ADDR:PORT=PATH]...`. See the crate's documentation for the wire and the bounds.
 
 use std::process::ExitCode;
 
