@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 fn usage() -> String {
-    "usage: envrt-agent --socket PATH [--subreaper] [--max-processes N] [--max-buffer-bytes N] [--first-id N] [--forward tcp|dns:ADDR:PORT=PATH]..."
+    "usage: envrt-agent --socket PATH [--subreaper] [--max-processes N] [--max-buffer-bytes N] [--first-id N] [--exit-when-socket-gone] [--forward tcp|dns:ADDR:PORT=PATH]..."
         .to_owned()
 }
 
