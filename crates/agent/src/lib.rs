@@ -29,6 +29,10 @@
 //! turns a fresh connection into a raw stream to a port on the lease's loopback (exposed
 //! lease ports), at most [`proto::MAX_TUNNELS`] at once.
 //!
+//! With `--exit-when-socket-gone` the agent looks at its socket every 2 s and ends as on
+//! SIGTERM (every process group it holds killed) once the file is gone or another agent's
+//! socket took its place: a lease directory removed without a release leaves nothing running.
+//!
 //! # Bounds
 //! Per agent: at most [`proto::IDS_PER_GENERATION`] ids given over its life (2^32, from
 //! `--first-id` on; a spawn past them is refused), at most `--max-processes` processes held

@@ -1,10 +1,10 @@
 //! The `envrt-agent` binary: `envrt-agent --socket PATH [--subreaper] [--max-processes N]
-//! [--max-buffer-bytes N] [--first-id N] [--forward tcp|dns:ADDR:PORT=PATH]...`. See the crate's documentation for the wire and the bounds.
+//! [--max-buffer-bytes N] [--first-id N] [--exit-when-socket-gone] [--forward tcp|dns:ADDR:PORT=PATH]...`. See the crate's documentation for the wire and the bounds.
 
 use std::process::ExitCode;
 
 fn usage() -> String {
-    "usage: envrt-agent --socket PATH [--subreaper] [--max-processes N] [--max-buffer-bytes N] [--first-id N] [--forward tcp|dns:ADDR:PORT=PATH]..."
+    "usage: envrt-agent --socket PATH [--subreaper] [--max-processes N] [--max-buffer-bytes N] [--first-id N] [--exit-when-socket-gone] [--forward tcp|dns:ADDR:PORT=PATH]..."
         .to_owned()
 }
 

@@ -27,6 +27,22 @@ pub struct Options {
     pub forwards: Vec<crate::forward::Forward>,
     /// The first process's id.
     pub first_id: u64,
+    /// End (as on SIGTERM) once the socket it listens on is gone or replaced
+    /// (`--exit-when-socket-gone`): a local lease's supervisor whose lease directory was
+    /// removed without a release (its state and root deleted) would otherwise hold its
+    /// processes for ever, out of everyone's reach.
+    pub exit_when_socket_gone: bool,
+}
+
+/// How often an agent with `--exit-when-socket-gone` looks at its socket.
+const SOCKET_LOOK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The socket file's identity (device, inode), or `None` when it is not there.
+fn identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|meta| (meta.dev(), meta.ino()))
 }
 
 impl Options {
@@ -41,6 +57,7 @@ impl Options {
             max_buffer_bytes: defaults.buffer_bound,
             forwards: Vec::new(),
             first_id: defaults.first_id,
+            exit_when_socket_gone: false,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -52,6 +69,7 @@ impl Options {
             match arg.as_str() {
                 "--socket" => socket = Some(PathBuf::from(value("--socket")?)),
                 "--subreaper" => options.subreaper = true,
+                "--exit-when-socket-gone" => options.exit_when_socket_gone = true,
                 "--max-processes" => options.max_processes = number(arg, value(arg)?)?,
                 "--max-buffer-bytes" => options.max_buffer_bytes = number(arg, value(arg)?)?,
                 "--forward" => options.forwards.push(crate::forward::Forward::parse(&value(arg)?)?),
@@ -121,6 +139,9 @@ pub async fn run(options: Options) -> Result<(), String> {
     let mut term = signal(SignalKind::terminate()).map_err(|error| format!("cannot watch SIGTERM: {error}"))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|error| format!("cannot watch SIGINT: {error}"))?;
     let listener = listen(&options.socket)?;
+    let bound = identity(&options.socket);
+    let mut look = tokio::time::interval(SOCKET_LOOK);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Bound before the agent says it listens: a port in use fails the start.
     let mut forwards = Vec::with_capacity(options.forwards.len());
     for forward in &options.forwards {
@@ -136,12 +157,20 @@ pub async fn run(options: Options) -> Result<(), String> {
             _ = children.recv() => agent.reap(),
             _ = term.recv() => break,
             _ = int.recv() => break,
+            _ = look.tick(), if options.exit_when_socket_gone => {
+                if identity(&options.socket) != bound {
+                    break;
+                }
+            }
         }
     }
     agent.kill_all();
     server.abort();
     forwards.iter().for_each(tokio::task::JoinHandle::abort);
-    let _ = std::fs::remove_file(&options.socket);
+    // Another agent's socket in its place is left alone.
+    if identity(&options.socket) == bound {
+        let _ = std::fs::remove_file(&options.socket);
+    }
     Ok(())
 }
 

@@ -77,3 +77,42 @@ async fn sigterm_kills_every_process_group_and_ends_the_agent() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_agent_told_so_ends_with_its_processes_once_its_socket_is_gone() {
+    bounded(30, async {
+        let mut agent = start(&["--subreaper", "--exit-when-socket-gone"]).await;
+        let client = agent.client().await;
+        let info = client.spawn(sh("echo up; exec sleep 300")).await.unwrap();
+        let pid = info.pid;
+        // The lease directory goes without a release.
+        std::fs::remove_dir_all(agent.socket.parent().unwrap()).unwrap();
+        let status = agent.child.wait().await.unwrap();
+        assert!(status.success(), "{status:?}");
+        // Its process group went with it.
+        loop {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if state.is_empty() || state[state.rfind(')').unwrap() + 2..].starts_with('Z') {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_agent_not_told_so_keeps_serving_without_its_socket_file() {
+    bounded(30, async {
+        let agent = start(&["--subreaper"]).await;
+        let client = agent.client().await;
+        std::fs::remove_file(&agent.socket).unwrap();
+        // Past two looks: the agent and its connected client still work.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let info = client.spawn(sh("echo still")).await.unwrap();
+        let (bytes, exit) = collect(&client, info.id, Offsets::default()).await;
+        assert_eq!(exit.unwrap().status, Status::Exited { code: 0 });
+        assert_eq!(bytes[&Stream::Stdout], b"still\n");
+    })
+    .await;
+}

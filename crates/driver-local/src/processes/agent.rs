@@ -82,6 +82,9 @@ pub(crate) async fn start(site: &Start<'_>) -> Result<(), DriverError> {
         .arg("--socket")
         .arg(&socket)
         .arg("--subreaper")
+        // A lease directory removed without a release (its state deleted with it) must
+        // not leave the supervisor and its processes running for ever.
+        .arg("--exit-when-socket-gone")
         .args(id_args(generation))
         .env_clear()
         .envs(site.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
