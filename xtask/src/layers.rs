@@ -88,7 +88,7 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
         &[API, FILES, CORE, "envrt-store-sqlite", DRIVER, "envrt-sandbox-worker"],
         &[],
     ),
-    // The soak cycles leases on three drivers behind a runtime on the SQLite store.
+    // The soak cycles leases on four drivers behind a runtime on the SQLite store.
     (
         "envrt-soak",
         &[
@@ -97,6 +97,7 @@ const ALLOWED: &[(&str, &[&str], &[&str])] = &[
             "envrt-driver-local",
             "envrt-driver-docker",
             "envrt-driver-plugin-sandbox",
+            "envrt-driver-ssh",
         ],
         &[],
     ),

@@ -62,10 +62,11 @@ tasks:
       -- ARGS                             passed to the test binaries
   soak [options]         lease cycles at volume per driver from 16 tasks, plus envrt CLI
                          holders (1 % SIGKILLed, then collected by envrt gc); counts leaked
-                         processes, containers, sandboxes, workspaces and active store rows
-                         (all must be 0) and prints p50/p99 per operation
+                         processes, containers, sandboxes, workspaces, active store rows
+                         and ssh lease directories (all must be 0) and prints p50/p99 per
+                         operation
       --leases N                          lease cycles per driver (default 1000)
-      --driver local|docker|sandbox|all   (default all)
+      --driver local|docker|sandbox|ssh|all   (default all; ssh: the test sshd)
       --tasks N / --cli N                 concurrent tasks (16) / CLI holders (leases/10)
 ";
 

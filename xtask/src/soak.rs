@@ -1,4 +1,4 @@
-//! `cargo xtask soak [--leases N] [--driver local|docker|sandbox|all] [...]`: builds the
+//! `cargo xtask soak [--leases N] [--driver local|docker|sandbox|ssh|all] [...]`: builds the
 //! `envrt` CLI, the reference sandbox worker and the soak binary (crates/soak, package `envrt-soak`), then runs
 //! the soak, which exits non-zero on any leak or error.
 

@@ -28,6 +28,15 @@ fn config(key: &str) -> String {
             crate::drivers::image()
         ));
     }
+    if key == "ssh" {
+        // The soak's runtime read the same settings first: a missing sshd failed there.
+        if let Ok(host) = envrt_soak::ssh::Host::from_env_file() {
+            text.push_str("[environment.config]\n");
+            for (name, value) in crate::drivers::ssh_config(&host) {
+                text.push_str(&format!("{name} = {value}\n"));
+            }
+        }
+    }
     text
 }
 

@@ -2,6 +2,7 @@
 //! rows, each found by the scratch directory or run label that scopes it (so another run
 //! on the same machine never counts).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,8 @@ pub struct Leaks {
     pub workspaces: usize,
     /// Lease rows still `active` or `pending_cleanup`.
     pub active_rows: usize,
+    /// Lease directories left on the ssh host (an ssh soak's: [`crate::ssh`]).
+    pub remote_dirs: usize,
     /// One line per thing found.
     pub details: Vec<String>,
 }
@@ -30,7 +33,7 @@ pub struct Leaks {
 impl Leaks {
     /// Every leak of every kind.
     pub fn total(&self) -> usize {
-        self.processes + self.containers + self.sandboxes + self.workspaces + self.active_rows
+        self.processes + self.containers + self.sandboxes + self.workspaces + self.active_rows + self.remote_dirs
     }
 }
 
@@ -51,8 +54,12 @@ pub async fn count(key: &str, scratch: &Path, run: &str) -> Leaks {
 pub async fn count_on(key: &str, scratch: &Path, run: &str, docker_host: Option<&str>) -> Leaks {
     let mut leaks = Leaks::default();
     let deadline = Instant::now() + SETTLE;
+    let (remote, remote_roots) = crate::ssh::leftovers(scratch);
     let processes = loop {
-        let found = processes_under(scratch);
+        let mut found = processes_under(scratch, &BTreeSet::new());
+        for (root, before) in &remote_roots {
+            found.extend(processes_under(root, before));
+        }
         if found.is_empty() || Instant::now() >= deadline {
             break found;
         }
@@ -87,6 +94,10 @@ pub async fn count_on(key: &str, scratch: &Path, run: &str, docker_host: Option<
             .details
             .extend(entries.into_iter().map(|e| format!("workspace {e}")));
     }
+    leaks.remote_dirs = remote.len();
+    leaks
+        .details
+        .extend(remote.into_iter().map(|d| format!("ssh lease dir {}", d.display())));
     for db in [scratch.join("state/leases.db"), state_dir(scratch).join("leases.db")] {
         if !db.exists() {
             continue;
@@ -109,12 +120,27 @@ pub async fn count_on(key: &str, scratch: &Path, run: &str, docker_host: Option<
 }
 
 /// Live processes (not zombies, not this one) whose command line, working directory or
-/// `HOME` names something under `scratch`.
-fn processes_under(scratch: &Path) -> Vec<String> {
+/// `HOME` names something under `scratch`, other than the entries of it named in `except`
+/// (what was there before a run).
+fn processes_under(scratch: &Path, except: &BTreeSet<String>) -> Vec<String> {
     let me = std::process::id();
     let needle = scratch.as_os_str().as_encoded_bytes();
-    let mut home = b"HOME=".to_vec();
-    home.extend_from_slice(needle);
+    // Whether `text` names something under `scratch` that is not one of `except`.
+    let names = |text: &[u8]| -> bool {
+        let mut rest = text;
+        while let Some(at) = rest.windows(needle.len().max(1)).position(|w| w == needle) {
+            let after = &rest[at + needle.len()..];
+            let entry = after
+                .strip_prefix(b"/")
+                .map(|tail| tail.split(|b| *b == b'/' || *b == b' ').next().unwrap_or_default());
+            match entry {
+                Some(entry) if except.contains(String::from_utf8_lossy(entry).as_ref()) => {}
+                _ => return true,
+            }
+            rest = after;
+        }
+        false
+    };
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return found;
@@ -131,10 +157,15 @@ fn processes_under(scratch: &Path) -> Vec<String> {
             continue;
         }
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let by_cmdline = cmdline.windows(needle.len().max(1)).any(|w| w == needle);
-        let by_cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(scratch));
-        let by_home = std::fs::read(format!("/proc/{pid}/environ"))
-            .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var.starts_with(&home)));
+        let by_cmdline = cmdline.split(|b| *b == 0).any(names);
+        let by_cwd =
+            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| names(cwd.as_os_str().as_encoded_bytes()));
+        let by_home = std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+            env.split(|b| *b == 0).any(|var| {
+                var.strip_prefix(b"HOME=")
+                    .is_some_and(|home| home.starts_with(needle) && names(home))
+            })
+        });
         if by_cmdline || by_cwd || by_home {
             let shown = String::from_utf8_lossy(&cmdline).replace('\0', " ");
             found.push(format!("{pid}: {}", shown.trim()));

@@ -1,9 +1,10 @@
 //! The soak's leak counting, shared with the fault-injection tests (`envrt-cli`'s
 //! `tests/fault_*.rs`), so that "zero leaks" means the same thing in both: processes,
-//! containers, sandboxes, workspaces and active store rows, each found by the scratch
+//! containers, sandboxes, workspaces, active store rows and ssh lease directories, each found by the scratch
 //! directory or run label that scopes it.
 
 pub mod leaks;
+pub mod ssh;
 
 use std::path::{Path, PathBuf};
 

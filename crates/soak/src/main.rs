@@ -1,7 +1,7 @@
 //! `soak`: many lease cycles per driver from concurrent tasks, plus `envrt` CLI holders of
 //! which some are SIGKILLed mid-command and collected by `envrt gc`; then counts what was
 //! left behind (all must be 0) and prints p50/p99 per operation. Run it with
-//! `cargo xtask soak [--leases N] [--driver local|docker|sandbox|all]`.
+//! `cargo xtask soak [--leases N] [--driver local|docker|sandbox|ssh|all]`.
 //!
 //! ```text
 //! soak [--leases N] [--driver KEY|all] [--tasks N] [--cli N] [--no-gc]
@@ -56,9 +56,9 @@ fn parse(args: &[String]) -> Result<Options, String> {
         }
     }
     let drivers = match driver.as_str() {
-        "all" => vec!["local".into(), "docker".into(), "sandbox".into()],
-        "local" | "docker" | "sandbox" => vec![driver],
-        other => return Err(format!("unknown driver {other:?}: local, docker, sandbox or all")),
+        "all" => vec!["local".into(), "docker".into(), "sandbox".into(), "ssh".into()],
+        "local" | "docker" | "sandbox" | "ssh" => vec![driver],
+        other => return Err(format!("unknown driver {other:?}: local, docker, sandbox, ssh or all")),
     };
     Ok(Options {
         leases,
@@ -123,6 +123,7 @@ async fn soak_driver(key: &str, options: &Options) -> Result<bool, String> {
     let ((), ()) = tokio::join!(cycles, holders);
     setup.shutdown().await;
     let leaks = leaks::count(key, scratch.path(), &run).await;
+    envrt_soak::ssh::forget(scratch.path());
     if !options.gc {
         cli::collect(scratch.path()).await;
     }
@@ -148,8 +149,8 @@ async fn soak_driver(key: &str, options: &Options) -> Result<bool, String> {
         );
     }
     println!(
-        "leaked: {} processes, {} containers, {} sandboxes, {} workspaces, {} active store rows",
-        leaks.processes, leaks.containers, leaks.sandboxes, leaks.workspaces, leaks.active_rows
+        "leaked: {} processes, {} containers, {} sandboxes, {} workspaces, {} active store rows, {} ssh lease dirs",
+        leaks.processes, leaks.containers, leaks.sandboxes, leaks.workspaces, leaks.active_rows, leaks.remote_dirs
     );
     for detail in leaks.details.iter().take(20) {
         println!("  left: {detail}");
@@ -205,13 +206,13 @@ mod tests {
     fn options_default_and_parse() {
         let o = parse(&[]).unwrap();
         assert_eq!((o.leases, o.tasks, o.cli, o.gc), (1_000, 16, 100, true));
-        assert_eq!(o.drivers, ["local", "docker", "sandbox"]);
+        assert_eq!(o.drivers, ["local", "docker", "sandbox", "ssh"]);
         let o = parse(&args(&["--leases", "20", "--driver", "docker", "--no-gc"])).unwrap();
         assert_eq!((o.leases, o.cli, o.gc), (20, 4, false));
         assert_eq!(o.drivers, ["docker"]);
         assert_eq!(
-            parse(&args(&["--driver", "ssh"])).unwrap_err(),
-            "unknown driver \"ssh\": local, docker, sandbox or all"
+            parse(&args(&["--driver", "kubernetes"])).unwrap_err(),
+            "unknown driver \"kubernetes\": local, docker, sandbox, ssh or all"
         );
         assert_eq!(
             parse(&args(&["--leases", "x"])).unwrap_err(),
