@@ -34,6 +34,8 @@ pub struct Profile {
     pub has_processes: bool,
     /// Has lease fork.
     pub has_fork: bool,
+    /// Has runner WebSocket ingress.
+    pub has_ingress: bool,
     /// The environment's snapshot before any lease.
     pub environment: CapabilitySnapshot,
     /// The snapshot of an ephemeral lease.
@@ -108,6 +110,7 @@ impl Ctx {
                 has_templates: inner.as_templates().is_some(),
                 has_processes: inner.as_processes().is_some(),
                 has_fork: inner.as_fork().is_some(),
+                has_ingress: inner.as_runner_ingress().is_some(),
                 binary_safe: target.binary_safe,
                 half_close: target.half_close,
                 duplex_withheld: target.duplex_withheld,

@@ -107,6 +107,9 @@ impl EnvironmentDriver for Recorder {
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {
         self.inner.as_duplex().map(|_| self as _)
     }
+    fn as_runner_ingress(&self) -> Option<&dyn envrt_runtime_core::RunnerIngress> {
+        self.inner.as_runner_ingress().map(|_| self as _)
+    }
     fn as_templates(&self) -> Option<&dyn envrt_runtime_core::Templates> {
         self.inner.as_templates()
     }
@@ -206,5 +209,22 @@ impl DuplexChannels for Recorder {
         self.record("open_duplex_channel");
         let op = self.inner.as_duplex().ok_or_else(|| vanished("duplex"))?;
         op.open_duplex_channel(context, command).await
+    }
+}
+
+#[async_trait]
+impl envrt_runtime_core::RunnerIngress for Recorder {
+    async fn runner_ingress_endpoint(
+        &self,
+        context: &LeaseContext,
+        port: u16,
+        path: &str,
+    ) -> Result<envrt_runtime_core::RunnerIngressEndpoint, DriverError> {
+        self.record("runner_ingress");
+        let op = self
+            .inner
+            .as_runner_ingress()
+            .ok_or_else(|| vanished("runner ingress"))?;
+        op.runner_ingress_endpoint(context, port, path).await
     }
 }

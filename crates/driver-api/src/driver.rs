@@ -16,6 +16,7 @@ mod duplex;
 mod extend;
 mod fork;
 mod idle;
+mod ingress;
 mod path_scope;
 mod pause;
 mod processes;
@@ -24,6 +25,7 @@ pub use duplex::{DuplexChannel, DuplexChannels, DuplexExit};
 pub use extend::ExtendLease;
 pub use fork::{FORKED_FROM_KEY, ForkLease, MAX_FORK_COUNT};
 pub use idle::{IDLE_PAUSED_STAMP, IdleClock, IdleTimeout, OnIdle, touch_stamp};
+pub use ingress::{IngressHeader, MAX_INGRESS_PATH, RunnerIngress, RunnerIngressEndpoint, check_ingress_request};
 pub use path_scope::PathScope;
 pub use pause::PauseLease;
 pub use processes::{ProcessOutput, ProcessSessions};
@@ -353,6 +355,12 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     fn as_expose(&self) -> Option<&dyn ExposePorts> {
         None
     }
+    /// Runner WebSocket ingress (capability `runnerWebSocketIngress`), if the driver has
+    /// it. Without it, or on a lease whose snapshot denies the capability: `Environment
+    /// driver "{key}" does not support runner WebSocket ingress.` (section 10).
+    fn as_runner_ingress(&self) -> Option<&dyn RunnerIngress> {
+        None
+    }
 
     /// Lease fork (section 8, "Fork"), if the driver has it. Without it: `Environment driver "{key}" does not support lease fork.`
     fn as_fork(&self) -> Option<&dyn ForkLease> {
@@ -390,13 +398,14 @@ pub trait EnvironmentDriver: Send + Sync + 'static {
     fn verified_verbs(&self) -> VerbSet {
         let mut set = VerbSet::new();
         set.insert(verbs::RELEASE_LEASE.to_owned());
-        let groups: [(bool, &[&str]); 6] = [
+        let groups: [(bool, &[&str]); 7] = [
             (self.as_resume().is_some(), &[verbs::RESUME_LEASE]),
             (self.as_destroy().is_some(), &[verbs::DESTROY_LEASE]),
             (self.as_realize().is_some(), &[verbs::REALIZE_WORKSPACE]),
             (self.as_execute().is_some(), &[verbs::EXECUTE]),
             (self.as_sync().is_some(), &[verbs::SYNC_IN, verbs::SYNC_OUT]),
             (self.as_duplex().is_some(), &[verbs::DUPLEX_OPEN]),
+            (self.as_runner_ingress().is_some(), &[verbs::RUNNER_INGRESS]),
         ];
         for (present, names) in groups {
             if present {

@@ -52,7 +52,7 @@ pub use driver::{
     AcquireInput, CapabilityInput, DestroyLease, DuplexChannel, DuplexChannels, DuplexExit, EnvironmentDriver, Execute,
     ExposePorts, ExtendLease, FileSync, ForkLease, IdleClock, IdleTimeout, InventoryItem, LeaseContext, LeaseGrant,
     OnIdle, PathScope, PauseLease, ProbeAnswer, ProcessOutput, ProcessSessions, RealizeWorkspace, RealizedWorkspace,
-    Recovery, ReleaseInput, ResumeLease, WorkspaceRequest,
+    Recovery, ReleaseInput, ResumeLease, RunnerIngress, RunnerIngressEndpoint, WorkspaceRequest,
 };
 pub use error::{DriverError, RuntimeError, StoreError, UnsupportedOperation};
 pub use execute::{

@@ -72,6 +72,9 @@ pub(crate) enum LeaseCommand {
     },
     /// Copy a live lease into new leases that start from its state; print their ids.
     Fork(crate::lease_fork::ForkArgs),
+    /// Open Paperclip's runner WebSocket ingress to a lease port and keep it open until
+    /// the lease ends: print its ws:// URL, generation and secret header names.
+    Ingress(crate::lease_ingress::IngressArgs),
 }
 
 #[derive(Debug, Args)]
@@ -258,6 +261,7 @@ pub(crate) async fn run(paths: &Paths, command: LeaseCommand) -> Result<u8, CliE
         LeaseCommand::Fork(args) => crate::lease_fork::fork(&app, args).await,
         LeaseCommand::KeepAlive { id } => crate::lease_idle::keep_alive(&app, &id).await,
         LeaseCommand::Extend { id, ttl } => crate::lease_idle::extend(&app, &id, &ttl).await,
+        LeaseCommand::Ingress(args) => crate::lease_ingress::run(&app, args).await,
     }
 }
 

@@ -24,6 +24,7 @@ mod isolation;
 mod lease;
 mod lease_fork;
 mod lease_idle;
+mod lease_ingress;
 mod lease_pause;
 mod lease_scope;
 mod lease_show;

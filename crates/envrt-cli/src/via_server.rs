@@ -170,6 +170,7 @@ async fn lease(server: &Server, command: LeaseCommand) -> Result<u8, CliError> {
         LeaseCommand::Fork(_) => return Err(unsupported("lease fork")),
         LeaseCommand::KeepAlive { .. } => return Err(unsupported("lease keep-alive")),
         LeaseCommand::Extend { .. } => return Err(unsupported("lease extend")),
+        LeaseCommand::Ingress(_) => return Err(unsupported("lease ingress")),
     }
     Ok(0)
 }

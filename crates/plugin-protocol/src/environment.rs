@@ -329,6 +329,12 @@ pub struct RunnerIngressEndpointParams {
     pub port: u16,
     /// The HTTP path.
     pub path: String,
+    /// Extension: the directory where the lease's process supervisor listens (the host's
+    /// `envrtStartProcessSupervisor` `socketDir`), so that a worker that did not start
+    /// the running supervisor (it outlives workers) reaches the port through it. Other
+    /// workers ignore it.
+    #[serde(default, rename = "envrtSocketDir", skip_serializing_if = "Option::is_none")]
+    pub envrt_socket_dir: Option<String>,
 }
 
 /// One header the runner must send to the ingress.

@@ -27,6 +27,7 @@ const NOT_VERBS: &[&str] = &[
     "environmentDrivers",
     "environmentId",
     "envrtLeaseId",
+    "envrtSocketDir",
     "envrtUser",
     dataplane::OFFER_PARAM,
     dataplane::STDIN_ROUTE_PARAM,

@@ -59,9 +59,9 @@ pub use envrt_driver_api::{
     LeaseGrant, LeasePolicy, LeaseStatus, NameRules, Offsets, OnIdle, OutputChunk, OutputEvent, OutputKeep, OutputSink,
     OutputStream, PathScope, PauseLease, ProcessError, ProcessId, ProcessInfo, ProcessOutput, ProcessSessions,
     ProcessStatus, ProcessStream, Readiness, RealizeWorkspace, RealizedWorkspace, Recovery, ReleaseInput, ResumeLease,
-    RuntimeError, Secret, SpawnRequest, StdinMode, StoreError, StreamInfo, SyncFile, SyncKind, SyncOperation,
-    SyncOperationResult, SyncResult, TemplateRef, Templates, TerminationReceipt, TerminationState, Timestamp, TtySize,
-    UnsupportedOperation, Wording, WorkspaceRequest,
+    RunnerIngress, RunnerIngressEndpoint, RuntimeError, Secret, SpawnRequest, StdinMode, StoreError, StreamInfo,
+    SyncFile, SyncKind, SyncOperation, SyncOperationResult, SyncResult, TemplateRef, Templates, TerminationReceipt,
+    TerminationState, Timestamp, TtySize, UnsupportedOperation, Wording, WorkspaceRequest,
 };
 pub use envrt_driver_api::{MemoryStateStore, PluginStateStore, StateKey};
 pub use runtime::{

@@ -8,7 +8,9 @@
 //! send in the header [`TOKEN_HEADER`]. The lease's port is reached through the lease's
 //! process supervisor (`envrtStartProcessSupervisor`), its `connect` verb, in the
 //! supervisor's network namespace: the same way as the host's `expose` (contract section
-//! 10). A lease without a supervisor is refused.
+//! 10): this worker's own supervisor of the lease, else the one listening in the directory
+//! the host names (`envrtSocketDir`, the host's `socketDir` of the lease: supervisors
+//! outlive workers). A lease without a supervisor is refused.
 //!
 //! One connection: the request head is read (at most [`MAX_HEAD`] bytes, within
 //! [`HEAD_WAIT`]) and parsed by `httparse` (hyper's parser); it must be `GET` of the
@@ -51,8 +53,23 @@ pub(super) async fn handle(worker: &Worker, method: &str, params: Value) -> Resu
     let dir = worker
         .leases
         .existing(p.lease.provider_lease_id.as_deref().unwrap_or_default())?;
-    let socket_dir = worker.supervisors.socket_dir_of(&dir);
+    // This worker's own supervisor of the lease, else the one the host says listens in
+    // the directory it named (a supervisor outlives the worker that started it).
+    let socket_dir = worker
+        .supervisors
+        .socket_dir_of(&dir)
+        .or_else(|| hosts_socket_dir(p.envrt_socket_dir.as_deref()));
     worker.ingresses.endpoint(&dir, socket_dir, p).await
+}
+
+/// The host's `envrtSocketDir`, when it is an absolute path without `..` to a directory
+/// (not a link); the socket in it is opened without following a link when a connection
+/// comes ([`envrt_driver_agent::expose::tunnel`]).
+fn hosts_socket_dir(named: Option<&str>) -> Option<PathBuf> {
+    let path = Path::new(named?);
+    let plain = path.is_absolute() && !path.components().any(|c| c == std::path::Component::ParentDir);
+    let dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+    (plain && dir).then(|| path.to_path_buf())
 }
 
 /// The header that carries the endpoint's token (stripped before the lease).

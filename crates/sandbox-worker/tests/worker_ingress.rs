@@ -289,6 +289,26 @@ fn bad_requests_and_a_lease_without_a_supervisor_are_refused_with_exact_texts() 
             )
         )
     );
+    // A socket directory the host names must be an absolute directory (not a link);
+    // anything else is as if none was named.
+    let link = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/tmp", link.path().join("l")).unwrap();
+    let link = link.path().join("l");
+    for named in ["/nonexistent/sd", "relative/sd", "/tmp/../tmp", link.to_str().unwrap()] {
+        assert_eq!(
+            w.err(
+                METHOD,
+                on_lease(&lease, json!({"port": 8000, "path": "/r", "envrtSocketDir": named}))
+            ),
+            (
+                -32602,
+                text(
+                    "the lease has no process supervisor to reach its port through (start it with envrtStartProcessSupervisor)"
+                )
+            ),
+            "{named}"
+        );
+    }
     assert_eq!(
         w.err(METHOD, on_lease(&lease, json!({"port": 0, "path": "/r"}))),
         (-32602, text("the port must be 1 to 65535, not 0"))

@@ -369,7 +369,7 @@ fn looks_like_refusal(text: &str) -> bool {
 fn verbs_match_groups(ctx: &Ctx) -> Result<(), String> {
     let inner = ctx.recorder.inner();
     let verbs = inner.verified_verbs();
-    let groups: [(&str, bool, &[&str]); 5] = [
+    let groups: [(&str, bool, &[&str]); 6] = [
         ("resume", inner.as_resume().is_some(), &["environmentResumeLease"]),
         ("destroy", inner.as_destroy().is_some(), &["environmentDestroyLease"]),
         ("execute", inner.as_execute().is_some(), &["environmentExecute"]),
@@ -379,6 +379,11 @@ fn verbs_match_groups(ctx: &Ctx) -> Result<(), String> {
             &["environmentSyncIn", "environmentSyncOut"],
         ),
         ("duplex", inner.as_duplex().is_some(), &["duplexChannelOpen"]),
+        (
+            "runner ingress",
+            inner.as_runner_ingress().is_some(),
+            &["environmentRunnerIngressEndpoint"],
+        ),
     ];
     let mut wrong = Vec::new();
     for (group, present, names) in groups {

@@ -17,6 +17,7 @@ mod execute;
 mod expiry;
 mod honesty;
 mod idle;
+mod ingress;
 mod inputs;
 mod lease_life;
 mod lifecycle;
@@ -133,6 +134,7 @@ pub(crate) fn all() -> Vec<Check> {
         inputs::CHECKS,
         sync::CHECKS,
         duplex::CHECKS,
+        ingress::CHECKS,
         observe::CHECKS,
         expiry::CHECKS,
         pause::CHECKS,

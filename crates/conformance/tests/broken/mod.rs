@@ -5,6 +5,7 @@
 
 mod duplex;
 mod idle;
+mod ingress;
 mod lease_life;
 mod pause;
 pub(crate) mod processes;
@@ -150,6 +151,12 @@ pub(crate) enum Fault {
     /// The same for the process supervisor: the first execute puts the workspace in place
     /// first and works, the first spawn fails.
     SpawnNotReadyAtAcquire,
+    /// Grants runnerWebSocketIngress and hands out the lease's port itself: the secret
+    /// header it names is never checked.
+    IngressWithoutToken,
+    /// Grants runnerWebSocketIngress and hands out an endpoint of its own that checks the
+    /// token and answers every upgrade itself, reaching nothing in the lease.
+    IngressNotToTheLease,
 }
 
 /// The local driver with one fault.
@@ -234,6 +241,9 @@ impl EnvironmentDriver for Faulty {
         {
             snapshot.duplex_command_stream = true;
         }
+        if ingress::claims_ingress(self.fault) {
+            snapshot.runner_web_socket_ingress = true;
+        }
         Ok(snapshot)
     }
     fn as_resume(&self) -> Option<&dyn ResumeLease> {
@@ -270,6 +280,9 @@ impl EnvironmentDriver for Faulty {
     fn as_templates(&self) -> Option<&dyn Templates> {
         Some(self)
     }
+    fn as_runner_ingress(&self) -> Option<&dyn envrt_runtime_core::RunnerIngress> {
+        ingress::claims_ingress(self.fault).then_some(self as _)
+    }
     fn as_pause(&self) -> Option<&dyn PauseLease> {
         Some(self)
     }
@@ -286,6 +299,9 @@ impl EnvironmentDriver for Faulty {
         let mut verbs = self.inner.verified_verbs();
         if self.as_duplex().is_some() {
             verbs.insert("duplexChannelOpen".into());
+        }
+        if self.as_runner_ingress().is_some() {
+            verbs.insert(ingress::VERB.into());
         }
         verbs
     }

@@ -46,13 +46,16 @@ pub enum UnsupportedOperation {
     IdleTimeout,
     /// `extend` (no extend group).
     Extend,
+    /// `runner_ingress` (no runner ingress group, or the snapshot denies
+    /// `runnerWebSocketIngress`).
+    RunnerIngress,
 }
 
 /// One row: the operation, its stable error kind, the words its refusal ends with.
 type Row = (UnsupportedOperation, &'static str, &'static str);
 
 /// The table, in the enum's order (a test keeps it so).
-const ROWS: [Row; 16] = [
+const ROWS: [Row; 17] = [
     (UnsupportedOperation::Resume, "resume_unsupported", "lease resume"),
     (UnsupportedOperation::Destroy, "destroy_unsupported", "lease destroy"),
     (
@@ -101,11 +104,16 @@ const ROWS: [Row; 16] = [
         "extend_unsupported",
         "moving a lease's expiry",
     ),
+    (
+        UnsupportedOperation::RunnerIngress,
+        "runner_ingress_unsupported",
+        "runner WebSocket ingress",
+    ),
 ];
 
 impl UnsupportedOperation {
     /// Every operation, in table order.
-    pub const ALL: [UnsupportedOperation; 16] = [
+    pub const ALL: [UnsupportedOperation; 17] = [
         UnsupportedOperation::Resume,
         UnsupportedOperation::Destroy,
         UnsupportedOperation::Realize,
@@ -122,6 +130,7 @@ impl UnsupportedOperation {
         UnsupportedOperation::Fork,
         UnsupportedOperation::IdleTimeout,
         UnsupportedOperation::Extend,
+        UnsupportedOperation::RunnerIngress,
     ];
 
     fn row(self) -> &'static Row {
@@ -162,7 +171,7 @@ mod tests {
     /// one replaced had.
     #[test]
     fn every_row_renders_the_pinned_text_and_kind() {
-        let rows: [(&str, UnsupportedOperation, &str, &str); 15] = [
+        let rows: [(&str, UnsupportedOperation, &str, &str); 16] = [
             (
                 "local",
                 UnsupportedOperation::Resume,
@@ -252,6 +261,12 @@ mod tests {
                 UnsupportedOperation::Extend,
                 "Environment driver \"sandbox\" does not support moving a lease's expiry.",
                 "extend_unsupported",
+            ),
+            (
+                "local",
+                UnsupportedOperation::RunnerIngress,
+                "Environment driver \"local\" does not support runner WebSocket ingress.",
+                "runner_ingress_unsupported",
             ),
         ];
         for (key, operation, text, kind) in rows {

@@ -60,6 +60,8 @@ pub(super) enum Operation {
     Fork,
     /// `extend`.
     Extend,
+    /// `runner_ingress`.
+    RunnerIngress,
 }
 
 /// How a row refuses a denied capability (or a failed snapshot).
@@ -139,6 +141,7 @@ fn rule(operation: Operation) -> Rule {
         Operation::Fork => row(U::Fork, None, true),
         Operation::Idle => row(U::IdleTimeout, None, true),
         Operation::Extend => row(U::Extend, None, true),
+        Operation::RunnerIngress => row(U::RunnerIngress, Some(CapabilityKey::RunnerWebSocketIngress), true),
     }
 }
 
@@ -228,7 +231,7 @@ fn require_active(lease: &Lease) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
-    const ALL: [Operation; 16] = [
+    const ALL: [Operation; 17] = [
         Operation::Resume,
         Operation::Destroy,
         Operation::Realize,
@@ -245,6 +248,7 @@ mod tests {
         Operation::Fork,
         Operation::Idle,
         Operation::Extend,
+        Operation::RunnerIngress,
     ];
 
     #[test]
@@ -269,6 +273,7 @@ mod tests {
                 "Environment driver \"k\" does not support lease fork.",
                 "Environment driver \"k\" does not support idle timeouts.",
                 "Environment driver \"k\" does not support moving a lease's expiry.",
+                "Environment driver \"k\" does not support runner WebSocket ingress.",
             ]
         );
     }
@@ -287,6 +292,10 @@ mod tests {
         assert_eq!(
             denied(Operation::Processes),
             "Environment driver \"k\" does not support persistent process sessions."
+        );
+        assert_eq!(
+            denied(Operation::RunnerIngress),
+            "Environment driver \"k\" does not support runner WebSocket ingress."
         );
         assert_eq!(
             denied(Operation::Resume),
@@ -312,13 +321,15 @@ mod tests {
                 None,
                 None,
                 None,
+                Some(CapabilityKey::RunnerWebSocketIngress),
             ]
         );
         let active: Vec<bool> = ALL.iter().map(|op| rule(*op).needs_active).collect();
         assert_eq!(
             active,
             [
-                false, false, true, true, true, true, true, true, false, false, false, true, true, true, true, true
+                false, false, true, true, true, true, true, true, false, false, false, true, true, true, true, true,
+                true
             ]
         );
     }

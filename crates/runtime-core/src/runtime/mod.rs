@@ -11,6 +11,7 @@ mod extend;
 mod fork;
 mod gate;
 mod idle;
+mod ingress;
 mod lifecycle;
 mod network;
 mod operations;

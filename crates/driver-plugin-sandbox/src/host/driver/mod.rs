@@ -28,6 +28,7 @@ use crate::protocol::{methods, to_value};
 mod duplex;
 mod egress;
 mod execute;
+pub(crate) mod ingress;
 pub(crate) mod post_upload;
 mod processes;
 mod realize;
@@ -449,10 +450,12 @@ impl EnvironmentDriver for SandboxDriver {
 
     async fn resolve_capabilities(&self, input: &CapabilityInput) -> Result<CapabilitySnapshot, DriverError> {
         // Written out key by key: a key added to the model is not granted until somebody
-        // decides workers can serve it. Not here: `runnerWebSocketIngress` (the host
-        // does not forward ingress endpoints yet); `persistentProcessSessions` only while
-        // the live worker advertises `envrtStartProcessSupervisor` (it found the
-        // supervisor's binary and starts it in the lease's sandbox).
+        // decides workers can serve it. `persistentProcessSessions` only while the live
+        // worker advertises `envrtStartProcessSupervisor` (it found the supervisor's
+        // binary and starts it in the lease's sandbox); `runnerWebSocketIngress` only
+        // while it advertises `environmentRunnerIngressEndpoint` (the host forwards it and
+        // checks the answer: the `ingress` module), and only where the manifest declares
+        // it (an opt-in key).
         let mut supported: SupportSet = [
             CapabilityKey::ReusableLeases,
             CapabilityKey::NativeSyncIn,
@@ -466,6 +469,9 @@ impl EnvironmentDriver for SandboxDriver {
         .collect();
         if self.advertises(methods::START_PROCESS_SUPERVISOR) {
             supported.insert(CapabilityKey::PersistentProcessSessions);
+        }
+        if self.advertises(methods::RUNNER_INGRESS_ENDPOINT) {
+            supported.insert(CapabilityKey::RunnerWebSocketIngress);
         }
         let config_resolved = self.config_resolves(input.environment.as_ref()).await;
         Ok(classify_driver(
@@ -513,6 +519,12 @@ impl EnvironmentDriver for SandboxDriver {
     fn as_expose(&self) -> Option<&dyn envrt_driver_api::ExposePorts> {
         self.advertises(methods::START_PROCESS_SUPERVISOR)
             .then_some(self as &dyn envrt_driver_api::ExposePorts)
+    }
+
+    /// Offered while the live worker advertises `environmentRunnerIngressEndpoint`.
+    fn as_runner_ingress(&self) -> Option<&dyn envrt_driver_api::RunnerIngress> {
+        self.advertises(methods::RUNNER_INGRESS_ENDPOINT)
+            .then_some(self as &dyn envrt_driver_api::RunnerIngress)
     }
 
     fn as_duplex(&self) -> Option<&dyn DuplexChannels> {

@@ -197,6 +197,11 @@ impl SocketDirs {
         Ok(Some(dir))
     }
 
+    /// The socket directory of the lease `lease`, if the host user's directory exists.
+    pub(super) fn dir_of(&self, lease: &str) -> Result<Option<PathBuf>, DriverError> {
+        self.of(lease, false)
+    }
+
     /// The lease's start lock.
     fn start_lock(&self, lease: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut starts = self.starts.lock().unwrap_or_else(|p| p.into_inner());
