@@ -75,6 +75,31 @@ async fn a_spawned_process_replays_from_zero_and_from_the_middle_then_reports_it
 }
 
 #[tokio::test]
+async fn a_spawned_process_inherits_no_descriptor_the_host_holds() {
+    let h = Harness::new().await;
+    let lease = h.lease().await;
+    let marker = std::env::temp_dir().join(format!("envrt-host-only-{}", std::process::id()));
+    std::fs::write(&marker, b"host only\n").unwrap();
+    // No O_CLOEXEC: every child of this process inherits it unless the driver closes it.
+    // The lease's supervisor starts with its first spawn, below, while it is open.
+    let held = rustix::fs::open(&marker, rustix::fs::OFlags::RDONLY, rustix::fs::Mode::empty()).unwrap();
+    let request = SpawnRequest::new(["ls", "-l", "/proc/self/fd/"]);
+    let id = h.runtime.spawn(&lease.id, request).await.unwrap().id.to_string();
+    let (chunks, exit) = drain(&h, &id, &Offsets::zero()).await;
+    drop(held);
+    let _ = std::fs::remove_file(&marker);
+    let listing = String::from_utf8_lossy(&bytes_of(&chunks, ProcessStream::Stdout)).into_owned();
+    assert_eq!(exit.status, ProcessStatus::Exited { code: 0 }, "{listing}");
+    assert!(listing.contains("->"), "{listing}");
+    assert!(
+        !listing.contains("envrt-host-only-"),
+        "a host descriptor reached the process: {listing}"
+    );
+    h.runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    h.finish();
+}
+
+#[tokio::test]
 async fn stdin_round_trips_and_eof_ends_cat() {
     let h = Harness::new().await;
     let lease = h.lease().await;

@@ -93,6 +93,10 @@ pub(crate) async fn start(site: &Start<'_>) -> Result<(), DriverError> {
         .stdout(std::process::Stdio::piped())
         .stderr(log)
         .process_group(0);
+    // Nothing of the host program's but stdio reaches the agent, and so none of the
+    // processes it starts (as for a command of the driver's own execute path).
+    crate::process::fds::exec_with_stdio_only(command.as_std_mut(), std::ffi::OsStr::new("sh"))
+        .map_err(|e| DriverError::io(format!("cannot start {}", binary.display()), e))?;
     let mut child = command
         .spawn()
         .map_err(|e| DriverError::io(format!("cannot start {}", binary.display()), e))?;
