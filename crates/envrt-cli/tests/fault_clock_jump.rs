@@ -88,7 +88,8 @@ fn a_local_lease_taken_with_the_clock_an_hour_ahead_still_ends_at_its_expiry() {
         return;
     }
     let s = Scratch::new(&environment("loc", "local", ""));
-    let id = acquire_shifted(&s, "+1h", "loc", "2s");
+    // Long enough that the look below comes before the expiry on a loaded machine.
+    let id = acquire_shifted(&s, "+1h", "loc", "8s");
     let workspace = s
         .state()
         .join("workspaces")
@@ -151,7 +152,10 @@ fn container_exists(id: &str) -> bool {
 #[test]
 fn a_docker_lease_taken_with_the_clock_an_hour_ahead_still_ends_at_its_expiry() {
     let Some(s) = docker_scratch() else { return };
-    let id = acquire_shifted(&s, "+1h", "ctr", "6s");
+    // Long enough that the stop below runs before the expiry on a loaded machine (under
+    // `stress --load` an acquire and the first exec took over 6 s): an exec that meets an
+    // ended container proves nothing about the watchdog.
+    let id = acquire_shifted(&s, "+1h", "ctr", "20s");
     let container = s.lease(&id)["providerLeaseId"].as_str().unwrap().to_owned();
     let out = s.run(&["exec", "--lease", &id, "--", "sh", "-c", STOP_ALL]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
