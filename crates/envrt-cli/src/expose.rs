@@ -47,6 +47,15 @@ pub(crate) async fn run(paths: &Paths, args: ExposeArgs) -> Result<u8, CliError>
     if let Some(token) = &endpoint.token {
         println!("token {token}");
     }
+    hold_until_the_lease_ends(&app, &args.lease, "its exposed port is closed").await?;
+    app.runtime.close_exposed(&args.lease);
+    Ok(0)
+}
+
+/// Flushes what was printed, then waits for SIGINT, SIGTERM or the end of `lease` (looked
+/// at every [`LEASE_CHECK`]), saying `envrt: lease {lease} ended: {closed}` for the last:
+/// a command whose endpoint lives as long as it runs.
+pub(crate) async fn hold_until_the_lease_ends(app: &App, lease: &str, closed: &str) -> Result<(), CliError> {
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
     use tokio::signal::unix::{SignalKind, signal};
@@ -57,7 +66,7 @@ pub(crate) async fn run(paths: &Paths, args: ExposeArgs) -> Result<u8, CliError>
     let ended = async {
         loop {
             tokio::time::sleep(LEASE_CHECK).await;
-            match app.runtime.lease(&args.lease).await {
+            match app.runtime.lease(lease).await {
                 Ok(Some(lease)) if lease.status == LeaseStatus::Active => {}
                 _ => return,
             }
@@ -66,8 +75,7 @@ pub(crate) async fn run(paths: &Paths, args: ExposeArgs) -> Result<u8, CliError>
     tokio::select! {
         _ = int.recv() => {}
         _ = term.recv() => {}
-        () = ended => eprintln!("envrt: lease {} ended: its exposed port is closed", args.lease),
+        () = ended => crate::say!("envrt: lease {lease} ended: {closed}"),
     }
-    app.runtime.close_exposed(&args.lease);
-    Ok(0)
+    Ok(())
 }

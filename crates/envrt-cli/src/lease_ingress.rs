@@ -9,16 +9,10 @@
 //! only with `--show-secrets`, and never on stderr nor in a log; without it stderr says
 //! how to get them.
 
-use std::time::Duration;
-
 use clap::Args;
-use envrt::core::LeaseStatus;
 
 use crate::app::App;
 use crate::error::CliError;
-
-/// How often the lease's state is read again (another program may end it).
-const LEASE_CHECK: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Args)]
 pub(crate) struct IngressArgs {
@@ -56,27 +50,7 @@ pub(crate) async fn run(app: &App, args: IngressArgs) -> Result<u8, CliError> {
         crate::say!("envrt: the secret header values are not printed; pass --show-secrets to print them");
     }
     crate::out!("{}", printed(&endpoint, args.show_secrets).trim_end());
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
-    use tokio::signal::unix::{SignalKind, signal};
-    let (mut int, mut term) = (
-        signal(SignalKind::interrupt()).map_err(|e| CliError::Failure(format!("envrt: cannot watch SIGINT: {e}")))?,
-        signal(SignalKind::terminate()).map_err(|e| CliError::Failure(format!("envrt: cannot watch SIGTERM: {e}")))?,
-    );
-    let ended = async {
-        loop {
-            tokio::time::sleep(LEASE_CHECK).await;
-            match app.runtime.lease(&args.lease).await {
-                Ok(Some(lease)) if lease.status == LeaseStatus::Active => {}
-                _ => return,
-            }
-        }
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
-        () = ended => crate::say!("envrt: lease {} ended: its runner ingress endpoint is closed", args.lease),
-    }
+    crate::expose::hold_until_the_lease_ends(app, &args.lease, "its runner ingress endpoint is closed").await?;
     Ok(0)
 }
 
