@@ -111,20 +111,33 @@ impl DockerDriver {
         Ok(removed)
     }
 
-    /// Removes a container by force with its anonymous volumes; a missing one is fine.
+    /// Removes a container by force with its anonymous volumes; a missing one is fine. A
+    /// removal the engine already has in progress (409) is waited for, asking again, until
+    /// the container is gone ([`REMOVAL_WAIT`] at most): the engine's own removal of an
+    /// `AutoRemove` container that died in a restart runs after its API is back, can
+    /// still fail, and a release that called it done left the container behind.
     pub(crate) async fn remove(&self, id: &str) -> Result<(), DriverError> {
         crate::idle::stop(id);
         let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-        match self
-            .engine
-            .retry(|| self.engine.docker.remove_container(id, Some(options.clone())))
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            // 409: removal already in progress.
-            Err(e) if has_status(&e, 409) => Ok(()),
-            Err(e) => Err(self.engine.error("removing a container", e)),
+        let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
+        loop {
+            match self
+                .engine
+                .retry(|| self.engine.docker.remove_container(id, Some(options.clone())))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if has_status(&e, 409) && tokio::time::Instant::now() < deadline => {
+                    // The engine has no event for a removal's end that this could wait on.
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(self.engine.error("removing a container", e)),
+            }
         }
     }
 }
+
+/// How long [`DockerDriver::remove`] waits for a removal the engine already has in
+/// progress before it fails with the engine's answer.
+const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
