@@ -78,6 +78,8 @@ pub(crate) fn parse(output: &str) -> Report {
             continue;
         }
         if let Some(name) = line.strip_prefix("test ").and_then(|l| l.strip_suffix(" ... FAILED")) {
+            // libtest-mimic pads the name to a column.
+            let name = name.trim_end();
             if !pending.iter().any(|(t, _)| t == name) {
                 pending.push((name.to_owned(), String::new()));
             }
@@ -196,16 +198,33 @@ pub(crate) fn run_merged(command: &Command, echo: bool) -> Result<(bool, String)
     Ok((status.success(), all))
 }
 
-/// Prints failures grouped by target.
+/// Lines of a failure's message shown in the closing summary.
+const SUMMARY_LINES: usize = 12;
+
+/// Prints failures grouped by target, each with the start of its message: the summary is
+/// the end of the log, the part a truncated CI log still shows.
 pub(crate) fn print_failures(failures: &[Failure]) {
+    print!("{}", summary(failures));
+}
+
+fn summary(failures: &[Failure]) -> String {
     let mut targets: Vec<&str> = failures.iter().map(|f| f.target.as_str()).collect();
     targets.dedup();
+    let mut out = String::new();
     for target in targets {
-        println!("  {target}:");
+        out.push_str(&format!("  {target}:\n"));
         for failure in failures.iter().filter(|f| f.target == target) {
-            println!("    {}", failure.test);
+            out.push_str(&format!("    {}\n", failure.test));
+            let lines: Vec<&str> = failure.message.lines().collect();
+            for line in lines.iter().take(SUMMARY_LINES) {
+                out.push_str(&format!("      | {line}\n"));
+            }
+            if lines.len() > SUMMARY_LINES {
+                out.push_str(&format!("      | ({} more lines)\n", lines.len() - SUMMARY_LINES));
+            }
         }
     }
+    out
 }
 
 #[cfg(test)]
@@ -254,7 +273,7 @@ error: test failed, to rerun pass `-p envrt-store-sqlite --test open_race`
 
 running 2 tests
 test driver_local::x ... ok
-test driver_local::y ... FAILED
+test driver_local::y                     ... FAILED
 
 failures:
 
@@ -302,6 +321,22 @@ error: 3 targets failed:
                 },
             ]
         );
+    }
+
+    #[test]
+    fn the_summary_shows_each_failure_once_with_its_message() {
+        let report = parse(RUN);
+        assert_eq!(
+            summary(&report.failures[2..]),
+            "  -p envrt-conformance --test conformance:\n    driver_local::y\n      | leaked a process\n"
+        );
+        let long = Failure {
+            target: "t".into(),
+            test: "x".into(),
+            message: (1..=14).map(|n| n.to_string()).collect::<Vec<_>>().join("\n"),
+        };
+        let shown = summary(&[long]);
+        assert!(shown.ends_with("      | 12\n      | (2 more lines)\n"), "{shown}");
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::process::containment::tied_to;
 const SCAN_PASSES: usize = 20;
 
 /// How long a pause waits for the cgroup to report frozen and each process to stop.
-const SETTLE: Duration = Duration::from_secs(5);
+const SETTLE: Duration = Duration::from_secs(15);
 
 #[async_trait]
 impl PauseLease for LocalDriver {

@@ -25,11 +25,16 @@ pub(super) const CHECKS: &[Check] = &[Check::maybe(
 /// one is watched: the window is an event, not a clock.
 const WINDOW_TICKS: u64 = 50;
 
+/// How much CPU time the unpaused lease's counter uses after the pause returned and before
+/// the paused one's CPU time is taken: the kernel accounts a stopping task's last slice
+/// when it leaves the CPU, which may be just after the driver saw it stopped.
+const SETTLE_TICKS: u64 = 5;
+
 /// Bound on every wait of the check.
 const BOUND: Duration = Duration::from_secs(60);
 
 /// Bound on the wait for a thawed busy counter to use its next clock tick.
-const CONTINUE_BOUND: Duration = Duration::from_secs(20);
+const CONTINUE_BOUND: Duration = Duration::from_secs(30);
 
 /// The CPU time (user + system clock ticks) of the processes carrying `marker`.
 fn ticks(proc_root: &Path, pids: &[u32]) -> u64 {
@@ -43,6 +48,44 @@ fn ticks(proc_root: &Path, pids: &[u32]) -> u64 {
             Some(user + system)
         })
         .sum()
+}
+
+/// What `/proc` says of each process: its state and its cgroup, for a failure's message.
+fn states(proc_root: &Path, pids: &[u32]) -> String {
+    pids.iter()
+        .map(|pid| {
+            let dir = proc_root.join(pid.to_string());
+            let state = std::fs::read_to_string(dir.join("stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = stat.get(stat.rfind(')')? + 1..)?;
+                    rest.split_whitespace().next().map(str::to_owned)
+                })
+                .unwrap_or_else(|| "gone".into());
+            let cgroup = std::fs::read_to_string(dir.join("cgroup"))
+                .ok()
+                .and_then(|c| c.lines().find_map(|l| l.strip_prefix("0::").map(str::to_owned)))
+                .unwrap_or_default();
+            format!("{pid}: state {state}, cgroup {cgroup:?}")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Waits (bounded by [`BOUND`]) until the processes `pids` have used `ticks` more clock
+/// ticks than `from`.
+async fn until_used(root: &Path, pids: &[u32], from: u64, ticks_more: u64) -> Result<(), String> {
+    let until = tokio::time::Instant::now() + BOUND;
+    while ticks(root, pids) < from + ticks_more {
+        ensure(tokio::time::Instant::now() < until, || {
+            format!(
+                "the unpaused lease's counter made no progress either ({})",
+                states(root, pids)
+            )
+        })?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
 }
 
 /// Starts a busy counter carrying `marker` on the lease, on a task of its own (it runs
@@ -115,18 +158,17 @@ async fn round_trip(ctx: &Ctx, lease: &Lease, reference: &Lease) -> Result<Check
         Err(error) => return Err(format!("pause_lease failed: {error}")),
     }
     let root = ctx.proc_root.as_path();
+    let at_pause = ticks(root, &pids);
+    until_used(root, &reference_pids, ticks(root, &reference_pids), SETTLE_TICKS).await?;
     let frozen = ticks(root, &pids);
-    let start = ticks(root, &reference_pids);
-    let until = tokio::time::Instant::now() + BOUND;
-    while ticks(root, &reference_pids) < start + WINDOW_TICKS {
-        ensure(tokio::time::Instant::now() < until, || {
-            "the unpaused lease's counter made no progress either".into()
-        })?;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_used(root, &reference_pids, ticks(root, &reference_pids), WINDOW_TICKS).await?;
     let now = ticks(root, &pids);
     ensure(now == frozen, || {
-        format!("a paused lease's process made progress: its CPU time went from {frozen} to {now} ticks")
+        format!(
+            "a paused lease's process made progress: its CPU time went from {frozen} to {now} ticks \
+             ({at_pause} when the pause returned; {})",
+            states(root, &pids)
+        )
     })?;
 
     let text = format!("Lease \"{}\" is paused.", lease.id);
@@ -173,7 +215,10 @@ async fn round_trip(ctx: &Ctx, lease: &Lease, reference: &Lease) -> Result<Check
     let until = tokio::time::Instant::now() + CONTINUE_BOUND;
     while ticks(root, &pids) <= frozen {
         ensure(tokio::time::Instant::now() < until, || {
-            "the paused lease's process did not go on after unpause".into()
+            format!(
+                "the paused lease's process did not go on after unpause: its CPU time stayed at {frozen} ticks ({})",
+                states(root, &pids)
+            )
         })?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
