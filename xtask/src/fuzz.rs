@@ -17,9 +17,11 @@ use std::time::Instant;
 use crate::util::root;
 
 const USAGE: &str = "\
-cargo xtask fuzz [--target T]... [--seconds S] [--rss-mb M] [--minimize]
+cargo xtask fuzz [--target T]... [--seconds S] [--runs N] [--sanitizer S] [--rss-mb M] [--minimize]
   --target T     only this target (repeatable; default every target in fuzz/fuzz_targets)
-  --seconds S    seconds per target (default 60)
+  --seconds S    seconds per target (default 60; with --runs, an upper bound)
+  --runs N       end a target once it has run N inputs (libFuzzer's -runs)
+  --sanitizer S  cargo fuzz's sanitizer: address (default) or none (several times faster)
   --rss-mb M     libFuzzer's -rss_limit_mb (default 2048)
   --minimize     afterwards, merge each target's findings into fuzz/corpus/T (-merge=1)";
 
@@ -29,6 +31,10 @@ const INPUT_TIMEOUT: u32 = 1;
 struct Options {
     targets: Vec<String>,
     seconds: u64,
+    /// Inputs per target after which it ends, when asked for.
+    runs: Option<u64>,
+    /// `cargo fuzz --sanitizer`.
+    sanitizer: String,
     rss_mb: u64,
     minimize: bool,
 }
@@ -37,9 +43,12 @@ fn parse(args: &[String]) -> Result<Options, String> {
     let mut options = Options {
         targets: Vec::new(),
         seconds: 60,
+        runs: None,
+        sanitizer: "address".to_owned(),
         rss_mb: 2048,
         minimize: false,
     };
+    let mut seconds_given = false;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
@@ -55,11 +64,23 @@ fn parse(args: &[String]) -> Result<Options, String> {
         };
         match arg.as_str() {
             "--target" => options.targets.push(value("--target")?),
-            "--seconds" => options.seconds = number("--seconds", value("--seconds")?)?,
+            "--seconds" => {
+                options.seconds = number("--seconds", value("--seconds")?)?;
+                seconds_given = true;
+            }
+            "--runs" => options.runs = Some(number("--runs", value("--runs")?)?),
+            "--sanitizer" => match value("--sanitizer")?.as_str() {
+                s @ ("address" | "none") => options.sanitizer = s.to_owned(),
+                other => return Err(format!("--sanitizer {other:?}: expected address or none\n\n{USAGE}")),
+            },
             "--rss-mb" => options.rss_mb = number("--rss-mb", value("--rss-mb")?)?,
             "--minimize" => options.minimize = true,
             other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
         }
+    }
+    if options.runs.is_some() && !seconds_given {
+        // The runs end it; the time bound only catches a run that stalls.
+        options.seconds = 24 * 3600;
     }
     Ok(options)
 }
@@ -152,9 +173,15 @@ fn run_one(target: &str, options: &Options, work: &Path) -> Result<Outcome, Stri
         if left < 5 && total.is_some() {
             break "ok".to_owned();
         }
+        let runs_left = options.runs.map(|runs| runs.saturating_sub(total.unwrap_or(0)));
+        if runs_left == Some(0) {
+            break "ok".to_owned();
+        }
         let log = fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let mut command = cargo_fuzz();
-        command.args(["run", target]).arg(&scratch);
+        command
+            .args(["run", "--sanitizer", &options.sanitizer, target])
+            .arg(&scratch);
         for seeds in ["corpus", "regressions"] {
             let dir = fuzz_dir().join(seeds).join(target);
             if dir.is_dir() {
@@ -168,6 +195,9 @@ fn run_one(target: &str, options: &Options, work: &Path) -> Result<Outcome, Stri
             &format!("-timeout={INPUT_TIMEOUT}"),
             "-print_final_stats=1",
         ]);
+        if let Some(runs) = runs_left {
+            command.arg(format!("-runs={runs}"));
+        }
         let log_err = log.try_clone().map_err(|e| e.to_string())?;
         command.stdout(Stdio::from(log)).stderr(Stdio::from(log_err));
         let status = command
@@ -199,7 +229,7 @@ fn run_one(target: &str, options: &Options, work: &Path) -> Result<Outcome, Stri
     };
     let seconds = started.elapsed().as_secs_f64();
     if options.minimize && result == "ok" {
-        minimize(target, &scratch, work)?;
+        minimize(target, &options.sanitizer, &scratch, work)?;
     }
     let result = if notes.is_empty() {
         result
@@ -216,14 +246,14 @@ fn run_one(target: &str, options: &Options, work: &Path) -> Result<Outcome, Stri
 
 /// Replaces `fuzz/corpus/<target>` with the `-merge=1` minimization of it and the run's
 /// findings.
-fn minimize(target: &str, scratch: &Path, work: &Path) -> Result<(), String> {
+fn minimize(target: &str, sanitizer: &str, scratch: &Path, work: &Path) -> Result<(), String> {
     let corpus = fuzz_dir().join("corpus").join(target);
     let merged = work.join("merged").join(target);
     let _ = fs::remove_dir_all(&merged);
     fs::create_dir_all(&merged).map_err(|e| format!("{}: {e}", merged.display()))?;
     let mut command = cargo_fuzz();
     command
-        .args(["run", target])
+        .args(["run", "--sanitizer", sanitizer, target])
         .arg(&merged)
         .arg(&corpus)
         .arg(scratch)
@@ -247,7 +277,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         return Err(format!("no fuzz target {unknown:?} (targets: {})", all.join(", ")));
     }
     let mut build = cargo_fuzz();
-    build.arg("build");
+    build.args(["build", "--sanitizer", &options.sanitizer]);
     // `cargo fuzz build` takes one target, or builds them all
     if let [one] = chosen.as_slice() {
         build.arg(one);
@@ -339,7 +369,25 @@ mod tests {
                 .unwrap()
                 .starts_with("unknown argument \"--what\"\n\n")
         );
+        assert!(
+            args(&["--sanitizer", "memory"])
+                .unwrap()
+                .starts_with("--sanitizer \"memory\": expected address or none\n\n")
+        );
+        assert!(
+            args(&["--runs", "x"])
+                .unwrap()
+                .starts_with("--runs \"x\": expected a positive number\n\n")
+        );
         assert_eq!(args(&["--target", "a", "--seconds", "5", "--minimize"]), None);
+        let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let runs = parse(&strings(&["--runs", "10000000", "--sanitizer", "none"])).unwrap();
+        assert_eq!(
+            (runs.runs, runs.seconds, runs.sanitizer.as_str()),
+            (Some(10_000_000), 24 * 3600, "none")
+        );
+        let both = parse(&strings(&["--runs", "5", "--seconds", "9"])).unwrap();
+        assert_eq!((both.runs, both.seconds), (Some(5), 9));
     }
 
     #[test]

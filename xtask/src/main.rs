@@ -43,7 +43,9 @@ tasks:
                          them one at a time (niced), each input bounded to 1 s and the
                          process to -rss_limit_mb; prints the executions per target
       --target T                          only this target (repeatable)
-      --seconds S                         seconds per target (default 60)
+      --seconds S                         seconds per target (default 60; with --runs, a bound)
+      --runs N                            end a target after N inputs (libFuzzer's -runs)
+      --sanitizer address|none            cargo fuzz's sanitizer (default address)
       --rss-mb M                          libFuzzer's -rss_limit_mb (default 2048)
       --minimize                          merge the findings into fuzz/corpus/T (-merge=1)
   setup                  install and start what the tests need (apt packages, dockerd,
