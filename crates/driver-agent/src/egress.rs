@@ -223,15 +223,36 @@ pub fn stop_proxy(lease_dir: &Path, sockets: &Path) {
     }
 }
 
-/// Tells the lease's running proxy to read its policy file again: `Ok(false)` when none
+/// How long an update waits for the proxy to say it applied the new policy.
+const RELOAD_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Tells the lease's running proxy to read its policy file again and waits (bounded by
+/// [`RELOAD_BOUND`]) until it says it applied that file (`egress.json.applied` holds the
+/// same bytes), so the policy is in force when the update returns: `Ok(false)` when none
 /// runs (the caller starts one).
-pub fn reload_proxy(lease: &str, lease_dir: &Path, sockets: &Path) -> Result<bool, DriverError> {
+pub async fn reload_proxy(lease: &str, lease_dir: &Path, sockets: &Path) -> Result<bool, DriverError> {
     let Some(pid) = running_proxy(lease_dir, sockets).and_then(rustix::process::Pid::from_raw) else {
         return Ok(false);
     };
+    let policy = lease_dir.join("egress.json");
+    // What `envrt-egress` writes once it applied the file (`FILE.applied`).
+    let applied = lease_dir.join("egress.json.applied");
+    let wanted = std::fs::read(&policy).map_err(|e| DriverError::io(format!("cannot read {}", policy.display()), e))?;
     rustix::process::kill_process(pid, rustix::process::Signal::HUP)
-        .map(|()| true)
-        .map_err(|e| DriverError::other(format!("cannot signal the egress proxy of lease {lease}: {e}")))
+        .map_err(|e| DriverError::other(format!("cannot signal the egress proxy of lease {lease}: {e}")))?;
+    let until = std::time::Instant::now() + RELOAD_BOUND;
+    loop {
+        if std::fs::read(&applied).is_ok_and(|bytes| bytes == wanted) {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= until {
+            return Err(DriverError::other(format!(
+                "the egress proxy of lease {lease} did not apply the new policy within {} s",
+                RELOAD_BOUND.as_secs()
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
 }
 
 #[cfg(test)]

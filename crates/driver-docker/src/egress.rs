@@ -186,7 +186,7 @@ impl DockerDriver {
         }
         let dir = lease_dir(&container_name(lease));
         write_policy(&dir, policy)?;
-        if reload_proxy(lease, &dir, &sockets_dir(&dir))? {
+        if reload_proxy(lease, &dir, &sockets_dir(&dir)).await? {
             return Ok(());
         }
         let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;

@@ -16,7 +16,9 @@
 //!   most [`MAX_POLICY_BYTES`]; `--upstream` the one DNS server names are resolved through.
 //! - Once both sockets accept it prints `envrt-egress listening on PROXY_SOCKET` on stdout.
 //! - SIGHUP re-reads the policy file and applies it: new connections and DNS answers use it
-//!   at once and open connections it denies are cut. A file that cannot be read or parsed
+//!   at once and open connections it denies are cut; then it writes the bytes it applied to
+//!   `FILE.applied` beside it (another name, then a rename), which the driver's update waits
+//!   for. A file that cannot be read or parsed
 //!   keeps the policy in force, and says why on stderr (`envrt-egress: policy not reloaded:
 //!   ...`). The driver writes the new file under another name and renames it over the old.
 //! - SIGTERM or SIGINT end it (exit 0).
@@ -102,6 +104,30 @@ impl Options {
 
 /// The policy in `path`: its JSON form, at most [`MAX_POLICY_BYTES`].
 pub fn read_policy(path: &Path) -> Result<Policy, String> {
+    read_policy_bytes(path).map(|(policy, _)| policy)
+}
+
+/// The name beside the policy file where a reload writes the bytes it applied.
+pub fn applied_path(policy: &Path) -> PathBuf {
+    let mut name = policy.file_name().unwrap_or_default().to_os_string();
+    name.push(".applied");
+    policy.with_file_name(name)
+}
+
+/// Writes `bytes`, the policy just applied, to [`applied_path`] (another name, then a
+/// rename): the driver's update waits for it, so a policy is in force when the update
+/// returns.
+fn acknowledge(policy: &Path, bytes: &[u8]) -> Result<(), String> {
+    let done = applied_path(policy);
+    let mut next = done.clone().into_os_string();
+    next.push(".next");
+    let next = PathBuf::from(next);
+    std::fs::write(&next, bytes)
+        .and_then(|()| std::fs::rename(&next, &done))
+        .map_err(|e| format!("cannot write {}: {e}", done.display()))
+}
+
+fn read_policy_bytes(path: &Path) -> Result<(Policy, Vec<u8>), String> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let mut text = Vec::new();
@@ -111,7 +137,8 @@ pub fn read_policy(path: &Path) -> Result<Policy, String> {
     if text.len() as u64 > MAX_POLICY_BYTES {
         return Err(format!("{} is larger than {MAX_POLICY_BYTES} bytes", path.display()));
     }
-    serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let policy = serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((policy, text))
 }
 
 /// A listener on `path` (a stale socket there is replaced; anything else is refused), mode
@@ -169,8 +196,13 @@ pub async fn run(options: Options) -> Result<(), String> {
             served = &mut serving => {
                 return served.map_err(|e| format!("a listener failed: {e}"));
             }
-            _ = hangup.recv() => match read_policy(&options.policy) {
-                Ok(policy) => proxy.update_policy(policy),
+            _ = hangup.recv() => match read_policy_bytes(&options.policy) {
+                Ok((policy, bytes)) => {
+                    proxy.update_policy(policy);
+                    if let Err(why) = acknowledge(&options.policy, &bytes) {
+                        eprintln!("envrt-egress: policy reloaded but not acknowledged: {why}");
+                    }
+                }
                 Err(why) => eprintln!("envrt-egress: policy not reloaded: {why}"),
             },
             _ = terminate.recv() => return Ok(()),

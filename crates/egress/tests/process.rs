@@ -112,24 +112,32 @@ fn the_egress_process_enforces_its_policy_file_on_unix_sockets_and_reloads_it_on
         // The unlisted name never left the machine's proxy.
         assert_eq!(dns.count("other.test"), 0, "{:?}", dns.names());
 
-        // A new policy, then SIGHUP: in force for the next request.
+        // A new policy, then SIGHUP: once the proxy wrote back what it applied, the new
+        // policy is in force for the very next request.
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        write_policy(&policy, r#"{"egress":"none"}"#);
+        let applied = dir.path().join("policy.json.applied");
+        assert!(!applied.exists(), "nothing was reloaded yet");
+        let none = r#"{"egress":"none"}"#;
+        write_policy(&policy, none);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let a = get(&proxy, "web.test").await;
-            if a.status == 403 {
-                assert_eq!(a.body, "envrt egress: refused: egress is \"none\"\n");
-                break;
-            }
-            assert!(Instant::now() < deadline, "the new policy never took effect: {a:?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        while std::fs::read_to_string(&applied).ok().as_deref() != Some(none) {
+            assert!(
+                Instant::now() < deadline,
+                "the proxy never said it applied the new policy"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        // A file that does not parse keeps the policy in force.
+        let a = get(&proxy, "web.test").await;
+        assert_eq!(
+            (a.status, a.body.as_str()),
+            (403, "envrt egress: refused: egress is \"none\"\n")
+        );
+        // A file that does not parse keeps the policy in force, and is not acknowledged.
         write_policy(&policy, r#"{"egress":"allow","allow":["py*.org"]}"#);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(std::fs::read_to_string(&applied).unwrap(), none);
         let a = get(&proxy, "web.test").await;
         assert_eq!(
             (a.status, a.body.as_str()),

@@ -10,7 +10,9 @@ use std::process::{Command, Stdio};
 use crate::network::TestHost;
 
 /// The server: one JSON line per request in `https.log`; `/redirect` answers 302 to
-/// `https://other.test/`, anything else `hello https from HOST`.
+/// `https://other.test/` and `/redirect/REST` to `https://other.test/REST` (a check running
+/// beside others on the same host tells its own redirected request apart), anything else
+/// `hello https from HOST`.
 const HTTPS_SERVER: &str = r#"
 import http.server, json, ssl, sys
 addr, folder, cert, key = sys.argv[1:5]
@@ -21,9 +23,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             log.write(json.dumps({"host": self.headers.get("Host"), "path": self.path,
                                   "authorization": self.headers.get("Authorization")}) + "\n")
         body = ("hello https from " + str(self.headers.get("Host"))).encode()
-        self.send_response(302 if self.path == "/redirect" else 200)
-        if self.path == "/redirect":
-            self.send_header("Location", "https://other.test/")
+        redirect = self.path == "/redirect" or self.path.startswith("/redirect/")
+        self.send_response(302 if redirect else 200)
+        if redirect:
+            self.send_header("Location", "https://other.test/" + self.path[len("/redirect/"):])
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -185,7 +185,7 @@ impl SandboxDriver {
             make_dir(&sockets, 0o755)?;
         }
         write_policy(&dir, policy)?;
-        if !reload_proxy(lease, &dir, &sockets)? {
+        if !reload_proxy(lease, &dir, &sockets).await? {
             let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;
             start_proxy(setup, lease, &dir, &sockets, None).await?;
         }
