@@ -227,7 +227,7 @@ pub fn stop_proxy(lease_dir: &Path, sockets: &Path) {
 const RELOAD_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Tells the lease's running proxy to read its policy file again and waits (bounded by
-/// [`RELOAD_BOUND`]) until it says it applied that file (`egress.json.applied` holds the
+/// 10 s) until it says it applied that file (`egress.json.applied` holds the
 /// same bytes), so the policy is in force when the update returns: `Ok(false)` when none
 /// runs (the caller starts one).
 pub async fn reload_proxy(lease: &str, lease_dir: &Path, sockets: &Path) -> Result<bool, DriverError> {
