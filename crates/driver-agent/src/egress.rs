@@ -104,14 +104,17 @@ pub fn proxy_env() -> Vec<(String, String)> {
     env
 }
 
+/// The lease's policy file in its directory, the proxy's `--policy`.
+const POLICY_FILE: &str = "egress.json";
+
 /// Writes `policy` as the lease's policy file, atomically (another name, then a rename).
 pub fn write_policy(lease_dir: &Path, policy: &Policy) -> Result<(), DriverError> {
     let json = serde_json::to_vec(policy).map_err(|e| DriverError::other(format!("cannot encode the policy: {e}")))?;
-    let next = lease_dir.join("egress.json.next");
+    let next = lease_dir.join(format!("{POLICY_FILE}.next"));
     std::fs::write(&next, json).map_err(|e| DriverError::io(format!("cannot write {}", next.display()), e))?;
     std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| DriverError::io(format!("cannot write {}", next.display()), e))?;
-    let path = lease_dir.join("egress.json");
+    let path = lease_dir.join(POLICY_FILE);
     std::fs::rename(&next, &path).map_err(|e| DriverError::io(format!("cannot write {}", path.display()), e))
 }
 
@@ -168,7 +171,7 @@ pub async fn start_proxy(
         .arg("--dns-socket")
         .arg(sockets.join(DNS_SOCKET))
         .arg("--policy")
-        .arg(lease_dir.join("egress.json"))
+        .arg(lease_dir.join(POLICY_FILE))
         .arg("--upstream")
         .arg(setup.upstream.to_string())
         .env_clear()
@@ -234,9 +237,9 @@ pub async fn reload_proxy(lease: &str, lease_dir: &Path, sockets: &Path) -> Resu
     let Some(pid) = running_proxy(lease_dir, sockets).and_then(rustix::process::Pid::from_raw) else {
         return Ok(false);
     };
-    let policy = lease_dir.join("egress.json");
+    let policy = lease_dir.join(POLICY_FILE);
     // What `envrt-egress` writes once it applied the file (`FILE.applied`).
-    let applied = lease_dir.join("egress.json.applied");
+    let applied = lease_dir.join(format!("{POLICY_FILE}.applied"));
     let wanted = std::fs::read(&policy).map_err(|e| DriverError::io(format!("cannot read {}", policy.display()), e))?;
     rustix::process::kill_process(pid, rustix::process::Signal::HUP)
         .map_err(|e| DriverError::other(format!("cannot signal the egress proxy of lease {lease}: {e}")))?;

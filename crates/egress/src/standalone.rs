@@ -108,7 +108,7 @@ pub fn read_policy(path: &Path) -> Result<Policy, String> {
 }
 
 /// The name beside the policy file where a reload writes the bytes it applied.
-pub fn applied_path(policy: &Path) -> PathBuf {
+fn applied_path(policy: &Path) -> PathBuf {
     let mut name = policy.file_name().unwrap_or_default().to_os_string();
     name.push(".applied");
     policy.with_file_name(name)

@@ -36,15 +36,21 @@ const BOUND: Duration = Duration::from_secs(60);
 /// Bound on the wait for a thawed busy counter to use its next clock tick.
 const CONTINUE_BOUND: Duration = Duration::from_secs(30);
 
+/// The fields of `/proc/PID/stat` after the command name (state first); `None` when the
+/// process is gone.
+fn stat_fields(proc_root: &Path, pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
 /// The CPU time (user + system clock ticks) of the processes carrying `marker`.
 fn ticks(proc_root: &Path, pids: &[u32]) -> u64 {
     pids.iter()
-        .filter_map(|pid| std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok())
-        .filter_map(|stat| {
-            let rest = &stat[stat.rfind(')')? + 1..];
-            let mut fields = rest.split_whitespace().skip(11);
-            let user: u64 = fields.next()?.parse().ok()?;
-            let system: u64 = fields.next()?.parse().ok()?;
+        .filter_map(|pid| stat_fields(proc_root, *pid))
+        .filter_map(|fields| {
+            let user: u64 = fields.get(11)?.parse().ok()?;
+            let system: u64 = fields.get(12)?.parse().ok()?;
             Some(user + system)
         })
         .sum()
@@ -54,15 +60,10 @@ fn ticks(proc_root: &Path, pids: &[u32]) -> u64 {
 fn states(proc_root: &Path, pids: &[u32]) -> String {
     pids.iter()
         .map(|pid| {
-            let dir = proc_root.join(pid.to_string());
-            let state = std::fs::read_to_string(dir.join("stat"))
-                .ok()
-                .and_then(|stat| {
-                    let rest = stat.get(stat.rfind(')')? + 1..)?;
-                    rest.split_whitespace().next().map(str::to_owned)
-                })
+            let state = stat_fields(proc_root, *pid)
+                .and_then(|fields| fields.into_iter().next())
                 .unwrap_or_else(|| "gone".into());
-            let cgroup = std::fs::read_to_string(dir.join("cgroup"))
+            let cgroup = std::fs::read_to_string(proc_root.join(pid.to_string()).join("cgroup"))
                 .ok()
                 .and_then(|c| c.lines().find_map(|l| l.strip_prefix("0::").map(str::to_owned)))
                 .unwrap_or_default();
