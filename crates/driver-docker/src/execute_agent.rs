@@ -19,7 +19,9 @@
 //!   `setsid` escapee among them, and all their descendants), then drains what is left. A
 //!   command that exits while something in the background still holds its output has
 //!   that tree killed once a look sees the exit (100 ms after the start, then every
-//!   250 ms at most: one request on the socket each), as the exec path does. A signal
+//!   250 ms at most: one request on the socket each, answered while the output is still
+//!   taken), as the exec path does. Output that never pauses starves neither the timeout
+//!   nor those looks. A signal
 //!   death is reported as the signal. A dropped call kills the tree in `Drop`.
 //! - **Untrusted.** The supervisor is inside the boundary: its frames are bounded and
 //!   checked by its client, and what it says only decides which processes of this
@@ -35,7 +37,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use envrt_driver_agent::agent::client::Event;
-use envrt_driver_agent::agent::proto::{Status, Stream};
+use envrt_driver_agent::agent::proto::{ProcessInfo, Status, Stream};
 use envrt_driver_agent::{AgentHost, AgentSpawnRequest, AgentStdinMode, ClientError};
 use envrt_driver_api::execute::{Ending, signal_name};
 use envrt_driver_api::{
@@ -100,7 +102,7 @@ impl Collector<'_> {
 
 /// How the output stream ended.
 enum End {
-    Exit(envrt_driver_agent::agent::proto::ProcessInfo),
+    Exit(ProcessInfo),
     Broken(String),
     TimedOut,
     Holders,
@@ -208,36 +210,49 @@ impl DockerDriver {
         let deadline = request.timeout.map(|t| Instant::now() + t);
         let mut poll_delay = FIRST_POLL;
         let mut next_poll = Some(Instant::now() + poll_delay);
+        // A look at the command's status in flight. It runs on a task of its own while
+        // this loop goes on taking output: its answer comes on the same connection as the
+        // chunks, behind any this loop has not taken yet.
+        let mut look: Option<tokio::task::JoinHandle<Result<ProcessInfo, ClientError>>> = None;
         let end = loop {
+            // The clocks first: output that never pauses must not starve them.
             tokio::select! {
                 biased;
+                _ = sleep_until_opt(deadline) => break End::TimedOut,
+                _ = sleep_until_opt(next_poll), if look.is_none() => {
+                    // The output stays open while something in the background holds it:
+                    // notice the command's own exit apart.
+                    let client = Arc::clone(&client);
+                    let id = info.id;
+                    look = Some(tokio::spawn(async move { client.info(id).await }));
+                }
+                answer = async { look.as_mut().expect("guarded by the branch condition").await }, if look.is_some() => {
+                    look = None;
+                    match answer {
+                        Ok(Ok(now)) if now.status != Status::Running => break End::Holders,
+                        Ok(Ok(_)) => {
+                            poll_delay = (poll_delay * 2).min(MAX_POLL);
+                            next_poll = Some(Instant::now() + poll_delay);
+                        }
+                        // A held process leaves the table only once its final state went
+                        // to its reader, this output stream: the exit is on its way here,
+                        // and the stream ends with it (or breaks, which is caught below).
+                        Ok(Err(ClientError::Refused(_))) => next_poll = None,
+                        Ok(Err(error)) => break End::Broken(error.to_string()),
+                        Err(error) => break End::Broken(format!("its status look failed: {error}")),
+                    }
+                }
                 event = output.next() => match event {
                     Some(Ok(Event::Chunk(chunk))) => collector.deliver(chunk.stream, &chunk.bytes),
                     Some(Ok(Event::Exit(info))) => break End::Exit(info),
                     Some(Err(error)) => break End::Broken(error.to_string()),
                     None => break End::Broken("its output ended without the exit".to_owned()),
                 },
-                _ = sleep_until_opt(deadline) => break End::TimedOut,
-                _ = sleep_until_opt(next_poll) => {
-                    // The output stays open while something in the background holds it:
-                    // notice the command's own exit apart.
-                    match client.info(info.id).await {
-                        Ok(now) if now.status != Status::Running => break End::Holders,
-                        Ok(_) => {}
-                        // A held process leaves the table only once its final state went to
-                        // its reader, this output stream: the exit is on its way here, and
-                        // the stream ends with it (or breaks, which is caught above).
-                        Err(ClientError::Refused(_)) => {
-                            next_poll = None;
-                            continue;
-                        }
-                        Err(error) => break End::Broken(error.to_string()),
-                    }
-                    poll_delay = (poll_delay * 2).min(MAX_POLL);
-                    next_poll = Some(Instant::now() + poll_delay);
-                }
             }
         };
+        if let Some(look) = look {
+            look.abort();
+        }
         let mut metadata = JsonMap::new();
         metadata.insert("containerId".into(), container.into());
         metadata.insert("pid".into(), info.pid.into());
@@ -270,6 +285,8 @@ impl DockerDriver {
         if let Some(writer) = writer {
             writer.abort();
         }
+        // No longer read: chunks still on their way must not hold up the status's answer.
+        drop(output);
         let status = match last {
             Some(info) => info.status,
             None => client.info(info.id).await.map_or(Status::Running, |info| info.status),

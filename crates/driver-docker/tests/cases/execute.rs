@@ -151,6 +151,50 @@ async fn returns_when_the_command_exits_even_if_a_grandchild_holds_stdout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_writes_without_pause_still_times_out() {
+    // Output that never stops must not starve the timeout.
+    let h = execute_harness!();
+    common::bounded(120, async {
+        let lease = h.default_lease().await;
+        let mut request = ExecuteRequest::new("yes", ["envrt-flood"]);
+        request.timeout = Some(Duration::from_millis(1500));
+        let r = h.runtime.execute(&lease.id, request).await.unwrap();
+        assert!(r.timed_out, "{:?}", r.metadata);
+        assert_eq!(r.exit_code, None);
+        assert!(r.stdout.starts_with(b"envrt-flood\n"), "{} bytes", r.stdout.len());
+        assert_eq!(
+            h.processes_matching(&lease, "yes envrt-flood").await,
+            Vec::<String>::new()
+        );
+    })
+    .await;
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_is_noticed_while_a_background_writer_floods_the_output() {
+    // The command exits; what it left in the background writes without pause and holds
+    // the output open. The exit must still be seen (and the writer killed), long before
+    // the timeout.
+    let h = execute_harness!();
+    common::bounded(120, async {
+        let lease = h.default_lease().await;
+        let mut request = ExecuteRequest::new("sh", ["-c", "yes envrt-flood-bg & exit 3"]);
+        request.timeout = Some(Duration::from_secs(60));
+        let r = h.runtime.execute(&lease.id, request).await.unwrap();
+        assert!(!r.timed_out, "{:?}", r.metadata);
+        assert_eq!(r.exit_code, Some(3), "{:?}", r.metadata);
+        assert_eq!(r.metadata["killedTree"], true, "{:?}", r.metadata);
+        assert_eq!(
+            h.processes_matching(&lease, "yes envrt-flood-bg").await,
+            Vec::<String>::new()
+        );
+    })
+    .await;
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_is_capped_per_stream_and_streams_to_the_sink() {
     let h = execute_harness!();
     common::bounded(120, async {
