@@ -97,6 +97,9 @@ impl Host {
 
     async fn connect(&self) -> Result<Session, DriverError> {
         prepare_control_dir(&self.control_dir)?;
+        end_orphaned_masters(&self.control_dir).await;
+        let own = own_master_dir(&self.control_dir);
+        prepare_control_dir(&own)?;
         let t = &self.target;
         let mut builder = SessionBuilder::default();
         builder
@@ -105,8 +108,10 @@ impl Host {
             } else {
                 KnownHosts::Strict
             })
-            .control_directory(&self.control_dir)
-            // A master orphaned by a crashed host program goes away by itself.
+            .control_directory(&own)
+            // A master orphaned by a crashed host program goes away by itself, or sooner
+            // at the next connection any program of this user makes
+            // ([`end_orphaned_masters`]).
             .control_persist(ControlPersist::IdleFor(
                 std::num::NonZeroUsize::new(60).expect("non-zero"),
             ))
@@ -300,6 +305,64 @@ fn connect_error(target: &SshTarget, error: &openssh::Error) -> DriverError {
     DriverError::Unavailable {
         message: format!("Cannot connect to SSH host {}: {why}.", target.shown()),
         source: None,
+    }
+}
+
+/// The start of the name of a program's own directory of master control sockets inside
+/// the control directory: `m-{pid}-{nonce}`.
+const MASTER_DIR_PREFIX: &str = "m-";
+
+/// How long ending one orphaned master may take.
+const END_MASTER_BOUND: Duration = Duration::from_secs(5);
+
+/// This program's directory of master control sockets in `control_dir`, named by its pid
+/// (and a nonce of this run), so that a later program can tell the masters a killed one
+/// left from those of a program still running.
+fn own_master_dir(control_dir: &Path) -> PathBuf {
+    static NONCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let nonce = NONCE.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..8].to_owned());
+    control_dir.join(format!("{MASTER_DIR_PREFIX}{}-{nonce}", std::process::id()))
+}
+
+/// Ends the masters that programs now gone left in `control_dir` (a host program killed
+/// with its master up: `ControlPersist` would keep the master, its TCP connection and the
+/// remote session for up to a minute each, and a crash loop adds one per crash), then
+/// removes their directories. Each is asked to exit through its control socket (`ssh -O
+/// exit`), bounded by [`END_MASTER_BOUND`]; best effort. A program whose pid names a live
+/// process keeps its masters (a reused pid only delays the clean-up).
+pub(crate) async fn end_orphaned_masters(control_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(control_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(MASTER_DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        for connection in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
+            let socket = connection.path().join("master");
+            if socket.exists() {
+                let exit = tokio::process::Command::new("ssh")
+                    .arg("-S")
+                    .arg(&socket)
+                    .args(["-O", "exit", "envrt-orphaned-master"])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .kill_on_drop(true)
+                    .status();
+                let _ = tokio::time::timeout(END_MASTER_BOUND, exit).await;
+            }
+        }
+        let _ = std::fs::remove_dir_all(entry.path());
     }
 }
 
