@@ -22,9 +22,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub const ABORT_VAR: &str = "ENVRT_TEST_ABORT_AT";
 
 /// The operations with fault points.
-/// `sync_in` and `sync_out` are the sandbox worker's (it kills itself with SIGKILL there,
-/// see [`reached`]); `sync_place` is the sandbox host's, where it puts what the worker
-/// wrote out in place.
+/// `sync_in` and `sync_out` come after each file a sync copies: in the sandbox worker (it
+/// kills itself with SIGKILL there, see [`reached`]), in the local driver's copy, and in
+/// the tar extractor behind Docker's and ssh's sync out; `sync_place` comes after each
+/// target is put in place (the sandbox host's placing of what the worker wrote out, the
+/// local driver's commit, the extractor's `Staging::place` in `envrt-driver-files`).
 pub const OPERATIONS: &[&str] = &[
     "acquire",
     "release",

@@ -97,6 +97,10 @@ pub struct ExtractPlan<'a> {
     pub target_shown: &'a str,
 }
 
+/// The prefix of a staging directory's name, `.envrt-stage-{pid}-{uuid}`: the pid of the
+/// process that made it, so a later one can remove what a killed one left.
+pub const STAGING_PREFIX: &str = ".envrt-stage-";
+
 /// A private directory beside a target holding one staged tree until it is placed.
 pub struct Staging {
     dir: PathBuf,
@@ -105,7 +109,9 @@ pub struct Staging {
 }
 
 impl Staging {
-    /// Creates the target's parent directories and a fresh staging directory (`0700`) in it.
+    /// Creates the target's parent directories and a fresh staging directory (`0700`) in it,
+    /// after removing the staging directories there whose process is gone (a host program
+    /// killed mid-sync cannot remove its own).
     pub fn new(target: &Path) -> Result<Staging, DriverError> {
         let parent = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -113,7 +119,12 @@ impl Staging {
             None => return Err(DriverError::invalid("A sync target needs a parent directory.")),
         };
         fs::create_dir_all(&parent).map_err(|e| DriverError::io(format!("Creating {}", parent.display()), e))?;
-        let dir = parent.join(format!(".envrt-stage-{}", uuid::Uuid::new_v4().simple()));
+        crate::stale::remove_entries_of_dead_pids(&parent, STAGING_PREFIX);
+        let dir = parent.join(format!(
+            "{STAGING_PREFIX}{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
         fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
@@ -143,10 +154,26 @@ impl Staging {
         self.dir.join(STAGED)
     }
 
-    /// Moves the staged tree onto the target (an existing target is moved into the staging
-    /// directory first, and back when the move fails).
+    /// Puts the staged tree at the target in one atomic step: the two are exchanged
+    /// (`renameat2` `RENAME_EXCHANGE`), and the previous target, now in the staging
+    /// directory, goes with it, so a process killed at any moment leaves the target as it
+    /// was or complete. A missing target takes a plain rename. Where the file system cannot
+    /// exchange, an existing target is moved into the staging directory first (not atomic
+    /// against a kill) and back when the move fails.
     pub fn place(&self) -> Result<(), DriverError> {
+        use rustix::fs::{CWD, RenameFlags, renameat_with};
         let io = |e| DriverError::io(format!("Replacing {}", self.target.display()), e);
+        match renameat_with(CWD, self.staged(), CWD, &self.target, RenameFlags::EXCHANGE) {
+            Ok(()) => {
+                envrt_driver_api::fault::point("sync_place");
+                return Ok(());
+            }
+            Err(rustix::io::Errno::NOENT) if fs::symlink_metadata(&self.target).is_err() => {
+                return fs::rename(self.staged(), &self.target).map_err(io);
+            }
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS | rustix::io::Errno::OPNOTSUPP) => {}
+            Err(e) => return Err(io(e.into())),
+        }
         let aside = self.dir.join("old");
         let had = fs::symlink_metadata(&self.target).is_ok();
         if had {
@@ -313,6 +340,7 @@ pub fn extract<R: Read>(archive: R, plan: &ExtractPlan<'_>, staging: &Staging) -
                 counts.bytes += write_content(&mut entry, &mut file, &mut budget, &too_large)?;
                 counts.files += 1;
                 rustix::fs::fchmod(&file, rustix::fs::Mode::from_raw_mode(mode)).map_err(|e| writing()(e.into()))?;
+                envrt_driver_api::fault::point("sync_out");
             }
             tar::EntryType::Symlink => {
                 let text = entry.link_name_bytes().map(|b| b.into_owned()).unwrap_or_default();

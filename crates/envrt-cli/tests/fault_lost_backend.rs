@@ -7,7 +7,7 @@
 
 mod faults;
 
-use faults::{Scratch, environment, last_error_line};
+use faults::{Scratch, environment, last_error_line, ssh_environment};
 
 /// The one text of a lost lease (contract section 3).
 fn lost(id: &str, resource: &str) -> String {
@@ -181,29 +181,6 @@ fn gc_ends_a_sandbox_lease_whose_sandbox_was_deleted() {
         std::fs::remove_dir_all(s.state().join("sandbox").join(provider_id(s, id))).unwrap();
     });
     s.assert_no_leaks("sandbox");
-}
-
-/// The `envrt.toml` of an ssh environment `remote` on the test sshd, or `None` (skipped).
-fn ssh_environment() -> Option<String> {
-    let vars = match envrt_test_support::ssh::settings() {
-        Ok(vars) => vars,
-        Err(e) => {
-            envrt_test_support::Component::Ssh.skip_or_fail(
-                format_args!("ENVRT_REQUIRE_SSH=1 but no test sshd ({e})"),
-                format_args!("SKIPPED: no test sshd ({e})"),
-            );
-            return None;
-        }
-    };
-    let config = format!(
-        "host = \"{}\"\nport = {}\nuser = \"{}\"\nkey = \"{}\"\nknown_hosts = \"{}\"\n",
-        vars["ENVRT_TEST_SSH_HOST"],
-        vars["ENVRT_TEST_SSH_PORT"],
-        vars["ENVRT_TEST_SSH_USER"],
-        vars["ENVRT_TEST_SSH_KEY"],
-        vars["ENVRT_TEST_SSH_KNOWN_HOSTS"]
-    );
-    Some(environment("remote", "ssh", &config))
 }
 
 /// The remote workspace of ssh lease `id` (the test host is this machine).

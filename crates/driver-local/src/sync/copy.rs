@@ -43,6 +43,9 @@ pub(crate) struct CopySpec<'a> {
     pub(crate) mask: u32,
     /// The bytes this entry may still write (sync out's bound; unbounded for sync in).
     pub(crate) budget: std::cell::Cell<ByteBudget>,
+    /// The fault point after each file copied (`sync_in`, `sync_out`; see
+    /// [`envrt_driver_api::fault`]).
+    pub(crate) fault: &'static str,
 }
 
 /// A staged entry waiting to be renamed into place.
@@ -62,12 +65,33 @@ pub(crate) struct Counts {
     pub(crate) bytes: u64,
 }
 
-/// A unique hidden sibling of `target`.
-fn sibling(target: &Path, tag: &str) -> PathBuf {
+/// The start of the hidden siblings of `target` tagged `tag`; each is followed by the pid
+/// of the process that made it, `-`, and a unique part.
+fn sibling_prefix(target: &Path, tag: &str) -> String {
     let name = target.file_name().map(OsStr::to_string_lossy).unwrap_or_default();
     let short: String = name.chars().take(40).collect();
+    format!(".{short}.envrt-{tag}-")
+}
+
+/// A unique hidden sibling of `target`, naming this process: `.{name}.envrt-{tag}-{pid}-{unique}`.
+fn sibling(target: &Path, tag: &str) -> PathBuf {
     let unique = uuid::Uuid::new_v4().simple().to_string();
-    target.with_file_name(format!(".{short}.envrt-{tag}-{}", &unique[..12]))
+    target.with_file_name(format!(
+        "{}{}-{}",
+        sibling_prefix(target, tag),
+        std::process::id(),
+        &unique[..12]
+    ))
+}
+
+/// Removes the hidden siblings of `target` that a process killed mid-sync left (a staged
+/// copy, or the target it had replaced and not yet removed).
+fn sweep_dead_siblings(target: &Path) {
+    if let Some(parent) = target.parent() {
+        for tag in ["new", "old"] {
+            envrt_driver_files::stale::remove_entries_of_dead_pids(parent, &sibling_prefix(target, tag));
+        }
+    }
 }
 
 fn io_err(what: &str, path: &Path, e: io::Error) -> DriverError {
@@ -82,6 +106,7 @@ pub(crate) fn stage(spec: &CopySpec<'_>, counts: &mut Counts) -> Result<Staged, 
         },
         _ => io_err("inspect", spec.source, e),
     })?;
+    sweep_dead_siblings(spec.target);
     let temp = sibling(spec.target, "new");
     let result = match spec.kind {
         SyncKind::File if meta.is_file() => {
@@ -144,6 +169,7 @@ fn copy_file(
         .map_err(|e| io_err("set the mode of", dest, e))?;
     counts.files += 1;
     counts.bytes += n;
+    envrt_driver_api::fault::point(spec.fault);
     Ok(())
 }
 
@@ -353,6 +379,7 @@ fn commit_one(entry: &mut Staged) -> Result<(), DriverError> {
         rename_new(&entry.temp, &entry.target).map_err(|e| io_err("create", &entry.target, e))?;
     }
     entry.committed = true;
+    envrt_driver_api::fault::point("sync_place");
     Ok(())
 }
 

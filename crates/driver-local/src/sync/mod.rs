@@ -130,6 +130,10 @@ fn transfer(plans: &[Planned], confine: Option<&Path>, direction: Direction) -> 
                     Direction::In => u64::MAX,
                     Direction::Out => plan.max_bytes,
                 })),
+                fault: match direction {
+                    Direction::In => "sync_in",
+                    Direction::Out => "sync_out",
+                },
             };
             staged.push(copy::stage(&spec, &mut counts)?);
         }

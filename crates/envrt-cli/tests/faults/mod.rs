@@ -6,6 +6,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod dockerd;
+pub mod trees;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -176,4 +177,27 @@ pub fn wait_bounded(child: &mut std::process::Child) -> std::process::ExitStatus
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The `envrt.toml` of an ssh environment `remote` on the test sshd, or `None` (skipped).
+pub fn ssh_environment() -> Option<String> {
+    let vars = match envrt_test_support::ssh::settings() {
+        Ok(vars) => vars,
+        Err(e) => {
+            envrt_test_support::Component::Ssh.skip_or_fail(
+                format_args!("ENVRT_REQUIRE_SSH=1 but no test sshd ({e})"),
+                format_args!("SKIPPED: no test sshd ({e})"),
+            );
+            return None;
+        }
+    };
+    let config = format!(
+        "host = \"{}\"\nport = {}\nuser = \"{}\"\nkey = \"{}\"\nknown_hosts = \"{}\"\n",
+        vars["ENVRT_TEST_SSH_HOST"],
+        vars["ENVRT_TEST_SSH_PORT"],
+        vars["ENVRT_TEST_SSH_USER"],
+        vars["ENVRT_TEST_SSH_KEY"],
+        vars["ENVRT_TEST_SSH_KNOWN_HOSTS"]
+    );
+    Some(environment("remote", "ssh", &config))
 }
