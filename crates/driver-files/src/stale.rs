@@ -30,29 +30,33 @@ pub fn remove_dirs_of_dead_pids(parent: &Path, prefix: &str) -> usize {
     removed
 }
 
+/// The entries of `parent` named `{prefix}{pid}-…` whose `pid` names no live process (a
+/// name that does not parse is left out): what a killed process left there.
+pub fn entries_of_dead_pids(parent: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name();
+            name.to_str()
+                .and_then(|n| n.strip_prefix(prefix))
+                .and_then(|rest| rest.split_once('-'))
+                .and_then(|(pid, _)| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .map(|entry| entry.path())
+        .collect()
+}
+
 /// Like [`remove_dirs_of_dead_pids`], for entries of any kind: every entry of `parent`
 /// named `{prefix}{pid}-…` whose `pid` names no live process is removed (a directory
 /// with what it holds, anything else unlinked; links are not followed). This is how a
 /// staged sync entry a killed writer left beside its target goes. Returns how many went.
 pub fn remove_entries_of_dead_pids(parent: &Path, prefix: &str) -> usize {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return 0;
-    };
     let mut removed = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        let path = entry.path();
+    for path in entries_of_dead_pids(parent, prefix) {
         let gone = match std::fs::symlink_metadata(&path) {
             Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&path).is_ok(),
             Ok(_) => std::fs::remove_file(&path).is_ok(),
