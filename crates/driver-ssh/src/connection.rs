@@ -22,7 +22,14 @@ pub(crate) struct Host {
     opened: AtomicU64,
     /// Where the process supervisor of this host's leases runs from, once probed.
     pub(crate) site: crate::processes::SiteSlot,
+    /// The runs (`{lease dir}/run/{id}`) of commands whose connection broke under them: the
+    /// remote `sshd` may not notice for a long time (no `ClientAliveInterval`, a network
+    /// that dropped every packet), so the next master kills them ([`Host::session`]).
+    orphaned: std::sync::Mutex<Vec<String>>,
 }
+
+/// How long killing the commands a broken connection left may hold up a new master.
+const ORPHAN_KILL_BOUND: Duration = Duration::from_secs(10);
 
 /// A spawned remote command, holding one channel permit.
 pub(crate) struct Remote {
@@ -42,7 +49,14 @@ impl Host {
             channels: Arc::new(Semaphore::new(max_channels.max(1))),
             opened: AtomicU64::new(0),
             site: crate::processes::SiteSlot::default(),
+            orphaned: std::sync::Mutex::default(),
         }
+    }
+
+    /// Notes that the command of `run` lost its connection while it ran: the next master
+    /// this host makes kills what is left of it.
+    pub(crate) fn orphan(&self, run: String) {
+        self.orphaned.lock().unwrap_or_else(|p| p.into_inner()).push(run);
     }
 
     /// How many master connections this host has opened so far.
@@ -73,6 +87,14 @@ impl Host {
         let session = Arc::new(self.connect().await?);
         self.opened.fetch_add(1, Ordering::Relaxed);
         *slot = Some(session.clone());
+        // What a broken connection left running goes first, through the new master.
+        let orphaned = std::mem::take(&mut *self.orphaned.lock().unwrap_or_else(|p| p.into_inner()));
+        for run in orphaned {
+            let script = crate::remote::signal_run(&run, "KILL");
+            let mut kill = Session::to_raw_command(session.clone(), &script);
+            kill.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            let _ = tokio::time::timeout(ORPHAN_KILL_BOUND, kill.status()).await;
+        }
         Ok(session)
     }
 
@@ -331,23 +353,8 @@ fn own_master_dir(control_dir: &Path) -> PathBuf {
 /// exit`), bounded by [`END_MASTER_BOUND`]; best effort. A program whose pid names a live
 /// process keeps its masters (a reused pid only delays the clean-up).
 pub(crate) async fn end_orphaned_masters(control_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(control_dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(MASTER_DIR_PREFIX))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        for connection in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
+    for dir in envrt_driver_files::stale::entries_of_dead_pids(control_dir, MASTER_DIR_PREFIX) {
+        for connection in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let socket = connection.path().join("master");
             if socket.exists() {
                 let exit = tokio::process::Command::new("ssh")
@@ -362,7 +369,7 @@ pub(crate) async fn end_orphaned_masters(control_dir: &Path) {
                 let _ = tokio::time::timeout(END_MASTER_BOUND, exit).await;
             }
         }
-        let _ = std::fs::remove_dir_all(entry.path());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

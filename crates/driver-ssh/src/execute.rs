@@ -208,7 +208,10 @@ pub(crate) async fn run(
         None => {
             if !site.host.alive(&remote.session).await {
                 site.host.forget(&remote.session).await;
-                // The watchdog kills the command once `sshd` notices; nothing to do here.
+                // The watchdog kills the command once `sshd` notices, which may be never
+                // (a network that dropped every packet, no `ClientAliveInterval`): the
+                // next master kills it too.
+                site.host.orphan(run.clone());
                 guard.armed = false;
                 return Err(site.host.unavailable(
                     "the connection broke during the command",

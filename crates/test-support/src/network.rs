@@ -208,6 +208,19 @@ impl TestHost {
         Ok(())
     }
 
+    /// The host's network namespace (for `ip netns exec`, to serve from it).
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    /// Takes the host's end of its link down (`false`) or up again (`true`): while it is
+    /// down, every packet between the host and this machine is lost, but the addresses and
+    /// routes stay and no socket on either side is told, as when a network flaps.
+    pub fn set_link(&self, up: bool) -> Result<(), String> {
+        let peer = format!("{}p", self.veth);
+        ip(&["-n", &self.ns, "link", "set", &peer, if up { "up" } else { "down" }])
+    }
+
     /// Every name the DNS server was asked, in order.
     pub fn asked(&self) -> Vec<String> {
         std::fs::read_to_string(self.folder.join("asked.txt"))
