@@ -111,30 +111,62 @@ impl DockerDriver {
         Ok(removed)
     }
 
-    /// Removes a container by force with its anonymous volumes; a missing one is fine. A
-    /// removal the engine already has in progress (409) is waited for, asking again, until
-    /// the container is gone ([`REMOVAL_WAIT`] at most): the engine's own removal of an
-    /// `AutoRemove` container that died in a restart runs after its API is back, can
-    /// still fail, and a release that called it done left the container behind.
+    /// Removes a container by force with its anonymous volumes; a missing one is fine. It
+    /// returns once the engine no longer lists the container ([`REMOVAL_WAIT`] at most,
+    /// asking again every 100 ms): an engine restarted under an `AutoRemove` container that
+    /// died with it removes that container itself after its API is back, and meanwhile
+    /// answers a removal with 409 ("already in progress") or 404 while still listing it; a
+    /// release that called either done left the container behind when that removal was
+    /// slow or failed. Past the bound it fails with the engine's last answer.
     pub(crate) async fn remove(&self, id: &str) -> Result<(), DriverError> {
         crate::idle::stop(id);
         let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
         let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
         loop {
-            match self
+            let still = match self
                 .engine
                 .retry(|| self.engine.docker.remove_container(id, Some(options.clone())))
                 .await
             {
-                Ok(()) => return Ok(()),
-                Err(e) if is_not_found(&e) => return Ok(()),
-                Err(e) if has_status(&e, 409) && tokio::time::Instant::now() < deadline => {
-                    // The engine has no event for a removal's end that this could wait on.
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
+                Ok(()) => None,
+                Err(e) if is_not_found(&e) => None,
+                Err(e) if has_status(&e, 409) => Some(e),
                 Err(e) => return Err(self.engine.error("removing a container", e)),
+            };
+            let listed = still.is_some() || self.listed(id).await?;
+            if !listed {
+                return Ok(());
             }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(match still {
+                    Some(e) => self.engine.error("removing a container", e),
+                    None => DriverError::other(format!(
+                        "the Docker engine still lists container {id} {} s after its removal",
+                        REMOVAL_WAIT.as_secs()
+                    )),
+                });
+            }
+            // The engine has no event for a removal's end that this could wait on.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
+    }
+
+    /// Whether the engine lists container `id` (in any state, a removal in progress
+    /// included).
+    async fn listed(&self, id: &str) -> Result<bool, DriverError> {
+        let filters = HashMap::from([("id".to_owned(), vec![id.to_owned()])]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let list = self
+            .engine
+            .retry(|| self.engine.docker.list_containers(Some(options.clone())))
+            .await
+            .map_err(|e| self.engine.error("listing containers", e))?;
+        Ok(list
+            .iter()
+            .any(|c| c.id.as_deref().is_some_and(|c| c.starts_with(id) || id.starts_with(c))))
     }
 }
 
