@@ -48,6 +48,8 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) async fn run(paths: &Paths, args: ServeArgs) -> Result<u8, CliError> {
+    // Caught from here on: a stop asked for while the pools fill still releases them.
+    let stop_signal = envrt_serve::stop_signal();
     let drain = envrt::config::parse_duration("--drain", &args.drain)?;
     let endpoint = match args.listen {
         Some(addr) => Endpoint::Tcp {
@@ -74,7 +76,7 @@ pub(crate) async fn run(paths: &Paths, args: ServeArgs) -> Result<u8, CliError> 
     // offsets against the next service) instead of holding the drain.
     let stopping = Arc::clone(&service);
     let stop = async move {
-        envrt_serve::stop_signal().await;
+        stop_signal.await;
         stopping.stop();
     };
     let drained = bound.serve(envrt_serve::app(service), stop, drain).await;

@@ -215,14 +215,22 @@ async fn run(server: impl IntoFuture<Output = std::io::Result<()>>, bound: impl 
     }
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-pub async fn stop_signal() {
+/// Catches SIGTERM and SIGINT from the moment it is called, and resolves on the first: a
+/// signal that comes before the returned future is first polled (while a program still
+/// starts its pools, say) is kept for it, instead of the default action that ends the
+/// process with nothing released. Call it first thing, inside the runtime.
+pub fn stop_signal() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    let streams = signal(SignalKind::terminate())
+        .ok()
+        .zip(signal(SignalKind::interrupt()).ok());
+    async move {
+        let Some((mut term, mut int)) = streams else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
     }
 }
