@@ -175,8 +175,14 @@ fn lease_ends_cleanly(s: &Scratch, id: &str) {
     assert_eq!(lease["cleanupStatus"], "success", "{lease}");
     let out = s.run(&["gc"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    s.assert_no_leaks("docker");
+    // The restarted engine may still be removing the container that died with it (it
+    // lists it meanwhile, and answers for it with 404): envrt's part is done, the
+    // engine's must end within the bound.
+    s.assert_no_leaks_within("docker", ENGINE_CLEANUP);
 }
+
+/// How long a restarted engine may take to finish removing what died with it.
+const ENGINE_CLEANUP: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The text of a call that met the engine gone while `doing`.
 fn unreachable(engine: &PrivateDockerd, doing: &str) -> String {
