@@ -176,8 +176,9 @@ fn lease_ends_cleanly(s: &Scratch, id: &str) {
     let out = s.run(&["gc"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     // The restarted engine may still be removing the container that died with it (it
-    // lists it meanwhile, and answers for it with 404): envrt's part is done, the
-    // engine's must end within the bound.
+    // lists it meanwhile): that must end within the bound. Still open (#28): under load
+    // about one run in five keeps the container past it, after release and gc both
+    // reported success; the cause is not found yet.
     s.assert_no_leaks_within("docker", ENGINE_CLEANUP);
 }
 
