@@ -78,15 +78,7 @@ impl DockerDriver {
     /// Every container of this driver (carrying [`LABEL_MANAGED`] and the configured extra
     /// labels), as (container id, owning lease id).
     pub async fn managed_containers(&self) -> Result<Vec<(String, String)>, DriverError> {
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&self.scope_filters())
-            .build();
-        let list = self
-            .engine
-            .retry(|| self.engine.docker.list_containers(Some(options.clone())))
-            .await
-            .map_err(|e| self.engine.error("listing containers", e))?;
+        let list = self.containers_matching(&self.scope_filters()).await?;
         Ok(list
             .into_iter()
             .filter_map(|c| {
@@ -151,19 +143,26 @@ impl DockerDriver {
         }
     }
 
+    /// Every container the engine lists under `filters`, in any state.
+    async fn containers_matching(
+        &self,
+        filters: &HashMap<String, Vec<String>>,
+    ) -> Result<Vec<bollard::models::ContainerSummary>, DriverError> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(filters)
+            .build();
+        self.engine
+            .retry(|| self.engine.docker.list_containers(Some(options.clone())))
+            .await
+            .map_err(|e| self.engine.error("listing containers", e))
+    }
+
     /// Whether the engine lists container `id` (in any state, a removal in progress
     /// included).
     async fn listed(&self, id: &str) -> Result<bool, DriverError> {
         let filters = HashMap::from([("id".to_owned(), vec![id.to_owned()])]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let list = self
-            .engine
-            .retry(|| self.engine.docker.list_containers(Some(options.clone())))
-            .await
-            .map_err(|e| self.engine.error("listing containers", e))?;
+        let list = self.containers_matching(&filters).await?;
         Ok(list
             .iter()
             .any(|c| c.id.as_deref().is_some_and(|c| c.starts_with(id) || id.starts_with(c))))

@@ -352,7 +352,7 @@ fn own_master_dir(control_dir: &Path) -> PathBuf {
 /// removes their directories. Each is asked to exit through its control socket (`ssh -O
 /// exit`), bounded by [`END_MASTER_BOUND`]; best effort. A program whose pid names a live
 /// process keeps its masters (a reused pid only delays the clean-up).
-pub(crate) async fn end_orphaned_masters(control_dir: &Path) {
+async fn end_orphaned_masters(control_dir: &Path) {
     for dir in envrt_driver_files::stale::entries_of_dead_pids(control_dir, MASTER_DIR_PREFIX) {
         for connection in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let socket = connection.path().join("master");
