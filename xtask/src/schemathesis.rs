@@ -18,6 +18,9 @@ use std::process::{Command, Stdio};
 
 use crate::util::{cargo, root, run, target_dir};
 
+/// The variable carrying the service's token to schemathesis (its configuration names it).
+const TOKEN_VAR: &str = "ENVRT_SCHEMATHESIS_TOKEN";
+
 /// The schemathesis release the run was written against.
 const VERSION: &str = "4.32.5";
 
@@ -168,8 +171,11 @@ fn seed(url: &str, token: &str, state: &Path, lease: &str) -> Result<(), String>
         200,
         "wait",
     )?;
+    // The token reaches schemathesis through its environment, never its command line
+    // (which `run` echoes into the CI log, and which `ps` shows).
     let config = format!(
-        "[[operations]]\n\
+        "headers = {{ Authorization = \"Bearer ${{{TOKEN_VAR}}}\" }}\n\
+         [[operations]]\n\
          include-operation-id-regex = \"^(listProcesses|getProcess|processOutput|writeProcessStdin|\
          closeProcessStdin|signalProcess|resizeProcess|waitProcess|updateNetworkPolicy)$\"\n\
          parameters = {{ \"path.id\" = \"{lease}\", \"path.n\" = \"{n}\" }}\n"
@@ -193,7 +199,7 @@ fn check(schemathesis: &Path, url: &str, token: &str, state: &Path) -> bool {
         .arg("run")
         .arg(root().join("crates/serve/openapi.json"))
         .args(["--url", url])
-        .args(["--header", &format!("Authorization: Bearer {token}")])
+        .env(TOKEN_VAR, token)
         .args([
             "--checks",
             "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",

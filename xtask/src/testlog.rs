@@ -161,7 +161,7 @@ fn close(section: &mut Option<(String, Vec<&str>)>, pending: &mut Vec<(String, S
 /// Runs `command` (a `cargo test ...`) with stderr merged into stdout; each line is
 /// echoed when `echo`, and the whole output returned with whether it exited 0.
 pub(crate) fn run_merged(command: &Command, echo: bool) -> Result<(bool, String), String> {
-    let shown = format!("{command:?}");
+    let shown = crate::util::shown(command);
     eprintln!("xtask: running {shown}");
     // One pipe for both streams keeps cargo's "Running" lines in order with the output.
     let mut merged = Command::new("sh");

@@ -41,9 +41,31 @@ pub(crate) fn cargo_metadata() -> Result<serde_json::Value, String> {
     serde_json::from_slice(&output.stdout).map_err(|e| format!("cargo metadata printed no JSON: {e}"))
 }
 
+/// How a command is echoed: its directory, the variables it sets and its words, quoted as
+/// `Debug` quotes them, except the value of a variable whose name says it holds a secret
+/// (it ends in `TOKEN`, or has `SECRET` or `PASSWORD` in it), which is never printed.
+pub(crate) fn shown(command: &Command) -> String {
+    let mut words = Vec::new();
+    if let Some(dir) = command.get_current_dir() {
+        words.push(format!("cd {dir:?} &&"));
+    }
+    for (name, value) in command.get_envs() {
+        let upper = name.to_string_lossy().to_uppercase();
+        let secret = upper.ends_with("TOKEN") || upper.contains("SECRET") || upper.contains("PASSWORD");
+        match value {
+            Some(_) if secret => words.push(format!("{}=(secret)", name.to_string_lossy())),
+            Some(value) => words.push(format!("{}={value:?}", name.to_string_lossy())),
+            None => words.push(format!("-u {}", name.to_string_lossy())),
+        }
+    }
+    words.push(format!("{:?}", command.get_program()));
+    words.extend(command.get_args().map(|a| format!("{a:?}")));
+    words.join(" ")
+}
+
 /// Runs `command`, failing with its description when it does not exit 0.
 pub(crate) fn run(mut command: Command) -> Result<(), String> {
-    let shown = format!("{command:?}");
+    let shown = shown(&command);
     eprintln!("xtask: running {shown}");
     let status = command.status().map_err(|e| format!("cannot start {shown}: {e}"))?;
     if status.success() {
@@ -86,5 +108,23 @@ mod tests {
         let out =
             "test result: ok. 5 passed; 0 failed; 1 ignored\ntest result: FAILED. 2 passed; 3 failed; 0 ignored\n";
         assert_eq!(count_results(out), (7, 3, 1));
+    }
+
+    #[test]
+    fn a_secret_variable_is_never_shown() {
+        let mut command = Command::new("schemathesis");
+        command
+            .current_dir("/tmp")
+            .env("ENVRT_SCHEMATHESIS_TOKEN", "envrt_abc")
+            .env("MY_SECRET_KEY", "k")
+            .env("DB_PASSWORD", "p")
+            .env("CARGO_TERM_COLOR", "never")
+            .env_remove("ENVRT_CONFIG")
+            .args(["run", "x y"]);
+        assert_eq!(
+            shown(&command),
+            "cd \"/tmp\" && CARGO_TERM_COLOR=\"never\" DB_PASSWORD=(secret) -u ENVRT_CONFIG \
+             ENVRT_SCHEMATHESIS_TOKEN=(secret) MY_SECRET_KEY=(secret) \"schemathesis\" \"run\" \"x y\""
+        );
     }
 }
