@@ -107,6 +107,39 @@ async def test_process_sessions_through_the_service(service: Service, token: str
             assert past.value.kind == "process_offset_past_end"
 
 
+async def test_a_terminal_through_the_service(service: Service, token: str) -> None:
+    """A process with a terminal, spawned, read, written, resized and interrupted through
+    the service: it has a controlling terminal of the size asked for, a resize delivers
+    SIGWINCH and the new size, and Ctrl-C written to the terminal interrupts the foreground
+    job (the shell's trap runs, then it exits with its own code)."""
+    script = (
+        "tty; stty size; trap 'stty size' WINCH; trap 'echo interrupted; exit 7' INT; "
+        "echo ready; while :; do sleep 0.05; done"
+    )
+    async with await envrt.Runtime.connect(service.url, token) as runtime:
+        async with await runtime.acquire("local") as lease:
+            proc = await lease.spawn(["sh", "-c", script], tty=(30, 100))
+            assert proc.tty
+            seen, resized, interrupted = b"", False, False
+            output = proc.output()
+            async for chunk in output:
+                assert chunk.stream == "tty"
+                seen += chunk.data
+                if not resized and b"ready\r\n" in seen:
+                    await proc.resize(40, 120)
+                    resized = True
+                if resized and not interrupted and b"40 120\r\n" in seen:
+                    await proc.write(b"\x03")
+                    interrupted = True
+            lines = seen.decode().split("\r\n")
+            assert lines[0].startswith("/dev/pts/"), seen
+            assert lines[1:3] == ["30 100", "ready"], seen
+            # The terminal echoes the interrupt character as "^C" before the trap's line.
+            assert lines[3:] == ["40 120", "^Cinterrupted", ""], seen
+            assert output.exit == envrt.ProcessStatus("exited", code=7)
+            assert (await runtime.process(proc.id)).status == envrt.ProcessStatus("exited", code=7)
+
+
 async def test_refusals_keep_the_services_exact_texts(service: Service, token: str) -> None:
     async with await envrt.Runtime.connect(service.url, token) as runtime:
         assert await runtime.lease("nope") is None
