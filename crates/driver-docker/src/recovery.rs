@@ -76,16 +76,43 @@ impl DockerDriver {
     }
 
     /// Every container of this driver (carrying [`LABEL_MANAGED`] and the configured extra
-    /// labels), as (container id, owning lease id).
+    /// labels), as (container id, owning lease id). An engine ghost is left out: a `dead`
+    /// entry the engine lists but answers "no such container" for, which Docker 20.10 can
+    /// keep listing after a restart although nothing of it is left.
     pub async fn managed_containers(&self) -> Result<Vec<(String, String)>, DriverError> {
         let list = self.containers_matching(&self.scope_filters()).await?;
-        Ok(list
-            .into_iter()
-            .filter_map(|c| {
-                let lease = c.labels.as_ref()?.get(LABEL_LEASE_ID)?.clone();
-                Some((c.id?, lease))
-            })
-            .collect())
+        let mut owned = Vec::with_capacity(list.len());
+        for c in list {
+            let (Some(id), Some(lease)) = (c.id, c.labels.and_then(|l| l.get(LABEL_LEASE_ID).cloned())) else {
+                continue;
+            };
+            let dead = c.state == Some(bollard::models::ContainerSummaryStateEnum::DEAD);
+            if dead && self.is_ghost(&id).await? {
+                tracing::debug!(container = %id, "the engine lists a container it no longer has; left out");
+                continue;
+            }
+            owned.push((id, lease));
+        }
+        Ok(owned)
+    }
+
+    /// Whether the engine answers "no such container" for `id` although it listed it: a
+    /// ghost, which Docker 20.10 (at least) can keep in its listing after a restart that
+    /// found an `AutoRemove` container dead: its restore removes the container (directory,
+    /// layer, task) on one path while another writes it back into the listing's view as
+    /// `dead`. Nothing of it is left to remove (every removal answers 404) and it goes with
+    /// the engine's next start (moby/moby#51692 describes the same class). A removal of it
+    /// is no removal, so recovery and `gc` neither report it nor fail on it.
+    async fn is_ghost(&self, id: &str) -> Result<bool, DriverError> {
+        match self
+            .engine
+            .retry(|| self.engine.docker.inspect_container(id, None))
+            .await
+        {
+            Ok(_) => Ok(false),
+            Err(e) if is_not_found(&e) => Ok(true),
+            Err(e) => Err(self.engine.error("inspecting a container", e)),
+        }
     }
 
     /// Removes every container of this driver whose lease is not in `active_lease_ids`

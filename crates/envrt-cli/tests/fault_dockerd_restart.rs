@@ -164,7 +164,15 @@ fn assert_failed(call: (Option<i32>, String), code: i32, text: &str) {
 
 /// After the restart: the lease is lost (its container is gone), `release` ends it,
 /// `gc` has nothing left to do, and the soak counts no leak.
-fn lease_ends_cleanly(s: &Scratch, id: &str) {
+///
+/// The engine may list the container after that as `dead` although it has removed it: a
+/// ghost of Docker 20.10's restore (caught here about once in twenty runs under load:
+/// `docker inspect` and `docker rm` answer "no such container", its directory, layers,
+/// task and mounts are gone, and the engine's next start lists it no more). The driver's
+/// recovery leaves such an entry out (`gc` does not claim to remove it) and the soak does
+/// not count it; this asserts that nothing of it is left on the engine.
+fn lease_ends_cleanly(engine: &PrivateDockerd, s: &Scratch, id: &str) {
+    let container = s.lease(id)["providerLeaseId"].as_str().unwrap().to_owned();
     let out = s.run(&["exec", "--lease", id, "--", "true"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(last_error_line(&out), lost(s, id));
@@ -175,11 +183,17 @@ fn lease_ends_cleanly(s: &Scratch, id: &str) {
     assert_eq!(lease["cleanupStatus"], "success", "{lease}");
     let out = s.run(&["gc"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    // The restarted engine may still be removing the container that died with it (it
-    // lists it meanwhile): that must end within the bound. Still open (#28): under load
-    // about one run in five keeps the container past it, after release and gc both
-    // reported success; the cause is not found yet.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !said.contains(&container),
+        "gc claims the gone container {container}: {said}"
+    );
     s.assert_no_leaks_within("docker", ENGINE_CLEANUP);
+    for ghost in s.leaks("docker").engine_ghosts {
+        assert_eq!(ghost, container, "a ghost that is not the lease's container");
+        eprintln!("the engine lists {ghost} as dead although it removed it (a ghost)");
+        engine.assert_holds_nothing_of(&ghost);
+    }
 }
 
 /// How long a restarted engine may take to finish removing what died with it.
@@ -209,7 +223,7 @@ fn an_execute_whose_engine_is_killed_fails_with_the_unreachable_text() {
     let mut call = running_execute(&s, &id);
     let failed = restart_under(&mut engine, &mut call, Restart::KilledCallSeesItGone);
     assert_failed(failed, 1, &unreachable(&engine, "reading a command's status"));
-    lease_ends_cleanly(&s, &id);
+    lease_ends_cleanly(&engine, &s, &id);
 }
 
 #[test]
@@ -221,7 +235,7 @@ fn an_execute_whose_engine_restarted_fails_with_an_exact_text() {
     // The restarted engine forgot the exec and removed the stopped container: the call
     // says the lease is lost, not the engine's "No such exec instance".
     assert_failed(failed, 2, &lost(&s, &id));
-    lease_ends_cleanly(&s, &id);
+    lease_ends_cleanly(&engine, &s, &id);
 }
 
 /// A sync in of 256 MiB caught after 32 MiB were read, the engine restarted as `how` says.
@@ -237,7 +251,7 @@ fn sync_in_under_restart(how: Restart) {
     // The upload's connection broke when the engine went: its text, whether or not the
     // engine answers again by the time the call reports.
     assert_failed(failed, 1, &unreachable(&engine, "uploading files"));
-    lease_ends_cleanly(&s, &id);
+    lease_ends_cleanly(&engine, &s, &id);
 }
 
 #[test]
@@ -276,7 +290,7 @@ fn sync_out_under_restart(how: Restart) {
         .collect();
     left.sort();
     assert_eq!(left, ["cli", "envrt.toml"]);
-    lease_ends_cleanly(&s, &id);
+    lease_ends_cleanly(&engine, &s, &id);
 }
 
 #[test]
@@ -308,7 +322,7 @@ fn duplex_under_restart(how: Restart, code: i32, text: impl FnOnce(&PrivateDocke
     let failed = restart_under(&mut engine, &mut call, how);
     drop(stdin);
     assert_failed(failed, code, &text(&engine, &s, &id));
-    lease_ends_cleanly(&s, &id);
+    lease_ends_cleanly(&engine, &s, &id);
 }
 
 #[test]

@@ -18,6 +18,8 @@ const BOUND: Duration = Duration::from_secs(60);
 pub struct PrivateDockerd {
     dir: tempfile::TempDir,
     daemon: Option<Child>,
+    /// Entries of the data root's `overlay2` once the image is loaded.
+    image_layers: usize,
     /// One private engine at a time in a test binary: eight engines (each with its own
     /// containerd) starting, killed and restarted at once on two cores made the calls
     /// under test time out instead of meeting the restart. Dropped last.
@@ -48,6 +50,7 @@ impl PrivateDockerd {
         let mut engine = PrivateDockerd {
             dir,
             daemon: None,
+            image_layers: 0,
             _turn: turn,
         };
         engine.launch();
@@ -63,6 +66,7 @@ impl PrivateDockerd {
             .unwrap();
         assert!(saved.wait().unwrap().success(), "docker save {image} failed");
         assert!(loaded.status.success(), "{}", String::from_utf8_lossy(&loaded.stderr));
+        engine.image_layers = engine.layer_dirs();
         Some(engine)
     }
 
@@ -154,6 +158,40 @@ impl PrivateDockerd {
         // starting daemon would take for a live one and wait for in vain.
         self.wait_for_no_process_naming(&self.root().join("x/containerd/containerd.toml"));
         let _ = std::fs::remove_file(self.root().join("x/containerd/containerd.pid"));
+    }
+
+    /// Asserts that nothing of container `id` is left on this engine although it may list
+    /// it (a ghost, see `envrt_soak::leaks::Leaks::engine_ghosts`): the engine answers "no
+    /// such container" to a removal, and no directory, task bundle, process or mount of
+    /// its own names it; its layers are gone too (the data root holds the image's only).
+    pub fn assert_holds_nothing_of(&self, id: &str) {
+        let rm = Command::new("docker")
+            .args(["-H", &self.host(), "rm", "-f", id])
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&rm.stderr).contains("No such container"),
+            "a removal of {id}: {rm:?}"
+        );
+        let data = self.root().join("data");
+        assert!(!data.join("containers").join(id).exists(), "{id} has its directory");
+        let bundle = self
+            .root()
+            .join("x/containerd/daemon/io.containerd.runtime.v2.task/moby")
+            .join(id);
+        assert!(!bundle.exists(), "{id} has its task bundle");
+        assert_eq!(processes_naming(Path::new(id)), Vec::new(), "processes of {id}");
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        assert!(!mounts.contains(id), "a mount names {id}");
+        assert_eq!(self.layer_dirs(), self.image_layers, "layers beside the image's");
+    }
+
+    /// The entries of the data root's `overlay2` directory (the image's layers, and each
+    /// container's two).
+    fn layer_dirs(&self) -> usize {
+        std::fs::read_dir(self.root().join("data/overlay2"))
+            .map(|entries| entries.count())
+            .unwrap_or(0)
     }
 
     /// The daemon's log so far.
