@@ -99,12 +99,14 @@ fn reference_suite(
     root: &Path,
     host: Result<envrt_conformance::EgressHost, String>,
     dns: Option<std::net::SocketAddr>,
+    roots: Option<PathBuf>,
 ) -> Result<Suite, String> {
     let manifest = reference_manifest(root, &[])?;
     let root = root.to_path_buf();
     let options = SandboxOptions {
         egress: Some(envrt_test_support::network::egress_binary()),
         egress_dns: dns,
+        egress_roots: roots,
         ..SandboxOptions::default()
     };
     Suite::build(|| async { Ok(target_with(manifest, Some(root), options).await?.with_egress_host(host)) })
@@ -182,10 +184,10 @@ fn main() {
     let required = external.is_some() || envrt_test_support::any_required(&[Component::Docker, Component::Sandbox]);
     let roots = [0; 3].map(|_| tempfile::tempdir().expect("root"));
     // Kept until the suites end: the egress checks reach it.
-    let (test_host, egress) = if external.is_none() {
-        egress_host::make()
+    let (test_host, egress, https_roots) = if external.is_none() {
+        egress_host::make_with_roots()
     } else {
-        (None, Err("an external worker is checked".into()))
+        (None, Err("an external worker is checked".into()), None)
     };
     let dns = test_host.as_ref().map(|host| host.dns());
     let mut suites: Vec<(&str, Result<Suite, String>)> = match &external {
@@ -196,7 +198,7 @@ fn main() {
         None => vec![
             (
                 "driver_sandbox (reference worker)",
-                reference_suite(roots[0].path(), egress, dns),
+                reference_suite(roots[0].path(), egress, dns, https_roots),
             ),
             ("driver_fixture (SDK worker)", sdk_suite(roots[1].path())),
         ],

@@ -18,6 +18,8 @@ use envrt_driver_api::DriverError;
 use envrt_driver_api::network::Policy;
 use tokio::io::AsyncBufReadExt;
 
+pub mod credentials;
+
 /// The egress binary's name.
 pub const EGRESS_BINARY: &str = "envrt-egress";
 /// The variable naming the egress binary.

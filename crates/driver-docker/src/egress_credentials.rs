@@ -1,140 +1,28 @@
-//! Brokered credentials on Docker (`[[environment.network.credential]]`): the lease's
-//! container gets the CA bundle's path in the variables TLS clients read and a placeholder
-//! in each `placeholder_env`; the secrets are read on the host when the lease's proxy starts
-//! (from the environment of the process that starts it, or the named file) and written to
-//! the proxy's stdin, never to its command line or a file. The proxy makes the lease's CA
-//! and writes the bundle (the CA certificate, then the host's roots) into the lease's
-//! egress directory, which the container sees read-only at [`EGRESS_DIR`].
+//! Brokered credentials on Docker (`[[environment.network.credential]]`): the shared
+//! part is [`envrt_driver_agent::egress::credentials`]; here only what the container is
+//! given. The proxy writes the bundle into the lease's sockets directory, which the
+//! container sees read-only at [`EGRESS_DIR`](crate::egress::EGRESS_DIR), so the bundle is
+//! at [`LEASE_CA_BUNDLE`](envrt_driver_agent::egress::credentials::LEASE_CA_BUNDLE).
 
-use std::path::{Path, PathBuf};
+use envrt_driver_api::network::Credential;
 
-use envrt_driver_api::network::{Credential, EnvironmentNetwork};
-use envrt_driver_api::{DriverError, Environment};
+pub(crate) use envrt_driver_agent::egress::credentials::{brokering, of};
 
-use crate::egress::EGRESS_DIR;
-
-/// The bundle's file name in the lease's egress directory.
-pub(crate) const CA_BUNDLE: &str = "ca-bundle.pem";
-/// The host's roots, appended to the bundle so the lease's other TLS still verifies.
-const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-/// The variables the common TLS clients read a CA file from (OpenSSL and what links it,
-/// Python requests, curl, Node).
-pub(crate) const CA_VARIABLES: [&str; 4] = [
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "NODE_EXTRA_CA_CERTS",
-];
-
-/// The environment's credentials (none without a policy section).
-pub(crate) fn of(environment: Option<&Environment>) -> &[Credential] {
-    match environment.and_then(|e| e.network.as_ref()) {
-        Some(EnvironmentNetwork::Policy(config)) => config.credentials(),
-        _ => &[],
-    }
-}
-
-/// The container variables for `credentials`: the CA bundle for every TLS client, and the
-/// placeholders. Nothing when there are none.
+/// The container variables for `credentials` (`NAME=value`): the CA bundle for every TLS
+/// client, and the placeholders. Nothing when there are none.
 pub(crate) fn lease_env(credentials: &[Credential]) -> Vec<String> {
-    if credentials.is_empty() {
-        return Vec::new();
-    }
-    let bundle = format!("{EGRESS_DIR}/{CA_BUNDLE}");
-    let mut env: Vec<String> = CA_VARIABLES.iter().map(|name| format!("{name}={bundle}")).collect();
-    env.extend(envrt_driver_api::network::placeholder_env(credentials));
-    env
-}
-
-/// What the proxy of a lease with credentials is started with (the shared proxy start's
-/// input: its extra arguments and the secrets on its stdin; its `Debug` does not show them).
-pub(crate) type Brokering = envrt_driver_agent::egress::ProxyCredentials;
-
-/// Reads the secrets of `credentials` (none: `None`) for the proxy whose sockets are in
-/// `sockets`; `extra_roots` are trusted besides the system's roots.
-pub(crate) fn brokering(
-    credentials: &[Credential],
-    sockets: &Path,
-    extra_roots: Option<&Path>,
-) -> Result<Option<Brokering>, DriverError> {
-    if credentials.is_empty() {
-        return Ok(None);
-    }
-    let resolved = credentials
-        .iter()
-        .enumerate()
-        .map(|(i, c)| c.resolve(i, |name| std::env::var(name).ok()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| DriverError::other(format!("cannot broker the lease's credentials: {e}")))?;
-    let stdin = serde_json::to_vec(&resolved)
-        .map_err(|_| DriverError::other("cannot broker the lease's credentials: they do not encode"))?;
-    let mut args: Vec<std::ffi::OsString> = vec!["--credentials-stdin".into(), "--ca-bundle".into()];
-    args.push(sockets.join(CA_BUNDLE).into());
-    if Path::new(HOST_BUNDLE).is_file() {
-        args.push("--base-bundle".into());
-        args.push(HOST_BUNDLE.into());
-    }
-    if let Some(roots) = extra_roots {
-        args.push("--extra-roots".into());
-        args.push(PathBuf::from(roots).into());
-    }
-    Ok(Some(Brokering { args, stdin }))
+    envrt_driver_agent::egress::credentials::lease_env(credentials)
+        .into_iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    fn credential(secret: &str, placeholder: Option<&str>) -> Credential {
-        Credential::parse(
-            0,
-            &envrt_driver_api::network::RawCredential {
-                host: "api.test".into(),
-                header: "Authorization".into(),
-                value: "Bearer {secret}".into(),
-                secret: secret.into(),
-                placeholder_env: placeholder.map(str::to_owned),
-            },
-        )
-        .unwrap()
-    }
+    use envrt_driver_agent::egress::credentials::{CA_BUNDLE, LEASE_CA_BUNDLE};
 
     #[test]
-    fn the_lease_gets_the_bundle_in_every_ca_variable_and_only_placeholders() {
-        assert!(lease_env(&[]).is_empty());
-        assert_eq!(
-            lease_env(&[credential("env:T", Some("API_TOKEN"))]),
-            vec![
-                "SSL_CERT_FILE=/.envrt/egress/ca-bundle.pem",
-                "REQUESTS_CA_BUNDLE=/.envrt/egress/ca-bundle.pem",
-                "CURL_CA_BUNDLE=/.envrt/egress/ca-bundle.pem",
-                "NODE_EXTRA_CA_CERTS=/.envrt/egress/ca-bundle.pem",
-                "API_TOKEN=envrt-credential-placeholder",
-            ]
-        );
-    }
-
-    #[test]
-    fn the_secret_goes_to_stdin_only_and_a_missing_one_is_named_without_a_value() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("token");
-        std::fs::write(&file, "s3cr3t\n").unwrap();
-        let c = credential(&format!("file:{}", file.display()), None);
-        let b = brokering(&[c], Path::new("/l/egress"), Some(Path::new("/roots.pem")))
-            .unwrap()
-            .unwrap();
-        assert!(String::from_utf8_lossy(&b.stdin).contains("Bearer s3cr3t"));
-        assert!(!format!("{:?}", b.args).contains("s3cr3t"));
-        assert!(!format!("{b:?}").contains("s3cr3t"));
-        assert_eq!(
-            b.args[..3],
-            ["--credentials-stdin", "--ca-bundle", "/l/egress/ca-bundle.pem"]
-        );
-        assert_eq!(b.args[b.args.len() - 2..], ["--extra-roots", "/roots.pem"]);
-        let missing = credential("file:/nonexistent/envrt-token", None);
-        assert_eq!(
-            brokering(&[missing], Path::new("/l"), None).unwrap_err().to_string(),
-            "cannot broker the lease's credentials: credential 0: the secret file:/nonexistent/envrt-token cannot be read: entity not found"
-        );
+    fn the_bundle_is_where_the_container_sees_the_sockets_directory() {
+        assert_eq!(LEASE_CA_BUNDLE, format!("{}/{CA_BUNDLE}", crate::egress::EGRESS_DIR));
     }
 }

@@ -250,3 +250,150 @@ async fn without_the_proxy_binary_a_policy_that_opens_egress_is_refused() {
          network at all, so only egress = \"none\" is accepted"
     );
 }
+
+/// Brokered credentials on the sandbox, end to end: the host reads the secret and hands it
+/// to the lease's `envrt-egress` over stdin; every sandbox of the lease gets the proxy's CA
+/// bundle (read-only, in `SSL_CERT_FILE` and the other CA variables) and a placeholder, so
+/// an ordinary TLS client (`curl`, verifying) reaches the credentialed test host, which
+/// receives the real header; a host without a credential stays a plain tunnel that the
+/// lease's CA cannot vouch for; the secret is in none of the sandbox's variables, processes
+/// or files, nor in the worker's record of the lease's network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_brokered_credential_reaches_its_host_and_the_sandbox_trusts_the_lease_ca() {
+    const SECRET: &str = "s3cr3t-5b1e07c2";
+    let Some(mut host) = TestHost::new(&[("api.test", HOST), ("other.test", HOST)], BODY) else {
+        return;
+    };
+    let test_ca = host.serve_https(&["api.test", "other.test"]).unwrap();
+    require_agent();
+    let root = TempDir::new("credential");
+    let options = SandboxOptions {
+        egress: Some(envrt_test_support::network::egress_binary()),
+        egress_dns: Some(host.dns()),
+        egress_roots: Some(test_ca),
+        ..SandboxOptions::default()
+    };
+    let Some(driver) = driver(&root, options).await else {
+        return;
+    };
+    let secrets = tempfile::tempdir().unwrap();
+    let secret_file = secrets.path().join("token");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let network = NetworkConfig::new(policy(Egress::Allow, &["api.test:443", "other.test:443"]), &[])
+        .unwrap()
+        .with_credentials(&[envrt_runtime_core::network::RawCredential {
+            host: "api.test".into(),
+            header: "Authorization".into(),
+            value: "Bearer {secret}".into(),
+            secret: format!("file:{}", secret_file.display()),
+            placeholder_env: Some("API_TOKEN".into()),
+        }])
+        .unwrap();
+    let runtime = runtime(driver, network).await;
+    let lease = runtime
+        .acquire_lease(AcquireRequest::new("egress", "acme"))
+        .await
+        .unwrap();
+
+    // Every command: the bundle in every CA variable, and the placeholder.
+    let (_, out, _) = sh(
+        &runtime,
+        &lease,
+        "echo $SSL_CERT_FILE $REQUESTS_CA_BUNDLE $CURL_CA_BUNDLE $NODE_EXTRA_CA_CERTS $API_TOKEN",
+    )
+    .await;
+    let bundle = "/.envrt/egress/ca-bundle.pem";
+    assert_eq!(
+        out.trim(),
+        format!("{bundle} {bundle} {bundle} {bundle} envrt-credential-placeholder")
+    );
+    // A process session's process too (the lease's supervisor is a sandbox of the lease).
+    let info = bounded(
+        "spawn",
+        runtime.spawn(
+            &lease.id,
+            envrt_runtime_core::SpawnRequest::new(["sh", "-c", "echo $SSL_CERT_FILE $API_TOKEN"]),
+        ),
+    )
+    .await
+    .unwrap();
+    let mut output = runtime.output(&info.id.to_string(), &Default::default()).await.unwrap();
+    let mut printed = Vec::new();
+    while let Some(event) = bounded("output", output.next()).await.unwrap() {
+        if let envrt_runtime_core::OutputEvent::Chunk(chunk) = event {
+            printed.extend(chunk.bytes);
+        }
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&printed),
+        format!("{bundle} envrt-credential-placeholder\n")
+    );
+    // The bundle: certificates only (the CA's key stays in the proxy), read-only.
+    let (code, out, err) = sh(
+        &runtime,
+        &lease,
+        &format!("head -n 1 {bundle}; grep -c 'PRIVATE KEY' {bundle}; echo x >> {bundle}"),
+    )
+    .await;
+    assert_eq!(out, "-----BEGIN CERTIFICATE-----\n0\n");
+    assert_ne!(code, 0, "the lease could write its CA bundle: {err}");
+
+    // An ordinary verifying client: the credentialed host through the lease's CA, with
+    // the placeholder as its header; the proxy puts the secret in.
+    let (code, out, err) = sh(
+        &runtime,
+        &lease,
+        "curl -sS -f -H \"Authorization: Bearer $API_TOKEN\" https://api.test/",
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "hello https from api.test"), "{err}");
+    // Another allowed host is a plain tunnel: the lease's CA cannot vouch for it (curl's
+    // "SSL certificate problem").
+    let (code, _, err) = sh(&runtime, &lease, "curl -sS https://other.test/").await;
+    assert_eq!(code, 60, "{err}");
+    let seen: Vec<serde_json::Value> = host
+        .https_requests()
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        serde_json::Value::Array(seen),
+        serde_json::json!([
+            {"host": "api.test", "path": "/", "authorization": format!("Bearer {SECRET}")},
+        ])
+    );
+
+    // The secret: nowhere in the sandbox, nor in the worker's record.
+    let (_, out, _) = sh(
+        &runtime,
+        &lease,
+        "env; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null; \
+         grep -rl s3cr3t /.envrt \"$HOME\" /tmp /etc 2>/dev/null; echo scanned",
+    )
+    .await;
+    assert!(out.ends_with("scanned\n"), "{out}");
+    assert!(!out.contains(SECRET), "the secret reached the sandbox: {out}");
+    let provider = lease.provider_lease_id.clone().unwrap();
+    let record = root.join("leases").join(format!(".egress-{provider}"));
+    let mut files = 0;
+    for entry in std::fs::read_dir(&record).unwrap().flatten() {
+        if entry.path().is_file() {
+            files += 1;
+            let text = std::fs::read(entry.path()).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&text).contains(SECRET),
+                "{}",
+                entry.path().display()
+            );
+        }
+    }
+    assert!(files >= 4, "the record {} lost its files", record.display());
+
+    runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    assert_eq!(
+        egress_processes(&lease),
+        (vec![], vec![]),
+        "the lease's egress outlived it"
+    );
+    assert!(!record.exists(), "the record outlived the lease");
+}

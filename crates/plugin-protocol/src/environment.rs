@@ -418,7 +418,22 @@ pub struct StartEgressParams {
     /// An absolute host directory the host made for this lease's egress sockets
     /// (`proxy.sock`, `dns.sock`), the host's user's and writable by nobody else.
     pub socket_dir: String,
+    /// The name of a file in `socket_dir` that the host's proxy wrote: the CA bundle the
+    /// lease's TLS clients must trust when the proxy brokers credentials. Every sandbox of
+    /// the lease sees it read-only at `/.envrt/egress/ca-bundle.pem`. Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<String>,
+    /// Variables every sandbox of the lease gets unless its request sets them: the CA
+    /// variables and the credentials' placeholders (never a secret). At most
+    /// [`MAX_LEASE_ENV`] names, each a shell variable name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
+
+/// The most variables `envrtStartEgress` carries in `env`.
+pub const MAX_LEASE_ENV: usize = 64;
+/// The longest value of one of them, in bytes.
+pub const MAX_LEASE_ENV_VALUE: usize = 4096;
 
 /// Extension `envrtStartProcessSupervisor` result.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

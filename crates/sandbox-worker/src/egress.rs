@@ -38,8 +38,9 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
+use envrt_driver_agent::egress::credentials::LEASE_CA_BUNDLE;
 use envrt_driver_api::DriverError;
-use envrt_plugin_protocol::environment::StartEgressParams;
+use envrt_plugin_protocol::environment::{MAX_LEASE_ENV, MAX_LEASE_ENV_VALUE, StartEgressParams};
 use tokio::io::AsyncBufReadExt;
 
 use super::rpc::RpcError;
@@ -131,10 +132,15 @@ fn loopback_up() -> std::io::Result<()> {
     }
 }
 
-/// What a sandbox of a lease under a policy joins: its namespace and resolver.
+/// What a sandbox of a lease under a policy joins: its namespace and resolver, and when
+/// its proxy brokers credentials, the CA bundle and the lease's variables.
 pub(crate) struct Joined {
     pub(crate) netns: OwnedFd,
     pub(crate) resolv: OwnedFd,
+    /// The CA bundle the host's proxy wrote, opened from the host's sockets directory.
+    pub(crate) ca_bundle: Option<OwnedFd>,
+    /// Variables every sandbox of the lease gets unless the request sets them.
+    pub(crate) env: Vec<(String, String)>,
 }
 
 /// Makes `bwrap` options (built by the sandbox for a lease without a network) those of a
@@ -156,14 +162,40 @@ pub(crate) fn join_args(args: &mut Vec<String>, joined: &Joined) {
         );
     }
     if let Some(at) = args.iter().position(|a| a == "--remount-ro") {
-        args.splice(
-            at..at,
-            [
+        let mut binds = vec![
+            "--ro-bind-fd".to_owned(),
+            joined.resolv.as_raw_fd().to_string(),
+            "/etc/resolv.conf".to_owned(),
+        ];
+        if let Some(bundle) = &joined.ca_bundle {
+            binds.extend([
                 "--ro-bind-fd".to_owned(),
-                joined.resolv.as_raw_fd().to_string(),
-                "/etc/resolv.conf".to_owned(),
-            ],
-        );
+                bundle.as_raw_fd().to_string(),
+                LEASE_CA_BUNDLE.to_owned(),
+            ]);
+        }
+        args.splice(at..at, binds);
+    }
+}
+
+/// Writes (or removes) the record's bundle name and variables from `params`.
+fn write_extras(record: &Path, params: &StartEgressParams) -> std::io::Result<()> {
+    match &params.ca_bundle {
+        Some(name) => std::fs::write(record.join(CA_RECORD), name)?,
+        None => remove_if_there(&record.join(CA_RECORD))?,
+    }
+    if params.env.is_empty() {
+        remove_if_there(&record.join(ENV_RECORD))
+    } else {
+        let pairs: Vec<(&String, &String)> = params.env.iter().collect();
+        std::fs::write(record.join(ENV_RECORD), serde_json::to_vec(&pairs)?)
+    }
+}
+
+fn remove_if_there(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -202,7 +234,90 @@ pub(crate) fn joined(lease_dir: &Path) -> std::io::Result<Option<Joined>> {
         return Err(std::io::Error::other(not_running(lease_dir)));
     }
     let resolv = open(&record.join("resolv.conf"))?;
-    Ok(Some(Joined { netns, resolv }))
+    let ca_bundle = match std::fs::read_to_string(record.join(CA_RECORD)) {
+        Ok(name) => Some(open_bundle(&record, &name).map_err(|why| {
+            std::io::Error::other(format!(
+                "The CA bundle of lease {} cannot be opened: {why}",
+                lease_name(lease_dir)
+            ))
+        })?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let env = match std::fs::read(record.join(ENV_RECORD)) {
+        Ok(json) => serde_json::from_slice::<Vec<(String, String)>>(&json).map_err(std::io::Error::other)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(Joined {
+        netns,
+        resolv,
+        ca_bundle,
+        env,
+    }))
+}
+
+/// Opens the bundle `name` in the record's sockets directory: a regular file, never
+/// through a link.
+fn open_bundle(record: &Path, name: &str) -> Result<OwnedFd, String> {
+    let sockets = std::fs::read_to_string(record.join("sockets")).map_err(|e| e.to_string())?;
+    let path = Path::new(&sockets).join(name);
+    let fd = rustix::fs::open(
+        &path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOFOLLOW,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| format!("{}: {e}", path.display()))?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    Ok(fd)
+}
+
+/// The record's file naming the lease's CA bundle in the sockets directory.
+const CA_RECORD: &str = "ca-bundle";
+/// The record's file holding the lease's variables (JSON pairs).
+const ENV_RECORD: &str = "env.json";
+
+/// `caBundle`, checked: a plain file name (the file is in `socketDir`).
+fn check_bundle_name(name: &str) -> Result<(), RpcError> {
+    let plain = !name.is_empty() && name.len() <= 255 && !name.contains(['/', '\0']) && name != "." && name != "..";
+    if plain {
+        Ok(())
+    } else {
+        Err(RpcError::invalid_params(format!(
+            "caBundle {name:?} is not the name of a file in socketDir"
+        )))
+    }
+}
+
+/// `env`, checked: at most [`MAX_LEASE_ENV`] shell variable names, values of at most
+/// [`MAX_LEASE_ENV_VALUE`] bytes without NUL.
+fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), RpcError> {
+    if env.len() > MAX_LEASE_ENV {
+        return Err(RpcError::invalid_params(format!(
+            "env has {} variables; at most {MAX_LEASE_ENV} are allowed",
+            env.len()
+        )));
+    }
+    for (name, value) in env {
+        let mut chars = name.chars();
+        let named = name.len() <= 128
+            && chars.next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+            && chars.all(|c| c == '_' || c.is_ascii_alphanumeric());
+        if !named {
+            return Err(RpcError::invalid_params(format!(
+                "env name {name:?} is not a variable name"
+            )));
+        }
+        if value.len() > MAX_LEASE_ENV_VALUE || value.contains('\0') {
+            return Err(RpcError::invalid_params(format!(
+                "env value of {name} holds a NUL or is longer than {MAX_LEASE_ENV_VALUE} bytes"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The record's forwarder, while it runs (this boot, the same start time).
@@ -268,11 +383,18 @@ pub(crate) async fn start(
     params: StartEgressParams,
 ) -> Result<serde_json::Value, RpcError> {
     let sockets = check_sockets(&params.socket_dir)?;
+    if let Some(name) = &params.ca_bundle {
+        check_bundle_name(name)?;
+    }
+    check_env(&params.env)?;
     let lease = lease_name(lease_dir);
     let record = record_dir(lease_dir).ok_or_else(|| RpcError::invalid_params("the lease directory has no name"))?;
     let io = |what: &str, e: std::io::Error| RpcError::from(DriverError::io(format!("{what} {}", record.display()), e));
     let same_sockets = std::fs::read_to_string(record.join("sockets")).ok().as_deref() == sockets.to_str();
     if same_sockets && forwarder(&record).is_some() {
+        // The forwarder runs on: what new sandboxes get is replaced (a proxy started anew
+        // wrote a new bundle).
+        write_extras(&record, &params).map_err(|e| io("Writing", e))?;
         return Ok(serde_json::json!({ "started": false }));
     }
     end(lease_dir);
@@ -286,6 +408,17 @@ pub(crate) async fn start(
         .map_err(|e| io("Writing", e))?;
     std::fs::set_permissions(record.join("resolv.conf"), std::fs::Permissions::from_mode(0o644))
         .map_err(|e| io("Writing", e))?;
+    write_extras(&record, &params).map_err(|e| io("Writing", e))?;
+    if params.ca_bundle.is_some() {
+        // Checked once here, so a lease never starts with a bundle its sandboxes cannot get.
+        let name = params.ca_bundle.as_deref().unwrap_or_default();
+        if let Err(why) = open_bundle(&record, name) {
+            let _ = std::fs::remove_dir_all(&record);
+            return Err(RpcError::invalid_params(format!(
+                "caBundle {name:?} cannot be opened: {why}"
+            )));
+        }
+    }
     let run = record.join("run");
     std::fs::DirBuilder::new()
         .mode(0o700)
@@ -393,6 +526,74 @@ mod tests {
         );
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(check_sockets(&shown).unwrap(), dir.path());
+    }
+
+    #[test]
+    fn a_bundle_name_and_the_lease_variables_are_refused_with_exact_texts() {
+        let text = |r: Result<(), RpcError>| r.unwrap_err().message;
+        assert!(check_bundle_name("ca-bundle.pem").is_ok());
+        for bad in ["", ".", "..", "../ca.pem", "a/b", "a\0b"] {
+            assert_eq!(
+                text(check_bundle_name(bad)),
+                format!("caBundle {bad:?} is not the name of a file in socketDir")
+            );
+        }
+        assert_eq!(
+            text(check_bundle_name(&"x".repeat(256))),
+            format!("caBundle {:?} is not the name of a file in socketDir", "x".repeat(256))
+        );
+        let env = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        assert!(check_env(&env(&[("SSL_CERT_FILE", "/x"), ("_A1", "")])).is_ok());
+        for bad in ["", "1A", "A-B", "A=B", "LD PRELOAD"] {
+            assert_eq!(
+                text(check_env(&env(&[(bad, "v")]))),
+                format!("env name {bad:?} is not a variable name")
+            );
+        }
+        assert_eq!(
+            text(check_env(&env(&[("A", "v\0w")]))),
+            "env value of A holds a NUL or is longer than 4096 bytes"
+        );
+        assert_eq!(
+            text(check_env(&env(&[("A", &"v".repeat(4097))]))),
+            "env value of A holds a NUL or is longer than 4096 bytes"
+        );
+        let many: std::collections::BTreeMap<String, String> =
+            (0..65).map(|i| (format!("V{i}"), String::new())).collect();
+        assert_eq!(text(check_env(&many)), "env has 65 variables; at most 64 are allowed");
+    }
+
+    #[test]
+    fn a_bundle_is_opened_only_as_a_regular_file_never_through_a_link() {
+        let sockets = tempfile::tempdir().unwrap();
+        let record = tempfile::tempdir().unwrap();
+        std::fs::write(
+            record.path().join("sockets"),
+            sockets.path().as_os_str().as_encoded_bytes(),
+        )
+        .unwrap();
+        std::fs::write(sockets.path().join("ca.pem"), "pem").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", sockets.path().join("link.pem")).unwrap();
+        std::fs::create_dir(sockets.path().join("dir.pem")).unwrap();
+        assert!(open_bundle(record.path(), "ca.pem").is_ok());
+        let shown = |name: &str| sockets.path().join(name).display().to_string();
+        assert_eq!(
+            open_bundle(record.path(), "link.pem").unwrap_err(),
+            format!("{}: Too many levels of symbolic links (os error 40)", shown("link.pem"))
+        );
+        assert_eq!(
+            open_bundle(record.path(), "dir.pem").unwrap_err(),
+            format!("{} is not a regular file", shown("dir.pem"))
+        );
+        assert_eq!(
+            open_bundle(record.path(), "none.pem").unwrap_err(),
+            format!("{}: No such file or directory (os error 2)", shown("none.pem"))
+        );
     }
 
     #[test]

@@ -231,8 +231,9 @@ impl Sandbox {
         let joined = super::egress::joined(lease_dir)?;
         let env_fd = match &joined {
             None => env_memfd(env)?,
-            Some(_) => {
+            Some(joined) => {
                 let mut with_proxy = envrt_driver_agent::egress::proxy_env();
+                with_proxy.extend(joined.env.iter().cloned());
                 with_proxy.extend(env.iter().cloned());
                 env_memfd(&with_proxy)?
             }
@@ -282,6 +283,11 @@ impl Sandbox {
         }
         let mut keep = vec![status_write.as_raw_fd(), env_fd.as_raw_fd()];
         keep.extend(joined.iter().map(|j| j.resolv.as_raw_fd()));
+        keep.extend(
+            joined
+                .iter()
+                .filter_map(|j| j.ca_bundle.as_ref().map(|fd| fd.as_raw_fd())),
+        );
         keep.extend(how.fd_binds.iter().map(|bind| bind.fd));
         super::fds::inherit_only(command.as_std_mut(), &keep);
         let escape = how.detached.and_then(|_| escape_cgroup());

@@ -104,6 +104,9 @@ pub struct SandboxOptions {
     /// The DNS server the egress proxy resolves names through; the first `nameserver` of
     /// the host's `/etc/resolv.conf` when `None`.
     pub egress_dns: Option<std::net::SocketAddr>,
+    /// PEM roots the egress proxy also trusts when it re-originates TLS to a brokered
+    /// credential's host (besides the system's roots); `None`: the system's only.
+    pub egress_roots: Option<std::path::PathBuf>,
 }
 
 /// The default [`SandboxOptions::max_request_bytes`]: 64 MiB, the reference worker's own
@@ -139,6 +142,7 @@ impl Default for SandboxOptions {
             worker_calls: super::WorkerCallOptions::default(),
             egress: None,
             egress_dns: None,
+            egress_roots: None,
         }
     }
 }
@@ -160,6 +164,7 @@ impl std::fmt::Debug for SandboxOptions {
             .field("max_request_bytes", &self.max_request_bytes)
             .field("egress", &self.egress)
             .field("egress_dns", &self.egress_dns)
+            .field("egress_roots", &self.egress_roots)
             .field("restart", &self.restart)
             .field("parent_death_signal", &self.parent_death_signal)
             .field("duplex_limits", &self.duplex_limits)

@@ -16,6 +16,11 @@
 //!   starts before the worker is asked to start the lease's forwarder; either failing
 //!   stops the proxy, removes the directory and destroys the worker's lease, and the
 //!   acquire fails with the reason.
+//! - **Brokered credentials** (`[[environment.network.credential]]`): the proxy is started
+//!   with them on its stdin (`envrt_driver_agent::egress::credentials`, shared with
+//!   Docker) and writes the lease's CA bundle beside its sockets; the worker is told the
+//!   bundle's name and the lease's variables (CA variables, placeholders) and shows them to
+//!   every sandbox of the lease. A proxy started anew reads the secrets again.
 //! - **Updates** write the policy file (another name, then a rename) and SIGHUP the proxy
 //!   (started anew when gone); the worker is asked again, which starts the forwarder anew
 //!   when it ended.
@@ -27,8 +32,8 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
-use envrt_driver_agent::egress::{EgressSetup, reload_proxy, start_proxy, stop_proxy, write_policy};
-use envrt_driver_api::network::{Egress, NetworkBoundary, Policy};
+use envrt_driver_agent::egress::{EgressSetup, credentials, reload_proxy, start_proxy, stop_proxy, write_policy};
+use envrt_driver_api::network::{Credential, Egress, NetworkBoundary, Policy};
 use envrt_driver_api::{AcquireInput, DriverError, LeaseContext, LeaseGrant};
 use serde_json::Value;
 
@@ -129,13 +134,15 @@ impl SandboxDriver {
         make_dir(&lease_dir(lease), 0o711)?;
         make_dir(&sockets_dir(lease), 0o755)?;
         write_policy(&lease_dir(lease), policy)?;
-        start_proxy(setup, lease, &lease_dir(lease), &sockets_dir(lease), None).await?;
+        let credentials = credentials::of(Some(&input.environment));
+        let brokering = credentials::brokering(credentials, &sockets_dir(lease), self.egress_roots.as_deref())?;
+        start_proxy(setup, lease, &lease_dir(lease), &sockets_dir(lease), brokering.as_ref()).await?;
         let lease_ref = LeaseRef {
             provider_lease_id: grant.provider_lease_id.clone(),
             metadata: Some(grant.metadata.clone()),
             expires_at: None,
         };
-        self.start_forwarder(self.base_of(input), lease_ref, lease, &input.company_id)
+        self.start_forwarder(self.base_of(input), lease_ref, lease, &input.company_id, credentials)
             .await
     }
 
@@ -145,12 +152,18 @@ impl SandboxDriver {
         lease: LeaseRef,
         lease_id: &str,
         company: &str,
+        credentials: &[Credential],
     ) -> Result<(), DriverError> {
         self.require(methods::START_EGRESS)?;
+        // With credentials, the proxy wrote the lease's CA bundle beside its sockets: the
+        // worker shows it to every sandbox, with the variables that name it and the
+        // placeholders.
         let params = StartEgressParams {
             base,
             lease,
             socket_dir: sockets_dir(lease_id).display().to_string(),
+            ca_bundle: (!credentials.is_empty()).then(|| credentials::CA_BUNDLE.to_owned()),
+            env: credentials::lease_env(credentials).into_iter().collect(),
         };
         self.rpc(methods::START_EGRESS, &params, company).await?;
         Ok(())
@@ -185,15 +198,19 @@ impl SandboxDriver {
             make_dir(&sockets, 0o755)?;
         }
         write_policy(&dir, policy)?;
+        let credentials = credentials::of(context.environment.as_ref());
         if !reload_proxy(lease, &dir, &sockets).await? {
             let setup = self.egress.as_ref().map_err(|why| DriverError::other(why.clone()))?;
-            start_proxy(setup, lease, &dir, &sockets, None).await?;
+            // A proxy started again reads its credentials again (contract section 10).
+            let brokering = credentials::brokering(credentials, &sockets, self.egress_roots.as_deref())?;
+            start_proxy(setup, lease, &dir, &sockets, brokering.as_ref()).await?;
         }
         self.start_forwarder(
             self.base(context),
             Self::lease(context),
             lease,
             &context.lease.company_id,
+            credentials,
         )
         .await
     }

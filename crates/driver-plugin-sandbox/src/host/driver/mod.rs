@@ -58,6 +58,8 @@ pub struct SandboxDriver {
     /// What the host needs to run a lease's egress proxy, or why it cannot (see the
     /// `egress` module).
     egress: Result<envrt_driver_agent::egress::EgressSetup, String>,
+    /// PEM roots the egress proxy also trusts for brokered credentials' hosts.
+    egress_roots: Option<std::path::PathBuf>,
     /// The worker's termination receipts of release and destroy, by envrt lease id, until
     /// the facade takes them (bounded: see [`MAX_RECEIPTS`]).
     receipts: Mutex<HashMap<String, TerminationReceipt>>,
@@ -90,6 +92,7 @@ impl SandboxDriver {
         let key = manifest.driver_key(options.driver_key.as_deref());
         let declaration = entry.and_then(|e| e.sandbox_capabilities);
         let egress = egress::resolve(&options);
+        let egress_roots = options.egress_roots.clone();
         let supervisor = Supervisor::start(manifest, options).await?;
         Ok(SandboxDriver {
             supervisor,
@@ -99,6 +102,7 @@ impl SandboxDriver {
             socket_dirs: processes::SocketDirs::default(),
             receipts: Mutex::new(HashMap::new()),
             egress,
+            egress_roots,
         })
     }
 
@@ -364,6 +368,14 @@ impl SandboxDriver {
 impl EnvironmentDriver for SandboxDriver {
     fn key(&self) -> &str {
         &self.key
+    }
+
+    fn brokers_credentials(&self) -> bool {
+        // Its egress proxy (the reference worker's, when it runs one) terminates TLS for
+        // credentialed hosts; the worker shows the lease's CA bundle to every sandbox.
+        use envrt_driver_api::network::NetworkBoundary;
+        super::network::boundary(self.supervisor.manifest()) == NetworkBoundary::Isolated
+            && self.reference_boundary() == NetworkBoundary::Proxied
     }
 
     fn network_boundary(&self, _: &envrt_driver_api::Environment) -> envrt_driver_api::network::NetworkBoundary {
