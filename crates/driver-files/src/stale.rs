@@ -2,6 +2,29 @@
 
 use std::path::Path;
 
+/// Whether `pid` names a live process of this pid namespace.
+pub fn pid_is_live(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Eight hex digits naming this machine's boot and this process's pid namespace. A name
+/// that carries a pid for a sweep elsewhere than on this host's file system (inside a
+/// container) carries this tag too: only a process that sees the same pids (the same
+/// tag) may judge whether that pid lives.
+pub fn pid_scope_tag() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let namespace = std::fs::read_link("/proc/self/ns/pid")
+        .map(|link| link.display().to_string())
+        .unwrap_or_default();
+    // FNV-1a: a name, not a secret.
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in boot.trim().bytes().chain([0]).chain(namespace.bytes()) {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    format!("{hash:08x}")
+}
+
 /// Removes every directory in `parent` named `{prefix}{pid}-…` whose `pid` no longer
 /// names a live process (best effort: another process may be sweeping at the same time,
 /// and a name that does not parse is left alone). Returns how many were removed.
@@ -23,7 +46,7 @@ pub fn remove_dirs_of_dead_pids(parent: &Path, prefix: &str) -> usize {
         else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() && std::fs::remove_dir_all(entry.path()).is_ok() {
+        if !pid_is_live(pid) && std::fs::remove_dir_all(entry.path()).is_ok() {
             removed += 1;
         }
     }
@@ -44,7 +67,7 @@ pub fn entries_of_dead_pids(parent: &Path, prefix: &str) -> Vec<std::path::PathB
                 .and_then(|n| n.strip_prefix(prefix))
                 .and_then(|rest| rest.split_once('-'))
                 .and_then(|(pid, _)| pid.parse::<u32>().ok())
-                .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+                .is_some_and(|pid| !pid_is_live(pid))
         })
         .map(|entry| entry.path())
         .collect()

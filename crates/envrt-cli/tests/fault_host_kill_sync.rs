@@ -1,6 +1,7 @@
 //! The host program killed in the middle of a sync, on the drivers whose sync runs in it:
-//! local (both ways) and the sync out of Docker and ssh (a tar read into a staging
-//! directory beside the target on this host). The target is either untouched or complete,
+//! local (both ways), the sync out of Docker and ssh (a tar read into a staging
+//! directory beside the target on this host), and Docker's sync in (a tar the engine
+//! extracts into a staged sibling of the target in the container). The target is either untouched or complete,
 //! never half-written, and what the killed program staged or had replaced beside the
 //! target is gone after the next sync there. The kill lands deterministically: the fault
 //! points `sync_in:N` / `sync_out:N` (one after each file copied or extracted) and
@@ -148,6 +149,63 @@ fn a_docker_sync_out_whose_host_is_killed_leaves_the_target_as_it_was_or_complet
     let s = Scratch::new(&environment("ctr", "docker", &format!("image = \"{image}\"\n")));
     let id = s.acquire("ctr");
     sync_out_killed_at_every_step(&s, &id, "docker");
+}
+
+/// The tree at `source` (a path in a lease) as the host reads it after a sync out.
+fn tree_in_lease(s: &Scratch, source: &str) -> std::collections::BTreeMap<PathBuf, String> {
+    let out = s.path().join("read-back");
+    let _ = std::fs::remove_dir_all(&out);
+    copy(s, source, out.to_str().unwrap());
+    read_tree(&out)
+}
+
+/// Entries of the lease's workspace a sync made beside its targets.
+fn leftovers_in_lease(s: &Scratch, id: &str) -> Vec<String> {
+    let out = s.run(&["exec", "--lease", id, "--", "ls", "-a"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|n| n.contains(".envrt-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_docker_sync_in_whose_host_is_killed_leaves_the_target_as_it_was_and_the_next_sync_sweeps() {
+    let Some(image) = envrt_test_support::docker::image_or_skip() else {
+        return;
+    };
+    let s = Scratch::new(&environment("ctr", "docker", &format!("image = \"{image}\"\n")));
+    let id = s.acquire("ctr");
+    write_tree(&s.path().join("o"), b'o');
+    write_tree(&s.path().join("n"), b'n');
+    let target = format!("lease:{id}:tree");
+    copy(&s, "o", &target);
+    let old = tree_in_lease(&s, &target);
+    // The host is killed after each file it sent (the engine extracts what arrived into
+    // the staged sibling); the target stays the old tree.
+    let mut kills = 0;
+    let mut staged = Vec::new();
+    for n in 1.. {
+        assert!(n < 100, "the copy never completed");
+        if copy_aborted_at(&s, "n", &target, "sync_in", n) {
+            break;
+        }
+        kills += 1;
+        assert_eq!(tree_in_lease(&s, &target), old, "sync_in:{n} changed the target");
+        staged = leftovers_in_lease(&s, &id);
+    }
+    assert_eq!(kills, FILES);
+    let new = tree_in_lease(&s, &target);
+    assert!(new.values().all(|v| v.ends_with(" x 110") || v == "dir"), "{new:?}");
+    // The completed copy ran after the kills: what they staged was gone after it.
+    assert_eq!(leftovers_in_lease(&s, &id), Vec::<String>::new());
+    // ... and there was something to sweep: the killed runs leave what the engine had
+    // extracted (the last kill's, at least, was still there before the completed copy).
+    assert!(!staged.is_empty(), "no killed sync in left a staged entry in the lease");
+    let out = s.run(&["lease", "release", &id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    s.assert_no_leaks("docker");
 }
 
 #[test]

@@ -237,6 +237,9 @@ fn add_file<W: Write>(
         .map_err(io_at(format!("Sending {}", path.display())))?;
     counts.files += 1;
     counts.bytes += size;
+    // A test may end the host program here (after each file sent), as in the middle of
+    // a sync in.
+    envrt_driver_api::fault::point("sync_in");
     Ok(())
 }
 

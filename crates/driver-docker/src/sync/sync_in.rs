@@ -1,10 +1,12 @@
 //! `sync_in` (host → container, contract section 6) through the archive API.
 //!
 //! Every entry is validated before anything is sent. Each entry is then streamed as a tar
-//! into a hidden sibling of its target (`.envrt-sync-<uuid>`, extracted by the engine),
+//! into a hidden sibling of its target (`.envrt-sync-{tag}-{pid}-{uuid}`, extracted by the
+//! engine; the tag names this host's boot and pid namespace),
 //! and only when every entry of the operation has landed are the targets replaced, by
 //! renames inside the container; a failure removes the staged copies and leaves the
-//! targets as they were. A directory target is replaced as a whole (its old content goes);
+//! targets as they were. What a host program killed mid-sync staged is removed by the next
+//! sync in beside the same target from this host (its pid no longer lives). A directory target is replaced as a whole (its old content goes);
 //! the workspace root, which cannot be renamed, gets its content replaced instead.
 
 use std::path::PathBuf;
@@ -101,7 +103,7 @@ fn validate<'a>(
             entries.push(Entry {
                 plan: TarPlan {
                     source,
-                    top: format!(".envrt-sync-{}", uuid::Uuid::new_v4().simple()),
+                    top: format!("{}{}", staging_prefix(), uuid::Uuid::new_v4().simple()),
                     kind: file.kind,
                     mode: file.mode.map(|m| m & 0o7777),
                     mask: file.mode_mask(),
@@ -136,10 +138,67 @@ fn validate<'a>(
     Ok(plans)
 }
 
-/// Moves every staged copy into place: `r` entries replace the target; `m` entries
-/// (`m:<octal>` with a mode) replace the content of the workspace root. Arguments come in
-/// triples (kind, staged, target).
+/// The first part of every staged name: `.envrt-sync-{tag}-`, the tag naming this host's
+/// boot and pid namespace (see `envrt_driver_files::stale::pid_scope_tag`).
+fn scope_prefix() -> &'static str {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREFIX.get_or_init(|| format!(".envrt-sync-{}-", envrt_driver_files::stale::pid_scope_tag()))
+}
+
+/// The staged names of this process: `.envrt-sync-{tag}-{pid}-`, then a uuid. The next
+/// sync in beside a target removes those a killed process left (a pid of this tag that
+/// no longer lives).
+fn staging_prefix() -> String {
+    format!("{}{}-", scope_prefix(), std::process::id())
+}
+
+/// Which of the `listed` entries (one path a line, as [`FINALIZE`] prints them) were
+/// staged in one of `parents` by a process of this host that no longer lives. A line that
+/// is not exactly such a name (a command may plant any name) is left alone.
+fn left_by_dead_processes(listed: &str, parents: &[&str]) -> Vec<String> {
+    let prefix = scope_prefix();
+    let mut dead: Vec<String> = listed
+        .lines()
+        .filter(|line| {
+            let Some((parent, name)) = line.rsplit_once('/') else {
+                return false;
+            };
+            let parent = if parent.is_empty() { "/" } else { parent };
+            let own_parent = parents
+                .iter()
+                .any(|p| p.trim_end_matches('/') == parent.trim_end_matches('/'));
+            let Some((pid, id)) = name.strip_prefix(prefix).and_then(|rest| rest.split_once('-')) else {
+                return false;
+            };
+            let id_ok = id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+            own_parent
+                && id_ok
+                && pid
+                    .parse::<u32>()
+                    .is_ok_and(|pid| !envrt_driver_files::stale::pid_is_live(pid))
+        })
+        .map(str::to_owned)
+        .collect();
+    dead.sort();
+    dead.dedup();
+    dead
+}
+
+/// Lists what earlier syncs staged in the parents, then moves every staged copy into
+/// place. Arguments: the staging scope prefix, the number of parents and the parents
+/// (each entry of a parent whose name starts with the prefix is printed, a line each, 256
+/// at most: a command can make any number of such names),
+/// then triples (kind, staged, target): `r` entries replace the target; `m` entries
+/// (`m:<octal>` with a mode) replace the content of the workspace root.
 const FINALIZE: &str = r#"set -e
+pre=$1; n=$2; shift 2; c=0
+while [ "$n" -gt 0 ]; do
+  for f in "$1"/"$pre"*; do
+    [ "$c" -lt 256 ] || break
+    if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\n' "$f"; c=$((c + 1)); fi
+  done
+  n=$((n - 1)); shift
+done
 while [ $# -ge 3 ]; do
   k=$1; t=$2; d=$3; shift 3
   case $k in
@@ -265,7 +324,11 @@ pub(crate) async fn sync_in(
             }
         }
         if failure.is_none() {
-            let mut args: Vec<String> = Vec::new();
+            let mut distinct: Vec<&str> = parents.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let mut args: Vec<String> = vec![scope_prefix().to_owned(), distinct.len().to_string()];
+            args.extend(distinct.iter().map(|p| (*p).to_owned()));
             for entry in &plan.entries {
                 args.push(match (entry.is_root, entry.plan.mode) {
                     (true, Some(mode)) => format!("m:{mode:o}"),
@@ -277,7 +340,24 @@ pub(crate) async fn sync_in(
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             match run_script(&driver.engine, container, None, FINALIZE, &args, "placing synced files").await {
-                Ok((_, _, Some(0))) => staged.clear(),
+                Ok((listed, _, Some(0))) => {
+                    staged.clear();
+                    // What a killed program staged here: removed, best effort (the sync
+                    // itself succeeded). One exec, only when there is something.
+                    let dead = left_by_dead_processes(&String::from_utf8_lossy(&listed), &distinct);
+                    if !dead.is_empty() {
+                        let dead: Vec<&str> = dead.iter().map(String::as_str).collect();
+                        let _ = run_script(
+                            &driver.engine,
+                            container,
+                            None,
+                            "rm -rf -- \"$@\"",
+                            &dead,
+                            "removing what a killed sync staged",
+                        )
+                        .await;
+                    }
+                }
                 Ok((_, stderr, _)) => {
                     failure = Some(DriverError::other(format!(
                         "Could not move synced files into place: {}",
@@ -346,4 +426,35 @@ async fn all_directories(engine: &crate::engine::Engine, container: &str, paths:
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_exact_names_of_dead_processes_of_this_host_in_the_parents_are_swept() {
+        let prefix = scope_prefix();
+        assert!(prefix.starts_with(".envrt-sync-") && prefix.len() == ".envrt-sync-".len() + 9);
+        let id = "0123456789abcdef0123456789abcdef";
+        let (live, dead) = (std::process::id(), 4_194_305_u32);
+        let listed = [
+            format!("/w/{prefix}{dead}-{id}"),
+            format!("/w/{prefix}{dead}-{id}"),
+            format!("/{prefix}{dead}-{id}"),
+            format!("/w/{prefix}{live}-{id}"),
+            format!("/elsewhere/{prefix}{dead}-{id}"),
+            format!("/w/{prefix}{dead}-{id}x"),
+            format!("/w/{prefix}{dead}-0123456789ABCDEF0123456789ABCDEF"),
+            format!("/w/{prefix}x{dead}-{id}"),
+            format!("/w/.envrt-sync-00000000-{dead}-{id}"),
+            format!("/w/.envrt-sync-{id}"),
+        ]
+        .join("\n");
+        assert_eq!(
+            left_by_dead_processes(&listed, &["/w/", "/"]),
+            vec![format!("/{prefix}{dead}-{id}"), format!("/w/{prefix}{dead}-{id}")]
+        );
+        assert!(staging_prefix().ends_with(&format!("-{live}-")));
+    }
 }
