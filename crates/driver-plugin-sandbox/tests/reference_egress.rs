@@ -83,13 +83,32 @@ fn processes_with(words: &[&str]) -> Vec<u32> {
     found
 }
 
-/// The lease's proxy (on the host) and forwarder (in the lease's namespace).
-fn egress_processes(lease: &Lease) -> (Vec<u32>, Vec<u32>) {
+/// The lease's proxy (on the host, found by its sockets directory) and forwarder (the
+/// init of its sandbox's pid namespace, found by the worker's record while it has one).
+fn egress_processes(root: &TempDir, lease: &Lease) -> (Vec<u32>, Vec<u32>) {
     let dir = format!("/{}/sockets/", lease.id);
-    (
-        processes_with(&["envrt-egress", &dir]),
-        processes_with(&["envrt-agent", "--forward", &dir]),
-    )
+    let provider = lease.provider_lease_id.clone().unwrap();
+    let record = root.join("leases").join(format!(".egress-{provider}/forwarder"));
+    let forwarder = std::fs::read_to_string(record)
+        .ok()
+        .and_then(|text| text.split_whitespace().nth(1)?.parse::<u32>().ok())
+        .filter(|pid| alive(*pid));
+    (processes_with(&["envrt-egress", &dir]), forwarder.into_iter().collect())
+}
+
+/// What the forwarder `pid` (its sandbox's init) runs: its children's command lines, and
+/// whether it is in a mount namespace of its own.
+fn forwarder_sandbox(pid: u32) -> (Vec<String>, bool) {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    let lines = children
+        .split_whitespace()
+        .map(|child| {
+            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).replace('\0', " ").trim().to_owned()
+        })
+        .collect();
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    (lines, ns(&pid.to_string()) != ns("self"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,11 +141,28 @@ async fn a_lease_under_a_policy_reaches_only_what_it_allows_through_its_egress_p
         .acquire_lease(AcquireRequest::new("egress", "acme"))
         .await
         .unwrap();
-    let (proxies, forwarders) = egress_processes(&lease);
+    let (proxies, forwarders) = egress_processes(&root, &lease);
     assert_eq!(
         (proxies.len(), forwarders.len()),
         (1, 1),
         "one proxy and one forwarder per lease"
+    );
+    // The forwarder runs in a sandbox of its own: bwrap's mount namespace, its binary and
+    // the sockets at their places there, not the host's.
+    let (inside, own_mounts) = forwarder_sandbox(forwarders[0]);
+    assert!(own_mounts, "the forwarder shares the host's mount namespace");
+    let root_of = |path: &str| std::path::PathBuf::from(format!("/proc/{}/root{path}", forwarders[0]));
+    assert!(root_of("/usr/bin").is_dir(), "the forwarder's view has no /usr");
+    for hidden in ["/etc/passwd", "/root", "/home", "/tmp"] {
+        assert!(!root_of(hidden).exists(), "the forwarder sees the host's {hidden}");
+    }
+    assert_eq!(
+        inside,
+        vec![
+            "/.envrt/agent --socket fwd.sock --forward tcp:127.0.0.1:3128=/.envrt/sockets/proxy.sock \
+             --forward dns:127.0.0.1:53=/.envrt/sockets/dns.sock"
+                .to_owned()
+        ]
     );
 
     // The proxy variables and the resolver every command gets.
@@ -217,11 +253,17 @@ async fn a_lease_under_a_policy_reaches_only_what_it_allows_through_its_egress_p
     assert_eq!((code, out.as_str()), (0, BODY), "{err}");
 
     // The proxy and the forwarder end with the lease.
+    let (_, forwarders) = egress_processes(&root, &lease);
+    assert_eq!(forwarders.len(), 1, "the lease has no forwarder");
     runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     assert_eq!(
-        egress_processes(&lease),
+        egress_processes(&root, &lease),
         (vec![], vec![]),
         "the lease's egress outlived it"
+    );
+    assert!(
+        wait_gone(forwarders[0], std::time::Duration::from_secs(10)).await,
+        "the forwarder outlived the lease"
     );
 }
 
@@ -389,11 +431,17 @@ async fn a_brokered_credential_reaches_its_host_and_the_sandbox_trusts_the_lease
     }
     assert!(files >= 4, "the record {} lost its files", record.display());
 
+    let (_, forwarders) = egress_processes(&root, &lease);
+    assert_eq!(forwarders.len(), 1, "the lease has no forwarder");
     runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
     assert_eq!(
-        egress_processes(&lease),
+        egress_processes(&root, &lease),
         (vec![], vec![]),
         "the lease's egress outlived it"
+    );
+    assert!(
+        wait_gone(forwarders[0], std::time::Duration::from_secs(10)).await,
+        "the forwarder outlived the lease"
     );
     assert!(!record.exists(), "the record outlived the lease");
 }

@@ -9,11 +9,14 @@
 //! - **The namespace.** The worker starts its own binary in the role [`EGRESS_FLAG`] as
 //!   root: it unshares a network namespace, brings loopback up, lets unprivileged users
 //!   bind low ports in that namespace only (`net.ipv4.ip_unprivileged_port_start = 0`, so
-//!   the forwarder can listen on 53), then executes the forwarder as the lease's host user,
-//!   in a session of its own, out of the worker's cgroup: it outlives the worker, as the
-//!   lease's supervisor does. The forwarder runs outside bwrap's mount namespace (it needs
-//!   the host's sockets and nothing else) and outside every sandbox's pid namespace, so no
-//!   command can see or signal it.
+//!   the forwarder can listen on 53), then executes `bwrap` running the forwarder as the
+//!   lease's host user, in a session of its own, out of the worker's cgroup: it outlives
+//!   the worker, as the lease's supervisor does. Its sandbox keeps the network namespace
+//!   and unshares every other one; it sees `/usr` and the root links, its binary and the
+//!   host's sockets directory read-only, and its run directory (all three bound by
+//!   descriptor: the lease's user may not reach their paths). It is outside every
+//!   command's pid namespace, so no command can see or signal it. The record names the
+//!   init of its pid namespace, whose end ends it.
 //! - **Every sandbox of the lease** (commands, duplex routes, the process supervisor) is
 //!   spawned into that namespace (`setns` before `bwrap`, which then unshares every other
 //!   namespace but not the network), with `/etc/resolv.conf` naming `127.0.0.1` and the
@@ -370,13 +373,14 @@ pub(crate) async fn handle(worker: &super::Worker, params: serde_json::Value) ->
     };
     let exe = std::env::current_exe().map_err(|e| DriverError::io("Finding the worker's own binary", e))?;
     let owner = worker.leases.owner(&dir)?;
-    start(&exe, agent, &dir, owner, p).await
+    start(&exe, &worker.sandbox, agent, &dir, owner, p).await
 }
 
 /// `envrtStartEgress`: starts the lease's forwarder in a namespace of its own, or answers
 /// at once when it runs for the same sockets.
 pub(crate) async fn start(
     worker_exe: &Path,
+    sandbox: &super::sandbox::Sandbox,
     agent: &Path,
     lease_dir: &Path,
     owner: Owner,
@@ -428,17 +432,34 @@ pub(crate) async fn start(
         .0
         .unwrap_or_else(|| (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()));
     owner.hand_over(&run).map_err(|e| io("Handing", e))?;
-    let proxy = sockets.join(envrt_driver_agent::egress::PROXY_SOCKET);
-    let dns = sockets.join(envrt_driver_agent::egress::DNS_SOCKET);
+    // Bound into the forwarder's sandbox by descriptor: bwrap runs as the lease's user,
+    // who may not reach these paths by name.
+    let opened = |path: &Path, flags: rustix::fs::OFlags| {
+        rustix::fs::open(
+            path,
+            flags | rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| RpcError::from(DriverError::io(format!("Opening {}", path.display()), e.into())))
+    };
+    let dir = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW;
+    let (agent_fd, sockets_fd, run_fd) = (
+        opened(agent, rustix::fs::OFlags::empty())?,
+        opened(&sockets, dir)?,
+        opened(&run, dir)?,
+    );
+    let (bwrap, options) = sandbox.forwarder_command(agent_fd.as_raw_fd(), sockets_fd.as_raw_fd(), run_fd.as_raw_fd());
+    let inside = |name: &str| format!("{}/{name}", super::sandbox::FORWARDER_SOCKETS);
     let mut command = std::process::Command::new(worker_exe);
     command
         .arg(EGRESS_FLAG)
         .arg(uid.to_string())
         .arg(gid.to_string())
         .arg("--")
-        .arg(agent)
-        // relative to its working directory, the lease user's `run/`: the record's path
-        // may be longer than a socket address holds
+        .arg(bwrap)
+        .args(options)
+        .arg(super::sandbox::FORWARDER_AGENT)
+        // relative to its working directory, its run directory
         .arg("--socket")
         .arg("fwd.sock")
         .current_dir(&run)
@@ -446,30 +467,35 @@ pub(crate) async fn start(
         .arg(format!(
             "tcp:{}={}",
             envrt_driver_agent::egress::PROXY_ADDRESS,
-            proxy.display()
+            inside(envrt_driver_agent::egress::PROXY_SOCKET)
         ))
         .arg("--forward")
         .arg(format!(
             "dns:{}={}",
             envrt_driver_agent::egress::DNS_ADDRESS,
-            dns.display()
+            inside(envrt_driver_agent::egress::DNS_SOCKET)
         ))
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    super::fds::inherit_only(&mut command, &[]);
+    super::fds::inherit_only(
+        &mut command,
+        &[agent_fd.as_raw_fd(), sockets_fd.as_raw_fd(), run_fd.as_raw_fd()],
+    );
     let escape = super::sandbox::escape_cgroup();
     super::fds::detach(&mut command, escape.as_ref().map(|fd| fd.as_raw_fd()));
     let mut child = tokio::process::Command::from(command)
         .kill_on_drop(false)
         .spawn()
         .map_err(|e| DriverError::io(format!("Starting the egress forwarder of lease {lease}"), e))?;
-    drop(escape);
+    drop((escape, agent_fd, sockets_fd, run_fd));
     let (stdout, mut stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
     let mut line = String::new();
     let said = tokio::time::timeout(START_BOUND, tokio::io::BufReader::new(stdout).read_line(&mut line)).await;
-    let pid = child.id().unwrap_or(0);
+    // The role became bwrap; the forwarder is the init of bwrap's pid namespace, whose
+    // end ends everything in it (and then bwrap).
+    let pid = child.id().and_then(super::sandbox::ns_init).unwrap_or(0);
     if matches!(said, Ok(Ok(_))) && line.starts_with("envrt-agent listening on ") {
         let Some(identity) = Identity::of(pid) else {
             return Err(

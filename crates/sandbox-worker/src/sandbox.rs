@@ -480,6 +480,70 @@ pub fn bwrap_options(lease_dir: &Path, cwd: &str, init: &Path) -> Vec<String> {
     a
 }
 
+/// Where the egress forwarder's binary, the host's sockets directory and its own run
+/// directory appear in its sandbox.
+pub(crate) const FORWARDER_AGENT: &str = "/.envrt/agent";
+pub(crate) const FORWARDER_SOCKETS: &str = "/.envrt/sockets";
+pub(crate) const FORWARDER_RUN: &str = "/.envrt/run";
+
+impl Sandbox {
+    /// `bwrap` and its options for a lease's egress forwarder, up to and including `--`:
+    /// run from inside the lease's network namespace (which it keeps: every other
+    /// namespace is its own), it sees `/usr` and the root links read-only, its binary
+    /// (`agent`, a descriptor) read-only at [`FORWARDER_AGENT`], the host's sockets
+    /// directory (`sockets`) read-only at [`FORWARDER_SOCKETS`] and its run directory
+    /// (`run`) at [`FORWARDER_RUN`], its working directory, and nothing else of the
+    /// host's files. It has no capability, a session of its own, and no parent-death
+    /// signal: it outlives the worker, as the lease does.
+    pub(crate) fn forwarder_command(
+        &self,
+        agent: std::os::fd::RawFd,
+        sockets: std::os::fd::RawFd,
+        run: std::os::fd::RawFd,
+    ) -> (PathBuf, Vec<String>) {
+        let mut a: Vec<String> = [
+            "--unshare-user",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "envrt-forwarder",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for (dir, link) in &self.root_links {
+            match link {
+                Some(target) => a.extend(["--symlink".into(), target.clone(), dir.clone()]),
+                None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
+            }
+        }
+        a.extend(["--proc".into(), "/proc".into(), "--dev".into(), "/dev".into()]);
+        for (fd, dest, option) in [
+            (agent, FORWARDER_AGENT, "--ro-bind-fd"),
+            (sockets, FORWARDER_SOCKETS, "--ro-bind-fd"),
+            (run, FORWARDER_RUN, "--bind-fd"),
+        ] {
+            a.extend([option.to_owned(), fd.to_string(), dest.to_owned()]);
+        }
+        a.extend([
+            "--remount-ro".into(),
+            "/".into(),
+            "--chdir".into(),
+            FORWARDER_RUN.into(),
+            "--".into(),
+        ]);
+        (self.bwrap.clone(), a)
+    }
+}
+
 /// Writes `NAME=VALUE` for each variable, each ended by a NUL (the defaults `PATH` and
 /// `HOME` first, so a request may replace them), into a memfd rewound for the sandbox
 /// init to read.
