@@ -96,6 +96,23 @@ fn egress_processes(root: &TempDir, lease: &Lease) -> (Vec<u32>, Vec<u32>) {
     (processes_with(&["envrt-egress", &dir]), forwarder.into_iter().collect())
 }
 
+/// Releases `lease` (which has a forwarder) and asserts that its proxy and forwarder end
+/// with it.
+async fn release_and_see_egress_end(runtime: &EnvironmentRuntime, root: &TempDir, lease: &Lease) {
+    let (_, forwarders) = egress_processes(root, lease);
+    assert_eq!(forwarders.len(), 1, "the lease has no forwarder");
+    runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
+    assert_eq!(
+        egress_processes(root, lease),
+        (vec![], vec![]),
+        "the lease's egress outlived it"
+    );
+    assert!(
+        wait_gone(forwarders[0], std::time::Duration::from_secs(10)).await,
+        "the forwarder outlived the lease"
+    );
+}
+
 /// What the forwarder `pid` (its sandbox's init) runs: its children's command lines, and
 /// whether it is in a mount namespace of its own.
 fn forwarder_sandbox(pid: u32) -> (Vec<String>, bool) {
@@ -253,18 +270,7 @@ async fn a_lease_under_a_policy_reaches_only_what_it_allows_through_its_egress_p
     assert_eq!((code, out.as_str()), (0, BODY), "{err}");
 
     // The proxy and the forwarder end with the lease.
-    let (_, forwarders) = egress_processes(&root, &lease);
-    assert_eq!(forwarders.len(), 1, "the lease has no forwarder");
-    runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
-    assert_eq!(
-        egress_processes(&root, &lease),
-        (vec![], vec![]),
-        "the lease's egress outlived it"
-    );
-    assert!(
-        wait_gone(forwarders[0], std::time::Duration::from_secs(10)).await,
-        "the forwarder outlived the lease"
-    );
+    release_and_see_egress_end(&runtime, &root, &lease).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -431,17 +437,6 @@ async fn a_brokered_credential_reaches_its_host_and_the_sandbox_trusts_the_lease
     }
     assert!(files >= 4, "the record {} lost its files", record.display());
 
-    let (_, forwarders) = egress_processes(&root, &lease);
-    assert_eq!(forwarders.len(), 1, "the lease has no forwarder");
-    runtime.release_lease(&lease.id, LeaseStatus::Released).await.unwrap();
-    assert_eq!(
-        egress_processes(&root, &lease),
-        (vec![], vec![]),
-        "the lease's egress outlived it"
-    );
-    assert!(
-        wait_gone(forwarders[0], std::time::Duration::from_secs(10)).await,
-        "the forwarder outlived the lease"
-    );
+    release_and_see_egress_end(&runtime, &root, &lease).await;
     assert!(!record.exists(), "the record outlived the lease");
 }

@@ -519,12 +519,7 @@ impl Sandbox {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        for (dir, link) in &self.root_links {
-            match link {
-                Some(target) => a.extend(["--symlink".into(), target.clone(), dir.clone()]),
-                None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
-            }
-        }
+        a.extend(root_link_args(&self.root_links));
         a.extend(["--proc".into(), "/proc".into(), "--dev".into(), "/dev".into()]);
         for (fd, dest, option) in [
             (agent, FORWARDER_AGENT, "--ro-bind-fd"),
@@ -542,6 +537,19 @@ impl Sandbox {
         ]);
         (self.bwrap.clone(), a)
     }
+}
+
+/// The options that give a sandbox the host's root directories beside `/usr`: each a
+/// link to where it points, or a read-only bind.
+fn root_link_args(root_links: &[(String, Option<String>)]) -> Vec<String> {
+    let mut a = Vec::new();
+    for (dir, link) in root_links {
+        match link {
+            Some(target) => a.extend(["--symlink".into(), target.clone(), dir.clone()]),
+            None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
+        }
+    }
+    a
 }
 
 /// Writes `NAME=VALUE` for each variable, each ended by a NUL (the defaults `PATH` and
@@ -589,12 +597,7 @@ fn options(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    for (dir, link) in root_links {
-        match link {
-            Some(target) => a.extend(["--symlink".into(), target.clone(), dir.clone()]),
-            None => a.extend(["--ro-bind".into(), dir.clone(), dir.clone()]),
-        }
-    }
+    a.extend(root_link_args(root_links));
     a.extend([
         "--ro-bind".into(),
         init.to_string_lossy().into_owned(),

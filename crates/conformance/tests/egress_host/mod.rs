@@ -61,3 +61,27 @@ pub(crate) fn make_with_roots() -> (Option<Arc<TestHost>>, Result<EgressHost, St
         ),
     }
 }
+
+/// The kit's four bypass checks, which a driver brokering credentials through its own
+/// `envrt-egress` must all pass against the test host.
+#[allow(dead_code, reason = "only the bypass tests use it")]
+pub(crate) const BYPASS_CHECKS: [&str; 4] = [
+    "egress_host_and_sni_mismatch_refused",
+    "egress_redirect_to_denied_host_not_followed",
+    "egress_live_update_cuts_removed_destination",
+    "egress_brokered_credential_stays_out_of_the_lease",
+];
+
+/// Asserts that `suite` passes every one of [`BYPASS_CHECKS`].
+#[allow(dead_code, reason = "only the bypass tests use it")]
+pub(crate) fn assert_bypass_checks_pass(suite: &envrt_conformance::Suite) {
+    for check in BYPASS_CHECKS {
+        let outcome = suite.run_check_outcome(check).expect("registered");
+        assert_eq!(
+            outcome.status,
+            envrt_conformance::Status::Passed,
+            "{check}: {:?}",
+            outcome.message
+        );
+    }
+}
