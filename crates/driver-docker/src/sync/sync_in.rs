@@ -2,12 +2,13 @@
 //!
 //! Every entry is validated before anything is sent. Each entry is then streamed as a tar
 //! into a hidden sibling of its target (`.envrt-sync-{tag}-{pid}-{uuid}`, extracted by the
-//! engine; the tag names this host's boot and pid namespace),
-//! and only when every entry of the operation has landed are the targets replaced, by
-//! renames inside the container; a failure removes the staged copies and leaves the
-//! targets as they were. What a host program killed mid-sync staged is removed by the next
-//! sync in beside the same target from this host (its pid no longer lives). A directory target is replaced as a whole (its old content goes);
-//! the workspace root, which cannot be renamed, gets its content replaced instead.
+//! engine; the tag names this host's boot and pid namespace), and only when every entry
+//! of the operation has landed are the targets replaced, by renames inside the container;
+//! a failure removes the staged copies and leaves the targets as they were. What a host
+//! program killed mid-sync staged is removed by the next sync in beside the same target
+//! from this host (its pid no longer lives). A directory target is replaced as a whole
+//! (its old content goes); the workspace root, which cannot be renamed, gets its content
+//! replaced instead.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -187,9 +188,9 @@ fn left_by_dead_processes(listed: &str, parents: &[&str]) -> Vec<String> {
 /// Lists what earlier syncs staged in the parents, then moves every staged copy into
 /// place. Arguments: the staging scope prefix, the number of parents and the parents
 /// (each entry of a parent whose name starts with the prefix is printed, a line each, 256
-/// at most: a command can make any number of such names),
-/// then triples (kind, staged, target): `r` entries replace the target; `m` entries
-/// (`m:<octal>` with a mode) replace the content of the workspace root.
+/// at most: a command can make any number of such names), then triples (kind, staged,
+/// target): `r` entries replace the target; `m` entries (`m:<octal>` with a mode) replace
+/// the content of the workspace root.
 const FINALIZE: &str = r#"set -e
 pre=$1; n=$2; shift 2; c=0
 while [ "$n" -gt 0 ]; do
