@@ -440,3 +440,50 @@ async fn a_brokered_credential_reaches_its_host_and_the_sandbox_trusts_the_lease
     release_and_see_egress_end(&runtime, &root, &lease).await;
     assert!(!record.exists(), "the record outlived the lease");
 }
+
+/// A forwarder that never says it listens: the acquire is refused with the exact text once
+/// the worker's 10 s bound passes, and nothing of the forwarder's sandbox is left running
+/// (killing the `bwrap` that holds it does not end what runs inside; the worker ends the
+/// sandbox's init too). The supervisor binary is replaced, for this worker only, by a
+/// script that sleeps instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarder_that_never_listens_is_refused_and_leaves_nothing_running() {
+    let Some(host) = TestHost::new(&[("web.test", HOST)], BODY) else {
+        return;
+    };
+    require_agent();
+    let root = TempDir::new("mute-forwarder");
+    let Some(mut manifest) = reference_manifest(&root.join("leases")) else {
+        return;
+    };
+    let mute = root.join("mute-agent");
+    std::fs::write(&mute, "#!/bin/sh\nexec /bin/sleep 6137\n").unwrap();
+    std::fs::set_permissions(&mute, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    manifest
+        .worker
+        .env
+        .insert("ENVRT_AGENT".to_owned(), mute.display().to_string());
+    let options = SandboxOptions {
+        egress: Some(envrt_test_support::network::egress_binary()),
+        egress_dns: Some(host.dns()),
+        ..SandboxOptions::default()
+    };
+    let driver = start(manifest, options).await;
+    let network = NetworkConfig::new(policy(Egress::Allow, &["web.test:80"]), &[]).unwrap();
+    let runtime = runtime(driver, network).await;
+    let err = runtime
+        .acquire_lease(AcquireRequest::new("egress", "acme"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    let provider = text
+        .strip_prefix("The egress forwarder of lease ")
+        .and_then(|rest| rest.strip_suffix(" did not start: it did not listen within 10 s"))
+        .unwrap_or_else(|| panic!("not the refusal of a forwarder that never listens: {text}"));
+    assert!(provider.starts_with("sbx-") && provider.len() == 40, "{text}");
+    assert_eq!(
+        pids_with_argv(&["/bin/sleep", "6137"]),
+        Vec::<u32>::new(),
+        "the forwarder's sandbox outlived the refusal"
+    );
+}

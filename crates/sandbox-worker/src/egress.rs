@@ -515,6 +515,10 @@ pub(crate) async fn start(
         });
         return Ok(serde_json::json!({ "started": true }));
     }
+    // bwrap's end would not end what runs in its sandbox: its init first.
+    if let Some(init) = Identity::of(pid) {
+        init.kill();
+    }
     let _ = child.start_kill();
     let mut why = Vec::new();
     let _ = tokio::time::timeout(
@@ -524,11 +528,13 @@ pub(crate) async fn start(
     .await;
     let _ = child.wait().await;
     let _ = std::fs::remove_dir_all(&record);
-    Err(DriverError::other(format!(
-        "The egress forwarder of lease {lease} did not start: {}",
-        String::from_utf8_lossy(&why).trim()
-    ))
-    .into())
+    let why = String::from_utf8_lossy(&why).trim().to_owned();
+    let why = match (said, why.is_empty()) {
+        (_, false) => why,
+        (Err(_), true) => format!("it did not listen within {} s", START_BOUND.as_secs()),
+        (Ok(_), true) => format!("it said {:?}", line.trim_end()),
+    };
+    Err(DriverError::other(format!("The egress forwarder of lease {lease} did not start: {why}")).into())
 }
 
 #[cfg(test)]
