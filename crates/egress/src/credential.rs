@@ -365,12 +365,12 @@ pub struct Brokered {
     pub value: Secret,
 }
 
-/// The placeholder variables a lease gets for `credentials` (`NAME=`[`PLACEHOLDER`]).
-pub fn placeholder_env(credentials: &[Credential]) -> Vec<String> {
+/// The placeholder variables a lease gets for `credentials`, as (name, [`PLACEHOLDER`]).
+pub fn placeholder_env(credentials: &[Credential]) -> Vec<(String, String)> {
     credentials
         .iter()
-        .filter_map(|c| c.placeholder_env.as_ref())
-        .map(|name| format!("{name}={PLACEHOLDER}"))
+        .filter_map(|c| c.placeholder_env.clone())
+        .map(|name| (name, PLACEHOLDER.to_owned()))
         .collect()
 }
 

@@ -29,7 +29,7 @@ fn a_credential_is_parsed_and_round_trips() {
     assert_eq!(c.secret, SecretRef::Env("GITHUB_TOKEN".into()));
     assert_eq!(
         placeholder_env(std::slice::from_ref(&c)),
-        vec!["GITHUB_TOKEN=envrt-credential-placeholder".to_owned()]
+        vec![("GITHUB_TOKEN".to_owned(), "envrt-credential-placeholder".to_owned())]
     );
     assert_eq!(Credential::parse(0, &c.to_raw()).unwrap(), c);
     let other = Credential::parse(1, &raw("api.test:8443", "X-Key", "{secret}", "file:/run/key")).unwrap();

@@ -47,11 +47,7 @@ pub fn lease_env(credentials: &[Credential]) -> Vec<(String, String)> {
         .iter()
         .map(|name| ((*name).to_owned(), LEASE_CA_BUNDLE.to_owned()))
         .collect();
-    env.extend(
-        envrt_driver_api::network::placeholder_env(credentials)
-            .into_iter()
-            .filter_map(|pair| pair.split_once('=').map(|(n, v)| (n.to_owned(), v.to_owned()))),
-    );
+    env.extend(envrt_driver_api::network::placeholder_env(credentials));
     env
 }
 
