@@ -7,6 +7,12 @@ pub fn pid_is_live(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The pid a name `{prefix}{pid}-{rest}` carries, and the rest; `None` for any other name.
+pub fn named_pid<'a>(name: &'a str, prefix: &str) -> Option<(u32, &'a str)> {
+    let (pid, rest) = name.strip_prefix(prefix)?.split_once('-')?;
+    Some((pid.parse().ok()?, rest))
+}
+
 /// Eight hex digits naming this machine's boot and this process's pid namespace. A name
 /// that carries a pid for a sweep elsewhere than on this host's file system (inside a
 /// container) carries this tag too: only a process that sees the same pids (the same
@@ -38,12 +44,7 @@ pub fn remove_dirs_of_dead_pids(parent: &Path, prefix: &str) -> usize {
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok())
-        else {
+        let Some((pid, _)) = name.to_str().and_then(|n| named_pid(n, prefix)) else {
             continue;
         };
         if !pid_is_live(pid) && std::fs::remove_dir_all(entry.path()).is_ok() {
@@ -64,10 +65,8 @@ pub fn entries_of_dead_pids(parent: &Path, prefix: &str) -> Vec<std::path::PathB
         .filter(|entry| {
             let name = entry.file_name();
             name.to_str()
-                .and_then(|n| n.strip_prefix(prefix))
-                .and_then(|rest| rest.split_once('-'))
-                .and_then(|(pid, _)| pid.parse::<u32>().ok())
-                .is_some_and(|pid| !pid_is_live(pid))
+                .and_then(|n| named_pid(n, prefix))
+                .is_some_and(|(pid, _)| !pid_is_live(pid))
         })
         .map(|entry| entry.path())
         .collect()

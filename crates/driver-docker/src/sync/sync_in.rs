@@ -168,15 +168,11 @@ fn left_by_dead_processes(listed: &str, parents: &[&str]) -> Vec<String> {
             let own_parent = parents
                 .iter()
                 .any(|p| p.trim_end_matches('/') == parent.trim_end_matches('/'));
-            let Some((pid, id)) = name.strip_prefix(prefix).and_then(|rest| rest.split_once('-')) else {
+            let Some((pid, id)) = envrt_driver_files::stale::named_pid(name, prefix) else {
                 return false;
             };
             let id_ok = id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
-            own_parent
-                && id_ok
-                && pid
-                    .parse::<u32>()
-                    .is_ok_and(|pid| !envrt_driver_files::stale::pid_is_live(pid))
+            own_parent && id_ok && !envrt_driver_files::stale::pid_is_live(pid)
         })
         .map(str::to_owned)
         .collect();
